@@ -1,0 +1,116 @@
+// router::Router: the fleet's state and the routing decision, behind one
+// thread-safe facade. This is the only router header the proxy includes
+// (with router/types.h and router/prefix_hash.h).
+//
+//   auto router = router::Router::Create(options, backends);
+//   features.chunk_hashes = router::HashPromptChunks(features.prompt_bytes,
+//                                                    options.chunk_bytes);
+//   absl::StatusOr<router::RouteTicket> t = (*router)->Route(features, now);
+//   ... first byte from the engine:   (*router)->OnFirstToken(*t, now);
+//   ... response finished:           (*router)->OnComplete(*t, outcome, now);
+//
+// Thread-safety: every method may be called from any thread. State is guarded
+// by one absl::Mutex; policies run on an immutable snapshot copied under it.
+// No method does I/O, sleeps, or reads a clock: callers pass `now`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "classifier/classifier.h"
+#include "router/types.h"
+
+namespace kvroute::router {
+
+// A backend as configured. `capacity_tokens` is the instance's KV capacity in
+// tokens when known from the config or profile (0 = unknown; replaced by the
+// scraped vllm:cache_config_info when that arrives).
+struct BackendSpec {
+  std::string name;
+  std::string host;
+  uint16_t port = 0;
+  BackendRole role = BackendRole::kBoth;
+  int64_t capacity_tokens = 0;
+};
+
+// Router options. Owned by the router module; only proxy's config loader
+// maps YAML onto it.
+struct Options {
+  std::string policy = "round_robin";  // round_robin|least_loaded|baseline|v1|v2|pd_sep
+  classifier::Thresholds thresholds;
+  size_t chunk_bytes = 256;             // prompt bytes per shadow-index chunk
+  double default_bytes_per_token = 4.0; // until learned from usage.prompt_tokens
+  int64_t default_capacity_tokens = 400000;  // when neither config nor scrape knows
+  double overload_factor = 2.0;         // affinity breaks above factor x fleet mean
+  size_t max_sessions = 100000;         // session table bound (LRU)
+  absl::Duration session_ttl = absl::Minutes(30);
+};
+
+// Load and cache figures of one backend as /admin/backends reports them.
+struct BackendReport {
+  std::string name;
+  BackendRole role = BackendRole::kBoth;
+  bool healthy = true;
+  int64_t inflight_requests = 0;
+  int64_t inflight_prefill_tokens = 0;
+  int64_t decoding_requests = 0;
+  int64_t inflight_tokens = 0;
+  int64_t shadow_tokens = 0;    // tokens the shadow index believes cached
+  int64_t capacity_tokens = 0;
+  double kv_usage = -1;         // scraped vllm:kv_cache_usage_perc, -1 unknown
+  int64_t engine_running = -1;  // scraped num_requests_running
+  int64_t engine_waiting = -1;  // scraped num_requests_waiting
+  int64_t est_requests = 0;     // requests with both estimate and truth
+  double est_abs_error_tokens_sum = 0;
+};
+
+// Engine gauges scraped from an instance's /metrics.
+struct EngineGauges {
+  int64_t num_requests_running = -1;
+  int64_t num_requests_waiting = -1;
+  double kv_cache_usage_perc = -1;
+  int64_t capacity_tokens = 0;  // num_gpu_blocks x block_size, 0 = unknown
+};
+
+// One routed request's reservation. Copyable; pass it back to OnFirstToken /
+// OnComplete exactly once each (OnComplete alone is fine for a request that
+// never produced a first token).
+struct RouteTicket {
+  uint64_t id = 0;
+  Decision decision;
+};
+
+class Router {
+ public:
+  virtual ~Router() = default;
+
+  // Fails with InvalidArgument naming the policy when it is unknown, or when
+  // the backend list is empty.
+  static absl::StatusOr<std::unique_ptr<Router>> Create(
+      Options options, std::vector<BackendSpec> backends);
+
+  virtual const std::vector<BackendSpec>& Backends() const = 0;
+  virtual const Options& options() const = 0;
+
+  // Decides where `features` goes and reserves its load. Unavailable when no
+  // healthy backend can take it.
+  virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features,
+                                            absl::Time now) = 0;
+  // The decode backend produced its first byte: prefill tokens become a
+  // decoding request.
+  virtual void OnFirstToken(const RouteTicket& ticket, absl::Time now) = 0;
+  // The response ended (any way). Releases load; learns from usage.
+  virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome,
+                          absl::Time now) = 0;
+
+  virtual void SetHealthy(int backend, bool healthy) = 0;
+  virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;
+
+  virtual std::vector<BackendReport> Report() const = 0;
+};
+
+}  // namespace kvroute::router

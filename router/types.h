@@ -1,0 +1,71 @@
+// Plain value types shared by the proxy, the router and the classifier.
+//
+// These are the only router types the proxy needs: the proxy fills a
+// RequestFeatures once per request, hands it to router::Router::Route(), and
+// gets back a Decision. Everything here is a copyable value with no
+// behaviour and no synchronisation of its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvroute::router {
+
+// WARM: mostly cached or few new tokens; MEDIUM: cold but below the heavy
+// threshold; HEAVY: at least `heavy_threshold` new tokens (DESIGN.md §3).
+enum class RequestClass { kWarm, kMedium, kHeavy };
+
+// COLOCATED: prefill and decode on one instance. OFFLOAD: prefill on
+// `prefill_backend`, KV moved by the engines, decode on `decode_backend`.
+enum class DecisionMode { kColocated, kOffload };
+
+// What a backend may be used for. `kBoth` is a PD-combined instance; the
+// prefill/decode pools only matter to the `pd_sep` policy.
+enum class BackendRole { kBoth, kPrefill, kDecode };
+
+std::string_view ToString(RequestClass c);
+std::string_view ToString(DecisionMode m);
+std::string_view ToString(BackendRole r);
+
+// Request features, extracted by the proxy from the body exactly once.
+struct RequestFeatures {
+  std::string request_id;
+  std::string model;
+  std::string session_id;  // empty when the client sent none
+  bool stream = false;
+  int64_t max_tokens = -1;  // -1 when the client did not say
+  // Canonical prompt bytes: chat messages in order with their roles, or the
+  // completion prompt (strings, or token ids rendered as text). Never logged.
+  std::string prompt_bytes;
+  // Chained chunk hashes of `prompt_bytes` (router/prefix_hash.h), computed
+  // once by the proxy so the router never hashes on its lock.
+  std::vector<uint64_t> chunk_hashes;
+};
+
+// The router's answer for one request. Backend fields are indices into the
+// router's backend list (Router::Backends()).
+struct Decision {
+  RequestClass request_class = RequestClass::kMedium;
+  DecisionMode mode = DecisionMode::kColocated;
+  int prefill_backend = -1;
+  int decode_backend = -1;
+  int64_t prompt_tokens_est = 0;
+  int64_t cached_tokens_est = 0;  // on the chosen decode backend
+  int64_t new_tokens_est = 0;     // prompt_tokens_est - best cached estimate
+  bool affinity_hit = false;      // session stayed on its instance
+  bool affinity_broken = false;   // session moved because of overload/health
+};
+
+// What the proxy reports back when a response ends.
+struct Outcome {
+  bool ok = false;               // 2xx and the response completed
+  int64_t prompt_tokens = -1;    // usage.prompt_tokens, -1 if unknown
+  int64_t cached_tokens = -1;    // usage.prompt_tokens_details.cached_tokens
+  // Which backend the usage came from (the decode backend normally; the
+  // prefill backend when an offload fell back to it).
+  int served_by = -1;
+};
+
+}  // namespace kvroute::router
