@@ -77,9 +77,9 @@ TEST(KvSizeTest, LlamaOnH100MatchesProfileFigure) {
 }
 
 TEST(KvSizeTest, ModelThatDoesNotFitHasNoCapacity) {
-  Deployment dep = TwoH100();
-  dep.tensor_parallel = 1;
-  const Capacity cap = ComputeCapacity(Qwen36(), dep);
+  ModelArch big = Qwen36();
+  big.weight_bytes = 200e9;  // more than 2 x 0.9 x 85.9e9
+  const Capacity cap = ComputeCapacity(big, TwoH100());
   EXPECT_EQ(cap.token_capacity, 0);
   EXPECT_FALSE(cap.warnings.empty());
   EXPECT_EQ(NumGpuBlocks(cap, 16), 0);
