@@ -1,9 +1,14 @@
 // classifier: turns token estimates into a WARM/MEDIUM/HEAVY class, and
 // models the cost of offloading a prefill. Pure functions over plain values;
-// holds no fleet state.
+// holds no fleet state. Thread-safe: nothing here has state.
 //
 //   classifier::Thresholds t;            // heavy_threshold = 20000 ...
 //   RequestClass c = classifier::Classify(prompt_est, cached_est, t);
+//
+//   classifier::OffloadCostParams p;     // KV bytes/token, link, prefill rate
+//   classifier::OffloadEstimate e = classifier::EstimateOffload(
+//       {.prompt_tokens = 30000, .decode_cached_tokens = 1000, ...}, p);
+//   if (e.worthwhile) ...
 #pragma once
 
 #include <cstdint>
@@ -24,5 +29,46 @@ struct Thresholds {
 router::RequestClass Classify(int64_t prompt_tokens_est,
                               int64_t cached_tokens_est,
                               const Thresholds& thresholds);
+
+// New (uncached) tokens: max(0, prompt - cached).
+int64_t NewTokens(int64_t prompt_tokens_est, int64_t cached_tokens_est);
+
+// Parameters of the offload cost model. Defaults describe a Llama-3-8B-class
+// model (128 KiB of KV per token in bf16) on one H100-class GPU with a
+// 200 Gb/s RDMA link; the proxy fills them from the model/GPU profile
+// (classifier/kvsize) when it has one.
+struct OffloadCostParams {
+  double kv_bytes_per_token = 131072;        // all layers, K and V
+  double link_bytes_per_second = 25e9;       // effective RDMA bandwidth
+  double transfer_overhead_seconds = 0.002;  // handshake + second HTTP leg
+  double prefill_tokens_per_second = 10000;  // prefill throughput per instance
+  // Offload is worthwhile when the prefill time saved on the decode instance
+  // exceeds margin x the transfer time.
+  double margin = 1.0;
+};
+
+// Inputs of one offload decision: decode instance B, prefill instance A.
+struct OffloadCase {
+  int64_t prompt_tokens = 0;
+  int64_t decode_cached_tokens = 0;   // tokens B already holds
+  int64_t prefill_cached_tokens = 0;  // tokens A already holds
+  int64_t decode_queued_prefill_tokens = 0;   // prefill work queued on B
+  int64_t prefill_queued_prefill_tokens = 0;  // prefill work queued on A
+};
+
+struct OffloadEstimate {
+  int64_t tokens_to_move = 0;    // tokens B lacks (B pulls only those)
+  double kv_bytes_to_move = 0;   // tokens_to_move x kv_bytes_per_token
+  double transfer_seconds = 0;   // overhead + bytes / bandwidth
+  // Prefill B does not do when A does it: B's new tokens / prefill rate.
+  double prefill_seconds_saved_on_decode = 0;
+  // Time to first token, queue included, if served on B alone vs offloaded.
+  double ttft_colocated_seconds = 0;
+  double ttft_offload_seconds = 0;
+  bool worthwhile = false;  // saved > margin x transfer
+};
+
+OffloadEstimate EstimateOffload(const OffloadCase& c,
+                                const OffloadCostParams& params);
 
 }  // namespace kvroute::classifier

@@ -48,7 +48,54 @@ struct Options {
   double overload_factor = 2.0;         // affinity breaks above factor x fleet mean
   size_t max_sessions = 100000;         // session table bound (LRU)
   absl::Duration session_ttl = absl::Minutes(30);
+
+  // --- Added by the cache-aware issue (all have defaults). ---
+  // Affinity is only broken when the session's instance also holds more
+  // than this many in-flight tokens, so a lightly loaded fleet (where one
+  // request is "2x the mean") keeps its sessions in place.
+  int64_t overload_min_tokens = 16384;
+  // Bound on routed-but-not-completed requests; Route() returns
+  // ResourceExhausted beyond it.
+  size_t max_inflight_requests = 65536;
+  // Expected output tokens when the client gave no max_tokens, and the cap
+  // applied to a client's max_tokens, for in-flight token accounting.
+  int64_t default_output_tokens = 256;
+  int64_t max_output_tokens_est = 4096;
+  // Bytes-per-token learning: EWMA weight of one response, and the bound on
+  // the per-model table (further models share the fleet-wide ratio).
+  double bytes_per_token_alpha = 0.1;
+  size_t max_models = 64;
+  // Shadow feedback: the engine must have had more than this many chunks
+  // fewer than estimated before the shadow drops entries and shrinks the
+  // instance's effective capacity (block rounding is not an eviction).
+  int64_t eviction_tolerance_chunks = 1;
+  // EWMA weight when the effective capacity moves toward what the engine
+  // proved, and its floor as a fraction of the nominal capacity.
+  double capacity_learning_rate = 0.25;
+  double min_capacity_fraction = 0.1;
+
+  // `baseline` (and the WARM/MEDIUM path of v1/v2) scores an instance by its
+  // estimated time to first token in prefill-token units, see
+  // router/policies/baseline.h:
+  //   cost = new_tokens + prefill_queue_weight x inflight_prefill_tokens
+  //        + decode_tokens_weight x inflight_tokens
+  //        + waiting_penalty_tokens x engine_waiting
+  struct BaselineWeights {
+    double prefill_queue_weight = 1.0;
+    double decode_tokens_weight = 0.05;
+    double waiting_penalty_tokens = 1000;
+  };
+  BaselineWeights baseline;
+
+  // v2: "threshold" offloads every HEAVY request; "cost" only when the
+  // classifier's cost model says the prefill saved on the decode instance
+  // outweighs the KV transfer.
+  std::string offload_gate = "threshold";
+  classifier::OffloadCostParams offload_cost;
 };
+
+// The largest fleet the router (and its shadow index bitsets) supports.
+inline constexpr int kMaxBackends = 256;
 
 // Load and cache figures of one backend as /admin/backends reports them.
 struct BackendReport {
@@ -66,6 +113,26 @@ struct BackendReport {
   int64_t engine_waiting = -1;  // scraped num_requests_waiting
   int64_t est_requests = 0;     // requests with both estimate and truth
   double est_abs_error_tokens_sum = 0;
+  // --- Added by the cache-aware issue. ---
+  int64_t effective_capacity_tokens = 0;  // capacity after learned shrinkage
+  int64_t shadow_chunks = 0;              // entries in the shadow LRU
+  double est_tokens_sum = 0;              // sum of estimates (with truth)
+  double actual_cached_tokens_sum = 0;    // sum of engine cached_tokens
+  double est_signed_error_tokens_sum = 0; // sum of estimate - actual
+  int64_t last_est_error_tokens = 0;      // estimate - actual, last response
+  int64_t shadow_corrections = 0;         // times the engine proved evictions
+};
+
+// Fleet-wide figures for /metrics.
+struct RouterStats {
+  int64_t sessions = 0;
+  int64_t inflight_requests = 0;   // routed, not completed
+  int64_t index_chunks = 0;        // distinct chunk hashes in the index
+  int64_t index_replicas = 0;      // (instance, chunk) pairs
+  int64_t index_memory_bytes = 0;  // approximate heap bytes of the index
+  double bytes_per_token = 0;      // fleet-wide learned ratio
+  int64_t affinity_hits = 0;
+  int64_t affinity_breaks = 0;
 };
 
 // Engine gauges scraped from an instance's /metrics.
@@ -111,6 +178,12 @@ class Router {
   virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;
 
   virtual std::vector<BackendReport> Report() const = 0;
+
+  // --- Added by the cache-aware issue. ---
+  virtual RouterStats Stats() const = 0;
+  // The learned prompt bytes per token for `model` (the fleet-wide ratio
+  // for a model it has not seen).
+  virtual double BytesPerToken(const std::string& model) const = 0;
 };
 
 }  // namespace kvroute::router

@@ -56,6 +56,11 @@ struct Decision {
   int64_t new_tokens_est = 0;     // prompt_tokens_est - best cached estimate
   bool affinity_hit = false;      // session stayed on its instance
   bool affinity_broken = false;   // session moved because of overload/health
+                                  // (or a HEAVY rule moved it, see policies)
+  // Added by the cache-aware issue.
+  int64_t prefill_cached_tokens_est = 0;  // on the prefill backend
+  int64_t best_cached_tokens_est = 0;     // best over healthy backends
+  int session_backend = -1;               // session's instance before, -1 none
 };
 
 // What the proxy reports back when a response ends.
@@ -66,6 +71,12 @@ struct Outcome {
   // Which backend the usage came from (the decode backend normally; the
   // prefill backend when an offload fell back to it).
   int served_by = -1;
+  // True when the serving backend received the prompt's KV from another
+  // backend through a KV connector (an executed OFFLOAD): its cached_tokens
+  // then count the transferred tokens and say nothing about its own prefix
+  // cache, so the shadow is not corrected from them. Leave false when an
+  // OFFLOAD decision was served co-located.
+  bool kv_transferred = false;
 };
 
 }  // namespace kvroute::router

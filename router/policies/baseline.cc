@@ -1,0 +1,47 @@
+#include "router/policies/baseline.h"
+
+#include <algorithm>
+
+namespace kvroute::router {
+
+BaselinePolicy::BaselinePolicy(const Options& options)
+    : thresholds_(options.thresholds),
+      weights_(options.baseline),
+      overload_{options.overload_factor, options.overload_min_tokens} {}
+
+double BaselinePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
+  const BackendSnapshot& b = fleet.backends[backend];
+  return static_cast<double>(policy_internal::NewTokensOn(fleet, backend)) +
+         weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
+         weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
+         weights_.waiting_penalty_tokens *
+             static_cast<double>(std::max<int64_t>(0, b.engine_waiting));
+}
+
+int BaselinePolicy::BestByCost(const FleetSnapshot& fleet) const {
+  int best = -1;
+  double best_cost = 0;
+  for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
+    if (!fleet.backends[i].healthy) continue;
+    const double cost = Cost(fleet, i);
+    if (best < 0 || cost < best_cost) {
+      best = i;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<Decision> BaselinePolicy::Decide(const FleetSnapshot& fleet) const {
+  const policy_internal::Classification c =
+      policy_internal::ClassifyFleet(fleet, thresholds_);
+  if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
+  const policy_internal::Affinity affinity =
+      policy_internal::EvaluateAffinity(fleet, overload_);
+  const int backend = affinity.backend >= 0 ? affinity.backend : BestByCost(fleet);
+  Decision d = policy_internal::MakeColocated(fleet, c, backend);
+  policy_internal::MarkAffinity(fleet, d);
+  return d;
+}
+
+}  // namespace kvroute::router

@@ -1,0 +1,55 @@
+// router::Policy: one routing policy, pure and synchronous.
+//
+// A policy turns an immutable FleetSnapshot (every backend's health, load and
+// estimated cached prefix for THIS request, the session's instance, and a
+// sequence number) into a Decision. Policies hold only their options: no
+// clocks, threads, logging, metrics or I/O, so the same snapshot always
+// gives the same Decision. Build them by name with MakePolicy()
+// (router/policy_factory.h).
+//
+// Thread-safety: Decide() is const and touches no shared state; one policy
+// object may be used from many threads.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "router/types.h"
+
+namespace kvroute::router {
+
+// One backend as a policy sees it for one request.
+struct BackendSnapshot {
+  bool healthy = true;
+  BackendRole role = BackendRole::kBoth;
+  int64_t inflight_requests = 0;
+  int64_t inflight_prefill_tokens = 0;  // new tokens not yet past first token
+  int64_t decoding_requests = 0;        // past first token
+  int64_t inflight_tokens = 0;          // prompt + expected output, in flight
+  int64_t engine_running = -1;          // scraped gauges, -1 unknown
+  int64_t engine_waiting = -1;
+  double kv_usage = -1;
+  // Estimated prompt tokens of this request already in this backend's
+  // prefix cache (shadow index match), 0..prompt_tokens_est.
+  int64_t cached_tokens_est = 0;
+};
+
+struct FleetSnapshot {
+  std::vector<BackendSnapshot> backends;
+  int64_t prompt_tokens_est = 0;
+  int session_backend = -1;  // the session's instance, -1 when none
+  uint64_t sequence = 0;     // increments once per Route() call
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  // Unavailable when no healthy backend can take the request. Never returns
+  // an unhealthy backend.
+  virtual absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const = 0;
+};
+
+}  // namespace kvroute::router

@@ -1,0 +1,445 @@
+// RouterImpl: the Router facade over the policy, shadow index, session table,
+// bytes-per-token model and per-backend load accounting. One absl::Mutex
+// guards all of it; Route() builds the FleetSnapshot and runs the (pure,
+// microsecond-scale) policy under the lock, so the reservation it makes is
+// consistent with the load the policy saw.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "router/bytes_per_token.h"
+#include "router/policy.h"
+#include "router/policy_factory.h"
+#include "router/prefix_hash.h"
+#include "router/router.h"
+#include "router/session_table.h"
+#include "router/shadow_index.h"
+
+namespace kvroute::router {
+namespace {
+
+struct BackendState {
+  bool healthy = true;
+  int64_t inflight_requests = 0;
+  int64_t inflight_prefill_tokens = 0;
+  int64_t decoding_requests = 0;
+  int64_t inflight_tokens = 0;
+  EngineGauges gauges;
+  // Learned share of the nominal capacity the engine really keeps for
+  // prompt prefixes (running requests and outputs take the rest).
+  double capacity_fraction = 1.0;
+  int64_t est_requests = 0;
+  double est_abs_error_sum = 0;
+  double est_sum = 0;
+  double actual_sum = 0;
+  double signed_error_sum = 0;
+  int64_t last_error = 0;
+  int64_t corrections = 0;
+};
+
+struct InflightRequest {
+  Decision decision;
+  std::string model;
+  int64_t prompt_bytes = 0;
+  std::vector<uint64_t> chain;
+  int64_t prefill_new_tokens = 0;  // reserved on the prefill backend
+  int64_t total_tokens = 0;        // prompt + expected output
+  double bytes_per_token = 0;      // used for the estimate
+  int32_t est_chunks_decode = 0;
+  int32_t est_chunks_prefill = 0;
+  uint64_t route_tick = 0;         // shadow clock at routing
+  bool first_token = false;
+};
+
+class RouterImpl : public Router {
+ public:
+  RouterImpl(Options options, std::vector<BackendSpec> backends,
+             std::unique_ptr<Policy> policy)
+      : options_(std::move(options)),
+        specs_(std::move(backends)),
+        policy_(std::move(policy)),
+        index_(static_cast<int>(specs_.size())),
+        sessions_(options_.max_sessions, options_.session_ttl),
+        ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
+                options_.max_models),
+        state_(specs_.size()),
+        matched_(specs_.size()) {
+    absl::MutexLock lock(&mu_);
+    ApplyCapacities();
+  }
+
+  const std::vector<BackendSpec>& Backends() const override { return specs_; }
+  const Options& options() const override { return options_; }
+
+  absl::StatusOr<RouteTicket> Route(const RequestFeatures& features,
+                                    absl::Time now) override;
+  void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
+  void OnComplete(const RouteTicket& ticket, const Outcome& outcome,
+                  absl::Time now) override;
+  void SetHealthy(int backend, bool healthy) override;
+  void UpdateEngineGauges(int backend, const EngineGauges& g) override;
+  std::vector<BackendReport> Report() const override;
+  RouterStats Stats() const override;
+  double BytesPerToken(const std::string& model) const override {
+    absl::MutexLock lock(&mu_);
+    return ratios_.For(model);
+  }
+
+ private:
+  bool Valid(int b) const { return b >= 0 && b < static_cast<int>(specs_.size()); }
+  int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t CapacityChunks(int b, double fraction) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyCapacities() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ChunksToTokens(int64_t chunks, double bytes_per_token) const;
+  void Release(InflightRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const std::vector<BackendSpec> specs_;
+  const std::unique_ptr<Policy> policy_;
+
+  mutable absl::Mutex mu_;
+  ShadowIndex index_ ABSL_GUARDED_BY(mu_);
+  SessionTable sessions_ ABSL_GUARDED_BY(mu_);
+  BytesPerTokenModel ratios_ ABSL_GUARDED_BY(mu_);
+  std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
+  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);         // scratch, rebuilt per Route
+  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;      // bytes/token of capacities
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t affinity_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t affinity_breaks_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+int64_t RouterImpl::NominalCapacityTokens(int b) const {
+  if (state_[b].gauges.capacity_tokens > 0) return state_[b].gauges.capacity_tokens;
+  if (specs_[b].capacity_tokens > 0) return specs_[b].capacity_tokens;
+  return std::max<int64_t>(1, options_.default_capacity_tokens);
+}
+
+int64_t RouterImpl::CapacityChunks(int b, double fraction) const {
+  const double chunks = static_cast<double>(NominalCapacityTokens(b)) *
+                        ratios_.FleetWide() / static_cast<double>(options_.chunk_bytes);
+  return std::max<int64_t>(1, static_cast<int64_t>(chunks * fraction));
+}
+
+void RouterImpl::ApplyCapacity(int b) {
+  index_.SetCapacity(b, CapacityChunks(b, state_[b].capacity_fraction));
+}
+
+void RouterImpl::ApplyCapacities() {
+  capacity_ratio_ = ratios_.FleetWide();
+  for (int b = 0; b < static_cast<int>(specs_.size()); ++b) ApplyCapacity(b);
+}
+
+int64_t RouterImpl::ChunksToTokens(int64_t chunks, double bytes_per_token) const {
+  return std::llround(static_cast<double>(chunks) *
+                      static_cast<double>(options_.chunk_bytes) / bytes_per_token);
+}
+
+absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
+                                              absl::Time now) {
+  // Hash outside the lock when the caller did not.
+  std::vector<uint64_t> own_chain;
+  const std::vector<uint64_t>* chain = &features.chunk_hashes;
+  if (chain->empty() && features.prompt_bytes.size() >= options_.chunk_bytes) {
+    own_chain = HashPromptChunks(features.prompt_bytes, options_.chunk_bytes);
+    chain = &own_chain;
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (inflight_.size() >= options_.max_inflight_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "router: ", inflight_.size(), " requests in flight (max_inflight_requests)"));
+  }
+  const double bpt = ratios_.For(features.model);
+  const int n = static_cast<int>(specs_.size());
+  index_.Match(*chain, absl::MakeSpan(matched_));
+
+  FleetSnapshot& fleet = snapshot_;
+  fleet.backends.resize(n);
+  fleet.prompt_tokens_est = static_cast<int64_t>(
+      std::ceil(static_cast<double>(features.prompt_bytes.size()) / bpt));
+  fleet.session_backend = sessions_.Lookup(features.session_id, now);
+  fleet.sequence = sequence_++;
+  for (int b = 0; b < n; ++b) {
+    const BackendState& s = state_[b];
+    BackendSnapshot& v = fleet.backends[b];
+    v.healthy = s.healthy;
+    v.role = specs_[b].role;
+    v.inflight_requests = s.inflight_requests;
+    v.inflight_prefill_tokens = s.inflight_prefill_tokens;
+    v.decoding_requests = s.decoding_requests;
+    v.inflight_tokens = s.inflight_tokens;
+    v.engine_running = s.gauges.num_requests_running;
+    v.engine_waiting = s.gauges.num_requests_waiting;
+    v.kv_usage = s.gauges.kv_cache_usage_perc;
+    v.cached_tokens_est =
+        std::min(fleet.prompt_tokens_est, ChunksToTokens(matched_[b], bpt));
+  }
+
+  absl::StatusOr<Decision> decided = policy_->Decide(fleet);
+  if (!decided.ok()) return decided.status();
+  Decision& d = *decided;
+  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) ||
+      !state_[d.decode_backend].healthy || !state_[d.prefill_backend].healthy) {
+    return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
+                                            " chose an invalid or unhealthy backend"));
+  }
+
+  InflightRequest r;
+  r.decision = d;
+  r.model = features.model;
+  r.prompt_bytes = static_cast<int64_t>(features.prompt_bytes.size());
+  r.chain = *chain;
+  r.bytes_per_token = bpt;
+  r.est_chunks_decode = matched_[d.decode_backend];
+  r.est_chunks_prefill = matched_[d.prefill_backend];
+  r.route_tick = index_.clock();
+  r.prefill_new_tokens =
+      std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
+  const int64_t output_est =
+      features.max_tokens > 0
+          ? std::min(features.max_tokens, options_.max_output_tokens_est)
+          : options_.default_output_tokens;
+  r.total_tokens = d.prompt_tokens_est + output_est;
+
+  BackendState& p = state_[d.prefill_backend];
+  BackendState& q = state_[d.decode_backend];
+  p.inflight_requests += 1;
+  p.inflight_prefill_tokens += r.prefill_new_tokens;
+  if (d.mode == DecisionMode::kOffload) {
+    p.inflight_tokens += d.prompt_tokens_est;
+    q.inflight_requests += 1;
+  }
+  q.inflight_tokens += r.total_tokens;
+
+  if (d.affinity_hit) ++affinity_hits_;
+  if (d.affinity_broken) ++affinity_breaks_;
+  sessions_.Assign(features.session_id, d.decode_backend, now);
+
+  RouteTicket ticket;
+  ticket.id = next_ticket_++;
+  ticket.decision = d;
+  inflight_.emplace(ticket.id, std::move(r));
+  return ticket;
+}
+
+void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(ticket.id);
+  if (it == inflight_.end() || it->second.first_token) return;
+  InflightRequest& r = it->second;
+  r.first_token = true;
+  const Decision& d = r.decision;
+  BackendState& p = state_[d.prefill_backend];
+  p.inflight_prefill_tokens -= r.prefill_new_tokens;
+  if (d.mode == DecisionMode::kOffload) {
+    // The prefill leg is over; its instance only serves the KV pull now.
+    p.inflight_requests -= 1;
+    p.inflight_tokens -= d.prompt_tokens_est;
+  }
+  state_[d.decode_backend].decoding_requests += 1;
+}
+
+void RouterImpl::Release(InflightRequest& r) {
+  const Decision& d = r.decision;
+  BackendState& p = state_[d.prefill_backend];
+  BackendState& q = state_[d.decode_backend];
+  if (r.first_token) {
+    q.decoding_requests -= 1;
+  } else {
+    p.inflight_prefill_tokens -= r.prefill_new_tokens;
+    if (d.mode == DecisionMode::kOffload) {
+      p.inflight_requests -= 1;
+      p.inflight_tokens -= d.prompt_tokens_est;
+    }
+  }
+  q.inflight_requests -= 1;
+  q.inflight_tokens -= r.total_tokens;
+}
+
+void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served) {
+  const Decision& d = r.decision;
+  const bool on_decode = served == d.decode_backend;
+  const int64_t est_tokens = on_decode ? d.cached_tokens_est : d.prefill_cached_tokens_est;
+  const int64_t est_chunks = on_decode ? r.est_chunks_decode : r.est_chunks_prefill;
+  const int64_t actual = outcome.cached_tokens;
+  BackendState& s = state_[served];
+
+  const int64_t error = est_tokens - actual;
+  s.est_requests += 1;
+  s.est_abs_error_sum += static_cast<double>(std::llabs(error));
+  s.est_sum += static_cast<double>(est_tokens);
+  s.actual_sum += static_cast<double>(actual);
+  s.signed_error_sum += static_cast<double>(error);
+  s.last_error = error;
+
+  // This request's own bytes/token converts the engine's tokens to chunks.
+  const double bpt = outcome.prompt_tokens > 0 && r.prompt_bytes > 0
+                         ? static_cast<double>(r.prompt_bytes) /
+                               static_cast<double>(outcome.prompt_tokens)
+                         : r.bytes_per_token;
+  const int64_t actual_chunks = static_cast<int64_t>(
+      static_cast<double>(actual) * bpt / static_cast<double>(options_.chunk_bytes));
+  const int64_t nominal = CapacityChunks(served, 1.0);
+  if (est_chunks > actual_chunks + options_.eviction_tolerance_chunks &&
+      actual_chunks < static_cast<int64_t>(r.chain.size())) {
+    // The engine no longer had chunk `actual_chunks` of this chain. Unless
+    // something re-proved it since routing, everything as old or older in
+    // the shadow's LRU went with it (the engine's LRU is monotone too).
+    const uint64_t tick = index_.TickOf(served, r.chain[actual_chunks]);
+    if (tick != 0 && tick <= r.route_tick) {
+      index_.EvictThrough(served, tick);
+      s.corrections += 1;
+      // What is left is what the engine keeps: move the effective capacity
+      // toward it.
+      const double kept = static_cast<double>(index_.size(served)) /
+                          static_cast<double>(std::max<int64_t>(1, nominal));
+      const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
+      s.capacity_fraction =
+          std::clamp((1 - lr) * s.capacity_fraction + lr * kept,
+                     std::clamp(options_.min_capacity_fraction, 0.0, 1.0), 1.0);
+      ApplyCapacity(served);
+    }
+  } else if (actual_chunks > est_chunks + options_.eviction_tolerance_chunks &&
+             s.capacity_fraction < 1.0) {
+    // The engine kept more than the shadow did: the shadow evicted too early.
+    const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
+    s.capacity_fraction = std::min(1.0, s.capacity_fraction + lr * (1 - s.capacity_fraction));
+    ApplyCapacity(served);
+  }
+}
+
+void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome,
+                            absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(ticket.id);
+  if (it == inflight_.end()) return;
+  InflightRequest r = std::move(it->second);
+  inflight_.erase(it);
+  Release(r);
+
+  const Decision& d = r.decision;
+  if (outcome.ok && outcome.prompt_tokens > 0) {
+    ratios_.Observe(r.model, r.prompt_bytes, outcome.prompt_tokens);
+    const double fleet = ratios_.FleetWide();
+    if (std::abs(fleet - capacity_ratio_) > 0.02 * capacity_ratio_) ApplyCapacities();
+  }
+  const int served = Valid(outcome.served_by) ? outcome.served_by : d.decode_backend;
+  const bool prefilled = outcome.ok || r.first_token;
+  if (!prefilled) return;
+  if (outcome.cached_tokens >= 0 && !outcome.kv_transferred &&
+      (served == d.decode_backend || served == d.prefill_backend)) {
+    LearnFromTruth(r, outcome, served);
+  }
+  // Whoever computed the prompt now caches all of it.
+  index_.Insert(served, r.chain);
+  if (outcome.kv_transferred && d.prefill_backend != served) {
+    index_.Insert(d.prefill_backend, r.chain);
+  }
+}
+
+void RouterImpl::SetHealthy(int backend, bool healthy) {
+  if (!Valid(backend)) return;
+  absl::MutexLock lock(&mu_);
+  BackendState& s = state_[backend];
+  // An instance coming back most likely restarted with an empty cache.
+  if (healthy && !s.healthy) index_.Clear(backend);
+  s.healthy = healthy;
+}
+
+void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
+  if (!Valid(backend)) return;
+  absl::MutexLock lock(&mu_);
+  BackendState& s = state_[backend];
+  const bool capacity_changed = g.capacity_tokens > 0 &&
+                                g.capacity_tokens != s.gauges.capacity_tokens;
+  const int64_t known_capacity = s.gauges.capacity_tokens;
+  s.gauges = g;
+  // A scrape without vllm:cache_config_info keeps the last known capacity.
+  if (g.capacity_tokens <= 0) s.gauges.capacity_tokens = known_capacity;
+  if (capacity_changed) ApplyCapacity(backend);
+}
+
+std::vector<BackendReport> RouterImpl::Report() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<BackendReport> out;
+  out.reserve(specs_.size());
+  const double bpt = ratios_.FleetWide();
+  for (int b = 0; b < static_cast<int>(specs_.size()); ++b) {
+    const BackendState& s = state_[b];
+    BackendReport r;
+    r.name = specs_[b].name;
+    r.role = specs_[b].role;
+    r.healthy = s.healthy;
+    r.inflight_requests = s.inflight_requests;
+    r.inflight_prefill_tokens = s.inflight_prefill_tokens;
+    r.decoding_requests = s.decoding_requests;
+    r.inflight_tokens = s.inflight_tokens;
+    r.shadow_chunks = index_.size(b);
+    r.shadow_tokens = ChunksToTokens(r.shadow_chunks, bpt);
+    r.capacity_tokens = NominalCapacityTokens(b);
+    r.effective_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);
+    r.kv_usage = s.gauges.kv_cache_usage_perc;
+    r.engine_running = s.gauges.num_requests_running;
+    r.engine_waiting = s.gauges.num_requests_waiting;
+    r.est_requests = s.est_requests;
+    r.est_abs_error_tokens_sum = s.est_abs_error_sum;
+    r.est_tokens_sum = s.est_sum;
+    r.actual_cached_tokens_sum = s.actual_sum;
+    r.est_signed_error_tokens_sum = s.signed_error_sum;
+    r.last_est_error_tokens = s.last_error;
+    r.shadow_corrections = s.corrections;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+RouterStats RouterImpl::Stats() const {
+  absl::MutexLock lock(&mu_);
+  RouterStats s;
+  s.sessions = static_cast<int64_t>(sessions_.size());
+  s.inflight_requests = static_cast<int64_t>(inflight_.size());
+  s.index_chunks = index_.distinct_chunks();
+  s.index_replicas = index_.replicas();
+  s.index_memory_bytes = static_cast<int64_t>(index_.MemoryBytes());
+  s.bytes_per_token = ratios_.FleetWide();
+  s.affinity_hits = affinity_hits_;
+  s.affinity_breaks = affinity_breaks_;
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Router>> Router::Create(Options options,
+                                                       std::vector<BackendSpec> backends) {
+  if (backends.empty()) {
+    return absl::InvalidArgumentError("backends: the list is empty");
+  }
+  if (backends.size() > static_cast<size_t>(kMaxBackends)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backends: ", backends.size(), " configured, at most ", kMaxBackends, " supported"));
+  }
+  if (options.chunk_bytes == 0) {
+    return absl::InvalidArgumentError("chunk_bytes: must be positive");
+  }
+  if (!(options.default_bytes_per_token > 0)) {
+    return absl::InvalidArgumentError("default_bytes_per_token: must be positive");
+  }
+  absl::StatusOr<std::unique_ptr<Policy>> policy = MakePolicy(options, backends);
+  if (!policy.ok()) return policy.status();
+  return std::unique_ptr<Router>(
+      new RouterImpl(std::move(options), std::move(backends), *std::move(policy)));
+}
+
+}  // namespace kvroute::router

@@ -1,0 +1,166 @@
+#include "router/shadow_index.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvroute::router {
+
+ShadowIndex::ShadowIndex(int num_instances)
+    : lrus_(static_cast<size_t>(std::clamp(num_instances, 1, kMaxInstances))),
+      words_((static_cast<int>(lrus_.size()) + 63) / 64) {}
+
+void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
+  Lru& lru = lrus_[instance];
+  lru.capacity = std::max<int64_t>(1, chunks);
+  while (lru.size > lru.capacity) EvictOldest(instance);
+}
+
+void ShadowIndex::Match(absl::Span<const uint64_t> chain,
+                        absl::Span<int32_t> matched) const {
+  const int n = num_instances();
+  assert(static_cast<int>(matched.size()) == n);
+  std::fill(matched.begin(), matched.end(), 0);
+  InstanceSet alive{};
+  for (int i = 0; i < n; ++i) alive[i / 64] |= uint64_t{1} << (i % 64);
+  size_t k = 0;
+  for (; k < chain.size(); ++k) {
+    auto it = holders_.find(chain[k]);
+    if (it == holders_.end()) break;
+    uint64_t any = 0;
+    for (int w = 0; w < words_; ++w) {
+      uint64_t dropped = alive[w] & ~it->second[w];
+      while (dropped != 0) {
+        matched[w * 64 + __builtin_ctzll(dropped)] = static_cast<int32_t>(k);
+        dropped &= dropped - 1;
+      }
+      alive[w] &= it->second[w];
+      any |= alive[w];
+    }
+    if (any == 0) return;
+  }
+  for (int w = 0; w < words_; ++w) {
+    uint64_t rest = alive[w];
+    while (rest != 0) {
+      matched[w * 64 + __builtin_ctzll(rest)] = static_cast<int32_t>(k);
+      rest &= rest - 1;
+    }
+  }
+}
+
+void ShadowIndex::Unlink(Lru& lru, uint32_t n) {
+  Node& node = lru.nodes[n];
+  if (node.newer != kNil) lru.nodes[node.newer].older = node.older;
+  else lru.newest = node.older;
+  if (node.older != kNil) lru.nodes[node.older].newer = node.newer;
+  else lru.oldest = node.newer;
+  node.newer = node.older = kNil;
+}
+
+void ShadowIndex::PushNewest(Lru& lru, uint32_t n) {
+  Node& node = lru.nodes[n];
+  node.newer = kNil;
+  node.older = lru.newest;
+  if (lru.newest != kNil) lru.nodes[lru.newest].newer = n;
+  lru.newest = n;
+  if (lru.oldest == kNil) lru.oldest = n;
+}
+
+void ShadowIndex::AddHolder(uint64_t hash, int instance) {
+  holders_[hash][instance / 64] |= uint64_t{1} << (instance % 64);
+}
+
+void ShadowIndex::RemoveHolder(uint64_t hash, int instance) {
+  auto it = holders_.find(hash);
+  if (it == holders_.end()) return;
+  it->second[instance / 64] &= ~(uint64_t{1} << (instance % 64));
+  for (uint64_t w : it->second) {
+    if (w != 0) return;
+  }
+  holders_.erase(it);
+}
+
+void ShadowIndex::EvictOldest(int instance) {
+  Lru& lru = lrus_[instance];
+  const uint32_t n = lru.oldest;
+  if (n == kNil) return;
+  const uint64_t hash = lru.nodes[n].hash;
+  Unlink(lru, n);
+  lru.slot.erase(hash);
+  lru.free.push_back(n);
+  --lru.size;
+  RemoveHolder(hash, instance);
+}
+
+void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
+  Lru& lru = lrus_[instance];
+  const size_t n = std::min<size_t>(chain.size(), static_cast<size_t>(lru.capacity));
+  for (size_t k = n; k-- > 0;) {
+    const uint64_t hash = chain[k];
+    auto it = lru.slot.find(hash);
+    if (it != lru.slot.end()) {
+      Unlink(lru, it->second);
+      PushNewest(lru, it->second);
+      lru.nodes[it->second].tick = ++clock_;
+      continue;
+    }
+    if (lru.size >= lru.capacity) EvictOldest(instance);
+    uint32_t node;
+    if (!lru.free.empty()) {
+      node = lru.free.back();
+      lru.free.pop_back();
+    } else {
+      node = static_cast<uint32_t>(lru.nodes.size());
+      lru.nodes.push_back({});
+    }
+    lru.nodes[node] = Node{hash, ++clock_, kNil, kNil};
+    PushNewest(lru, node);
+    lru.slot.emplace(hash, node);
+    ++lru.size;
+    AddHolder(hash, instance);
+  }
+}
+
+uint64_t ShadowIndex::TickOf(int instance, uint64_t hash) const {
+  const Lru& lru = lrus_[instance];
+  auto it = lru.slot.find(hash);
+  return it == lru.slot.end() ? 0 : lru.nodes[it->second].tick;
+}
+
+int64_t ShadowIndex::EvictThrough(int instance, uint64_t tick) {
+  Lru& lru = lrus_[instance];
+  int64_t dropped = 0;
+  while (lru.oldest != kNil && lru.nodes[lru.oldest].tick <= tick) {
+    EvictOldest(instance);
+    ++dropped;
+  }
+  return dropped;
+}
+
+void ShadowIndex::Clear(int instance) {
+  Lru& lru = lrus_[instance];
+  while (lru.oldest != kNil) EvictOldest(instance);
+  lru.nodes.clear();
+  lru.nodes.shrink_to_fit();
+  lru.free.clear();
+  lru.free.shrink_to_fit();
+  lru.slot = {};
+}
+
+int64_t ShadowIndex::replicas() const {
+  int64_t total = 0;
+  for (const Lru& lru : lrus_) total += lru.size;
+  return total;
+}
+
+size_t ShadowIndex::MemoryBytes() const {
+  // flat_hash_map: one slot plus one control byte per bucket.
+  size_t bytes = holders_.capacity() * (sizeof(std::pair<uint64_t, InstanceSet>) + 1);
+  for (const Lru& lru : lrus_) {
+    bytes += lru.slot.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+    bytes += lru.nodes.capacity() * sizeof(Node);
+    bytes += lru.free.capacity() * sizeof(uint32_t);
+  }
+  return bytes + lrus_.capacity() * sizeof(Lru);
+}
+
+}  // namespace kvroute::router

@@ -1,0 +1,197 @@
+// Router facade: creation errors, load accounting, health, round_robin and
+// least_loaded end to end.
+#include "router/router.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "router/prefix_hash.h"
+
+namespace kvroute::router {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+std::vector<BackendSpec> Fleet(int n) {
+  std::vector<BackendSpec> v;
+  for (int i = 0; i < n; ++i) {
+    v.push_back({.name = "gpu" + std::to_string(i), .host = "127.0.0.1",
+                 .port = static_cast<uint16_t>(8100 + i)});
+  }
+  return v;
+}
+
+std::unique_ptr<Router> Make(const std::string& policy, int n, Options o = {}) {
+  o.policy = policy;
+  auto r = Router::Create(o, Fleet(n));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *std::move(r);
+}
+
+RequestFeatures Req(std::string prompt, std::string session = "") {
+  RequestFeatures f;
+  f.request_id = "r";
+  f.model = "m";
+  f.session_id = std::move(session);
+  f.prompt_bytes = std::move(prompt);
+  f.chunk_hashes = HashPromptChunks(f.prompt_bytes, 256);
+  return f;
+}
+
+TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
+  Options o;
+  o.policy = "fastest";
+  absl::StatusOr<std::unique_ptr<Router>> r = Router::Create(o, Fleet(2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("fastest"), std::string::npos);
+
+  o.policy = "round_robin";
+  r = Router::Create(o, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  o.policy = "v2";
+  o.offload_gate = "maybe";
+  r = Router::Create(o, Fleet(2));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  o.policy = "pd_sep";
+  o.offload_gate = "threshold";
+  r = Router::Create(o, Fleet(1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  r = Router::Create(o, Fleet(257));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"}) {
+    o.policy = name;
+    EXPECT_TRUE(Router::Create(o, Fleet(4)).ok()) << name;
+  }
+}
+
+TEST(RouterTest, RoundRobinCyclesOverHealthy) {
+  auto r = Make("round_robin", 3);
+  std::vector<int> got;
+  for (int i = 0; i < 6; ++i) {
+    auto t = r->Route(Req("hello"), kT0);
+    ASSERT_TRUE(t.ok());
+    got.push_back(t->decision.decode_backend);
+    EXPECT_EQ(t->decision.prefill_backend, t->decision.decode_backend);
+    EXPECT_EQ(t->decision.mode, DecisionMode::kColocated);
+  }
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  r->SetHealthy(1, false);
+  for (int i = 0; i < 10; ++i) {
+    auto t = r->Route(Req("hello"), kT0);
+    ASSERT_TRUE(t.ok());
+    EXPECT_NE(t->decision.decode_backend, 1);
+  }
+}
+
+TEST(RouterTest, AllUnhealthyIsUnavailable) {
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"}) {
+    auto r = Make(name, 3);
+    for (int i = 0; i < 3; ++i) r->SetHealthy(i, false);
+    auto t = r->Route(Req("hello"), kT0);
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kUnavailable) << name;
+  }
+}
+
+TEST(RouterTest, LeastLoadedFollowsInflightRequests) {
+  auto r = Make("least_loaded", 3);
+  auto a = r->Route(Req("x"), kT0);  // all idle: lowest index
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->decision.decode_backend, 0);
+  auto b = r->Route(Req("x"), kT0);
+  EXPECT_EQ(b->decision.decode_backend, 1);
+  auto c = r->Route(Req("x"), kT0);
+  EXPECT_EQ(c->decision.decode_backend, 2);
+  r->OnComplete(*b, {.ok = true}, kT0);
+  auto d = r->Route(Req("x"), kT0);
+  EXPECT_EQ(d->decision.decode_backend, 1);
+}
+
+TEST(RouterTest, LoadAccountingThroughTheLifecycle) {
+  Options o;
+  o.default_bytes_per_token = 4.0;
+  o.default_output_tokens = 100;
+  auto r = Make("least_loaded", 2, o);
+  RequestFeatures f = Req(std::string(4000, 'a'));  // 1000 tokens est
+  auto t = r->Route(f, kT0);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->decision.prompt_tokens_est, 1000);
+  EXPECT_EQ(t->decision.cached_tokens_est, 0);
+  EXPECT_EQ(t->decision.new_tokens_est, 1000);
+  EXPECT_EQ(t->decision.request_class, RequestClass::kWarm);  // < 5000 new
+
+  std::vector<BackendReport> rep = r->Report();
+  ASSERT_EQ(rep.size(), 2u);
+  EXPECT_EQ(rep[0].name, "gpu0");
+  EXPECT_EQ(rep[0].inflight_requests, 1);
+  EXPECT_EQ(rep[0].inflight_prefill_tokens, 1000);
+  EXPECT_EQ(rep[0].decoding_requests, 0);
+  EXPECT_EQ(rep[0].inflight_tokens, 1100);
+  EXPECT_EQ(rep[1].inflight_requests, 0);
+
+  r->OnFirstToken(*t, kT0);
+  r->OnFirstToken(*t, kT0);  // idempotent
+  rep = r->Report();
+  EXPECT_EQ(rep[0].inflight_prefill_tokens, 0);
+  EXPECT_EQ(rep[0].decoding_requests, 1);
+  EXPECT_EQ(rep[0].inflight_tokens, 1100);
+
+  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1000, .cached_tokens = 0, .served_by = 0},
+                kT0);
+  r->OnComplete(*t, {.ok = true}, kT0);  // a second completion is ignored
+  rep = r->Report();
+  EXPECT_EQ(rep[0].inflight_requests, 0);
+  EXPECT_EQ(rep[0].decoding_requests, 0);
+  EXPECT_EQ(rep[0].inflight_tokens, 0);
+  EXPECT_EQ(rep[0].inflight_prefill_tokens, 0);
+  EXPECT_EQ(r->Stats().inflight_requests, 0);
+}
+
+TEST(RouterTest, CompletionWithoutFirstTokenReleasesPrefill) {
+  auto r = Make("least_loaded", 1);
+  auto t = r->Route(Req(std::string(4000, 'a')), kT0);
+  ASSERT_TRUE(t.ok());
+  r->OnComplete(*t, {.ok = false}, kT0);
+  const BackendReport rep = r->Report()[0];
+  EXPECT_EQ(rep.inflight_requests, 0);
+  EXPECT_EQ(rep.inflight_prefill_tokens, 0);
+  EXPECT_EQ(rep.inflight_tokens, 0);
+  EXPECT_EQ(rep.shadow_chunks, 0);  // never prefilled: nothing cached
+}
+
+TEST(RouterTest, InflightBoundIsResourceExhausted) {
+  Options o;
+  o.max_inflight_requests = 2;
+  auto r = Make("round_robin", 2, o);
+  auto a = r->Route(Req("x"), kT0);
+  auto b = r->Route(Req("x"), kT0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = r->Route(Req("x"), kT0);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  r->OnComplete(*a, {}, kT0);
+  EXPECT_TRUE(r->Route(Req("x"), kT0).ok());
+}
+
+TEST(RouterTest, GaugesAreReported) {
+  auto r = Make("round_robin", 2);
+  r->UpdateEngineGauges(1, {.num_requests_running = 3, .num_requests_waiting = 2,
+                            .kv_cache_usage_perc = 0.5, .capacity_tokens = 1000});
+  std::vector<BackendReport> rep = r->Report();
+  EXPECT_EQ(rep[1].engine_running, 3);
+  EXPECT_EQ(rep[1].engine_waiting, 2);
+  EXPECT_DOUBLE_EQ(rep[1].kv_usage, 0.5);
+  EXPECT_EQ(rep[1].capacity_tokens, 1000);
+  EXPECT_EQ(rep[0].capacity_tokens, 400000);  // Options default
+  // A later scrape without capacity keeps the known one.
+  r->UpdateEngineGauges(1, {.num_requests_running = 1});
+  EXPECT_EQ(r->Report()[1].capacity_tokens, 1000);
+}
+
+}  // namespace
+}  // namespace kvroute::router
