@@ -1,0 +1,436 @@
+#include "sim/engine.h"
+
+#include <absl/strings/str_cat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "sim/tokenizer.h"
+
+namespace sim {
+
+namespace {
+constexpr double kBusyTimeConstantS = 10.0;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+EngineConfig EngineConfig::FromProfile(const Profile& profile) {
+  EngineConfig c;
+  c.block_size = profile.block_size;
+  c.num_gpu_blocks = profile.NumGpuBlocks();
+  c.max_num_batched_tokens = profile.max_num_batched_tokens;
+  c.max_num_seqs = profile.max_num_seqs;
+  c.timing = profile.timing;
+  c.link = profile.link;
+  c.kv_bytes_per_token = profile.KvBytesPerToken();
+  c.kv_hold_timeout_s = profile.kv_hold_timeout_s;
+  c.mean_output_tokens = profile.mean_output_tokens;
+  return c;
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+struct Engine::Request {
+  enum class State { kWaiting, kTransferring, kRunning, kFinished };
+  RequestHandle handle = 0;
+  RequestSpec spec;
+  std::vector<int32_t> tokens;  // prompt + generated
+  std::vector<BlockHash> hashes;  // chained hashes of the full blocks of `tokens`
+  std::vector<BlockId> blocks;
+  int num_computed = 0;
+  int num_committed = 0;  // blocks registered in the prefix cache
+  int num_output = 0;
+  int target_output = 1;
+  FinishReason natural_finish = FinishReason::kLength;
+  bool admitted_once = false;
+  double transfer_done = 0;
+  double last_token_time = 0;
+  State state = State::kWaiting;
+  RequestInfo info;
+};
+
+Engine::Engine(EngineConfig config)
+    : config_(config),
+      blocks_(config.num_gpu_blocks, config.block_size),
+      ttft_(TtftBuckets()),
+      itl_(ItlBuckets()),
+      e2e_(RequestLatencyBuckets()),
+      queue_time_(RequestLatencyBuckets()),
+      prefill_time_(RequestLatencyBuckets()) {}
+
+Engine::~Engine() = default;
+
+void Engine::AdvanceTo(double t) {
+  if (t > now_) now_ = t;
+  ExpireHolds();
+}
+
+absl::Status Engine::Validate(int64_t prompt_tokens, int64_t max_tokens) const {
+  if (prompt_tokens <= 0) return absl::InvalidArgumentError("The prompt is empty.");
+  const int64_t blocks_needed = CeilDiv(prompt_tokens + 1, config_.block_size);
+  if (blocks_needed > config_.num_gpu_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "The prompt (", prompt_tokens, " tokens) needs more KV cache than this instance has (",
+        config_.num_gpu_blocks * config_.block_size, " tokens)."));
+  }
+  return absl::OkStatus();
+}
+
+int Engine::TargetOutputLength(const RequestSpec& spec) const {
+  const int max_tokens = std::max(1, spec.max_tokens);
+  if (spec.ignore_eos) return max_tokens;
+  // Natural length: geometric with the profile's mean, deterministic in the seed.
+  const uint64_t x = XXH3_64bits_withSeed("len", 3, spec.output_seed);
+  const double u = static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
+  const double p = 1.0 / std::max(1.0, config_.mean_output_tokens);
+  const double natural = p >= 1 ? 1 : 1 + std::floor(std::log1p(-u) / std::log1p(-p));
+  int len = natural > max_tokens ? max_tokens : static_cast<int>(natural);
+  return std::clamp(std::max(len, spec.min_tokens), 1, max_tokens);
+}
+
+RequestHandle Engine::Submit(RequestSpec spec) {
+  auto r = std::make_unique<Request>();
+  r->handle = next_handle_++;
+  r->tokens = std::move(spec.prompt);
+  spec.prompt.clear();
+  r->spec = std::move(spec);
+  r->hashes = HashFullBlocks(r->tokens, config_.block_size);
+  r->target_output = TargetOutputLength(r->spec);
+  r->natural_finish = (r->spec.ignore_eos || r->target_output == std::max(1, r->spec.max_tokens))
+                          ? FinishReason::kLength
+                          : FinishReason::kStop;
+  r->info.request_id = r->spec.request_id;
+  r->info.prompt_tokens = static_cast<int>(r->tokens.size());
+  r->info.arrival = now_;
+  Request* raw = r.get();
+  requests_.emplace(raw->handle, std::move(r));
+  waiting_.push_back(raw);
+  return raw->handle;
+}
+
+void Engine::Abort(RequestHandle handle) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  switch (r->state) {
+    case Request::State::kWaiting:
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+      break;
+    case Request::State::kTransferring:
+      transferring_.erase(std::find(transferring_.begin(), transferring_.end(), r));
+      break;
+    case Request::State::kRunning:
+      running_.erase(std::find(running_.begin(), running_.end(), r));
+      break;
+    case Request::State::kFinished:
+      break;
+  }
+  if (r->state != Request::State::kFinished) blocks_.Release(r->blocks);
+  requests_.erase(it);
+}
+
+int64_t Engine::MaxHitBlocks(const Request& r) const {
+  // At least one token is always computed, so a fully cached prompt recomputes its last token.
+  return std::min<int64_t>(static_cast<int64_t>(r.hashes.size()),
+                           (static_cast<int64_t>(r.tokens.size()) - 1) / config_.block_size);
+}
+
+bool Engine::CanAdmit(const Request& r) const {
+  if (static_cast<int>(running_.size() + transferring_.size()) >= config_.max_num_seqs) {
+    return false;
+  }
+  const std::span<const BlockHash> hashes(r.hashes.data(), MaxHitBlocks(r));
+  const int64_t hit = blocks_.CountCachedPrefix(hashes);
+  const int64_t total = CeilDiv(static_cast<int64_t>(r.tokens.size()), config_.block_size);
+  return blocks_.CanAllocate(hashes, hit, total - hit);
+}
+
+bool Engine::HasRunnableWork() const {
+  if (!running_.empty()) return true;
+  for (const Request* r : transferring_) {
+    if (r->transfer_done <= now_) return true;
+  }
+  return !waiting_.empty() && CanAdmit(*waiting_.front());
+}
+
+std::optional<double> Engine::NextTimedEvent() const {
+  std::optional<double> next;
+  auto consider = [&](double t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const Request* r : transferring_) consider(r->transfer_done);
+  if (!waiting_.empty()) {
+    for (const auto& [id, hold] : holds_) consider(hold.deadline);
+  }
+  return next;
+}
+
+double Engine::TransferTime(int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  return config_.link.overhead_s +
+         static_cast<double>(tokens) * config_.kv_bytes_per_token /
+             config_.link.bandwidth_bytes_per_s;
+}
+
+void Engine::Preempt(Request* r) {
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  blocks_.Release(r->blocks);
+  r->blocks.clear();
+  r->num_computed = 0;
+  r->num_committed = 0;
+  r->state = Request::State::kWaiting;
+  ++r->info.num_preemptions;
+  ++counters_.preemptions;
+  waiting_.push_front(r);
+}
+
+void Engine::CommitFullBlocks(Request* r) {
+  const int full = r->num_computed / config_.block_size;
+  while (static_cast<int>(r->hashes.size()) < full) {
+    const size_t k = r->hashes.size();
+    const BlockHash parent = k == 0 ? 0 : r->hashes[k - 1];
+    r->hashes.push_back(ChainBlockHash(
+        parent, std::span<const int32_t>(r->tokens).subspan(k * config_.block_size,
+                                                            config_.block_size)));
+  }
+  while (r->num_committed < full && r->num_committed < static_cast<int>(r->blocks.size())) {
+    blocks_.Commit(r->blocks[r->num_committed], r->hashes[r->num_committed]);
+    ++r->num_committed;
+  }
+}
+
+void Engine::ExpireHolds() {
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    if (it->second.deadline <= now_) {
+      blocks_.Release(it->second.blocks);
+      holds_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool Engine::ReleaseHold(const std::string& request_id) {
+  auto it = holds_.find(request_id);
+  if (it == holds_.end()) return false;
+  blocks_.Release(it->second.blocks);
+  holds_.erase(it);
+  return true;
+}
+
+void Engine::CompleteTransfers(StepResult& result) {
+  for (auto it = transferring_.begin(); it != transferring_.end();) {
+    Request* r = *it;
+    if (r->transfer_done > now_) {
+      ++it;
+      continue;
+    }
+    it = transferring_.erase(it);
+    r->num_computed = static_cast<int>(r->tokens.size()) - 1;
+    CommitFullBlocks(r);
+    r->state = Request::State::kRunning;
+    running_.push_back(r);
+    result.transfers_done.push_back(r->handle);
+  }
+}
+
+void Engine::UpdateBusy(double busy_until) {
+  // Idle gap since the last update decays the average towards 0, the step pulls it to 1.
+  const double idle = std::max(0.0, now_ - busy_updated_at_);
+  busy_ewma_ *= std::exp(-idle / kBusyTimeConstantS);
+  const double busy = std::max(0.0, busy_until - now_);
+  const double decay = std::exp(-busy / kBusyTimeConstantS);
+  busy_ewma_ = busy_ewma_ * decay + (1 - decay);
+  busy_updated_at_ = busy_until;
+}
+
+double Engine::BusyFraction() const {
+  const double idle = std::max(0.0, now_ - busy_updated_at_);
+  return busy_ewma_ * std::exp(-idle / kBusyTimeConstantS);
+}
+
+void Engine::AppendToken(Request* r, StepResult& result, double t) {
+  const int index = r->num_output;
+  const std::string_view piece = StandInTokenizer::GeneratedPiece(r->spec.output_seed, index);
+  const int32_t token = StandInTokenizer::PieceId(piece);
+  r->tokens.push_back(token);
+  ++r->num_output;
+  ++counters_.generation_tokens;
+  if (index == 0) {
+    r->info.first_token = t;
+    ttft_.Observe(t - r->info.arrival);
+    prefill_time_.Observe(t - r->info.first_scheduled);
+  } else {
+    itl_.Observe(t - r->last_token_time);
+  }
+  r->last_token_time = t;
+  TokenEvent ev{.handle = r->handle, .token = token, .index = index};
+  if (r->num_output >= r->target_output) ev.finish = r->natural_finish;
+  result.tokens.push_back(ev);
+  if (ev.finish != FinishReason::kNone) Finish(r, ev.finish, t);
+}
+
+void Engine::Finish(Request* r, FinishReason reason, double t) {
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  r->state = Request::State::kFinished;
+  r->info.finish = reason;
+  r->info.finished = t;
+  r->info.completion_tokens = r->num_output;
+  ++counters_.requests_finished;
+  e2e_.Observe(t - r->info.arrival);
+  if (r->spec.hold_for_remote_decode && reason == FinishReason::kLength) {
+    // Keep the prompt's blocks pinned for the decode instance to pull.
+    const std::string& id = r->spec.request_id;
+    ReleaseHold(id);
+    r->info.held_blocks = r->blocks;
+    holds_[id] = Hold{r->handle, std::move(r->blocks), t + config_.kv_hold_timeout_s};
+  } else {
+    blocks_.Release(r->blocks);
+  }
+  r->blocks.clear();
+}
+
+StepResult Engine::Step() {
+  StepResult result;
+  result.start = now_;
+  ExpireHolds();
+  CompleteTransfers(result);
+
+  struct Scheduled {
+    Request* r;
+    int n;
+  };
+  std::vector<Scheduled> scheduled;
+  int budget = config_.max_num_batched_tokens;
+
+  // 1. Running requests first: decodes and unfinished chunked prefills.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int n = std::min<int>(static_cast<int>(r->tokens.size()) - r->num_computed, budget);
+    const int64_t need =
+        CeilDiv(r->num_computed + n, config_.block_size) - static_cast<int64_t>(r->blocks.size());
+    bool self_preempted = false;
+    while (need > blocks_.num_free()) {
+      Request* victim = running_.back();
+      Preempt(victim);
+      ++result.num_preempted;
+      if (victim == r) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    if (need > 0) {
+      std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(need);
+      r->blocks.insert(r->blocks.end(), fresh->begin(), fresh->end());
+    }
+    scheduled.push_back({r, n});
+    budget -= n;
+    ++i;
+  }
+
+  // 2. Admit waiting requests while their blocks fit (FIFO: the head blocks the queue).
+  while (result.num_preempted == 0 && budget > 0 && !waiting_.empty()) {
+    Request* r = waiting_.front();
+    if (!CanAdmit(*r)) break;
+    waiting_.pop_front();
+    const std::span<const BlockHash> hashes(r->hashes.data(), MaxHitBlocks(*r));
+    const int64_t hit = blocks_.CountCachedPrefix(hashes);
+    const int64_t total = CeilDiv(static_cast<int64_t>(r->tokens.size()), config_.block_size);
+    r->blocks = blocks_.AcquireCached(hashes, hit);
+    std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(total - hit);
+    r->blocks.insert(r->blocks.end(), fresh->begin(), fresh->end());
+    r->num_computed = static_cast<int>(hit * config_.block_size);
+    r->num_committed = static_cast<int>(hit);
+    const int prompt_len = static_cast<int>(r->tokens.size());
+    counters_.prefix_cache_queries += prompt_len;
+    counters_.prefix_cache_hits += r->num_computed;
+    if (!r->admitted_once) {
+      r->admitted_once = true;
+      r->info.first_scheduled = now_;
+      r->info.cached_tokens = r->num_computed;
+      counters_.prompt_tokens += prompt_len;
+      queue_time_.Observe(now_ - r->info.arrival);
+    }
+    if (r->spec.pull_remote_kv) {
+      // Pull the rest of the prompt's KV (but the last token) from the prefill instance.
+      const int pulled = prompt_len - 1 - r->num_computed;
+      counters_.external_prefix_cache_queries += prompt_len - r->num_computed;
+      counters_.external_prefix_cache_hits += std::max(0, pulled);
+      r->spec.pull_remote_kv = false;  // a later preemption recomputes locally
+      if (pulled > 0) {
+        r->info.pulled_tokens = pulled;
+        r->info.cached_tokens += pulled;
+        r->transfer_done = now_ + TransferTime(pulled);
+        r->state = Request::State::kTransferring;
+        transferring_.push_back(r);
+        continue;
+      }
+    }
+    r->state = Request::State::kRunning;
+    running_.push_back(r);
+    const int n = std::min(prompt_len - r->num_computed, budget);
+    scheduled.push_back({r, n});
+    budget -= n;
+  }
+
+  // 3. Step time.
+  const TimingModel& tm = config_.timing;
+  double kv_read = 0;
+  for (const Scheduled& s : scheduled) {
+    if (s.n == 1 && s.r->num_computed + 1 == static_cast<int>(s.r->tokens.size())) {
+      ++result.decode_seqs;
+      kv_read += s.r->num_computed + 1;
+    } else {
+      result.prefill_tokens += s.n;
+    }
+  }
+  if (scheduled.empty()) return result;
+  ++counters_.steps;
+  result.duration = slowdown_ * (tm.step_fixed_s + tm.prefill_s_per_token * result.prefill_tokens +
+                                 tm.decode_s_per_seq * result.decode_seqs +
+                                 tm.kv_read_s_per_token * kv_read);
+  const double end = now_ + result.duration;
+  UpdateBusy(end);
+
+  // 4. Apply: KV computed, full blocks cached, a token sampled where the sequence is complete.
+  for (const Scheduled& s : scheduled) {
+    Request* r = s.r;
+    if (r->state != Request::State::kRunning) continue;
+    r->num_computed += s.n;
+    CommitFullBlocks(r);
+    if (r->num_computed == static_cast<int>(r->tokens.size())) AppendToken(r, result, end);
+  }
+  now_ = end;
+  return result;
+}
+
+const RequestInfo* Engine::Info(RequestHandle handle) const {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return nullptr;
+  return &it->second->info;
+}
+
+void Engine::Forget(RequestHandle handle) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  if (it->second->state != Request::State::kFinished) return;
+  requests_.erase(it);
+}
+
+}  // namespace sim

@@ -1,0 +1,211 @@
+// The engine model of one simulated vLLM instance: paged KV with prefix caching, a step
+// scheduler with a chunked-prefill token budget, admission that waits on KV blocks,
+// preemption, a step-time model and a KV-transfer-time model.
+//
+// Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
+// a test can drive it step by step and get the same result every time. The real-time driver
+// (sim::Instance) maps virtual time to wall time.
+//
+//   Engine engine(EngineConfig::FromProfile(profile));
+//   RequestHandle h = engine.Submit({.request_id = "r1", .prompt = tokens, .max_tokens = 8});
+//   while (engine.HasRunnableWork()) {
+//     StepResult step = engine.Step();  // advances engine.now() by step.duration
+//     for (const TokenEvent& t : step.tokens) ...;
+//   }
+//   const RequestInfo* info = engine.Info(h);  // usage, cached tokens, timestamps
+//
+// Not thread-safe: owned by one Instance and used on its strand.
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/status/status.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/block_manager.h"
+#include "sim/metrics.h"
+#include "sim/profile.h"
+
+namespace sim {
+
+struct EngineConfig {
+  int block_size = 16;
+  int64_t num_gpu_blocks = 1024;
+  int max_num_batched_tokens = 8192;
+  int max_num_seqs = 256;
+  TimingModel timing;
+  LinkModel link;
+  double kv_bytes_per_token = 98304;
+  double kv_hold_timeout_s = 480;
+  double mean_output_tokens = 256;
+
+  static EngineConfig FromProfile(const Profile& profile);
+};
+
+using RequestHandle = uint64_t;
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+// "stop", "length", "abort" or "" for kNone.
+const char* FinishReasonName(FinishReason reason);
+
+struct RequestSpec {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  int min_tokens = 0;
+  bool ignore_eos = false;
+  // Seeds the natural output length and the generated words.
+  uint64_t output_seed = 0;
+  // Prefill leg of a P/D handoff: when it stops on the token limit, its blocks stay pinned
+  // until ReleaseHold() or the hold timeout.
+  bool hold_for_remote_decode = false;
+  // Decode leg of a P/D handoff: the prompt's KV is available at a prefill instance; the
+  // engine pulls what it does not hold locally (modelled transfer time) instead of computing.
+  bool pull_remote_kv = false;
+};
+
+struct TokenEvent {
+  RequestHandle handle = 0;
+  int32_t token = 0;
+  int index = 0;  // 0 for the first output token
+  FinishReason finish = FinishReason::kNone;
+};
+
+struct StepResult {
+  double start = 0;
+  double duration = 0;
+  int prefill_tokens = 0;
+  int decode_seqs = 0;
+  int num_preempted = 0;
+  std::vector<TokenEvent> tokens;
+  // Decode legs whose KV pull completed at the start of this step (the source may release).
+  std::vector<RequestHandle> transfers_done;
+};
+
+struct RequestInfo {
+  std::string request_id;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  // Prompt tokens not computed here: local prefix hit plus KV pulled from a prefill instance.
+  int cached_tokens = 0;
+  int pulled_tokens = 0;
+  int num_preemptions = 0;
+  FinishReason finish = FinishReason::kNone;
+  // Non-empty when the request finished holding its blocks for a remote decode.
+  std::vector<BlockId> held_blocks;
+  double arrival = 0;
+  double first_scheduled = -1;
+  double first_token = -1;
+  double finished = -1;
+};
+
+struct EngineCounters {
+  uint64_t prefix_cache_queries = 0;
+  uint64_t prefix_cache_hits = 0;
+  uint64_t external_prefix_cache_queries = 0;
+  uint64_t external_prefix_cache_hits = 0;
+  uint64_t preemptions = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t generation_tokens = 0;
+  uint64_t requests_finished = 0;
+  uint64_t steps = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineConfig config);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  ~Engine();
+
+  const EngineConfig& config() const { return config_; }
+  double now() const { return now_; }
+  // Idle time passes: moves the clock forward (never backwards).
+  void AdvanceTo(double t);
+
+  // Whether a request of this size could ever run here (its KV fits the whole pool).
+  absl::Status Validate(int64_t prompt_tokens, int64_t max_tokens) const;
+  RequestHandle Submit(RequestSpec spec);
+  // Drops a request wherever it is (client went away); no further events for it.
+  void Abort(RequestHandle handle);
+
+  // Whether Step() would schedule something now.
+  bool HasRunnableWork() const;
+  // The earliest future time at which something becomes runnable by itself (a KV pull
+  // completing, or a hold expiring while requests wait for blocks).
+  std::optional<double> NextTimedEvent() const;
+  // Runs one scheduler step starting at now(); advances now() by its duration.
+  StepResult Step();
+
+  // Finished requests stay queryable until Forget().
+  const RequestInfo* Info(RequestHandle handle) const;
+  void Forget(RequestHandle handle);
+
+  // Blocks held for a remote decode, by request id.
+  bool ReleaseHold(const std::string& request_id);
+  bool HasHold(const std::string& request_id) const { return holds_.contains(request_id); }
+  size_t num_holds() const { return holds_.size(); }
+
+  // Modelled RDMA time to pull `tokens` tokens of KV.
+  double TransferTime(int64_t tokens) const;
+  // Step-time multiplier (fault injection: "slow down by a factor").
+  void set_slowdown(double factor) { slowdown_ = factor > 0 ? factor : 1; }
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size() + transferring_.size()); }
+  double KvUsage() const { return blocks_.Usage(); }
+  // Exponentially weighted fraction of virtual time spent in steps (10 s time constant).
+  double BusyFraction() const;
+  const BlockManager& blocks() const { return blocks_; }
+  const EngineCounters& counters() const { return counters_; }
+  const Histogram& ttft() const { return ttft_; }
+  const Histogram& itl() const { return itl_; }
+  const Histogram& e2e() const { return e2e_; }
+  const Histogram& queue_time() const { return queue_time_; }
+  const Histogram& prefill_time() const { return prefill_time_; }
+
+ private:
+  struct Request;
+  struct Hold {
+    RequestHandle handle;
+    std::vector<BlockId> blocks;
+    double deadline;
+  };
+
+  bool CanAdmit(const Request& r) const;
+  int64_t MaxHitBlocks(const Request& r) const;
+  void Preempt(Request* r);
+  void CommitFullBlocks(Request* r);
+  void AppendToken(Request* r, StepResult& result, double t);
+  void Finish(Request* r, FinishReason reason, double t);
+  void ExpireHolds();
+  void CompleteTransfers(StepResult& result);
+  void UpdateBusy(double busy_until);
+  int TargetOutputLength(const RequestSpec& spec) const;
+
+  EngineConfig config_;
+  BlockManager blocks_;
+  double now_ = 0;
+  double slowdown_ = 1;
+  RequestHandle next_handle_ = 1;
+  absl::flat_hash_map<RequestHandle, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;      // admission order; preemption takes from the back
+  std::deque<Request*> waiting_;       // FIFO; preempted requests go to the front
+  std::vector<Request*> transferring_; // decode legs pulling KV
+  absl::flat_hash_map<std::string, Hold> holds_;
+  EngineCounters counters_;
+  double busy_ewma_ = 0;
+  double busy_updated_at_ = 0;
+  Histogram ttft_;
+  Histogram itl_;
+  Histogram e2e_;
+  Histogram queue_time_;
+  Histogram prefill_time_;
+};
+
+}  // namespace sim
