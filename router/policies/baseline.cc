@@ -18,11 +18,11 @@ double BaselinePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
              static_cast<double>(std::max<int64_t>(0, b.engine_waiting));
 }
 
-int BaselinePolicy::BestByCost(const FleetSnapshot& fleet) const {
+int BaselinePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
   int best = -1;
   double best_cost = 0;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
-    if (!fleet.backends[i].healthy) continue;
+    if (i == exclude || !fleet.backends[i].healthy) continue;
     const double cost = Cost(fleet, i);
     if (best < 0 || cost < best_cost) {
       best = i;
@@ -38,7 +38,9 @@ absl::StatusOr<Decision> BaselinePolicy::Decide(const FleetSnapshot& fleet) cons
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
   const policy_internal::Affinity affinity =
       policy_internal::EvaluateAffinity(fleet, overload_);
-  const int backend = affinity.backend >= 0 ? affinity.backend : BestByCost(fleet);
+  int backend = affinity.backend;
+  if (backend < 0) backend = BestByCost(fleet, affinity.broken ? fleet.session_backend : -1);
+  if (backend < 0) backend = BestByCost(fleet);  // the overloaded one is all there is
   Decision d = policy_internal::MakeColocated(fleet, c, backend);
   policy_internal::MarkAffinity(fleet, d);
   return d;

@@ -23,7 +23,8 @@
 // Affinity: a request whose session has an instance goes there unless that
 // instance is unhealthy or overloaded (in-flight tokens > max(overload_factor
 // x healthy-fleet mean, overload_min_tokens)); then it is scored like any
-// other and the Decision says affinity_broken.
+// other, except that an overloaded session instance is left out while any
+// other healthy instance exists, and the Decision says affinity_broken.
 //
 // Thread-safe (stateless after construction).
 #pragma once
@@ -43,8 +44,8 @@ class BaselinePolicy : public Policy {
 
   // The score above, for one backend of `fleet` (lower is better).
   double Cost(const FleetSnapshot& fleet, int backend) const;
-  // argmin Cost over healthy backends, -1 when none.
-  int BestByCost(const FleetSnapshot& fleet) const;
+  // argmin Cost over healthy backends other than `exclude`, -1 when none.
+  int BestByCost(const FleetSnapshot& fleet, int exclude = -1) const;
   const policy_internal::OverloadRule& overload_rule() const { return overload_; }
   const classifier::Thresholds& thresholds() const { return thresholds_; }
 

@@ -14,10 +14,13 @@ absl::StatusOr<Decision> V2Policy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Affinity affinity =
       policy_internal::EvaluateAffinity(fleet, baseline_.overload_rule());
   int decode = affinity.backend;
-  if (decode < 0) {
+  // An overloaded session instance is not a decode candidate while another
+  // healthy instance exists.
+  const int excluded = affinity.broken ? fleet.session_backend : -1;
+  for (int pass = 0; decode < 0 && pass < 2; ++pass) {
     double decode_cost = 0;
     for (int i = 0; i < n; ++i) {
-      if (!fleet.backends[i].healthy) continue;
+      if (!fleet.backends[i].healthy || (pass == 0 && i == excluded)) continue;
       const double cost = baseline_.Cost(fleet, i);
       if (decode < 0 ||
           fleet.backends[i].cached_tokens_est > fleet.backends[decode].cached_tokens_est ||

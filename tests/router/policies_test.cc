@@ -1,0 +1,325 @@
+// Table-driven policy tests over hand-built snapshots.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "router/policy_factory.h"
+#include "tests/router/policy_test_util.h"
+
+namespace kvroute::router {
+namespace {
+
+using testing::Fleet;
+using testing::SetCached;
+using testing::SetDecoding;
+using testing::SetInflightRequests;
+using testing::SetInflightTokens;
+using testing::SetPrefill;
+using testing::SetUnhealthy;
+
+std::unique_ptr<Policy> Make(const std::string& name, Options o = {}) {
+  o.policy = name;
+  std::vector<BackendSpec> specs(4);
+  auto p = MakePolicy(o, specs);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+struct PolicyCase {
+  std::string label;
+  std::string policy;
+  std::function<FleetSnapshot()> fleet;
+  int want_prefill;
+  int want_decode;
+  DecisionMode want_mode = DecisionMode::kColocated;
+  RequestClass want_class = RequestClass::kWarm;
+  bool want_affinity_hit = false;
+  bool want_affinity_broken = false;
+};
+
+class PolicyTableTest : public ::testing::TestWithParam<PolicyCase> {};
+
+TEST_P(PolicyTableTest, Decides) {
+  const PolicyCase& c = GetParam();
+  Options o;
+  o.offload_gate = "threshold";
+  auto policy = Make(c.policy, o);
+  const FleetSnapshot fleet = c.fleet();
+  absl::StatusOr<Decision> d = policy->Decide(fleet);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->prefill_backend, c.want_prefill);
+  EXPECT_EQ(d->decode_backend, c.want_decode);
+  EXPECT_EQ(d->mode, c.want_mode);
+  EXPECT_EQ(d->request_class, c.want_class);
+  EXPECT_EQ(d->affinity_hit, c.want_affinity_hit);
+  EXPECT_EQ(d->affinity_broken, c.want_affinity_broken);
+  EXPECT_EQ(d->prompt_tokens_est, fleet.prompt_tokens_est);
+  EXPECT_EQ(d->cached_tokens_est, fleet.backends[c.want_decode].cached_tokens_est);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, PolicyTableTest,
+    ::testing::Values(
+        // --- round_robin: the (seq mod healthy)-th healthy backend.
+        PolicyCase{"rr_seq0", "round_robin", [] { return Fleet(3, 100); }, 0, 0},
+        PolicyCase{"rr_seq4", "round_robin",
+                   [] {
+                     auto f = Fleet(3, 100);
+                     f.sequence = 4;
+                     return f;
+                   },
+                   1, 1},
+        PolicyCase{"rr_skips_unhealthy", "round_robin",
+                   [] {
+                     auto f = Fleet(3, 100);
+                     f.sequence = 1;
+                     SetUnhealthy(f, {1});
+                     return f;
+                   },
+                   2, 2},
+        // --- least_loaded: fewest in-flight requests, tie -> lowest index.
+        PolicyCase{"ll_fewest", "least_loaded",
+                   [] {
+                     auto f = Fleet(3, 100);
+                     SetInflightRequests(f, {3, 1, 1});
+                     return f;
+                   },
+                   1, 1},
+        PolicyCase{"ll_unhealthy", "least_loaded",
+                   [] {
+                     auto f = Fleet(3, 100);
+                     SetInflightRequests(f, {3, 1, 2});
+                     SetUnhealthy(f, {1});
+                     return f;
+                   },
+                   2, 2},
+        // --- baseline: cost = new + prefill queue + 0.05 x inflight + ...
+        PolicyCase{"base_cache_wins", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 8000, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kWarm},
+        PolicyCase{"base_load_beats_cache", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 8000, 0});
+                     SetPrefill(f, {0, 20000, 0});  // 22000 vs 10000
+                     return f;
+                   },
+                   0, 0, DecisionMode::kColocated, RequestClass::kWarm},
+        PolicyCase{"base_decode_tokens_break_tie", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetInflightTokens(f, {40000, 20000, 30000});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_engine_waiting_penalty", "baseline",
+                   [] {
+                     auto f = Fleet(2, 10000);
+                     SetCached(f, {500, 0});
+                     f.backends[0].engine_waiting = 3;  // +3000
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_affinity_kept", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {8000, 0, 7000});
+                     f.session_backend = 2;
+                     return f;
+                   },
+                   2, 2, DecisionMode::kColocated, RequestClass::kWarm, true, false},
+        PolicyCase{"base_affinity_kept_below_min_tokens", "baseline",
+                   [] {
+                     auto f = Fleet(4, 10000);
+                     SetInflightTokens(f, {0, 0, 0, 10000});  // 4x mean, < 16384
+                     f.session_backend = 3;
+                     return f;
+                   },
+                   3, 3, DecisionMode::kColocated, RequestClass::kMedium, true, false},
+        PolicyCase{"base_affinity_broken_overload", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 0, 9000});
+                     SetInflightTokens(f, {0, 10000, 100000});  // mean 36667
+                     f.session_backend = 2;
+                     return f;
+                   },
+                   0, 0, DecisionMode::kColocated, RequestClass::kWarm, false, true},
+        PolicyCase{"base_affinity_broken_unhealthy", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 0, 9000});
+                     SetUnhealthy(f, {2});
+                     f.session_backend = 2;
+                     return f;
+                   },
+                   0, 0, DecisionMode::kColocated, RequestClass::kMedium, false, true},
+        PolicyCase{"base_heavy_same_as_warm", "baseline",
+                   [] {
+                     auto f = Fleet(3, 50000);
+                     SetCached(f, {0, 1000, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy},
+        // --- v1: HEAVY co-located on the least decode load.
+        PolicyCase{"v1_heavy_least_decode", "v1",
+                   [] {
+                     auto f = Fleet(3, 50000);
+                     SetCached(f, {1000, 0, 0});
+                     SetDecoding(f, {5, 2, 3});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy},
+        PolicyCase{"v1_heavy_tie_inflight_tokens", "v1",
+                   [] {
+                     auto f = Fleet(3, 50000);
+                     SetDecoding(f, {2, 2, 2});
+                     SetInflightTokens(f, {900, 800, 800});
+                     f.session_backend = 0;
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy, false, true},
+        PolicyCase{"v1_warm_as_baseline", "v1",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 8000, 0});
+                     SetDecoding(f, {0, 9, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kWarm},
+        // --- v2: HEAVY offloads: B = best hit / session, A = least prefill work.
+        PolicyCase{"v2_heavy_offload", "v2",
+                   [] {
+                     auto f = Fleet(3, 40000);
+                     SetCached(f, {0, 4000, 0});
+                     SetPrefill(f, {10000, 0, 0});
+                     return f;
+                   },
+                   2, 1, DecisionMode::kOffload, RequestClass::kHeavy},
+        PolicyCase{"v2_heavy_session_is_decode", "v2",
+                   [] {
+                     auto f = Fleet(3, 40000);
+                     SetCached(f, {2000, 4000, 0});
+                     f.session_backend = 0;
+                     return f;
+                   },
+                   1, 0, DecisionMode::kOffload, RequestClass::kHeavy, true, false},
+        PolicyCase{"v2_prefill_cache_aware", "v2",
+                   [] {
+                     auto f = Fleet(4, 40000);
+                     SetCached(f, {9000, 8000, 0, 0});
+                     SetPrefill(f, {0, 5000, 0, 0});  // 1: 5000+32000 < 40000
+                     return f;
+                   },
+                   1, 0, DecisionMode::kOffload, RequestClass::kHeavy},
+        PolicyCase{"v2_single_healthy_colocated", "v2",
+                   [] {
+                     auto f = Fleet(3, 40000);
+                     SetUnhealthy(f, {0, 2});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy},
+        PolicyCase{"v2_medium_as_baseline", "v2",
+                   [] {
+                     auto f = Fleet(3, 15000);
+                     SetCached(f, {0, 4000, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        // --- pd_sep: roles from the snapshot.
+        PolicyCase{"pd_sep_pools", "pd_sep",
+                   [] {
+                     auto f = Fleet(4, 1000);
+                     f.backends[0].role = BackendRole::kPrefill;
+                     f.backends[1].role = BackendRole::kPrefill;
+                     f.backends[2].role = BackendRole::kDecode;
+                     f.backends[3].role = BackendRole::kDecode;
+                     SetPrefill(f, {500, 100, 0, 0});
+                     SetInflightTokens(f, {0, 0, 900, 300});
+                     return f;
+                   },
+                   1, 3, DecisionMode::kOffload, RequestClass::kWarm},
+        PolicyCase{"pd_sep_no_decode_pool_colocates", "pd_sep",
+                   [] {
+                     auto f = Fleet(3, 1000);
+                     f.backends[0].role = BackendRole::kPrefill;
+                     f.backends[1].role = BackendRole::kPrefill;
+                     f.backends[2].role = BackendRole::kDecode;
+                     SetUnhealthy(f, {2});
+                     SetInflightTokens(f, {10, 5, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kWarm}),
+    [](const ::testing::TestParamInfo<PolicyCase>& info) { return info.param.label; });
+
+TEST(V2CostGateTest, SlowLinkServesAsBaseline) {
+  Options o;
+  o.offload_gate = "cost";
+  o.offload_cost.link_bytes_per_second = 1e6;  // 1 MB/s: transfer hopeless
+  auto policy = Make("v2", o);
+  auto f = Fleet(3, 40000);
+  SetCached(f, {0, 4000, 0});
+  absl::StatusOr<Decision> d = policy->Decide(f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->mode, DecisionMode::kColocated);
+  EXPECT_EQ(d->request_class, RequestClass::kHeavy);
+  EXPECT_EQ(d->decode_backend, 1);
+
+  o.offload_cost.link_bytes_per_second = 50e9;
+  policy = Make("v2", o);
+  d = policy->Decide(f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->mode, DecisionMode::kOffload);
+}
+
+TEST(PolicyFactoryTest, NamesAndErrors) {
+  for (const std::string& name : PolicyNames()) {
+    Options o;
+    o.policy = name;
+    std::vector<BackendSpec> specs(2);
+    auto p = MakePolicy(o, specs);
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_EQ((*p)->name(), name);
+  }
+  Options o;
+  o.policy = "nope";
+  auto p = MakePolicy(o, std::vector<BackendSpec>(2));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  o.policy = "pd_sep";
+  std::vector<BackendSpec> only_prefill(2);
+  only_prefill[0].role = only_prefill[1].role = BackendRole::kPrefill;
+  EXPECT_EQ(MakePolicy(o, only_prefill).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PolicyTest, NoHealthyIsUnavailable) {
+  for (const std::string& name : PolicyNames()) {
+    auto policy = Make(name);
+    auto f = Fleet(2, 100);
+    SetUnhealthy(f, {0, 1});
+    EXPECT_EQ(policy->Decide(f).status().code(), absl::StatusCode::kUnavailable) << name;
+  }
+}
+
+TEST(PolicyTest, PureSameSnapshotSameDecision) {
+  for (const std::string& name : PolicyNames()) {
+    auto policy = Make(name);
+    auto f = Fleet(4, 30000);
+    SetCached(f, {100, 2000, 50, 0});
+    SetPrefill(f, {10, 0, 3000, 0});
+    f.sequence = 7;
+    const Decision a = *policy->Decide(f);
+    const Decision b = *policy->Decide(f);
+    EXPECT_EQ(a.prefill_backend, b.prefill_backend) << name;
+    EXPECT_EQ(a.decode_backend, b.decode_backend) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::router

@@ -1,0 +1,142 @@
+#include "router/shadow_index.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvroute::router {
+namespace {
+
+// A chain is any sequence of distinct values for the index; `base` keeps
+// chains apart, shared prefixes share leading values.
+std::vector<uint64_t> Chain(uint64_t base, int len) {
+  std::vector<uint64_t> c;
+  for (int i = 0; i < len; ++i) c.push_back(base * 1000003 + static_cast<uint64_t>(i) + 1);
+  return c;
+}
+
+std::vector<int32_t> MatchAll(const ShadowIndex& index, const std::vector<uint64_t>& chain) {
+  std::vector<int32_t> m(index.num_instances());
+  index.Match(chain, absl::MakeSpan(m));
+  return m;
+}
+
+TEST(ShadowIndexTest, MatchGivesEveryInstancesPrefixInOnePass) {
+  ShadowIndex index(4);
+  for (int i = 0; i < 4; ++i) index.SetCapacity(i, 100);
+  const auto chain = Chain(1, 10);
+  index.Insert(0, chain);
+  index.Insert(1, std::vector<uint64_t>(chain.begin(), chain.begin() + 4));
+  index.Insert(3, std::vector<uint64_t>(chain.begin(), chain.begin() + 7));
+  EXPECT_EQ(MatchAll(index, chain), (std::vector<int32_t>{10, 4, 0, 7}));
+  // A longer request matches only what is held.
+  auto longer = chain;
+  longer.push_back(42);
+  EXPECT_EQ(MatchAll(index, longer), (std::vector<int32_t>{10, 4, 0, 7}));
+  // A diverging chain matches nothing.
+  EXPECT_EQ(MatchAll(index, Chain(2, 5)), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(MatchAll(index, {}), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(index.distinct_chunks(), 10);
+  EXPECT_EQ(index.replicas(), 10 + 4 + 7);
+}
+
+TEST(ShadowIndexTest, LruBoundKeepsPrefixAndEvictsTailsFirst) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 4);
+  const auto a = Chain(1, 3);
+  const auto b = Chain(2, 2);
+  index.Insert(0, a);
+  index.Insert(0, b);  // needs one slot: a's tail (its oldest entry) goes
+  EXPECT_EQ(index.size(0), 4);
+  EXPECT_EQ(MatchAll(index, a)[0], 2);
+  EXPECT_EQ(MatchAll(index, b)[0], 2);
+  // A chain longer than the capacity keeps its prefix.
+  index.Insert(0, Chain(3, 10));
+  EXPECT_EQ(index.size(0), 4);
+  EXPECT_EQ(MatchAll(index, Chain(3, 10))[0], 4);
+  EXPECT_EQ(MatchAll(index, a)[0], 0);
+  EXPECT_EQ(index.distinct_chunks(), 4);  // evicted chunks left the map
+}
+
+TEST(ShadowIndexTest, TouchRefreshesRecency) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 4);
+  const auto a = Chain(1, 2);
+  const auto b = Chain(2, 2);
+  index.Insert(0, a);
+  index.Insert(0, b);
+  index.Insert(0, a);            // a is now the most recent
+  index.Insert(0, Chain(3, 2));  // evicts b
+  EXPECT_EQ(MatchAll(index, a)[0], 2);
+  EXPECT_EQ(MatchAll(index, b)[0], 0);
+}
+
+TEST(ShadowIndexTest, ShrinkingCapacityEvictsOldest) {
+  ShadowIndex index(2);
+  index.SetCapacity(0, 10);
+  index.SetCapacity(1, 10);
+  const auto a = Chain(1, 4);
+  const auto b = Chain(2, 4);
+  index.Insert(0, a);
+  index.Insert(0, b);
+  index.Insert(1, a);
+  index.SetCapacity(0, 4);
+  EXPECT_EQ(index.size(0), 4);
+  EXPECT_EQ(MatchAll(index, a), (std::vector<int32_t>{0, 4}));  // instance 1 untouched
+  EXPECT_EQ(MatchAll(index, b), (std::vector<int32_t>{4, 0}));
+  index.SetCapacity(0, 0);  // floors at one entry
+  EXPECT_EQ(index.capacity(0), 1);
+  EXPECT_EQ(index.size(0), 1);
+}
+
+TEST(ShadowIndexTest, TicksDecreaseAlongAChainAndEvictThroughDropsOlder) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 100);
+  const auto a = Chain(1, 3);
+  const auto b = Chain(2, 3);
+  const auto c = Chain(3, 3);
+  index.Insert(0, b);
+  index.Insert(0, a);
+  index.Insert(0, c);
+  EXPECT_GT(index.TickOf(0, a[0]), index.TickOf(0, a[1]));
+  EXPECT_GT(index.TickOf(0, a[1]), index.TickOf(0, a[2]));
+  EXPECT_EQ(index.TickOf(0, 999), 0u);
+  // The engine lost a[1]: a[1], a[2] and everything older (all of b) go.
+  EXPECT_EQ(index.EvictThrough(0, index.TickOf(0, a[1])), 5);
+  EXPECT_EQ(MatchAll(index, a)[0], 1);
+  EXPECT_EQ(MatchAll(index, b)[0], 0);
+  EXPECT_EQ(MatchAll(index, c)[0], 3);
+}
+
+TEST(ShadowIndexTest, ScalesTo256Instances) {
+  ShadowIndex index(256);
+  const auto chain = Chain(7, 20);
+  for (int i = 0; i < 256; ++i) {
+    index.SetCapacity(i, 100);
+    if (i % 3 == 0) index.Insert(i, std::vector<uint64_t>(chain.begin(), chain.begin() + (i % 21)));
+  }
+  const auto m = MatchAll(index, chain);
+  for (int i = 0; i < 256; ++i) {
+    EXPECT_EQ(m[i], i % 3 == 0 ? i % 21 : 0) << i;
+  }
+  index.Clear(255);
+  EXPECT_EQ(index.size(255), 0);
+  EXPECT_EQ(MatchAll(index, chain)[255], 0);
+  EXPECT_GT(index.MemoryBytes(), 0u);
+}
+
+TEST(ShadowIndexTest, ClearRemovesHolders) {
+  ShadowIndex index(2);
+  index.SetCapacity(0, 10);
+  index.SetCapacity(1, 10);
+  index.Insert(0, Chain(1, 5));
+  index.Insert(1, Chain(1, 5));
+  index.Clear(0);
+  EXPECT_EQ(index.distinct_chunks(), 5);
+  index.Clear(1);
+  EXPECT_EQ(index.distinct_chunks(), 0);
+  EXPECT_EQ(index.replicas(), 0);
+}
+
+}  // namespace
+}  // namespace kvroute::router
