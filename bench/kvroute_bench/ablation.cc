@@ -1,0 +1,211 @@
+#include "bench/kvroute_bench/ablation.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/kvroute_bench/child_process.h"
+#include "spdlog/spdlog.h"
+
+namespace kvroute::bench {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ThresholdSensitive(const std::string& mode) { return mode == "v1" || mode == "v2"; }
+
+std::string ThresholdLabel(int64_t t) {
+  if (t % 1000 == 0) return absl::StrCat(t / 1000, "k");
+  return absl::StrCat(t);
+}
+
+std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
+                                                        const WorkloadSpec& w) {
+  std::vector<std::pair<std::string, std::string>> s;
+  if (w.kind == WorkloadKind::kAgentic) {
+    const AgenticOptions& a = w.agentic;
+    std::string tools;
+    for (int64_t t : a.tool_tokens) absl::StrAppend(&tools, tools.empty() ? "" : ",", t);
+    s.emplace_back("workload",
+                   absl::StrFormat("agentic: %.3g jobs/s for %.0f s, %d turns, system %d + task "
+                                   "%d tokens, tool outputs [%s] tokens, tool time %.2f s, "
+                                   "%d completion tokens per turn, seed %d",
+                                   a.jobs_per_second, a.duration_s, a.turns, a.system_tokens,
+                                   a.task_tokens, tools, a.tool_time_s, a.completion_tokens,
+                                   a.seed));
+  } else {
+    const TraceOptions& t = w.trace;
+    s.emplace_back("workload",
+                   absl::StrFormat("trace %s: %d requests, speed-up %g, block size %d",
+                                   t.path, w.trace_records ? w.trace_records->size() : 0,
+                                   t.speedup, t.block_size));
+  }
+  if (o.targets.empty()) {
+    s.emplace_back("fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale "
+                                            "%g, seed %d",
+                                            o.instances, o.profile.empty() ? "(default)" : o.profile,
+                                            o.sim_time_scale, o.sim_seed));
+  } else {
+    std::string t;
+    for (const auto& [name, url] : o.targets) absl::StrAppend(&t, t.empty() ? "" : ", ", name, "=", url);
+    s.emplace_back("targets", t);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& modes,
+                                            const std::vector<int64_t>& thresholds,
+                                            int64_t default_threshold) {
+  std::vector<AblationConfig> out;
+  for (const std::string& mode : modes) {
+    if (ThresholdSensitive(mode) && !thresholds.empty()) {
+      for (int64_t t : thresholds) {
+        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t});
+      }
+    } else {
+      out.push_back({mode, mode, default_threshold});
+    }
+  }
+  return out;
+}
+
+std::string KvrouteConfigYaml(const AblationConfig& config,
+                              const std::vector<std::pair<std::string, std::string>>& backends) {
+  std::string y = absl::StrCat("# written by kvroute-bench for configuration ", config.name,
+                               "\nlisten: 127.0.0.1:0\nmode: ", config.mode,
+                               "\nheavy_threshold: ", config.heavy_threshold, "\nbackends:\n");
+  for (const auto& [name, url] : backends) {
+    absl::StrAppend(&y, "  - {name: ", name, ", url: ", url, "}\n");
+  }
+  return y;
+}
+
+std::string FindBuiltBinary(const std::string& name, const std::vector<std::string>& subdirs) {
+  std::error_code ec;
+  fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (ec) return {};
+  for (int level = 0; level <= 3 && !dir.empty(); ++level) {
+    for (const std::string& sub : subdirs) {
+      const fs::path p = sub.empty() ? dir / name : dir / sub / name;
+      if (access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p, ec)) return p.string();
+    }
+    if (dir == dir.parent_path()) break;
+    dir = dir.parent_path();
+  }
+  return {};
+}
+
+absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload) {
+  if (absl::Status s = PrepareWorkload(workload); !s.ok()) return s;
+  Report report;
+  report.title = "kvroute ablation";
+  report.generated_at = options.generated_at;
+  report.setup = Setup(options, workload);
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", options.out_dir));
+
+  auto finish_run = [&](absl::StatusOr<RunResult> r) -> absl::Status {
+    if (!r.ok()) return r.status();
+    report.runs.push_back(*std::move(r));
+    return WriteReports(report, options.out_dir);
+  };
+
+  if (!options.targets.empty()) {
+    for (const auto& [name, url] : options.targets) {
+      absl::StatusOr<Endpoint> ep = ParseHttpUrl(url);
+      if (!ep.ok()) return ep.status();
+      RunOptions ro = options.run_template;
+      ro.name = name;
+      ro.mode = name;
+      ro.target = *ep;
+      if (absl::Status s = finish_run(RunWorkload(ro, workload)); !s.ok()) return s;
+    }
+    return report;
+  }
+
+  if (options.kvroute_bin.empty() || access(options.kvroute_bin.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("kvroute binary not found (", options.kvroute_bin,
+                                            "); build it or pass --kvroute-bin"));
+  }
+  if (options.sim_bin.empty() || access(options.sim_bin.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("kvroute-sim binary not found (", options.sim_bin,
+                                            "); build it or pass --sim-bin"));
+  }
+  const auto startup = std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
+  static const std::regex kSimReady(
+      R"(kvroute-sim: instance (\d+) listening on ([0-9.]+):(\d+))");
+  static const std::regex kProxyReady(R"(kvroute: listening on ([0-9.]+):(\d+))");
+
+  for (const AblationConfig& config :
+       AblationConfigs(options.modes, options.thresholds, options.default_threshold)) {
+    const fs::path dir = fs::path(options.out_dir) / config.name;
+    fs::create_directories(dir, ec);
+    spdlog::info("[{}] starting {} simulated instances and kvroute (mode {}, threshold {})",
+                 config.name, options.instances, config.mode, config.heavy_threshold);
+    std::vector<std::string> sim_argv = {options.sim_bin,
+                                         "--instances", absl::StrCat(options.instances),
+                                         "--base-port", "0",
+                                         "--time-scale", absl::StrCat(options.sim_time_scale),
+                                         "--seed", absl::StrCat(options.sim_seed)};
+    if (!options.profile.empty()) {
+      sim_argv.push_back("--profile");
+      sim_argv.push_back(options.profile);
+    }
+    absl::StatusOr<std::unique_ptr<ChildProcess>> sim =
+        ChildProcess::Start(sim_argv, (dir / "sim.log").string());
+    if (!sim.ok()) return sim.status();
+    auto sim_lines = (*sim)->WaitForLines(kSimReady, static_cast<size_t>(options.instances), startup);
+    if (!sim_lines.ok()) {
+      return absl::Status(sim_lines.status().code(),
+                          absl::StrCat("kvroute-sim: ", sim_lines.status().message(), "; see ",
+                                       (dir / "sim.log").string()));
+    }
+    std::vector<std::pair<std::string, std::string>> backends(static_cast<size_t>(options.instances));
+    RunOptions ro = options.run_template;
+    ro.instances.clear();
+    for (const std::vector<std::string>& m : *sim_lines) {
+      size_t i = 0;
+      if (!absl::SimpleAtoi(m[1], &i) || i >= backends.size()) {
+        return absl::InternalError(absl::StrCat("kvroute-sim printed instance ", m[1]));
+      }
+      backends[i] = {absl::StrCat("gpu", i), absl::StrCat("http://", m[2], ":", m[3])};
+    }
+    for (const auto& [name, url] : backends) ro.instances.push_back({name, *ParseHttpUrl(url)});
+
+    const fs::path yaml = dir / "kvroute.yaml";
+    std::ofstream(yaml) << KvrouteConfigYaml(config, backends);
+    std::vector<std::string> proxy_argv = {
+        options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
+        "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proxy =
+        ChildProcess::Start(proxy_argv, (dir / "kvroute.log").string());
+    if (!proxy.ok()) return proxy.status();
+    auto proxy_lines = (*proxy)->WaitForLines(kProxyReady, 1, startup);
+    if (!proxy_lines.ok()) {
+      return absl::Status(proxy_lines.status().code(),
+                          absl::StrCat("kvroute: ", proxy_lines.status().message(), "; see ",
+                                       (dir / "kvroute.log").string()));
+    }
+    const std::vector<std::string>& m = proxy_lines->front();
+    ro.name = config.name;
+    ro.mode = config.mode;
+    ro.heavy_threshold = config.heavy_threshold;
+    ro.target = *ParseHttpUrl(absl::StrCat("http://", m[1], ":", m[2]));
+    ro.time_scale = options.sim_time_scale > 0 ? options.sim_time_scale : 1.0;
+    absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
+    (*proxy)->Stop();
+    (*sim)->Stop();
+    if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;
+  }
+  return report;
+}
+
+}  // namespace kvroute::bench

@@ -1,0 +1,69 @@
+// The ablation runner: the same seeded workload against several kvroute configurations.
+//
+// For each configuration (mode x heavy threshold) it starts a fresh simulated fleet
+// (kvroute-sim, cold caches) and one kvroute on loopback ephemeral ports as child processes,
+// runs the workload, stops both, and collects a RunResult; or it drives given target URLs.
+// After every configuration the reports in out_dir are rewritten, so an interrupted
+// ablation still leaves the finished configurations on disk.
+//
+// Usage:
+//   AblationOptions o{.modes = {"baseline", "v2"}, .thresholds = {20000}, .out_dir = "out"};
+//   absl::StatusOr<Report> r = RunAblation(o, workload);
+//
+// Thread-safety: RunAblation blocks the calling thread; do not run two with one out_dir.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/kvroute_bench/report.h"
+#include "bench/kvroute_bench/runner.h"
+
+namespace kvroute::bench {
+
+struct AblationConfig {
+  std::string name;  // "baseline", "v2-T20k"
+  std::string mode;
+  int64_t heavy_threshold = 20000;
+};
+
+// Modes whose routing depends on the heavy threshold (v1, v2) are crossed with every
+// threshold; the others run once at default_threshold.
+std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& modes,
+                                            const std::vector<int64_t>& thresholds,
+                                            int64_t default_threshold);
+
+struct AblationOptions {
+  std::vector<std::string> modes = {"baseline", "v1", "v2"};
+  std::vector<int64_t> thresholds = {20000};
+  int64_t default_threshold = 20000;
+  // Embedded fleet.
+  std::string kvroute_bin;
+  std::string sim_bin;
+  int instances = 8;
+  std::string profile;  // kvroute-sim --profile (empty: the simulator's default)
+  double sim_time_scale = 0.1;
+  uint64_t sim_seed = 1;
+  std::string log_level = "warn";
+  double startup_timeout_s = 60;
+  // Given targets instead: (name, URL) pairs; run_template.instances are scraped.
+  std::vector<std::pair<std::string, std::string>> targets;
+  std::string out_dir = "kvroute-bench-out";
+  RunOptions run_template;  // timeouts, sampling, progress, model
+  std::string generated_at;
+};
+
+absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
+
+// Path of a binary built next to the running executable: searches the executable's
+// directory and its ancestors (up to 3 levels) in `subdirs`. Empty if not found.
+std::string FindBuiltBinary(const std::string& name, const std::vector<std::string>& subdirs);
+
+// The kvroute YAML config (DESIGN.md section 4) for one configuration.
+std::string KvrouteConfigYaml(const AblationConfig& config,
+                              const std::vector<std::pair<std::string, std::string>>& backends);
+
+}  // namespace kvroute::bench

@@ -1,0 +1,288 @@
+// kvroute-bench: workloads, ablations and reports for kvroute.
+//
+//   kvroute-bench run --target http://127.0.0.1:8000 --workload agentic --jps 0.5 --duration 60
+//   kvroute-bench ablation --modes baseline,v1,v2 --thresholds 10000,20000,40000 --out out/
+//   kvroute-bench trace-stats --trace ../shared/traces/conversation_trace.jsonl
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/kvroute_bench/ablation.h"
+#include "bench/kvroute_bench/report.h"
+#include "bench/kvroute_bench/runner.h"
+#include "spdlog/spdlog.h"
+
+namespace kb = kvroute::bench;
+
+namespace {
+
+std::string NowUtc() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return buf;
+}
+
+std::string NowStamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::gmtime(&t));
+  return buf;
+}
+
+// Options shared by `run` and `ablation`.
+struct CommonFlags {
+  std::string workload = "agentic";
+  kb::AgenticOptions agentic;
+  kb::TraceOptions trace;
+  std::string window;
+  uint64_t seed = 1;
+  kb::RunOptions run;
+  std::vector<std::string> metrics_urls;
+  std::string dcgm_url;
+  std::string out;
+
+  void Add(CLI::App* app) {
+    app->add_option("--workload", workload, "agentic | trace")
+        ->check(CLI::IsMember({"agentic", "trace"}))
+        ->capture_default_str();
+    app->add_option("--seed", seed, "workload seed")->capture_default_str();
+    auto* ag = "Agentic workload";
+    app->add_option("--jps", agentic.jobs_per_second, "agent jobs per second (Poisson)")
+        ->group(ag)->capture_default_str();
+    app->add_option("--duration", agentic.duration_s, "seconds of job arrivals")
+        ->group(ag)->capture_default_str();
+    app->add_option("--turns", agentic.turns, "turns per job")->group(ag)->capture_default_str();
+    app->add_option("--tool-tokens", agentic.tool_tokens,
+                    "tool output sizes after turns 1..n-1 (comma separated)")
+        ->delimiter(',')->group(ag)->capture_default_str();
+    app->add_option("--system-tokens", agentic.system_tokens, "shared system prompt tokens")
+        ->group(ag)->capture_default_str();
+    app->add_option("--task-tokens", agentic.task_tokens, "per-job task tokens")
+        ->group(ag)->capture_default_str();
+    app->add_option("--tool-time", agentic.tool_time_s, "seconds the agent's tool runs")
+        ->group(ag)->capture_default_str();
+    app->add_option("--completion-tokens", agentic.completion_tokens, "output tokens per turn")
+        ->group(ag)->capture_default_str();
+    app->add_option("--max-jobs", agentic.max_jobs, "bound on the number of jobs")
+        ->group(ag)->capture_default_str();
+    auto* tr = "Trace workload";
+    app->add_option("--trace", trace.path, "JSONL trace (timestamp, input_length, "
+                    "output_length, hash_ids)")->group(tr);
+    app->add_option("--speedup", trace.speedup, "replay speed-up factor")
+        ->group(tr)->capture_default_str();
+    app->add_option("--limit", trace.limit, "at most this many requests (0: all)")
+        ->group(tr)->capture_default_str();
+    app->add_option("--window", window, "START:END seconds of trace time to replay")->group(tr);
+    app->add_option("--block-size", trace.block_size, "tokens per hash id")
+        ->group(tr)->capture_default_str();
+    app->add_option("--max-output-tokens", trace.max_output_tokens, "cap output_length (0: none)")
+        ->group(tr)->capture_default_str();
+    app->add_option("--think-time", trace.think_time_s,
+                    "seconds between a session turn and its parent's completion "
+                    "(negative: the timestamp gap)")->group(tr)->capture_default_str();
+    auto* rn = "Run";
+    app->add_option("--model", run.model, "model name (default: first of GET /v1/models)")
+        ->group(rn);
+    app->add_option("--request-timeout", run.request_timeout_s, "seconds per request (wall)")
+        ->group(rn)->capture_default_str();
+    app->add_option("--drain-timeout", run.drain_timeout_s,
+                    "seconds to wait for in-flight work after the last arrival (wall)")
+        ->group(rn)->capture_default_str();
+    app->add_option("--max-inflight", run.max_inflight,
+                    "jobs/requests in flight before arrivals are dropped")
+        ->group(rn)->capture_default_str();
+    app->add_option("--sample-interval", run.sample_interval_s, "seconds between /metrics scrapes")
+        ->group(rn)->capture_default_str();
+    app->add_option("--progress-interval", run.progress_interval_s, "seconds between progress lines")
+        ->group(rn)->capture_default_str();
+    app->add_option("--metrics-urls", metrics_urls,
+                    "instances to scrape: NAME=URL,... (or URL,...)")->delimiter(',')->group(rn);
+    app->add_option("--dcgm-url", dcgm_url, "DCGM exporter base URL for GPU utilisation")
+        ->group(rn);
+  }
+
+  // Validates and fills the workload spec and run options.
+  bool Finish(kb::WorkloadSpec& spec) {
+    agentic.seed = seed;
+    trace.seed = seed;
+    spec.kind = workload == "trace" ? kb::WorkloadKind::kTrace : kb::WorkloadKind::kAgentic;
+    spec.agentic = agentic;
+    if (!window.empty()) {
+      std::vector<std::string> parts = absl::StrSplit(window, ':');
+      if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &trace.window_start_s) ||
+          (!parts[1].empty() && !absl::SimpleAtod(parts[1], &trace.window_end_s))) {
+        std::fprintf(stderr, "--window must be START:END seconds, got %s\n", window.c_str());
+        return false;
+      }
+    }
+    spec.trace = trace;
+    if (spec.kind == kb::WorkloadKind::kTrace && trace.path.empty()) {
+      std::fprintf(stderr, "--workload trace needs --trace FILE\n");
+      return false;
+    }
+    for (size_t i = 0; i < metrics_urls.size(); ++i) {
+      std::string name = absl::StrCat("instance", i), url = metrics_urls[i];
+      if (auto eq = url.find('='); eq != std::string::npos) {
+        name = url.substr(0, eq);
+        url = url.substr(eq + 1);
+      }
+      auto ep = kb::ParseHttpUrl(url);
+      if (!ep.ok()) {
+        std::fprintf(stderr, "--metrics-urls: %s\n", std::string(ep.status().message()).c_str());
+        return false;
+      }
+      run.instances.push_back({name, *ep});
+    }
+    if (!dcgm_url.empty()) {
+      auto ep = kb::ParseHttpUrl(dcgm_url);
+      if (!ep.ok()) {
+        std::fprintf(stderr, "--dcgm-url: %s\n", std::string(ep.status().message()).c_str());
+        return false;
+      }
+      run.dcgm = *ep;
+    }
+    return true;
+  }
+};
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "kvroute-bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-bench: workloads, ablations and reports for kvroute"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+
+  // run
+  CLI::App* run_cmd = app.add_subcommand("run", "drive one OpenAI-compatible endpoint");
+  CommonFlags run_flags;
+  run_flags.Add(run_cmd);
+  std::string target;
+  run_cmd->add_option("--target", target, "base URL, e.g. http://127.0.0.1:8000")->required();
+  run_cmd->add_option("--name", run_flags.run.name, "label in reports")->capture_default_str();
+  run_cmd->add_option("--time-scale", run_flags.run.time_scale,
+                      "the target's simulated time scale: workload times are multiplied by it "
+                      "and reported latencies divided by it")->capture_default_str();
+  run_cmd->add_option("--out", run_flags.out, "write report.{json,md,html} into this directory");
+
+  // ablation
+  CLI::App* abl_cmd = app.add_subcommand(
+      "ablation", "run the same workload against several kvroute configurations");
+  CommonFlags abl_flags;
+  abl_flags.Add(abl_cmd);
+  kb::AblationOptions abl;
+  std::vector<std::string> targets;
+  abl_cmd->add_option("--modes", abl.modes, "modes (baseline,v1,v2,round_robin,least_loaded,pd_sep)")
+      ->delimiter(',')->capture_default_str();
+  abl_cmd->add_option("--thresholds", abl.thresholds,
+                      "heavy thresholds crossed with the threshold-sensitive modes (v1, v2)")
+      ->delimiter(',')->capture_default_str();
+  abl_cmd->add_option("--default-threshold", abl.default_threshold,
+                      "heavy threshold for the other modes")->capture_default_str();
+  abl_cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();
+  abl_cmd->add_option("--profile", abl.profile, "kvroute-sim profile YAML");
+  abl_cmd->add_option("--time-scale", abl.sim_time_scale,
+                      "kvroute-sim --time-scale; the workload's clock is scaled the same way")
+      ->capture_default_str();
+  abl_cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
+  abl_cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
+  abl_cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
+  abl_cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")
+      ->capture_default_str();
+  abl_cmd->add_option("--targets", targets,
+                      "use running endpoints instead of the embedded fleet: NAME=URL,...")
+      ->delimiter(',');
+  abl_cmd->add_option("--out", abl_flags.out, "report directory (default: "
+                      "kvroute-bench-out/ablation-<time>)");
+
+  // trace-stats
+  CLI::App* stats_cmd = app.add_subcommand(
+      "trace-stats", "print a trace slice's size and infinite-cache prefix-hit bound");
+  CommonFlags stats_flags;
+  stats_flags.workload = "trace";
+  stats_cmd->add_option("--trace", stats_flags.trace.path, "JSONL trace")->required();
+  stats_cmd->add_option("--limit", stats_flags.trace.limit, "at most this many requests");
+  stats_cmd->add_option("--window", stats_flags.window, "START:END seconds");
+  stats_cmd->add_option("--block-size", stats_flags.trace.block_size, "tokens per hash id");
+
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+
+  if (*stats_cmd) {
+    kb::WorkloadSpec spec;
+    if (!stats_flags.Finish(spec)) return 2;
+    if (absl::Status s = kb::PrepareWorkload(spec); !s.ok()) return Fail(s);
+    const auto& recs = *spec.trace_records;
+    int64_t input = 0, output = 0;
+    for (const auto& r : recs) {
+      input += r.input_length;
+      output += r.output_length;
+    }
+    std::printf("requests %zu, span %.1f s, input tokens %lld (avg %.0f), output tokens %lld, "
+                "infinite-cache prefix-hit bound %.3f\n",
+                recs.size(), recs.back().timestamp_ms / 1000.0, static_cast<long long>(input),
+                static_cast<double>(input) / static_cast<double>(recs.size()),
+                static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs));
+    return 0;
+  }
+
+  if (*run_cmd) {
+    kb::WorkloadSpec spec;
+    if (!run_flags.Finish(spec)) return 2;
+    if (absl::Status s = kb::PrepareWorkload(spec); !s.ok()) return Fail(s);
+    auto ep = kb::ParseHttpUrl(target);
+    if (!ep.ok()) return Fail(ep.status());
+    run_flags.run.target = *ep;
+    if (run_flags.run.mode.empty()) run_flags.run.mode = run_flags.run.name;
+    absl::StatusOr<kb::RunResult> result = kb::RunWorkload(run_flags.run, spec);
+    if (!result.ok()) return Fail(result.status());
+    kb::Report report;
+    report.title = absl::StrCat("kvroute-bench run against ", target);
+    report.generated_at = NowUtc();
+    report.setup = {{"target", target}, {"workload", std::string(kb::WorkloadName(spec.kind))}};
+    report.runs.push_back(*std::move(result));
+    std::cout << "\n" << kb::SummaryTable(report);
+    if (!run_flags.out.empty()) {
+      if (absl::Status s = kb::WriteReports(report, run_flags.out); !s.ok()) return Fail(s);
+      std::cout << "report: " << run_flags.out << "/report.html\n";
+    }
+    return report.runs.front().requests.empty() ? 1 : 0;
+  }
+
+  // ablation
+  kb::WorkloadSpec spec;
+  if (!abl_flags.Finish(spec)) return 2;
+  abl.run_template = abl_flags.run;
+  abl.generated_at = NowUtc();
+  abl.out_dir = abl_flags.out.empty() ? absl::StrCat("kvroute-bench-out/ablation-", NowStamp())
+                                      : abl_flags.out;
+  for (const std::string& t : targets) {
+    const auto eq = t.find('=');
+    if (eq == std::string::npos) {
+      abl.targets.emplace_back(absl::StrCat("target", abl.targets.size()), t);
+    } else {
+      abl.targets.emplace_back(t.substr(0, eq), t.substr(eq + 1));
+    }
+  }
+  if (abl.targets.empty()) {
+    if (abl.kvroute_bin.empty()) abl.kvroute_bin = kb::FindBuiltBinary("kvroute", {"proxy", "", "bin"});
+    if (abl.sim_bin.empty()) abl.sim_bin = kb::FindBuiltBinary("kvroute-sim", {"sim", "", "bin"});
+  }
+  absl::StatusOr<kb::Report> report = kb::RunAblation(abl, spec);
+  if (!report.ok()) return Fail(report.status());
+  std::cout << "\n" << kb::SummaryTable(*report);
+  std::cout << "report: " << abl.out_dir << "/report.html (also report.md, report.json)\n";
+  return 0;
+}

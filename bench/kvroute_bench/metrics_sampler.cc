@@ -1,0 +1,136 @@
+#include "bench/kvroute_bench/metrics_sampler.h"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/as_tuple.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kvroute::bench {
+namespace net = boost::asio;
+
+std::vector<PromSample> ParsePrometheusText(std::string_view text_in) {
+  std::vector<PromSample> out;
+  const absl::string_view text(text_in.data(), text_in.size());
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    PromSample s;
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ' && line[i] != '\t') ++i;
+    s.name = std::string(line.substr(0, i));
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      bool ok = true;
+      while (i < line.size() && line[i] != '}') {
+        const size_t eq = line.find('=', i);
+        if (eq == absl::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"') {
+          ok = false;
+          break;
+        }
+        std::string key(absl::StripAsciiWhitespace(line.substr(i, eq - i)));
+        std::string value;
+        size_t j = eq + 2;
+        for (; j < line.size() && line[j] != '"'; ++j) {
+          if (line[j] == '\\' && j + 1 < line.size()) ++j;
+          value.push_back(line[j]);
+        }
+        if (j >= line.size()) {
+          ok = false;
+          break;
+        }
+        s.labels[std::move(key)] = std::move(value);
+        i = j + 1;
+        while (i < line.size() && (line[i] == ',' || line[i] == ' ')) ++i;
+      }
+      if (!ok || i >= line.size()) continue;
+      ++i;  // '}'
+    }
+    absl::string_view rest = absl::StripLeadingAsciiWhitespace(line.substr(i));
+    absl::string_view value = rest.substr(0, rest.find_first_of(" \t"));
+    if (value == "NaN" || value == "+Inf" || value == "-Inf") continue;
+    if (!absl::SimpleAtod(value, &s.value)) continue;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples) {
+  InstanceSample x;
+  double kv = 0, busy = 0, running = 0, waiting = 0;
+  int kv_n = 0, busy_n = 0, running_n = 0, waiting_n = 0;
+  for (const PromSample& s : samples) {
+    if (s.name == "vllm:kv_cache_usage_perc" || s.name == "vllm:gpu_cache_usage_perc") {
+      kv += s.value;
+      ++kv_n;
+    } else if (s.name == "vllm:num_requests_running") {
+      running += s.value;
+      ++running_n;
+    } else if (s.name == "vllm:num_requests_waiting") {
+      waiting += s.value;
+      ++waiting_n;
+    } else if (s.name == "kvroute_sim_gpu_busy_fraction") {
+      busy += s.value;
+      ++busy_n;
+    }
+  }
+  if (kv_n > 0) x.kv_usage = kv / kv_n;
+  if (busy_n > 0) x.gpu_busy = busy / busy_n;
+  if (running_n > 0) x.running = running;
+  if (waiting_n > 0) x.waiting = waiting;
+  return x;
+}
+
+std::map<std::string, double> GpuUtilFromDcgm(const std::vector<PromSample>& samples) {
+  std::map<std::string, double> out;
+  for (const PromSample& s : samples) {
+    if (s.name != "DCGM_FI_DEV_GPU_UTIL") continue;
+    auto it = s.labels.find("gpu");
+    out[it == s.labels.end() ? "0" : it->second] = s.value / 100.0;
+  }
+  return out;
+}
+
+net::awaitable<void> SampleFleet(std::vector<NamedEndpoint> instances, Endpoint dcgm,
+                                 std::chrono::milliseconds interval,
+                                 std::chrono::steady_clock::time_point epoch,
+                                 SamplerControl* control, std::vector<InstanceSample>* out) {
+  auto executor = co_await net::this_coro::executor;
+  net::steady_timer timer(executor);
+  control->timer = &timer;
+  const auto timeout = std::max(interval, std::chrono::milliseconds(1000));
+  while (!control->stop) {
+    const auto tick = std::chrono::steady_clock::now();
+    const double t = std::chrono::duration<double>(tick - epoch).count();
+    for (const NamedEndpoint& inst : instances) {
+      HttpResponse r = co_await HttpGet(inst.endpoint, "/metrics", timeout);
+      InstanceSample x;
+      if (r.status == 200) x = InstanceSampleFromMetrics(ParsePrometheusText(r.body));
+      x.t = t;
+      x.instance = inst.name;
+      out->push_back(std::move(x));
+    }
+    if (!dcgm.host.empty()) {
+      HttpResponse r = co_await HttpGet(dcgm, "/metrics", timeout);
+      if (r.status == 200) {
+        for (const auto& [gpu, util] : GpuUtilFromDcgm(ParsePrometheusText(r.body))) {
+          InstanceSample x;
+          x.t = t;
+          x.instance = absl::StrCat("dcgm-gpu", gpu);
+          x.gpu_busy = util;
+          out->push_back(std::move(x));
+        }
+      }
+    }
+    if (control->stop) break;
+    timer.expires_at(tick + interval);
+    co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+  }
+  control->timer = nullptr;
+}
+
+}  // namespace kvroute::bench

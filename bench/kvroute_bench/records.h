@@ -1,0 +1,71 @@
+// What one benchmark run measured: per request, per agentic job, per instance sample.
+//
+// Times are wall-clock seconds measured by the load generator, relative to the run's start;
+// RunResult::time_scale says how many wall seconds one modelled second took (the simulated
+// fleet's --time-scale), and summaries report modelled seconds (wall / time_scale).
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvroute::bench {
+
+struct RequestRecord {
+  int64_t job = -1;  // agentic job id, -1 for trace requests
+  int turn = 0;      // 1-based agentic turn
+  int64_t trace_index = -1;
+  std::string request_id;  // X-Request-Id
+  std::string klass;       // X-Kvroute-Class, empty when the target does not send it
+  std::string backend;     // X-Kvroute-Backend ("gpu3" or "gpu1->gpu3")
+  int http_status = 0;     // 0: no response
+  std::string error;       // empty on success
+  double t_start = 0;      // request sent
+  double ttft = -1;        // first content token
+  double tpot = -1;        // mean time per output token after the first
+  double e2e = -1;
+  int64_t prompt_tokens = -1;
+  int64_t cached_tokens = -1;
+  int64_t completion_tokens = -1;
+  // Prompt tokens an infinite prefix cache would have served (-1: unknown).
+  int64_t bound_cached_tokens = -1;
+
+  bool ok() const { return error.empty(); }
+  bool offloaded() const { return backend.find("->") != std::string::npos; }
+};
+
+struct JobRecord {
+  int64_t job = 0;
+  double t_arrival = 0;
+  double t_done = -1;
+  bool ok = false;
+  std::vector<double> turn_e2e;  // per turn, seconds; -1 for a failed turn
+};
+
+struct InstanceSample {
+  double t = 0;
+  std::string instance;
+  double kv_usage = -1;  // 0..1
+  double running = -1;
+  double waiting = -1;
+  double gpu_busy = -1;  // 0..1 (simulator gauge or DCGM utilisation)
+};
+
+struct RunResult {
+  std::string name;  // configuration label, e.g. "v2-T20k"
+  std::string mode;
+  int64_t heavy_threshold = 0;
+  std::string target;
+  std::string workload;  // "agentic" or "trace"
+  double time_scale = 1.0;
+  double duration_s = 0;  // wall seconds from first arrival to last completion
+  double bound_hit_ratio = -1;  // infinite-cache prefix-hit bound of the workload
+  int64_t dropped = 0;  // arrivals dropped because max in-flight was reached
+  std::vector<RequestRecord> requests;
+  std::vector<JobRecord> jobs;
+  std::vector<InstanceSample> samples;
+};
+
+}  // namespace kvroute::bench

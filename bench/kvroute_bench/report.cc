@@ -1,0 +1,456 @@
+#include "bench/kvroute_bench/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/svg_chart.h"
+
+namespace kvroute::bench {
+namespace json = boost::json;
+namespace {
+
+constexpr const char* kClasses[] = {"ALL", "WARM", "MEDIUM", "HEAVY"};
+
+std::string Percent(double f) {
+  if (!std::isfinite(f) || f < 0) return "-";
+  return absl::StrFormat("%.1f%%", f * 100);
+}
+
+json::value Num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+
+json::object DistJson(const Distribution& d) {
+  return {{"n", d.n},         {"mean", Num(d.mean)}, {"p50", Num(d.p50)},
+          {"p90", Num(d.p90)}, {"p99", Num(d.p99)},   {"max", Num(d.max)}};
+}
+
+json::object SummaryJson(const RunSummary& s) {
+  json::object o;
+  o["requests"] = s.requests;
+  o["errors"] = s.errors;
+  o["dropped"] = s.dropped;
+  o["error_rate"] = s.error_rate;
+  o["offloads"] = s.offloads;
+  o["throughput_rps"] = s.throughput_rps;
+  o["prompt_tokens"] = s.prompt_tokens;
+  o["cached_tokens"] = s.cached_tokens;
+  o["prefix_hit_ratio"] = s.hit_ratio;
+  o["prefix_hit_bound"] = s.bound_hit_ratio >= 0 ? json::value(s.bound_hit_ratio) : nullptr;
+  json::object classes;
+  for (const ClassSummary& c : s.classes) {
+    classes[c.klass] = json::object{{"requests", c.requests},
+                                    {"ttft_s", DistJson(c.ttft)},
+                                    {"tpot_s", DistJson(c.tpot)},
+                                    {"e2e_s", DistJson(c.e2e)}};
+  }
+  o["classes"] = std::move(classes);
+  o["jobs"] = s.jobs;
+  o["jobs_ok"] = s.jobs_ok;
+  o["job_completion_s"] = DistJson(s.job_completion);
+  json::array turns_mean, turns_p50;
+  for (double v : s.turn_mean_e2e) turns_mean.push_back(Num(v));
+  for (double v : s.turn_p50_e2e) turns_p50.push_back(Num(v));
+  o["turn_mean_e2e_s"] = std::move(turns_mean);
+  o["turn_p50_e2e_s"] = std::move(turns_p50);
+  o["t_last_over_t1"] = s.t8_over_t1 >= 0 ? json::value(s.t8_over_t1) : nullptr;
+  o["mean_kv_usage"] = s.mean_kv_usage >= 0 ? json::value(s.mean_kv_usage) : nullptr;
+  o["max_kv_usage"] = s.max_kv_usage >= 0 ? json::value(s.max_kv_usage) : nullptr;
+  o["mean_gpu_busy"] = s.mean_gpu_busy >= 0 ? json::value(s.mean_gpu_busy) : nullptr;
+  return o;
+}
+
+const ClassSummary* FindClass(const RunSummary& s, std::string_view klass) {
+  for (const ClassSummary& c : s.classes) {
+    if (c.klass == klass) return &c;
+  }
+  return nullptr;
+}
+
+std::string TimeUnitNote(const Report& report) {
+  for (const RunResult& r : report.runs) {
+    if (r.time_scale != 1.0) {
+      return absl::StrFormat(
+          "Latencies are in modelled seconds: wall-clock time divided by the simulated fleet's "
+          "time scale (%g).",
+          r.time_scale);
+    }
+  }
+  return "Latencies are wall-clock seconds measured by the client.";
+}
+
+// Rows shared by the markdown and HTML tables.
+std::vector<std::string> SummaryHeader() {
+  return {"config", "requests", "errors", "offloads", "prefix hit", "hit bound",
+          "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
+          "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean"};
+}
+
+std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
+  const ClassSummary& all = s.classes.front();
+  const ClassSummary* heavy = FindClass(s, "HEAVY");
+  return {r.name,
+          absl::StrCat(s.requests),
+          absl::StrFormat("%d (%.1f%%)", s.errors + s.dropped, s.error_rate * 100),
+          absl::StrCat(s.offloads),
+          Percent(s.hit_ratio),
+          Percent(s.bound_hit_ratio),
+          FormatSeconds(all.ttft.p50),
+          FormatSeconds(all.ttft.p90),
+          FormatSeconds(all.ttft.p99),
+          FormatSeconds(all.tpot.p50),
+          FormatSeconds(all.tpot.p99),
+          FormatSeconds(all.e2e.p50),
+          FormatSeconds(all.e2e.p99),
+          absl::StrCat(heavy ? heavy->requests : 0),
+          heavy ? FormatSeconds(heavy->ttft.p99) : "-",
+          FormatSeconds(s.job_completion.p50),
+          s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
+          Percent(s.mean_kv_usage)};
+}
+
+std::vector<std::string> ClassHeader() {
+  return {"config", "class", "n", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50",
+          "TPOT p90", "TPOT p99", "E2E p50", "E2E p90", "E2E p99"};
+}
+
+std::vector<std::vector<std::string>> ClassRows(const Report& report,
+                                                const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    for (const ClassSummary& c : sums[i].classes) {
+      rows.push_back({report.runs[i].name, c.klass, absl::StrCat(c.requests),
+                      FormatSeconds(c.ttft.p50), FormatSeconds(c.ttft.p90),
+                      FormatSeconds(c.ttft.p99), FormatSeconds(c.tpot.p50),
+                      FormatSeconds(c.tpot.p90), FormatSeconds(c.tpot.p99),
+                      FormatSeconds(c.e2e.p50), FormatSeconds(c.e2e.p90),
+                      FormatSeconds(c.e2e.p99)});
+    }
+  }
+  return rows;
+}
+
+size_t MaxTurns(const std::vector<RunSummary>& sums) {
+  size_t n = 0;
+  for (const RunSummary& s : sums) n = std::max(n, s.turn_mean_e2e.size());
+  return n;
+}
+
+std::string MarkdownTable(const std::vector<std::string>& header,
+                          const std::vector<std::vector<std::string>>& rows) {
+  std::string out = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
+  for (size_t i = 0; i < header.size(); ++i) out += i == 0 ? " --- |" : " ---: |";
+  out += "\n";
+  for (const auto& row : rows) absl::StrAppend(&out, "| ", absl::StrJoin(row, " | "), " |\n");
+  return out;
+}
+
+std::string HtmlTable(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows) {
+  std::string out = "<table>\n<thead><tr>";
+  for (const std::string& h : header) absl::StrAppend(&out, "<th>", XmlEscape(h), "</th>");
+  out += "</tr></thead>\n<tbody>\n";
+  for (const auto& row : rows) {
+    out += "<tr>";
+    for (size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "<td class=\"name\">" : "<td>", XmlEscape(row[i]),
+                      "</td>");
+    }
+    out += "</tr>\n";
+  }
+  out += "</tbody></table>\n";
+  return out;
+}
+
+std::vector<std::vector<std::string>> TurnRows(const Report& report,
+                                               const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    std::vector<std::string> row = {report.runs[i].name};
+    for (double v : sums[i].turn_mean_e2e) row.push_back(FormatSeconds(v));
+    row.push_back(sums[i].t8_over_t1 >= 0 ? absl::StrFormat("%.2f", sums[i].t8_over_t1) : "-");
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<std::string> TurnHeader(size_t turns) {
+  std::vector<std::string> h = {"config"};
+  for (size_t t = 1; t <= turns; ++t) h.push_back(absl::StrCat("T", t));
+  h.push_back("T_last/T1");
+  return h;
+}
+
+}  // namespace
+
+std::string FormatSeconds(double s) {
+  if (!std::isfinite(s) || s < 0) return "-";
+  if (s < 1) return absl::StrFormat("%.3f", s);
+  if (s < 10) return absl::StrFormat("%.2f", s);
+  if (s < 100) return absl::StrFormat("%.1f", s);
+  return absl::StrFormat("%.0f", s);
+}
+
+std::vector<RunSummary> SummarizeAll(const Report& report) {
+  std::vector<RunSummary> out;
+  for (const RunResult& r : report.runs) out.push_back(Summarize(r));
+  return out;
+}
+
+json::value ReportJson(const Report& report) {
+  const std::vector<RunSummary> sums = SummarizeAll(report);
+  json::object root;
+  root["title"] = report.title;
+  root["generated_at"] = report.generated_at;
+  json::object setup;
+  for (const auto& [k, v] : report.setup) setup[k] = v;
+  root["setup"] = std::move(setup);
+  json::array runs;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunResult& r = report.runs[i];
+    json::object o;
+    o["name"] = r.name;
+    o["mode"] = r.mode;
+    o["heavy_threshold"] = r.heavy_threshold;
+    o["target"] = r.target;
+    o["workload"] = r.workload;
+    o["time_scale"] = r.time_scale;
+    o["duration_s"] = r.duration_s;
+    o["summary"] = SummaryJson(sums[i]);
+    json::array reqs;
+    for (const RequestRecord& q : r.requests) {
+      reqs.push_back(json::object{
+          {"id", q.request_id},        {"job", q.job},
+          {"turn", q.turn},            {"trace_index", q.trace_index},
+          {"class", q.klass},          {"backend", q.backend},
+          {"status", q.http_status},   {"error", q.error},
+          {"t_start", q.t_start},      {"ttft", q.ttft},
+          {"tpot", q.tpot},            {"e2e", q.e2e},
+          {"prompt_tokens", q.prompt_tokens}, {"cached_tokens", q.cached_tokens},
+          {"completion_tokens", q.completion_tokens},
+          {"bound_cached_tokens", q.bound_cached_tokens}});
+    }
+    o["requests"] = std::move(reqs);
+    json::array jobs;
+    for (const JobRecord& j : r.jobs) {
+      json::array turns;
+      for (double t : j.turn_e2e) turns.push_back(t);
+      jobs.push_back(json::object{{"job", j.job},
+                                  {"t_arrival", j.t_arrival},
+                                  {"t_done", j.t_done},
+                                  {"ok", j.ok},
+                                  {"turn_e2e", std::move(turns)}});
+    }
+    o["jobs"] = std::move(jobs);
+    json::array samples;
+    for (const InstanceSample& x : r.samples) {
+      samples.push_back(json::object{{"t", x.t},
+                                     {"instance", x.instance},
+                                     {"kv_usage", x.kv_usage},
+                                     {"running", x.running},
+                                     {"waiting", x.waiting},
+                                     {"gpu_busy", x.gpu_busy}});
+    }
+    o["samples"] = std::move(samples);
+    runs.push_back(std::move(o));
+  }
+  root["runs"] = std::move(runs);
+  return root;
+}
+
+std::string SummaryTable(const Report& report) {
+  const std::vector<RunSummary> sums = SummarizeAll(report);
+  const std::vector<std::string> header = {"config",   "reqs",     "err%",     "offl",
+                                           "hit",      "bound",    "TTFTp50",  "TTFTp99",
+                                           "TPOTp50",  "E2Ep99",   "HEAVY",    "job p50",
+                                           "T8/T1"};
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const std::vector<std::string> full = SummaryRow(report.runs[i], sums[i]);
+    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100),
+                    full[3], full[4], full[5], full[6], full[8], full[9], full[12], full[13],
+                    full[15], full[16]});
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c == 0) {
+        absl::StrAppend(&out, cells[c], std::string(width[c] - cells[c].size(), ' '));
+      } else {
+        absl::StrAppend(&out, "  ", std::string(width[c] - cells[c].size(), ' '), cells[c]);
+      }
+    }
+    return out + "\n";
+  };
+  std::string out = line(header);
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+std::string ReportMarkdown(const Report& report) {
+  const std::vector<RunSummary> sums = SummarizeAll(report);
+  std::string out = absl::StrCat("# ", report.title, "\n\n");
+  if (!report.generated_at.empty()) absl::StrAppend(&out, "Generated ", report.generated_at, ".\n\n");
+  for (const auto& [k, v] : report.setup) absl::StrAppend(&out, "- **", k, "**: ", v, "\n");
+  absl::StrAppend(&out, "\n", TimeUnitNote(report), "\n\n## Summary\n\n");
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
+  out += MarkdownTable(SummaryHeader(), rows);
+  absl::StrAppend(&out, "\n## Latency per class\n\n", MarkdownTable(ClassHeader(), ClassRows(report, sums)));
+  if (const size_t turns = MaxTurns(sums); turns > 0) {
+    absl::StrAppend(&out, "\n## Mean end-to-end latency per turn\n\n",
+                    MarkdownTable(TurnHeader(turns), TurnRows(report, sums)));
+  }
+  return out;
+}
+
+std::string ReportHtml(const Report& report) {
+  const std::vector<RunSummary> sums = SummarizeAll(report);
+  std::string out = absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>",
+      XmlEscape(report.title), "</title>\n<style>\n",
+      "body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}\n"
+      "h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}\n"
+      "table{border-collapse:collapse;font-size:13px;margin:8px 0}\n"
+      "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}\n"
+      "th{background:#f2f2f2}td.name{text-align:left;font-weight:bold}\n"
+      "tbody tr:nth-child(even){background:#fafafa}\n"
+      ".charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}\n"
+      ".note{color:#555;font-size:13px}dl{display:grid;grid-template-columns:max-content auto;"
+      "gap:2px 12px;font-size:13px}dt{font-weight:bold}dd{margin:0}\n",
+      "</style></head><body>\n<h1>", XmlEscape(report.title), "</h1>\n");
+  if (!report.generated_at.empty()) {
+    absl::StrAppend(&out, "<p class=\"note\">Generated ", XmlEscape(report.generated_at), "</p>\n");
+  }
+  out += "<dl>\n";
+  for (const auto& [k, v] : report.setup) {
+    absl::StrAppend(&out, "<dt>", XmlEscape(k), "</dt><dd>", XmlEscape(v), "</dd>\n");
+  }
+  absl::StrAppend(&out, "</dl>\n<p class=\"note\">", XmlEscape(TimeUnitNote(report)),
+                  " Prefix hit = cached prompt tokens (engine usage) / prompt tokens; bound = "
+                  "an infinite prefix cache on the same request sequence.</p>\n");
+
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
+  absl::StrAppend(&out, "<h2>Summary</h2>\n", HtmlTable(SummaryHeader(), rows));
+
+  // TTFT CDFs: one chart per class, one line per configuration.
+  out += "<h2>TTFT distribution per class</h2>\n<div class=\"charts\">\n";
+  const double scale_note = report.runs.empty() ? 1.0 : report.runs.front().time_scale;
+  for (const char* klass : kClasses) {
+    std::vector<Series> series;
+    bool any = false;
+    for (size_t i = 0; i < report.runs.size(); ++i) {
+      const RunResult& r = report.runs[i];
+      const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
+      std::vector<double> ttft;
+      for (const RequestRecord& q : r.requests) {
+        if (!q.ok() || q.ttft < 0) continue;
+        if (std::string_view(klass) != "ALL" && q.klass != klass) continue;
+        ttft.push_back(q.ttft / scale);
+      }
+      any = any || !ttft.empty();
+      series.push_back({absl::StrFormat("%s (n=%d)", r.name, ttft.size()), CdfPoints(ttft), ""});
+    }
+    if (!any && std::string_view(klass) != "ALL") continue;
+    ChartOptions o;
+    o.title = absl::StrCat("TTFT CDF: ", klass, std::string_view(klass) == "ALL" ? " requests" : "");
+    o.x_label = scale_note != 1.0 ? "time to first token (modelled s, log scale)"
+                                  : "time to first token (s, log scale)";
+    o.y_label = "fraction of requests";
+    o.log_x = true;
+    o.y_min = 0;
+    o.y_max = 1;
+    o.y_percent = true;
+    out += RenderLineChart(o, series);
+  }
+  out += "</div>\n";
+
+  // Per-turn latency.
+  if (const size_t turns = MaxTurns(sums); turns > 0) {
+    std::vector<Series> series;
+    for (size_t i = 0; i < report.runs.size(); ++i) {
+      Series s{report.runs[i].name, {}, ""};
+      for (size_t t = 0; t < sums[i].turn_mean_e2e.size(); ++t) {
+        s.points.emplace_back(static_cast<double>(t + 1), sums[i].turn_mean_e2e[t]);
+      }
+      series.push_back(std::move(s));
+    }
+    ChartOptions o;
+    o.title = "Mean end-to-end latency per agent turn";
+    o.x_label = "turn";
+    o.y_label = "mean E2E latency (s)";
+    o.markers = true;
+    o.y_min = 0;
+    o.width = 760;
+    absl::StrAppend(&out, "<h2>Per-turn latency</h2>\n<div class=\"charts\">\n",
+                    RenderLineChart(o, series), "</div>\n",
+                    HtmlTable(TurnHeader(turns), TurnRows(report, sums)));
+  }
+
+  // KV usage per instance over time, one chart per configuration.
+  bool any_samples = false;
+  for (const RunResult& r : report.runs) any_samples = any_samples || !r.samples.empty();
+  if (any_samples) {
+    out += "<h2>KV cache usage per instance</h2>\n<div class=\"charts\">\n";
+    for (const RunResult& r : report.runs) {
+      if (r.samples.empty()) continue;
+      const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
+      std::map<std::string, Series> by_instance;
+      for (const InstanceSample& x : r.samples) {
+        if (x.kv_usage < 0) continue;
+        Series& s = by_instance[x.instance];
+        s.name = x.instance;
+        s.points.emplace_back(x.t / scale, x.kv_usage);
+      }
+      std::vector<Series> series;
+      for (auto& [name, s] : by_instance) series.push_back(std::move(s));
+      ChartOptions o;
+      o.title = absl::StrCat("KV usage: ", r.name);
+      o.x_label = scale != 1.0 ? "time since start (modelled s)" : "time since start (s)";
+      o.y_label = "KV blocks in use";
+      o.y_min = 0;
+      o.y_max = 1;
+      o.y_percent = true;
+      out += RenderLineChart(o, series);
+    }
+    out += "</div>\n";
+  }
+
+  absl::StrAppend(&out, "<h2>Latency per class</h2>\n",
+                  HtmlTable(ClassHeader(), ClassRows(report, sums)), "</body></html>\n");
+  return out;
+}
+
+absl::Status WriteReports(const Report& report, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"report.json", json::serialize(ReportJson(report)) + "\n"},
+      {"report.md", ReportMarkdown(report)},
+      {"report.html", ReportHtml(report)}};
+  for (const auto& [name, content] : files) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << content;
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvroute::bench

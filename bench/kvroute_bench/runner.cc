@@ -1,0 +1,361 @@
+#include "bench/kvroute_bench/runner.h"
+
+#include <cstdio>
+#include <optional>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvroute::bench {
+namespace net = boost::asio;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kAsTuple = net::as_tuple(net::use_awaitable);
+
+Clock::duration WallFromSeconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// One run: owns the result and the counters; every member is touched only from the
+// io_context's single thread.
+class Run {
+ public:
+  Run(net::io_context& io, const RunOptions& options, const WorkloadSpec& workload)
+      : io_(io), options_(options), workload_(workload), timer_(io), progress_timer_(io),
+        drain_timer_(io) {
+    result_.name = options.name;
+    result_.mode = options.mode;
+    result_.heavy_threshold = options.heavy_threshold;
+    result_.target = options.target.Url();
+    result_.workload = std::string(WorkloadName(workload.kind));
+    result_.time_scale = options.time_scale > 0 ? options.time_scale : 1.0;
+  }
+
+  net::awaitable<void> Main() {
+    model_ = options_.model;
+    if (model_.empty()) model_ = co_await DetectModel();
+    epoch_ = Clock::now();
+    if (!options_.instances.empty() || !options_.dcgm.host.empty()) {
+      net::co_spawn(io_,
+                    SampleFleet(options_.instances, options_.dcgm,
+                                std::chrono::milliseconds(static_cast<int64_t>(
+                                    options_.sample_interval_s * 1000)),
+                                epoch_, &sampler_, &result_.samples),
+                    net::detached);
+    }
+    net::co_spawn(io_, ProgressLoop(), net::detached);
+    if (workload_.kind == WorkloadKind::kAgentic) {
+      co_await AgenticArrivals();
+    } else {
+      co_await TraceArrivals();
+    }
+    arrivals_done_ = true;
+    if (active_ > 0) {
+      drain_timer_.expires_after(WallFromSeconds(options_.drain_timeout_s));
+      auto [ec] = co_await drain_timer_.async_wait(kAsTuple);
+      if (!ec) Report(absl::StrCat("drain timeout: ", active_, " units still in flight"));
+    }
+    result_.duration_s = Seconds();
+    Report("finished");
+    stopped_ = true;
+    sampler_.Stop();
+    progress_timer_.cancel();
+    if (active_ > 0) io_.stop();  // abandon what the drain timeout left behind
+  }
+
+  RunResult TakeResult() {
+    for (RequestRecord& r : result_.requests) {
+      if (r.e2e < 0 && r.error.empty()) r.error = "unfinished at end of run";
+    }
+    return std::move(result_);
+  }
+
+ private:
+  double Seconds() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+
+  void Report(std::string_view what) {
+    std::string line = absl::StrFormat(
+        "[%s] %.1fs %s: %d sent, %d done, %d errors, %d in flight, %d dropped", options_.name,
+        Seconds(), what, sent_, done_, errors_, sent_ - done_, result_.dropped);
+    if (options_.progress) {
+      options_.progress(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+  }
+
+  net::awaitable<void> ProgressLoop() {
+    while (!stopped_) {
+      progress_timer_.expires_after(WallFromSeconds(options_.progress_interval_s));
+      co_await progress_timer_.async_wait(kAsTuple);
+      if (stopped_) break;
+      Report("running");
+    }
+  }
+
+  net::awaitable<std::string> DetectModel() {
+    HttpResponse r = co_await HttpGet(options_.target, "/v1/models", std::chrono::seconds(10));
+    if (r.status == 200) {
+      boost::system::error_code ec;
+      json::value v = json::parse(r.body, ec);
+      if (!ec && v.is_object()) {
+        if (const json::value* d = v.as_object().if_contains("data");
+            d && d->is_array() && !d->as_array().empty() && d->as_array()[0].is_object()) {
+          if (const json::value* id = d->as_array()[0].as_object().if_contains("id");
+              id && id->is_string()) {
+            co_return std::string(id->as_string());
+          }
+        }
+      }
+    }
+    co_return "default";
+  }
+
+  // Waits until `offset_s` workload seconds after the epoch.
+  net::awaitable<void> WaitUntil(double offset_s) {
+    timer_.expires_at(epoch_ + WallFromSeconds(offset_s * result_.time_scale));
+    co_await timer_.async_wait(kAsTuple);
+  }
+
+  void UnitStarted() { ++active_; }
+  void UnitDone() {
+    --active_;
+    if (arrivals_done_ && active_ == 0) drain_timer_.cancel();
+  }
+
+  // Sends one chat request and records it; returns the record's index and the generated text.
+  net::awaitable<std::pair<size_t, std::string>> Send(std::vector<ChatMessage> const& messages, int64_t completion,
+                              std::string session, RequestRecord record) {
+    record.request_id = absl::StrCat("bench-", options_.name, "-", next_request_++);
+    record.t_start = Seconds();
+    const size_t index = result_.requests.size();
+    result_.requests.push_back(record);
+    ++sent_;
+    ChatCall call;
+    call.endpoint = options_.target;
+    call.body = BuildChatBody(model_, messages, completion);
+    call.session_id = std::move(session);
+    call.request_id = record.request_id;
+    call.timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_s * 1000));
+    ChatOutcome out = co_await StreamChat(std::move(call));
+    ++done_;
+    if (!out.error.empty()) ++errors_;
+    RequestRecord& r = result_.requests[index];
+    if (!out.request_id.empty()) r.request_id = out.request_id;
+    r.klass = out.klass;
+    r.backend = out.backend;
+    r.http_status = out.http_status;
+    r.error = out.error;
+    r.ttft = out.ttft;
+    r.tpot = out.tpot;
+    r.e2e = out.e2e;
+    r.prompt_tokens = out.prompt_tokens;
+    r.cached_tokens = out.cached_tokens;
+    r.completion_tokens = out.completion_tokens;
+    co_return std::pair<size_t, std::string>(index, std::move(out.content));
+  }
+
+  // ---- agentic ----
+  net::awaitable<void> AgenticArrivals() {
+    const AgenticOptions& a = workload_.agentic;
+    system_prompt_ = AgenticSystemPrompt(a);
+    for (const AgenticJob& job : PlanAgenticJobs(a)) {
+      co_await WaitUntil(job.arrival_s);
+      if (active_ >= options_.max_inflight) {
+        ++result_.dropped;
+        continue;
+      }
+      const size_t index = result_.jobs.size();
+      JobRecord rec;
+      rec.job = job.id;
+      rec.t_arrival = Seconds();
+      result_.jobs.push_back(rec);
+      UnitStarted();
+      net::co_spawn(io_, RunJob(job, index), net::detached);
+    }
+  }
+
+  net::awaitable<void> RunJob(AgenticJob job, size_t job_index) {
+    const AgenticOptions& a = workload_.agentic;
+    std::vector<ChatMessage> messages = {{"system", system_prompt_},
+                                         {"user", AgenticTask(a, job.id)}};
+    net::steady_timer tool_timer(io_);
+    int64_t prev_prompt = -1, prev_completion = -1;
+    bool ok = true;
+    for (int turn = 1; turn <= a.turns; ++turn) {
+      RequestRecord rec;
+      rec.job = job.id;
+      rec.turn = turn;
+      if (turn == 1) {
+        rec.bound_cached_tokens = first_turns_sent_ > 0 ? a.system_tokens : 0;
+        ++first_turns_sent_;
+      } else if (prev_prompt >= 0 && prev_completion >= 0) {
+        rec.bound_cached_tokens = prev_prompt + prev_completion;
+      }
+      auto [i, content] = co_await Send(messages, a.completion_tokens, job.session_id, rec);
+      const RequestRecord& r = result_.requests[i];
+      result_.jobs[job_index].turn_e2e.push_back(r.ok() ? r.e2e : -1);
+      if (!r.ok()) {
+        ok = false;
+        break;
+      }
+      prev_prompt = r.prompt_tokens;
+      prev_completion = r.completion_tokens;
+      messages.push_back({"assistant", std::move(content)});
+      if (turn < a.turns) {
+        tool_timer.expires_after(WallFromSeconds(a.tool_time_s * result_.time_scale));
+        co_await tool_timer.async_wait(kAsTuple);
+        messages.push_back({"user", AgenticToolOutput(a, job.id, turn)});
+      }
+    }
+    JobRecord& j = result_.jobs[job_index];
+    j.ok = ok;
+    j.t_done = Seconds();
+    UnitDone();
+  }
+
+  // ---- trace ----
+  net::awaitable<void> TraceArrivals() {
+    const std::vector<TraceRecord>& records = *workload_.trace_records;
+    trace_bound_ = InfiniteCacheHitTokens(records);
+    result_.bound_hit_ratio = InfiniteCacheHitRatio(records);
+    // Turns whose parent is in the slice start after the parent completes.
+    absl::flat_hash_map<int64_t, size_t> by_chat;
+    for (const TraceRecord& r : records) {
+      if (r.chat_id) by_chat[*r.chat_id] = static_cast<size_t>(r.index);
+    }
+    std::vector<bool> follows_parent(records.size(), false);
+    for (const TraceRecord& r : records) {
+      if (r.parent_chat_id) {
+        auto it = by_chat.find(*r.parent_chat_id);
+        if (it != by_chat.end() && it->second < static_cast<size_t>(r.index)) {
+          children_[it->second].push_back(static_cast<size_t>(r.index));
+          follows_parent[static_cast<size_t>(r.index)] = true;
+        }
+      }
+    }
+    const double speedup = workload_.trace.speedup > 0 ? workload_.trace.speedup : 1.0;
+    for (const TraceRecord& r : records) {
+      if (follows_parent[static_cast<size_t>(r.index)]) continue;
+      co_await WaitUntil(r.timestamp_ms / 1000.0 / speedup);
+      if (active_ >= options_.max_inflight) {
+        ++result_.dropped;
+        continue;
+      }
+      UnitStarted();
+      net::co_spawn(io_, RunTraceRequest(static_cast<size_t>(r.index), 0.0), net::detached);
+    }
+  }
+
+  std::string SessionOf(const TraceRecord& r) {
+    if (!r.chat_id) return {};
+    int64_t root = *r.chat_id;
+    // Walk to the session root through parents (bounded by the slice's size).
+    const std::vector<TraceRecord>& records = *workload_.trace_records;
+    size_t i = static_cast<size_t>(r.index);
+    for (size_t steps = 0; steps < records.size(); ++steps) {
+      if (!records[i].parent_chat_id) break;
+      auto it = parent_index_.find(i);
+      if (it == parent_index_.end()) {
+        root = *records[i].parent_chat_id;
+        break;
+      }
+      i = it->second;
+      root = *records[i].chat_id;
+    }
+    return absl::StrCat("chat-", root);
+  }
+
+  net::awaitable<void> RunTraceRequest(size_t index, double delay_s) {
+    const std::vector<TraceRecord>& records = *workload_.trace_records;
+    const TraceRecord& tr = records[index];
+    if (delay_s > 0) {
+      net::steady_timer t(io_);
+      t.expires_after(WallFromSeconds(delay_s * result_.time_scale));
+      co_await t.async_wait(kAsTuple);
+    }
+    RequestRecord rec;
+    rec.trace_index = tr.index;
+    rec.bound_cached_tokens = trace_bound_[index];
+    std::vector<ChatMessage> messages = {{"user", ExpandTracePrompt(tr, workload_.trace.seed)}};
+    co_await Send(messages, tr.output_length, SessionOf(tr), rec);
+    if (auto it = children_.find(index); it != children_.end()) {
+      const double speedup = workload_.trace.speedup > 0 ? workload_.trace.speedup : 1.0;
+      for (size_t child : it->second) {
+        parent_index_[child] = index;
+        double think = workload_.trace.think_time_s;
+        if (think < 0) think = (records[child].timestamp_ms - tr.timestamp_ms) / 1000.0 / speedup;
+        UnitStarted();
+        net::co_spawn(io_, RunTraceRequest(child, std::max(think, 0.0)), net::detached);
+      }
+    }
+    UnitDone();
+  }
+
+  net::io_context& io_;
+  const RunOptions& options_;
+  const WorkloadSpec& workload_;
+  RunResult result_;
+  std::string model_;
+  Clock::time_point epoch_ = Clock::now();
+  net::steady_timer timer_, progress_timer_, drain_timer_;
+  SamplerControl sampler_;
+  bool arrivals_done_ = false;
+  bool stopped_ = false;
+  int64_t active_ = 0;
+  int64_t sent_ = 0, done_ = 0, errors_ = 0, next_request_ = 0;
+  int64_t first_turns_sent_ = 0;
+  std::string system_prompt_;
+  std::vector<int64_t> trace_bound_;
+  absl::flat_hash_map<size_t, std::vector<size_t>> children_;
+  absl::flat_hash_map<size_t, size_t> parent_index_;
+};
+
+}  // namespace
+
+std::string_view WorkloadName(WorkloadKind kind) {
+  return kind == WorkloadKind::kAgentic ? "agentic" : "trace";
+}
+
+absl::Status PrepareWorkload(WorkloadSpec& spec) {
+  if (spec.kind != WorkloadKind::kTrace || spec.trace_records) return absl::OkStatus();
+  absl::StatusOr<std::vector<TraceRecord>> records = LoadTrace(spec.trace);
+  if (!records.ok()) return records.status();
+  if (records->empty()) return absl::InvalidArgumentError("the trace slice is empty");
+  spec.trace_records = std::make_shared<const std::vector<TraceRecord>>(*std::move(records));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadSpec& workload) {
+  if (workload.kind == WorkloadKind::kTrace && !workload.trace_records) {
+    return absl::FailedPreconditionError("call PrepareWorkload before RunWorkload");
+  }
+  if (options.target.host.empty()) return absl::InvalidArgumentError("no target");
+  net::io_context io;
+  Run run(io, options, workload);
+  std::exception_ptr failure;
+  net::co_spawn(io, run.Main(), [&](std::exception_ptr e) { failure = e; });
+  io.run();
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("run failed: ", e.what()));
+    }
+  }
+  return run.TakeResult();
+}
+
+}  // namespace kvroute::bench

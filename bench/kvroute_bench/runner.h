@@ -1,0 +1,66 @@
+// Open-loop load generation against one OpenAI-compatible target, with fleet sampling and
+// progress output.
+//
+// Arrivals follow the workload's plan on the wall clock (scaled by time_scale) whatever the
+// target's speed: a slow system never slows the generator. Work in flight is bounded by
+// max_inflight (arrivals beyond it are dropped and counted), every request has a timeout and
+// the run ends at most drain_timeout after the last arrival.
+//
+// Usage:
+//   WorkloadSpec w{.kind = WorkloadKind::kAgentic, .agentic = {...}};
+//   RunOptions o{.name = "baseline", .target = *ParseHttpUrl("http://127.0.0.1:8000")};
+//   absl::StatusOr<RunResult> r = RunWorkload(o, w);
+//
+// Thread-safety: RunWorkload is reentrant; it runs its own io_context on the calling thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/kvroute_bench/http_client.h"
+#include "bench/kvroute_bench/metrics_sampler.h"
+#include "bench/kvroute_bench/records.h"
+#include "bench/kvroute_bench/workload.h"
+
+namespace kvroute::bench {
+
+enum class WorkloadKind { kAgentic, kTrace };
+
+struct WorkloadSpec {
+  WorkloadKind kind = WorkloadKind::kAgentic;
+  AgenticOptions agentic;
+  TraceOptions trace;
+  // Filled by PrepareWorkload for traces, shared by every run of an ablation.
+  std::shared_ptr<const std::vector<TraceRecord>> trace_records;
+};
+
+// Loads the trace (if any) once; idempotent.
+absl::Status PrepareWorkload(WorkloadSpec& spec);
+std::string_view WorkloadName(WorkloadKind kind);
+
+struct RunOptions {
+  std::string name = "run";  // label in reports and progress lines
+  std::string mode;          // for reports only
+  int64_t heavy_threshold = 0;
+  Endpoint target;
+  std::string model;  // empty: first id from GET /v1/models, else "default"
+  std::vector<NamedEndpoint> instances;  // scraped for /metrics
+  Endpoint dcgm;                         // DCGM exporter (empty host: none)
+  double time_scale = 1.0;  // workload seconds are multiplied by this on the wall clock
+  double sample_interval_s = 2.0;
+  double progress_interval_s = 5.0;
+  double request_timeout_s = 600;
+  double drain_timeout_s = 600;
+  int64_t max_inflight = 4096;  // jobs or requests in flight
+  // Receives progress lines; default prints to stderr.
+  std::function<void(std::string_view)> progress;
+};
+
+absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadSpec& workload);
+
+}  // namespace kvroute::bench

@@ -1,0 +1,60 @@
+// Percentiles and run summaries (overall and per request class).
+//
+// Usage:
+//   RunSummary s = Summarize(result);
+//   double p99 = Percentile({1, 2, 3}, 99);
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/kvroute_bench/records.h"
+
+namespace kvroute::bench {
+
+// Linear interpolation between closest ranks (numpy's default); p in [0, 100]. NaN if empty.
+double Percentile(std::vector<double> values, double p);
+
+struct Distribution {
+  int64_t n = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // NaN when n == 0
+};
+Distribution Describe(const std::vector<double>& values);
+
+struct ClassSummary {
+  std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "-" when unlabelled
+  int64_t requests = 0;
+  Distribution ttft, tpot, e2e;  // modelled seconds
+};
+
+struct RunSummary {
+  int64_t requests = 0;
+  int64_t errors = 0;
+  int64_t dropped = 0;
+  double error_rate = 0;
+  int64_t offloads = 0;
+  double throughput_rps = 0;  // completed requests per modelled second
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  double hit_ratio = 0;         // cached / prompt over successful requests
+  double bound_hit_ratio = -1;  // infinite-cache bound, -1 if unknown
+  std::vector<ClassSummary> classes;  // "ALL" first, then WARM, MEDIUM, HEAVY, others
+  // Agentic jobs.
+  int64_t jobs = 0;
+  int64_t jobs_ok = 0;
+  Distribution job_completion;       // modelled seconds, completed jobs
+  std::vector<double> turn_mean_e2e;  // index t-1: mean E2E of turn t
+  std::vector<double> turn_p50_e2e;
+  double t8_over_t1 = -1;  // last turn's mean E2E / first turn's
+  // Instance samples.
+  double mean_kv_usage = -1;
+  double max_kv_usage = -1;
+  double mean_gpu_busy = -1;
+};
+
+RunSummary Summarize(const RunResult& run);
+
+}  // namespace kvroute::bench
