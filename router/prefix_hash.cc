@@ -1,6 +1,12 @@
 #include "router/prefix_hash.h"
 
 #include <xxhash.h>
+// On x86-64, Debian's libxxhash exports runtime-dispatched (SSE2/AVX2/
+// AVX-512) variants with identical output; the header maps the plain names
+// onto them.
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#endif
 
 namespace kvroute::router {
 
