@@ -24,11 +24,13 @@ void Histogram::Render(const std::string& name, const std::string& labels,
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
     absl::StrAppend(&out, name, "_bucket{", labels, ",le=\"", PromValue(bounds_[i]), "\"} ",
-                    cumulative, "\n");
+                    PromValue(static_cast<double>(cumulative)), "\n");
   }
-  absl::StrAppend(&out, name, "_bucket{", labels, ",le=\"+Inf\"} ", count_, "\n");
+  absl::StrAppend(&out, name, "_bucket{", labels, ",le=\"+Inf\"} ",
+                  PromValue(static_cast<double>(count_)), "\n");
   absl::StrAppend(&out, name, "_sum{", labels, "} ", PromValue(sum_), "\n");
-  absl::StrAppend(&out, name, "_count{", labels, "} ", count_, "\n");
+  absl::StrAppend(&out, name, "_count{", labels, "} ", PromValue(static_cast<double>(count_)),
+                  "\n");
 }
 
 std::vector<double> TtftBuckets() {

@@ -1,0 +1,53 @@
+#include "sim/fleet.h"
+
+#include <absl/strings/str_cat.h>
+
+namespace sim {
+
+Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
+  for (int i = 0; i < options_.instances; ++i) {
+    InstanceOptions io;
+    io.index = i;
+    io.host = options_.host;
+    io.port = options_.base_port == 0 ? 0 : static_cast<uint16_t>(options_.base_port + i);
+    io.profile = options_.profile;
+    io.time_scale = options_.time_scale;
+    io.seed = options_.seed;
+    if (i < static_cast<int>(options_.faults.size())) io.faults = options_.faults[i];
+    instances_.push_back(std::make_unique<Instance>(io_, std::move(io), fabric_, [this](int k) {
+      return k >= 0 && k < static_cast<int>(instances_.size()) ? instances_[k].get() : nullptr;
+    }));
+  }
+}
+
+Fleet::~Fleet() { Stop(); }
+
+absl::StatusOr<std::vector<uint16_t>> Fleet::Start() {
+  if (started_) return ports();
+  for (auto& inst : instances_) {
+    if (absl::Status s = inst->Listen(); !s.ok()) return s;
+  }
+  work_.emplace(io_.get_executor());
+  for (auto& inst : instances_) inst->Start();
+  const int n = std::max(1, options_.io_threads);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { io_.run(); });
+  started_ = true;
+  return ports();
+}
+
+void Fleet::Stop() {
+  if (!started_) return;
+  started_ = false;
+  for (auto& inst : instances_) inst->Stop();
+  work_.reset();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+std::vector<uint16_t> Fleet::ports() const {
+  std::vector<uint16_t> p;
+  for (const auto& inst : instances_) p.push_back(inst->port());
+  return p;
+}
+
+}  // namespace sim

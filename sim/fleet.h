@@ -1,0 +1,78 @@
+// A fleet of simulated vLLM instances served from one process: the unit `kvroute-sim` runs
+// and integration tests start in-process.
+//
+//   sim::FleetOptions opts;
+//   opts.instances = 2;                      // base_port 0: every instance on an ephemeral port
+//   opts.time_scale = 0;                     // answer as fast as possible
+//   opts.profile = *sim::LoadProfile("configs/profiles/tiny-test.yaml");
+//   sim::Fleet fleet(opts);
+//   absl::StatusOr<std::vector<uint16_t>> ports = fleet.Start();   // ports[i] of instance i
+//   ... talk HTTP to 127.0.0.1:(*ports)[i] ...
+//   fleet.Stop();                            // also done by the destructor
+//
+// Thread-safe: Start/Stop from one controlling thread; gauges()/SetFaults() from any thread.
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/faults.h"
+#include "sim/instance.h"
+#include "sim/kv_fabric.h"
+#include "sim/profile.h"
+
+namespace sim {
+
+struct FleetOptions {
+  int instances = 1;
+  std::string host = "127.0.0.1";
+  // Instance i listens on base_port + i; 0 gives every instance an ephemeral port.
+  uint16_t base_port = 0;
+  Profile profile = DefaultProfile();
+  // Wall seconds per modelled second (0: no modelled delay).
+  double time_scale = 1;
+  uint64_t seed = 0;
+  // Threads running the instances (each instance is serialized on its own strand).
+  int io_threads = 1;
+  // Faults at start, by instance index (missing entries: none).
+  std::vector<Faults> faults;
+};
+
+class Fleet {
+ public:
+  explicit Fleet(FleetOptions options);
+  ~Fleet();
+  Fleet(const Fleet&) = delete;
+  Fleet& operator=(const Fleet&) = delete;
+
+  // Binds every instance and starts serving. Returns the bound ports, by instance index.
+  absl::StatusOr<std::vector<uint16_t>> Start();
+  // Stops every instance and joins the threads. Idempotent.
+  void Stop();
+
+  int size() const { return static_cast<int>(instances_.size()); }
+  std::vector<uint16_t> ports() const;
+  Instance& instance(int index) { return *instances_[index]; }
+  InstanceGauges gauges(int index) const { return instances_[index]->gauges(); }
+  void SetFaults(int index, const Faults& faults) { instances_[index]->SetFaults(faults); }
+  const FleetOptions& options() const { return options_; }
+
+ private:
+  FleetOptions options_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  KvFabric fabric_;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  std::vector<std::thread> threads_;
+  bool started_ = false;
+};
+
+}  // namespace sim

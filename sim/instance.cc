@@ -1,0 +1,804 @@
+#include "sim/instance.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <boost/json.hpp>
+#include <deque>
+
+#include "sim/metrics.h"
+#include "sim/tokenizer.h"
+
+namespace sim {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+using net::awaitable;
+using net::use_awaitable;
+constexpr auto kNoThrow = net::as_tuple(use_awaitable);
+
+// A request in flight, shared between its session coroutine and the engine loop (same strand).
+struct Instance::Pending {
+  explicit Pending(const net::any_io_executor& ex) : notify(ex) {}
+  net::steady_timer notify;
+  std::deque<TokenEvent> events;
+  bool done = false;
+  bool aborted = false;  // instance stopping
+  RequestInfo info;
+  // Decode leg: where its KV comes from, released once pulled.
+  std::optional<KvHandle> kv_source;
+  bool kv_released = false;
+  // Mooncake/SGLang decode leg waiting for its prefill leg.
+  bool pair_done = false;
+  bool pair_abandoned = false;
+  // Prefill leg: keys under which its held KV is published.
+  std::vector<std::string> publish_keys;
+  std::string hold_id;
+
+  void Notify() { notify.cancel(); }
+  void ReleaseSource() {
+    if (kv_source && !kv_released) {
+      kv_released = true;
+      kv_source->holder->ReleaseHeldKv(kv_source->hold_id);
+    }
+  }
+};
+
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = spdlog::get("sim");
+    return l ? l : spdlog::default_logger()->clone("sim");
+  }();
+  return logger;
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string_view Target(const beast::http::request<http::string_body>& req) {
+  std::string_view t = req.target();
+  const size_t q = t.find('?');
+  return q == std::string_view::npos ? t : t.substr(0, q);
+}
+
+bool GetBool(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
+std::optional<std::string> GetString(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return std::string(v->as_string());
+  if (v->is_int64() || v->is_uint64()) return json::serialize(*v);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabric,
+                   PeerLookup peers)
+    : options_(std::move(options)),
+      fabric_(fabric),
+      peers_(std::move(peers)),
+      strand_(net::make_strand(io)),
+      acceptor_(strand_),
+      wake_timer_(strand_),
+      step_timer_(strand_),
+      hang_timer_(strand_, std::chrono::steady_clock::time_point::max()),
+      engine_(EngineConfig::FromProfile(options_.profile)),
+      rng_(options_.seed * 0x9E3779B97F4A7C15ull + options_.index + 1),
+      faults_(options_.faults) {
+  engine_id_ = absl::StrFormat("kvroute-sim-%d-%016x", options_.index, rng_());
+  engine_.set_slowdown(options_.faults.slowdown);
+}
+
+Instance::~Instance() { fabric_.ForgetHolder(this); }
+
+absl::Status Instance::Listen() {
+  boost::system::error_code ec;
+  const net::ip::address addr = net::ip::make_address(options_.host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad bind address ", options_.host));
+  const tcp::endpoint ep(addr, options_.port);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
+  }
+  port_ = acceptor_.local_endpoint().port();
+  return absl::OkStatus();
+}
+
+void Instance::Start() {
+  wall_origin_ = std::chrono::steady_clock::now();
+  net::dispatch(strand_, [this] {
+    accepting_ = true;
+    net::co_spawn(strand_, AcceptLoop(), net::detached);
+    net::co_spawn(strand_, EngineLoop(), net::detached);
+    ApplyFaultEffects();
+  });
+}
+
+void Instance::Stop() {
+  net::dispatch(strand_, [this] {
+    if (stopping_) return;
+    stopping_ = true;
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    wake_timer_.cancel();
+    step_timer_.cancel();
+    hang_timer_.cancel();
+    for (Stream* s : streams_) s->socket().close(ec);
+    for (auto& [handle, p] : pendings_) {
+      p->aborted = true;
+      p->Notify();
+    }
+  });
+}
+
+Faults Instance::faults() const {
+  absl::MutexLock lock(&mu_);
+  return faults_;
+}
+
+void Instance::SetFaults(const Faults& faults) {
+  {
+    absl::MutexLock lock(&mu_);
+    faults_ = faults;
+  }
+  net::dispatch(strand_, [this] { ApplyFaultEffects(); });
+}
+
+InstanceGauges Instance::gauges() const {
+  absl::MutexLock lock(&mu_);
+  return gauges_;
+}
+
+void Instance::ReleaseHeldKv(const std::string& hold_id) {
+  net::post(strand_, [this, hold_id] { engine_.ReleaseHold(hold_id); });
+}
+
+void Instance::ApplyFaultEffects() {
+  const Faults f = faults();
+  engine_.set_slowdown(f.slowdown);
+  if (!f.hang) hang_timer_.cancel();
+  if (stopping_) return;
+  boost::system::error_code ec;
+  if (f.refuse_connections && accepting_) {
+    accepting_ = false;
+    acceptor_.close(ec);
+  } else if (!f.refuse_connections && !accepting_) {
+    const tcp::endpoint ep(net::ip::make_address(options_.host, ec), port_);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      Log()->error("instance {}: cannot re-open port {}: {}", options_.index, port_, ec.message());
+      acceptor_.close(ec);
+      return;
+    }
+    accepting_ = true;
+    net::co_spawn(strand_, AcceptLoop(), net::detached);
+  }
+}
+
+double Instance::VirtualNow() const {
+  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - wall_origin_;
+  return wall.count() / options_.time_scale;
+}
+
+std::chrono::steady_clock::time_point Instance::WallOf(double virtual_time) const {
+  return wall_origin_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(virtual_time * options_.time_scale));
+}
+
+void Instance::Wake() {
+  if (idle_) wake_timer_.cancel();
+}
+
+void Instance::UpdateGauges(double lag_s) {
+  absl::MutexLock lock(&mu_);
+  gauges_.scheduler_lag_s = lag_s;
+  gauges_.max_scheduler_lag_s = std::max(gauges_.max_scheduler_lag_s, lag_s);
+  gauges_.gpu_busy_fraction = engine_.BusyFraction();
+  gauges_.kv_usage = engine_.KvUsage();
+  gauges_.num_running = engine_.num_running();
+  gauges_.num_waiting = engine_.num_waiting();
+  gauges_.steps = engine_.counters().steps;
+  gauges_.virtual_now = engine_.now();
+}
+
+awaitable<void> Instance::EngineLoop() {
+  const bool real_time = options_.time_scale > 0;
+  while (!stopping_) {
+    if (real_time) engine_.AdvanceTo(VirtualNow());
+    if (engine_.HasRunnableWork()) {
+      double lag = 0;
+      if (real_time) {
+        const std::chrono::duration<double> behind =
+            std::chrono::steady_clock::now() - WallOf(engine_.now());
+        lag = std::max(0.0, behind.count());
+      }
+      const StepResult step = engine_.Step();
+      if (real_time) {
+        step_timer_.expires_at(WallOf(engine_.now()));
+        co_await step_timer_.async_wait(kNoThrow);
+      } else {
+        co_await net::post(strand_, use_awaitable);  // let sessions run between steps
+      }
+      if (stopping_) break;
+      Deliver(step);
+      UpdateGauges(lag);
+      continue;
+    }
+    UpdateGauges(0);
+    const std::optional<double> next = engine_.NextTimedEvent();
+    if (next && !real_time) {
+      engine_.AdvanceTo(*next);
+      continue;
+    }
+    idle_ = true;
+    wake_timer_.expires_at(next ? WallOf(*next) : std::chrono::steady_clock::time_point::max());
+    co_await wake_timer_.async_wait(kNoThrow);
+    idle_ = false;
+  }
+}
+
+void Instance::Deliver(const StepResult& step) {
+  for (RequestHandle h : step.transfers_done) {
+    auto it = pendings_.find(h);
+    if (it != pendings_.end()) it->second->ReleaseSource();
+  }
+  for (const TokenEvent& ev : step.tokens) {
+    auto it = pendings_.find(ev.handle);
+    if (it == pendings_.end()) continue;
+    Pending& p = *it->second;
+    p.events.push_back(ev);
+    if (ev.finish != FinishReason::kNone) {
+      if (const RequestInfo* info = engine_.Info(ev.handle)) p.info = *info;
+      engine_.Forget(ev.handle);
+      p.done = true;
+      if (!p.info.held_blocks.empty()) {
+        for (const std::string& key : p.publish_keys) {
+          fabric_.Publish(key, KvHandle{this, p.hold_id});
+        }
+      }
+    }
+    p.Notify();
+  }
+}
+
+awaitable<void> Instance::AcceptLoop() {
+  while (!stopping_ && accepting_) {
+    auto [ec, socket] = co_await acceptor_.async_accept(kNoThrow);
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
+      continue;
+    }
+    if (stopping_) co_return;
+    net::co_spawn(strand_, Session(std::move(socket)), net::detached);
+  }
+}
+
+awaitable<void> Instance::Session(tcp::socket socket) {
+  Stream stream(std::move(socket));
+  streams_.insert(&stream);
+  beast::flat_buffer buffer;
+  while (!stopping_) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(options_.max_body_bytes);
+    stream.expires_after(options_.keep_alive_timeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow);
+    if (ec) {
+      if (ec == http::error::body_limit) {
+        Request dummy;
+        co_await ReplyError(stream, dummy,
+                            MakeApiError(413, "request body too large"));
+      }
+      break;
+    }
+    stream.expires_never();
+    Request req = parser.release();
+    const bool keep_alive = co_await Handle(stream, req);
+    if (!keep_alive) break;
+  }
+  streams_.erase(&stream);
+  boost::system::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.socket().close(ec);
+}
+
+awaitable<bool> Instance::Reply(Stream& stream, const Request& req, http::status status,
+                                std::string body, std::string_view content_type) {
+  http::response<http::string_body> res{status, req.version() ? req.version() : 11};
+  res.set(http::field::server, "kvroute-sim");
+  if (!body.empty() || status != http::status::ok) res.set(http::field::content_type, content_type);
+  if (auto id = req.find("x-request-id"); id != req.end()) res.set("x-request-id", id->value());
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(body);
+  res.prepare_payload();
+  auto [ec, n] = co_await http::async_write(stream, res, kNoThrow);
+  co_return !ec && req.keep_alive();
+}
+
+awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const ApiError& error) {
+  co_return co_await Reply(stream, req, static_cast<http::status>(error.status),
+                           ErrorJson(error));
+}
+
+std::string Instance::ModelsJson() const {
+  json::object model;
+  model["id"] = options_.profile.model_name;
+  model["object"] = "model";
+  model["created"] = UnixSeconds();
+  model["owned_by"] = "vllm";
+  model["root"] = options_.profile.model_name;
+  model["parent"] = nullptr;
+  model["max_model_len"] = options_.profile.max_model_len;
+  json::object o;
+  o["object"] = "list";
+  o["data"] = json::array{std::move(model)};
+  return json::serialize(o);
+}
+
+bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* status) {
+  Instance* target = this;
+  if (req.method() == http::verb::post) {
+    boost::system::error_code ec;
+    json::value v = json::parse(req.body(), ec);
+    if (ec || !v.is_object()) {
+      *status = 400;
+      *body = ErrorJson(MakeApiError(400, "faults: body must be a JSON object"));
+      return true;
+    }
+    const json::object& o = v.as_object();
+    if (const json::value* inst = o.if_contains("instance"); inst != nullptr) {
+      Instance* peer = nullptr;
+      if (inst->is_int64() && peers_) peer = peers_(static_cast<int>(inst->as_int64()));
+      if (peer == nullptr) {
+        *status = 404;
+        *body = ErrorJson(ApiError{.status = 404, .message = "faults: no such instance",
+                                   .type = "NotFoundError", .param = "instance"});
+        return true;
+      }
+      target = peer;
+    }
+    absl::StatusOr<Faults> f = ApplyFaultsJson(target->faults(), o);
+    if (!f.ok()) {
+      *status = 400;
+      *body = ErrorJson(MakeApiError(400, std::string(f.status().message())));
+      return true;
+    }
+    target->SetFaults(*f);
+    Log()->info("instance {}: faults set to {}", target->index(),
+                json::serialize(FaultsToJson(*f)));
+    *status = 200;
+    *body = json::serialize(FaultsToJson(*f));
+    return true;
+  }
+  *status = 200;
+  *body = json::serialize(FaultsToJson(faults()));
+  return true;
+}
+
+std::string Instance::RenderMetrics() {
+  const std::string labels =
+      absl::StrCat("engine=\"0\",model_name=\"", options_.profile.model_name, "\"");
+  std::string out;
+  auto gauge = [&](const std::string& name, const std::string& help, double v) {
+    PromHeader(name, "gauge", help, out);
+    absl::StrAppend(&out, name, "{", labels, "} ", PromValue(v), "\n");
+  };
+  auto counter = [&](const std::string& name, const std::string& help, uint64_t v) {
+    PromHeader(name, "counter", help, out);
+    absl::StrAppend(&out, name, "{", labels, "} ", PromValue(static_cast<double>(v)), "\n");
+  };
+  auto histogram = [&](const std::string& name, const std::string& help, const Histogram& h) {
+    PromHeader(name, "histogram", help, out);
+    h.Render(name, labels, out);
+  };
+  const EngineCounters& c = engine_.counters();
+  gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+        engine_.num_running());
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+        engine_.num_waiting());
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+        engine_.KvUsage());
+  counter("vllm:prefix_cache_queries_total",
+          "Prefix cache queries, in terms of number of queried tokens.", c.prefix_cache_queries);
+  counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+          c.prefix_cache_hits);
+  counter("vllm:external_prefix_cache_queries_total",
+          "External prefix cache queries from KV connector, in terms of number of queried tokens.",
+          c.external_prefix_cache_queries);
+  counter("vllm:external_prefix_cache_hits_total",
+          "External prefix cache hits from KV connector, in terms of number of cached tokens.",
+          c.external_prefix_cache_hits);
+  counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+          c.preemptions);
+  counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens);
+  counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+          c.generation_tokens);
+  histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            engine_.ttft());
+  histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            engine_.itl());
+  histogram("vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.", engine_.e2e());
+  histogram("vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
+  histogram("vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.", engine_.prefill_time());
+  PromHeader("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", out);
+  absl::StrAppend(&out, "vllm:cache_config_info{block_size=\"", engine_.config().block_size,
+                  "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\","
+                  "gpu_memory_utilization=\"",
+                  options_.profile.deployment.utilisation, "\",num_gpu_blocks=\"",
+                  engine_.config().num_gpu_blocks, "\"} 1.0\n");
+  const InstanceGauges g = gauges();
+  gauge("kvroute_sim_gpu_busy_fraction",
+        "Simulator: fraction of modelled GPU time spent in engine steps (10 s EWMA).",
+        engine_.BusyFraction());
+  gauge("kvroute_sim_scheduler_lag_seconds",
+        "Simulator: how far the last engine step started behind real time (wall seconds).",
+        g.scheduler_lag_s);
+  gauge("kvroute_sim_scheduler_lag_max_seconds",
+        "Simulator: largest scheduler lag seen since start (wall seconds).",
+        g.max_scheduler_lag_s);
+  gauge("kvroute_sim_time_scale", "Simulator: wall seconds per modelled second.",
+        options_.time_scale);
+  gauge("kvroute_sim_kv_holds", "Simulator: requests whose KV is held for a remote decode.",
+        static_cast<double>(engine_.num_holds()));
+  return out;
+}
+
+awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
+  const std::string_view path = Target(req);
+  const http::verb method = req.method();
+  if (path == "/sim/faults") {
+    if (method != http::verb::get && method != http::verb::post) {
+      co_return co_await Reply(stream, req, http::status::method_not_allowed,
+                               R"({"detail":"Method Not Allowed"})");
+    }
+    std::string body;
+    int status = 200;
+    HandleFaultsRequest(req, &body, &status);
+    co_return co_await Reply(stream, req, static_cast<http::status>(status), std::move(body));
+  }
+  if (faults().hang) {
+    // Read, never answered; the timer is cancelled when the fault is cleared or on Stop.
+    co_await hang_timer_.async_wait(kNoThrow);
+    co_return false;
+  }
+  auto only = [&](http::verb allowed) { return method == allowed; };
+  if (path == "/health") {
+    if (!only(http::verb::get)) {
+      co_return co_await Reply(stream, req, http::status::method_not_allowed,
+                               R"({"detail":"Method Not Allowed"})");
+    }
+    if (faults().unhealthy) {
+      co_return co_await Reply(stream, req, http::status::service_unavailable, "");
+    }
+    co_return co_await Reply(stream, req, http::status::ok, "");
+  }
+  if (path == "/v1/models") {
+    if (!only(http::verb::get)) {
+      co_return co_await Reply(stream, req, http::status::method_not_allowed,
+                               R"({"detail":"Method Not Allowed"})");
+    }
+    co_return co_await Reply(stream, req, http::status::ok, ModelsJson());
+  }
+  if (path == "/metrics") {
+    co_return co_await Reply(stream, req, http::status::ok, RenderMetrics(),
+                             "text/plain; version=0.0.4; charset=utf-8");
+  }
+  if (path == "/query") {
+    // Mooncake bootstrap: {"<dp_rank>": {"engine_id", "worker_addr"}}.
+    json::object rank;
+    rank["engine_id"] = engine_id_;
+    rank["worker_addr"] = absl::StrCat(options_.host, ":", port_);
+    json::object o;
+    o["0"] = std::move(rank);
+    co_return co_await Reply(stream, req, http::status::ok, json::serialize(o));
+  }
+  if (path == "/tokenize") {
+    if (!only(http::verb::post)) {
+      co_return co_await Reply(stream, req, http::status::method_not_allowed,
+                               R"({"detail":"Method Not Allowed"})");
+    }
+    boost::system::error_code ec;
+    json::value v = json::parse(req.body(), ec);
+    const bool chat = !ec && v.is_object() && v.as_object().contains("messages");
+    CompletionRequest parsed;
+    if (auto err = ParseCompletionRequest(
+            req.body(), chat ? Endpoint::kChatCompletions : Endpoint::kCompletions, &parsed)) {
+      co_return co_await ReplyError(stream, req, *err);
+    }
+    const std::vector<int32_t> tokens = parsed.prompt_is_ids
+                                            ? parsed.prompt_ids
+                                            : StandInTokenizer::Encode(parsed.prompt_text);
+    json::object o;
+    o["count"] = tokens.size();
+    o["max_model_len"] = options_.profile.max_model_len;
+    json::array arr;
+    arr.reserve(tokens.size());
+    for (int32_t t : tokens) arr.push_back(t);
+    o["tokens"] = std::move(arr);
+    o["token_strs"] = nullptr;
+    co_return co_await Reply(stream, req, http::status::ok, json::serialize(o));
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!only(http::verb::post)) {
+      co_return co_await Reply(stream, req, http::status::method_not_allowed,
+                               R"({"detail":"Method Not Allowed"})");
+    }
+    co_return co_await HandleCompletion(
+        stream, req,
+        path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions);
+  }
+  co_return co_await Reply(stream, req, http::status::not_found, R"({"detail":"Not Found"})");
+}
+
+awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoint endpoint) {
+  CompletionRequest parsed;
+  if (auto err = ParseCompletionRequest(req.body(), endpoint, &parsed)) {
+    co_return co_await ReplyError(stream, req, *err);
+  }
+  const Profile& profile = options_.profile;
+  if (parsed.model && *parsed.model != profile.model_name) {
+    co_return co_await ReplyError(
+        stream, req,
+        ApiError{.status = 404,
+                 .message = absl::StrCat("The model `", *parsed.model, "` does not exist."),
+                 .type = "NotFoundError",
+                 .param = "model"});
+  }
+  std::vector<int32_t> tokens = parsed.prompt_is_ids ? std::move(parsed.prompt_ids)
+                                                     : StandInTokenizer::Encode(parsed.prompt_text);
+  const int64_t prompt_len = static_cast<int64_t>(tokens.size());
+  const int64_t max_tokens = parsed.max_tokens.value_or(profile.max_model_len - prompt_len);
+  if (prompt_len + max_tokens > profile.max_model_len || max_tokens < 1) {
+    co_return co_await ReplyError(
+        stream, req,
+        ApiError{.message = absl::StrCat(
+                     "This model's maximum context length is ", profile.max_model_len,
+                     " tokens. However, you requested ", prompt_len + std::max<int64_t>(max_tokens, 1),
+                     " tokens (", prompt_len, " in the messages, ", max_tokens,
+                     " in the completion). Please reduce the length of the messages or "
+                     "completion."),
+                 .param = "input_tokens"});
+  }
+  if (absl::Status s = engine_.Validate(prompt_len, max_tokens); !s.ok()) {
+    co_return co_await ReplyError(stream, req, MakeApiError(400, std::string(s.message())));
+  }
+  const Faults f = faults();
+  if (f.error_rate > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < f.error_rate) {
+    co_return co_await ReplyError(
+        stream, req,
+        MakeApiError(500, "kvroute-sim: injected internal server error",
+                     "InternalServerError"));
+  }
+
+  // Request id: X-Request-Id when present (as vLLM), else random.
+  std::string base_id;
+  if (auto it = req.find("x-request-id"); it != req.end() && !it->value().empty()) {
+    base_id = std::string(it->value());
+  } else {
+    base_id = absl::StrFormat("%016x%016x", rng_(), rng_());
+  }
+  const std::string response_id = ResponseId(endpoint, base_id);
+  const int64_t created = UnixSeconds();
+
+  auto pending = std::make_shared<Pending>(strand_);
+  RequestSpec spec;
+  spec.request_id = absl::StrCat(response_id, "-", next_request_seq_++);
+  spec.max_tokens = static_cast<int>(max_tokens);
+  spec.min_tokens = static_cast<int>(parsed.min_tokens);
+  spec.ignore_eos = parsed.ignore_eos;
+  spec.output_seed = XXH3_64bits_withSeed(base_id.data(), base_id.size(), options_.seed);
+  const uint64_t output_seed = spec.output_seed;
+
+  // P/D roles.
+  const json::object* kv = parsed.kv_transfer_params ? &*parsed.kv_transfer_params : nullptr;
+  std::optional<std::string> transfer_id = kv ? GetString(*kv, "transfer_id") : std::nullopt;
+  bool prefill_leg = kv != nullptr && GetBool(*kv, "do_remote_decode");
+  std::optional<std::string> wait_key;
+  std::optional<std::string> claim_key;
+  if (kv != nullptr && GetBool(*kv, "do_remote_prefill")) {
+    if (transfer_id) {
+      wait_key = absl::StrCat("mooncake:", *transfer_id);
+    } else if (auto eid = GetString(*kv, "remote_engine_id"),
+               rid = GetString(*kv, "remote_request_id");
+               eid && rid) {
+      claim_key = absl::StrCat("nixl:", *eid, ":", *rid);
+    }
+  } else if (parsed.bootstrap_room) {
+    const std::string key = absl::StrCat("sglang:", *parsed.bootstrap_room);
+    if (parsed.bootstrap_port && *parsed.bootstrap_port == port_) {
+      prefill_leg = true;
+      pending->publish_keys.push_back(key);
+    } else {
+      wait_key = key;
+    }
+  }
+  if (prefill_leg) {
+    spec.hold_for_remote_decode = true;
+    spec.max_tokens = 1;
+    pending->hold_id = spec.request_id;
+    pending->publish_keys.push_back(absl::StrCat("nixl:", engine_id_, ":", spec.request_id));
+    if (transfer_id) pending->publish_keys.push_back(absl::StrCat("mooncake:", *transfer_id));
+  }
+  if (claim_key) {
+    pending->kv_source = fabric_.Claim(*claim_key);
+    if (!pending->kv_source) {
+      Log()->warn("instance {}: request {}: no KV held under {}, prefilling locally",
+                  options_.index, base_id, *claim_key);
+    }
+  }
+  if (wait_key) {
+    std::weak_ptr<Pending> weak = pending;
+    const uint64_t ticket = fabric_.ClaimOrWait(*wait_key, [this, weak](KvHandle h) {
+      net::post(strand_, [weak, h] {
+        std::shared_ptr<Pending> p = weak.lock();
+        if (!p || p->pair_abandoned || p->aborted) {
+          h.holder->ReleaseHeldKv(h.hold_id);
+          return;
+        }
+        p->kv_source = h;
+        p->pair_done = true;
+        p->Notify();
+      });
+    });
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(profile.pd_pair_timeout_s));
+    while (!pending->pair_done && !pending->aborted &&
+           std::chrono::steady_clock::now() < deadline) {
+      pending->notify.expires_at(deadline);
+      co_await pending->notify.async_wait(kNoThrow);
+    }
+    if (!pending->pair_done) {
+      pending->pair_abandoned = true;
+      fabric_.CancelWait(*wait_key, ticket);
+      if (pending->aborted) co_return false;
+      Log()->warn("instance {}: request {}: no prefill leg for {} within {} s, prefilling "
+                  "locally",
+                  options_.index, base_id, *wait_key, profile.pd_pair_timeout_s);
+    }
+  }
+  spec.pull_remote_kv = pending->kv_source.has_value();
+  spec.prompt = std::move(tokens);
+
+  if (options_.time_scale > 0) engine_.AdvanceTo(VirtualNow());
+  const RequestHandle handle = engine_.Submit(std::move(spec));
+  pendings_[handle] = pending;
+  Wake();
+
+  // Cleans up whatever way the session leaves.
+  struct Cleanup {
+    Instance* self;
+    RequestHandle handle;
+    std::shared_ptr<Pending> p;
+    ~Cleanup() {
+      if (!p->done) self->engine_.Abort(handle);
+      p->ReleaseSource();
+      self->pendings_.erase(handle);
+    }
+  } cleanup{this, handle, pending};
+
+  const std::string& model = profile.model_name;
+  const int die_after = f.die_after_events;
+  if (!parsed.stream) {
+    while (!pending->done && !pending->aborted) {
+      pending->notify.expires_at(std::chrono::steady_clock::time_point::max());
+      co_await pending->notify.async_wait(kNoThrow);
+    }
+    if (pending->aborted || die_after >= 0) co_return false;  // connection dropped, no answer
+    std::string text;
+    for (const TokenEvent& ev : pending->events) {
+      text += StandInTokenizer::GeneratedPiece(output_seed, ev.index);
+    }
+    const RequestInfo& info = pending->info;
+    const Usage usage{.prompt_tokens = info.prompt_tokens,
+                      .completion_tokens = info.completion_tokens,
+                      .cached_tokens = info.cached_tokens};
+    std::optional<json::object> kv_params;
+    if (prefill_leg && !info.held_blocks.empty()) {
+      json::object p;
+      p["do_remote_prefill"] = true;
+      p["do_remote_decode"] = false;
+      json::array blocks;
+      for (BlockId b : info.held_blocks) blocks.push_back(b);
+      p["remote_block_ids"] = std::move(blocks);
+      p["remote_engine_id"] = engine_id_;
+      p["remote_request_id"] = pending->hold_id;
+      p["remote_host"] = options_.host;
+      p["remote_port"] = port_;
+      p["tp_size"] = profile.deployment.tensor_parallel;
+      if (transfer_id) p["transfer_id"] = *transfer_id;
+      kv_params = std::move(p);
+    }
+    co_return co_await Reply(stream, req, http::status::ok,
+                             FullResponseJson(endpoint, response_id, created, model, text,
+                                              FinishReasonName(info.finish), usage, kv_params));
+  }
+
+  http::response<http::empty_body> res{http::status::ok, req.version() ? req.version() : 11};
+  res.set(http::field::server, "kvroute-sim");
+  res.set(http::field::content_type, "text/event-stream; charset=utf-8");
+  if (auto id = req.find("x-request-id"); id != req.end()) res.set("x-request-id", id->value());
+  res.keep_alive(req.keep_alive());
+  res.chunked(true);
+  http::response_serializer<http::empty_body> serializer{res};
+  if (auto [ec, n] = co_await http::async_write_header(stream, serializer, kNoThrow); ec) {
+    co_return false;
+  }
+  int events_sent = 0;
+  bool first = true;
+  for (;;) {
+    while (pending->events.empty() && !pending->done && !pending->aborted) {
+      pending->notify.expires_at(std::chrono::steady_clock::time_point::max());
+      co_await pending->notify.async_wait(kNoThrow);
+    }
+    if (pending->aborted) co_return false;
+    std::string batch;
+    bool die = die_after == 0;
+    while (!die && !pending->events.empty()) {
+      const TokenEvent ev = pending->events.front();
+      pending->events.pop_front();
+      if (first && endpoint == Endpoint::kChatCompletions) {
+        batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model, "", "", true));
+        die = die_after >= 0 && ++events_sent >= die_after;
+        if (die) break;
+      }
+      first = false;
+      batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model,
+                                        StandInTokenizer::GeneratedPiece(output_seed, ev.index),
+                                        FinishReasonName(ev.finish), false));
+      die = die_after >= 0 && ++events_sent >= die_after;
+    }
+    const bool finished = !die && pending->done && pending->events.empty();
+    if (finished) {
+      if (parsed.include_usage) {
+        const RequestInfo& info = pending->info;
+        batch += SseEvent(UsageChunkJson(endpoint, response_id, created, model,
+                                         Usage{.prompt_tokens = info.prompt_tokens,
+                                               .completion_tokens = info.completion_tokens,
+                                               .cached_tokens = info.cached_tokens}));
+      }
+      batch += kSseDone;
+    }
+    if (!batch.empty()) {
+      auto [ec, n] = co_await net::async_write(stream, http::make_chunk(net::buffer(batch)),
+                                               kNoThrow);
+      if (ec) co_return false;
+    }
+    if (die) {
+      // Injected fault: the connection drops mid-stream, without the terminating chunk.
+      boost::system::error_code ec;
+      stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+      co_return false;
+    }
+    if (finished) {
+      auto [ec, n] = co_await net::async_write(stream, http::make_chunk_last(), kNoThrow);
+      co_return !ec && req.keep_alive();
+    }
+  }
+}
+
+}  // namespace sim

@@ -1,0 +1,149 @@
+// One simulated vLLM instance: an HTTP server (Boost.Beast, C++20 coroutines) in front of an
+// Engine, plus the real-time driver that maps the engine's virtual clock to wall time.
+//
+// Everything of an instance (acceptor, sessions, engine loop) runs on one strand, so the
+// Engine needs no lock; instances run in parallel on the fleet's io_context threads. The
+// public methods marked thread-safe may be called from anywhere.
+//
+// Time: virtual time v maps to wall time origin + v * time_scale. With time_scale > 0 each
+// step's results are released when the wall clock reaches the step's end; the lag of the
+// step start behind its wall time is exported as kvroute_sim_scheduler_lag_seconds. With
+// time_scale == 0 steps run back to back (virtual time still advances, metrics use it).
+#pragma once
+
+#include <absl/base/thread_annotations.h>
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+#include <absl/status/status.h>
+#include <absl/synchronization/mutex.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "sim/api.h"
+#include "sim/engine.h"
+#include "sim/faults.h"
+#include "sim/kv_fabric.h"
+#include "sim/profile.h"
+
+namespace sim {
+
+struct InstanceOptions {
+  int index = 0;
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: an ephemeral port
+  Profile profile;
+  double time_scale = 1;
+  uint64_t seed = 0;
+  Faults faults;
+  size_t max_body_bytes = 64 * 1024 * 1024;
+  std::chrono::seconds keep_alive_timeout{300};
+};
+
+// A thread-safe snapshot of the driver's gauges.
+struct InstanceGauges {
+  double scheduler_lag_s = 0;
+  double max_scheduler_lag_s = 0;
+  double gpu_busy_fraction = 0;
+  double kv_usage = 0;
+  int num_running = 0;
+  int num_waiting = 0;
+  uint64_t steps = 0;
+  double virtual_now = 0;
+};
+
+class Instance : public KvHolder {
+ public:
+  // Finds another instance of the same fleet (for /sim/faults {"instance": k}); may be empty.
+  using PeerLookup = std::function<Instance*(int index)>;
+
+  Instance(boost::asio::io_context& io, InstanceOptions options, KvFabric& fabric,
+           PeerLookup peers);
+  ~Instance() override;
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  // Binds the listening socket (synchronously); port() is valid afterwards.
+  absl::Status Listen();
+  // Starts accepting and the engine loop.
+  void Start();
+  // Thread-safe. Closes the listener and every connection, stops the engine loop.
+  void Stop();
+
+  uint16_t port() const { return port_; }
+  int index() const { return options_.index; }
+  const std::string& engine_id() const { return engine_id_; }
+  const std::string& host() const { return options_.host; }
+
+  // Thread-safe.
+  Faults faults() const;
+  void SetFaults(const Faults& faults);
+  InstanceGauges gauges() const;
+
+  // KvHolder (thread-safe).
+  void ReleaseHeldKv(const std::string& hold_id) override;
+  int instance_index() const override { return options_.index; }
+
+ private:
+  struct Pending;
+  using Stream = boost::beast::tcp_stream;
+  using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+  boost::asio::awaitable<void> AcceptLoop();
+  boost::asio::awaitable<void> EngineLoop();
+  boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket);
+  // Returns whether the connection may be kept alive.
+  boost::asio::awaitable<bool> Handle(Stream& stream, Request& req);
+  boost::asio::awaitable<bool> HandleCompletion(Stream& stream, Request& req, Endpoint endpoint);
+  boost::asio::awaitable<bool> Reply(Stream& stream, const Request& req,
+                                     boost::beast::http::status status, std::string body,
+                                     std::string_view content_type = "application/json");
+  boost::asio::awaitable<bool> ReplyError(Stream& stream, const Request& req,
+                                          const ApiError& error);
+  bool HandleFaultsRequest(const Request& req, std::string* body, int* status);
+  std::string RenderMetrics();
+  std::string ModelsJson() const;
+
+  void ApplyFaultEffects();  // on the strand
+  void Wake();
+  void Deliver(const StepResult& step);
+  void UpdateGauges(double lag_s);
+  double VirtualNow() const;
+  std::chrono::steady_clock::time_point WallOf(double virtual_time) const;
+
+  InstanceOptions options_;
+  KvFabric& fabric_;
+  PeerLookup peers_;
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer wake_timer_;
+  boost::asio::steady_timer step_timer_;
+  boost::asio::steady_timer hang_timer_;
+  uint16_t port_ = 0;
+  std::string engine_id_;
+  std::chrono::steady_clock::time_point wall_origin_;
+
+  // Strand-only state.
+  Engine engine_;
+  bool stopping_ = false;
+  bool idle_ = false;
+  bool accepting_ = false;
+  std::mt19937_64 rng_;
+  uint64_t next_request_seq_ = 0;
+  absl::flat_hash_map<RequestHandle, std::shared_ptr<Pending>> pendings_;
+  absl::flat_hash_set<Stream*> streams_;
+
+  mutable absl::Mutex mu_;
+  Faults faults_ ABSL_GUARDED_BY(mu_);
+  InstanceGauges gauges_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sim

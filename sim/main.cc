@@ -1,0 +1,101 @@
+// kvroute-sim: N simulated vLLM instances on HOST:P ... P+N-1 (see sim/README.md).
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/json.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "sim/fleet.h"
+#include "sim/profile.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-sim: a simulated GPU fleet that speaks vLLM's wire protocol"};
+  sim::FleetOptions opts;
+  int base_port = 8100;
+  std::string profile_path;
+  std::string log_level = "info";
+  std::vector<std::string> fault_specs;
+  int64_t num_gpu_blocks = 0;
+  app.add_option("--instances", opts.instances, "number of instances")->check(CLI::Range(1, 1024));
+  app.add_option("--base-port", base_port,
+                 "instance i listens on base-port + i (0: ephemeral ports, printed)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--host", opts.host, "bind address");
+  app.add_option("--profile", profile_path, "profile YAML (default: built-in H20 / Qwen3-Coder)");
+  app.add_option("--time-scale", opts.time_scale,
+                 "wall seconds per modelled second (0.1: 10x faster than real time; 0: no delay)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", opts.seed, "seed for ids, output lengths and injected errors");
+  app.add_option("--threads", opts.io_threads, "I/O threads")->check(CLI::Range(1, 64));
+  app.add_option("--num-gpu-blocks", num_gpu_blocks, "override the profile's KV block count");
+  app.add_option("--fault", fault_specs,
+                 "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
+                 "(fields as POST /sim/faults)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!profile_path.empty()) {
+    absl::StatusOr<sim::Profile> p = sim::LoadProfile(profile_path);
+    if (!p.ok()) {
+      std::fprintf(stderr, "kvroute-sim: %s\n", std::string(p.status().message()).c_str());
+      return 2;
+    }
+    opts.profile = *p;
+  }
+  if (num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = num_gpu_blocks;
+  if (base_port != 0 && base_port + opts.instances - 1 > 65535) {
+    std::fprintf(stderr, "kvroute-sim: ports beyond 65535\n");
+    return 2;
+  }
+  opts.base_port = static_cast<uint16_t>(base_port);
+  opts.faults.assign(opts.instances, sim::Faults{});
+  for (const std::string& spec : fault_specs) {
+    const size_t colon = spec.find(':');
+    boost::system::error_code ec;
+    boost::json::value v =
+        colon == std::string::npos ? boost::json::value() : boost::json::parse(spec.substr(colon + 1), ec);
+    if (colon == std::string::npos || ec || !v.is_object()) {
+      std::fprintf(stderr, "kvroute-sim: --fault wants INDEX:JSON, got %s\n", spec.c_str());
+      return 2;
+    }
+    const std::string who = spec.substr(0, colon);
+    for (int i = 0; i < opts.instances; ++i) {
+      if (who != "*" && who != std::to_string(i)) continue;
+      absl::StatusOr<sim::Faults> f = sim::ApplyFaultsJson(opts.faults[i], v.as_object());
+      if (!f.ok()) {
+        std::fprintf(stderr, "kvroute-sim: %s\n", std::string(f.status().message()).c_str());
+        return 2;
+      }
+      opts.faults[i] = *f;
+    }
+  }
+
+  sim::Fleet fleet(opts);
+  absl::StatusOr<std::vector<uint16_t>> ports = fleet.Start();
+  if (!ports.ok()) {
+    std::fprintf(stderr, "kvroute-sim: %s\n", std::string(ports.status().message()).c_str());
+    return 1;
+  }
+  std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
+              opts.profile.model_name.c_str(),
+              static_cast<long long>(opts.profile.NumGpuBlocks()), opts.profile.block_size,
+              opts.time_scale);
+  for (int i = 0; i < fleet.size(); ++i) {
+    std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),
+                static_cast<unsigned>((*ports)[i]));
+  }
+  std::fflush(stdout);
+
+  boost::asio::io_context signals_io;
+  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  signals.async_wait([](const boost::system::error_code&, int) {});
+  signals_io.run();
+  fleet.Stop();
+  std::printf("kvroute-sim: stopped\n");
+  return 0;
+}
