@@ -28,7 +28,8 @@ struct ChartOptions {
   int height = 360;
   bool log_x = false;  // decade ticks; non-positive x values are dropped
   bool markers = false;
-  std::optional<double> x_min, x_max, y_min, y_max;
+  std::optional<double> x_min = std::nullopt, x_max = std::nullopt;
+  std::optional<double> y_min = std::nullopt, y_max = std::nullopt;
   bool y_percent = false;  // y values are fractions, labelled as percentages
 };
 

@@ -1,0 +1,323 @@
+// The streaming client and the runner against a tiny in-test OpenAI-like server (port 0).
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "bench/kvroute_bench/http_client.h"
+#include "bench/kvroute_bench/runner.h"
+
+namespace kvroute::bench {
+namespace {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+constexpr auto kAsTuple = net::as_tuple(net::use_awaitable);
+
+// Fake kvroute: streams `max_tokens` one-word chunks with usage, the kvroute headers, and
+// reports cached tokens as "everything but the last 100 prompt bytes / 4".
+class FakeServer {
+ public:
+  FakeServer() : acceptor_(io_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+    port_ = acceptor_.local_endpoint().port();
+    net::co_spawn(io_, Accept(), net::detached);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~FakeServer() {
+    net::post(io_, [this] {
+      beast::error_code ec;
+      acceptor_.close(ec);
+    });
+    io_.stop();
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  int requests() const { return requests_.load(); }
+  std::string last_session() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_session_;
+  }
+
+ private:
+  net::awaitable<void> Accept() {
+    while (true) {
+      auto [ec, socket] = co_await acceptor_.async_accept(kAsTuple);
+      if (ec) co_return;
+      net::co_spawn(io_, Serve(std::move(socket)), net::detached);
+    }
+  }
+
+  net::awaitable<void> Serve(tcp::socket socket) {
+    beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    auto [ec, n] = co_await http::async_read(socket, buffer, req, kAsTuple);
+    if (ec) co_return;
+    ++requests_;
+    if (req.method() == http::verb::get && req.target() == "/v1/models") {
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})";
+      res.prepare_payload();
+      co_await http::async_write(socket, res, kAsTuple);
+      co_return;
+    }
+    if (req.method() == http::verb::get && req.target() == "/metrics") {
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.body() =
+          "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n"
+          "kvroute_sim_gpu_busy_fraction{engine=\"0\",model_name=\"m\"} 0.25\n";
+      res.prepare_payload();
+      co_await http::async_write(socket, res, kAsTuple);
+      co_return;
+    }
+    json::value body = json::parse(req.body());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      last_session_ = std::string(req["X-Session-Id"]);
+    }
+    std::string prompt;
+    for (const auto& m : body.at("messages").as_array()) {
+      prompt += json::value_to<std::string>(m.at("content"));
+    }
+    if (prompt.find("please fail") != std::string::npos) {
+      http::response<http::string_body> res{http::status::service_unavailable, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = R"({"error":{"message":"overloaded","type":"server_error","code":503}})";
+      res.prepare_payload();
+      co_await http::async_write(socket, res, kAsTuple);
+      co_return;
+    }
+    const int64_t max_tokens = body.at("max_tokens").as_int64();
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt.size()) / 4;
+    http::response<http::empty_body> res{http::status::ok, 11};
+    res.set(http::field::content_type, "text/event-stream");
+    res.set("X-Request-Id", std::string(req["X-Request-Id"]));
+    res.set("X-Kvroute-Class", prompt_tokens > 3000 ? "MEDIUM" : "WARM");
+    res.set("X-Kvroute-Backend", prompt_tokens > 3000 ? "gpu1->gpu0" : "gpu0");
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    co_await http::async_write_header(socket, sr, kAsTuple);
+    co_await SendChunk(socket, R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"
+                  "\n\n");
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      co_await SendChunk(socket, R"(data: {"choices":[{"index":0,"delta":{"content":" tok"}}]})" "\n\n");
+    }
+    co_await SendChunk(socket, UsageEvent(prompt_tokens, max_tokens));
+    co_await SendChunk(socket, "data: [DONE]\n\n");
+    co_await net::async_write(socket, http::make_chunk_last(), kAsTuple);
+  }
+
+  // Built outside the coroutine: GCC 12 mishandles initializer lists inside coroutines.
+  static std::string UsageEvent(int64_t prompt_tokens, int64_t max_tokens) {
+    json::object usage{{"prompt_tokens", prompt_tokens},
+                       {"completion_tokens", max_tokens},
+                       {"total_tokens", prompt_tokens + max_tokens},
+                       {"prompt_tokens_details",
+                        json::object{{"cached_tokens", std::max<int64_t>(prompt_tokens - 25, 0)}}}};
+    return "data: " +
+           json::serialize(json::object{{"choices", json::array{}}, {"usage", usage}}) + "\n\n";
+  }
+
+  static net::awaitable<void> SendChunk(tcp::socket& socket, std::string event) {
+    co_await net::async_write(socket, http::make_chunk(net::buffer(event)), kAsTuple);
+  }
+
+  net::io_context io_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  std::string last_session_;
+};
+
+template <typename T>
+T RunCoroutine(net::awaitable<T> a) {
+  net::io_context io;
+  std::optional<T> out;
+  net::co_spawn(io, std::move(a), [&](std::exception_ptr e, T v) {
+    if (e) std::rethrow_exception(e);
+    out = std::move(v);
+  });
+  io.run();
+  return *std::move(out);
+}
+
+TEST(HttpClientTest, ParsesUrls) {
+  auto a = ParseHttpUrl("http://127.0.0.1:8000/");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 8000);
+  EXPECT_EQ(a->base_path, "");
+  auto b = ParseHttpUrl("localhost:9/x/");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->base_path, "/x");
+  EXPECT_EQ(b->Url(), "http://localhost:9/x");
+  EXPECT_FALSE(ParseHttpUrl("https://a:1").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://a:0").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://:80").ok());
+}
+
+TEST(HttpClientTest, StreamsChatAndReadsUsageAndHeaders) {
+  FakeServer server;
+  ChatCall call;
+  call.endpoint = {"127.0.0.1", server.port(), ""};
+  call.body = BuildChatBody("m", {{"system", "be brief"}, {"user", std::string(400, 'a')}}, 7);
+  call.session_id = "job-1";
+  call.request_id = "req-42";
+  const ChatOutcome out = RunCoroutine(StreamChat(call));
+  EXPECT_EQ(out.error, "");
+  EXPECT_EQ(out.http_status, 200);
+  EXPECT_EQ(out.request_id, "req-42");
+  EXPECT_EQ(out.klass, "WARM");
+  EXPECT_EQ(out.backend, "gpu0");
+  EXPECT_EQ(out.content, " tok tok tok tok tok tok tok");
+  EXPECT_EQ(out.completion_tokens, 7);
+  EXPECT_EQ(out.prompt_tokens, 102);  // (8 + 400) / 4
+  EXPECT_EQ(out.cached_tokens, 77);
+  EXPECT_EQ(out.content_events, 7);
+  EXPECT_GE(out.ttft, 0);
+  EXPECT_GE(out.e2e, out.ttft);
+  EXPECT_GE(out.tpot, 0);
+  EXPECT_EQ(server.last_session(), "job-1");
+}
+
+TEST(HttpClientTest, ReportsHttpErrorsAndConnectFailures) {
+  FakeServer server;
+  ChatCall call;
+  call.endpoint = {"127.0.0.1", server.port(), ""};
+  call.body = BuildChatBody("m", {{"user", "please fail"}}, 3);
+  const ChatOutcome out = RunCoroutine(StreamChat(call));
+  EXPECT_EQ(out.http_status, 503);
+  EXPECT_EQ(out.error, "http 503: overloaded");
+
+  // A port that nothing listens on: bind one, learn it, close it.
+  uint16_t dead_port;
+  {
+    net::io_context io;
+    tcp::acceptor a(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    dead_port = a.local_endpoint().port();
+  }
+  call.endpoint.port = dead_port;
+  const ChatOutcome refused = RunCoroutine(StreamChat(call));
+  EXPECT_EQ(refused.http_status, 0);
+  EXPECT_NE(refused.error.find("connect"), std::string::npos);
+}
+
+TEST(HttpClientTest, GetReadsWholeBody) {
+  FakeServer server;
+  const HttpResponse r = RunCoroutine(
+      HttpGet({"127.0.0.1", server.port(), ""}, "/v1/models", std::chrono::seconds(5)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("fake-model"), std::string::npos);
+}
+
+TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
+  FakeServer server;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic = {.jobs_per_second = 50, .duration_s = 0.1, .turns = 3, .tool_tokens = {700, 300},
+               .system_tokens = 200, .task_tokens = 50, .tool_time_s = 0.001,
+               .completion_tokens = 4, .max_jobs = 3, .seed = 5};
+  const size_t planned = PlanAgenticJobs(w.agentic).size();
+  ASSERT_GT(planned, 0u);
+  ASSERT_TRUE(PrepareWorkload(w).ok());
+  RunOptions o;
+  o.name = "fake";
+  o.target = {"127.0.0.1", server.port(), ""};
+  o.instances = {{"gpu0", {"127.0.0.1", server.port(), ""}}};
+  o.sample_interval_s = 0.01;
+  o.request_timeout_s = 30;
+  o.drain_timeout_s = 60;
+  std::vector<std::string> progress;
+  o.progress = [&](std::string_view line) { progress.emplace_back(line); };
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->jobs.size(), planned);
+  EXPECT_EQ(r->requests.size(), planned * 3);
+  for (const JobRecord& j : r->jobs) {
+    EXPECT_TRUE(j.ok);
+    EXPECT_EQ(j.turn_e2e.size(), 3u);
+    EXPECT_GE(j.t_done, j.t_arrival);
+  }
+  for (const RequestRecord& q : r->requests) {
+    EXPECT_TRUE(q.ok()) << q.error;
+    EXPECT_EQ(q.completion_tokens, 4);
+    EXPECT_FALSE(q.klass.empty());
+    if (q.turn > 1) {
+      // The bound is the previous turn's prompt + completion: what a perfect cache holds.
+      EXPECT_GT(q.bound_cached_tokens, 0);
+      EXPECT_LE(q.bound_cached_tokens, q.prompt_tokens);
+    }
+  }
+  EXPECT_FALSE(r->samples.empty());
+  EXPECT_DOUBLE_EQ(r->samples.front().kv_usage, 0.5);
+  EXPECT_DOUBLE_EQ(r->samples.front().gpu_busy, 0.25);
+  ASSERT_FALSE(progress.empty());
+  EXPECT_NE(progress.back().find("finished"), std::string::npos);
+  // Requests: 1 model probe + the chats + metric scrapes.
+  EXPECT_GE(server.requests(), static_cast<int>(1 + planned * 3));
+}
+
+TEST(RunnerTest, TraceReplayAgainstFakeServer) {
+  FakeServer server;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kTrace;
+  std::vector<TraceRecord> recs;
+  for (int i = 0; i < 4; ++i) {
+    TraceRecord r;
+    r.index = i;
+    r.timestamp_ms = i * 10;
+    r.input_length = 600;
+    r.output_length = 3;
+    r.hash_ids = {0, i + 1};
+    recs.push_back(r);
+  }
+  // Record 3 continues record 1's chat.
+  recs[1].chat_id = 1;
+  recs[3].chat_id = 3;
+  recs[3].parent_chat_id = 1;
+  w.trace_records = std::make_shared<const std::vector<TraceRecord>>(recs);
+  w.trace.speedup = 10;
+  w.trace.think_time_s = 0.001;
+  RunOptions o;
+  o.target = {"127.0.0.1", server.port(), ""};
+  o.progress = [](std::string_view) {};
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 4u);
+  double bound = 0;
+  for (const RequestRecord& q : r->requests) {
+    EXPECT_TRUE(q.ok()) << q.error;
+    bound += static_cast<double>(q.bound_cached_tokens);
+  }
+  EXPECT_EQ(bound, 3 * 512);  // block 0 is shared by the last three
+  EXPECT_DOUBLE_EQ(r->bound_hit_ratio, 3.0 * 512 / (4 * 600));
+  // The child was sent after its parent completed.
+  const RequestRecord* parent = nullptr;
+  const RequestRecord* child = nullptr;
+  for (const RequestRecord& q : r->requests) {
+    if (q.trace_index == 1) parent = &q;
+    if (q.trace_index == 3) child = &q;
+  }
+  ASSERT_TRUE(parent && child);
+  EXPECT_GE(child->t_start, parent->t_start + parent->e2e);
+}
+
+}  // namespace
+}  // namespace kvroute::bench

@@ -1,0 +1,254 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "bench/kvroute_bench/ablation.h"
+#include "bench/kvroute_bench/metrics_sampler.h"
+#include "bench/kvroute_bench/report.h"
+#include "bench/kvroute_bench/stats.h"
+#include "bench/kvroute_bench/svg_chart.h"
+
+namespace kvroute::bench {
+namespace {
+namespace json = boost::json;
+
+TEST(PercentileTest, LinearInterpolation) {
+  std::vector<double> v = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 50), 5.5);
+  EXPECT_DOUBLE_EQ(Percentile(v, 90), 9.1);
+  EXPECT_NEAR(Percentile(v, 99), 9.91, 1e-12);
+  EXPECT_DOUBLE_EQ(Percentile(v, 100), 10);
+  EXPECT_DOUBLE_EQ(Percentile({3}, 99), 3);
+  EXPECT_TRUE(std::isnan(Percentile({}, 50)));
+  const Distribution d = Describe(v);
+  EXPECT_EQ(d.n, 10);
+  EXPECT_DOUBLE_EQ(d.mean, 5.5);
+  EXPECT_DOUBLE_EQ(d.max, 10);
+  EXPECT_TRUE(std::isnan(Describe({}).p50));
+}
+
+RequestRecord Req(std::string klass, double ttft, double e2e, int64_t prompt, int64_t cached,
+                  std::string backend = "gpu0") {
+  RequestRecord r;
+  r.klass = std::move(klass);
+  r.backend = std::move(backend);
+  r.http_status = 200;
+  r.ttft = ttft;
+  r.tpot = 0.01;
+  r.e2e = e2e;
+  r.prompt_tokens = prompt;
+  r.cached_tokens = cached;
+  r.completion_tokens = 20;
+  r.bound_cached_tokens = prompt / 2;
+  return r;
+}
+
+RunResult FixedRun(std::string name, double scale) {
+  RunResult run;
+  run.name = std::move(name);
+  run.mode = "v2";
+  run.heavy_threshold = 20000;
+  run.workload = "agentic";
+  run.time_scale = scale;
+  run.duration_s = 10 * scale;
+  run.requests = {Req("WARM", 0.1 * scale, 0.5 * scale, 1000, 900),
+                  Req("WARM", 0.3 * scale, 0.7 * scale, 1000, 800),
+                  Req("HEAVY", 2.0 * scale, 3.0 * scale, 30000, 0, "gpu1->gpu3"),
+                  Req("MEDIUM", 1.0 * scale, 1.5 * scale, 8000, 1000)};
+  RequestRecord failed;
+  failed.klass = "WARM";
+  failed.error = "http 503: overloaded";
+  failed.http_status = 503;
+  run.requests.push_back(failed);
+  run.dropped = 1;
+  JobRecord j1{.job = 0, .t_arrival = 0, .t_done = 4 * scale, .ok = true,
+               .turn_e2e = {1 * scale, 2 * scale}};
+  JobRecord j2{.job = 1, .t_arrival = 1 * scale, .t_done = 7 * scale, .ok = true,
+               .turn_e2e = {1 * scale, 4 * scale}};
+  run.jobs = {j1, j2};
+  run.samples = {{.t = 0, .instance = "gpu0", .kv_usage = 0.2, .running = 1, .waiting = 0,
+                  .gpu_busy = 0.5},
+                 {.t = 2 * scale, .instance = "gpu0", .kv_usage = 0.6, .running = 2,
+                  .waiting = 1, .gpu_busy = 0.7},
+                 {.t = 0, .instance = "gpu1", .kv_usage = 0.4, .running = 0, .waiting = 0,
+                  .gpu_busy = 0.1}};
+  return run;
+}
+
+TEST(SummaryTest, FixedInputs) {
+  const RunSummary s = Summarize(FixedRun("v2-T20k", 1.0));
+  EXPECT_EQ(s.requests, 5);
+  EXPECT_EQ(s.errors, 1);
+  EXPECT_EQ(s.dropped, 1);
+  EXPECT_DOUBLE_EQ(s.error_rate, 2.0 / 6.0);
+  EXPECT_EQ(s.offloads, 1);
+  EXPECT_EQ(s.prompt_tokens, 40000);
+  EXPECT_EQ(s.cached_tokens, 2700);
+  EXPECT_DOUBLE_EQ(s.hit_ratio, 2700.0 / 40000.0);
+  EXPECT_DOUBLE_EQ(s.bound_hit_ratio, 0.5);
+  ASSERT_EQ(s.classes.size(), 4u);
+  EXPECT_EQ(s.classes[0].klass, "ALL");
+  EXPECT_EQ(s.classes[0].requests, 4);
+  EXPECT_EQ(s.classes[1].klass, "WARM");
+  EXPECT_EQ(s.classes[2].klass, "MEDIUM");
+  EXPECT_EQ(s.classes[3].klass, "HEAVY");
+  EXPECT_DOUBLE_EQ(s.classes[1].ttft.p50, 0.2);
+  EXPECT_DOUBLE_EQ(s.classes[3].ttft.p99, 2.0);
+  EXPECT_DOUBLE_EQ(s.classes[0].ttft.p50, 0.65);
+  EXPECT_DOUBLE_EQ(s.throughput_rps, 0.4);
+  EXPECT_EQ(s.jobs_ok, 2);
+  EXPECT_DOUBLE_EQ(s.job_completion.p50, 5.0);
+  ASSERT_EQ(s.turn_mean_e2e.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.turn_mean_e2e[0], 1.0);
+  EXPECT_DOUBLE_EQ(s.turn_mean_e2e[1], 3.0);
+  EXPECT_DOUBLE_EQ(s.t8_over_t1, 3.0);
+  EXPECT_DOUBLE_EQ(s.mean_kv_usage, 0.4);
+  EXPECT_DOUBLE_EQ(s.max_kv_usage, 0.6);
+}
+
+TEST(SummaryTest, ReportsModelledSecondsUnderATimeScale) {
+  const RunSummary a = Summarize(FixedRun("a", 1.0));
+  const RunSummary b = Summarize(FixedRun("b", 0.05));
+  EXPECT_NEAR(a.classes[0].ttft.p99, b.classes[0].ttft.p99, 1e-9);
+  EXPECT_NEAR(a.job_completion.p50, b.job_completion.p50, 1e-9);
+  EXPECT_NEAR(a.throughput_rps, b.throughput_rps, 1e-9);
+}
+
+Report FixedReport() {
+  Report r;
+  r.title = "test <ablation>";
+  r.generated_at = "2026-01-01 00:00:00 UTC";
+  r.setup = {{"workload", "agentic & co"}};
+  r.runs = {FixedRun("baseline", 1.0), FixedRun("v2-T20k", 1.0)};
+  r.runs[0].mode = "baseline";
+  return r;
+}
+
+TEST(ReportTest, JsonCarriesSummariesAndRecords) {
+  const json::value v = ReportJson(FixedReport());
+  const json::array& runs = v.at("runs").as_array();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].at("name").as_string(), "baseline");
+  const json::object& s = runs[1].at("summary").as_object();
+  EXPECT_EQ(s.at("offloads").as_int64(), 1);
+  EXPECT_DOUBLE_EQ(s.at("classes").at("WARM").at("ttft_s").at("p50").as_double(), 0.2);
+  EXPECT_EQ(runs[1].at("requests").as_array().size(), 5u);
+  EXPECT_EQ(runs[1].at("jobs").as_array().size(), 2u);
+  EXPECT_EQ(runs[1].at("samples").as_array().size(), 3u);
+  // Parses back from text.
+  EXPECT_EQ(json::parse(json::serialize(v)).at("runs").as_array().size(), 2u);
+}
+
+TEST(ReportTest, MarkdownAndTextTables) {
+  const Report r = FixedReport();
+  const std::string md = ReportMarkdown(r);
+  EXPECT_NE(md.find("| config | requests |"), std::string::npos);
+  EXPECT_NE(md.find("| v2-T20k |"), std::string::npos);
+  EXPECT_NE(md.find("## Latency per class"), std::string::npos);
+  EXPECT_NE(md.find("| T1 | T2 |"), std::string::npos);
+  const std::string table = SummaryTable(r);
+  EXPECT_NE(table.find("baseline"), std::string::npos);
+  EXPECT_NE(table.find("TTFTp99"), std::string::npos);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
+  EXPECT_EQ(ReportMarkdown(r), md);  // deterministic
+}
+
+TEST(ReportTest, HtmlIsSelfContainedWithCharts) {
+  const std::string html = ReportHtml(FixedReport());
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external refs
+  EXPECT_NE(html.find("TTFT CDF: HEAVY"), std::string::npos);
+  EXPECT_NE(html.find("TTFT CDF: MEDIUM"), std::string::npos);
+  EXPECT_NE(html.find("Mean end-to-end latency per agent turn"), std::string::npos);
+  EXPECT_NE(html.find("KV usage: v2-T20k"), std::string::npos);
+  EXPECT_NE(html.find("test &lt;ablation&gt;"), std::string::npos);
+  EXPECT_NE(html.find("agentic &amp; co"), std::string::npos);
+  size_t svgs = 0;
+  for (size_t p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++svgs;
+  EXPECT_EQ(svgs, 4u /*TTFT classes*/ + 1u /*turns*/ + 2u /*KV per config*/);
+}
+
+TEST(ReportTest, WritesThreeFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvb_report_" + std::to_string(::getpid()));
+  ASSERT_TRUE(WriteReports(FixedReport(), dir.string()).ok());
+  for (const char* f : {"report.json", "report.md", "report.html"}) {
+    EXPECT_GT(std::filesystem::file_size(dir / f), 100u) << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SvgChartTest, CdfAndRendering) {
+  const auto pts = CdfPoints({3, 1, 2, 4});
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_EQ(pts.front(), (std::pair<double, double>(1, 0.25)));
+  EXPECT_EQ(pts.back(), (std::pair<double, double>(4, 1.0)));
+  std::vector<double> many(1000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<double>(i);
+  EXPECT_LE(CdfPoints(many, 100).size(), 101u);
+  EXPECT_EQ(CdfPoints(many, 100).back().second, 1.0);
+
+  ChartOptions o{.title = "a<b", .x_label = "x", .y_label = "y", .log_x = true};
+  const std::string svg = RenderLineChart(o, {{"s1", {{0.01, 0.1}, {1, 0.5}, {10, 1}}, ""},
+                                              {"s2", {{0.1, 0.2}, {0, 0.3}}, ""}});
+  EXPECT_NE(svg.find("a&lt;b"), std::string::npos);
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 5, true);
+  size_t lines = 0;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++lines;
+  EXPECT_EQ(lines, 2u);
+  EXPECT_NE(RenderLineChart(o, {}).find("no data"), std::string::npos);
+}
+
+TEST(PrometheusTest, ParsesVllmAndSimulatorGauges) {
+  const std::string text =
+      "# HELP vllm:kv_cache_usage_perc KV usage\n"
+      "# TYPE vllm:kv_cache_usage_perc gauge\n"
+      "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.25\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3\n"
+      "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 2\n"
+      "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 1.5e3\n"
+      "kvroute_sim_gpu_busy_fraction{engine=\"0\",model_name=\"m\"} 0.75\n"
+      "weird{label=\"a \\\"quoted\\\" b\"} 7 1700000000\n"
+      "garbage line here\n";
+  const std::vector<PromSample> s = ParsePrometheusText(text);
+  ASSERT_EQ(s.size(), 6u);
+  EXPECT_EQ(s[0].labels.at("model_name"), "m");
+  EXPECT_DOUBLE_EQ(s[3].value, 1500);
+  EXPECT_EQ(s[5].labels.at("label"), "a \"quoted\" b");
+  EXPECT_DOUBLE_EQ(s[5].value, 7);
+  const InstanceSample x = InstanceSampleFromMetrics(s);
+  EXPECT_DOUBLE_EQ(x.kv_usage, 0.25);
+  EXPECT_DOUBLE_EQ(x.running, 3);
+  EXPECT_DOUBLE_EQ(x.waiting, 2);
+  EXPECT_DOUBLE_EQ(x.gpu_busy, 0.75);
+  const auto dcgm = GpuUtilFromDcgm(ParsePrometheusText(
+      "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"x\"} 87\nDCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 13\n"));
+  EXPECT_DOUBLE_EQ(dcgm.at("0"), 0.87);
+  EXPECT_DOUBLE_EQ(dcgm.at("1"), 0.13);
+}
+
+TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
+  const auto c = AblationConfigs({"baseline", "v1", "v2"}, {10000, 20000, 40000}, 20000);
+  ASSERT_EQ(c.size(), 7u);
+  EXPECT_EQ(c[0].name, "baseline");
+  EXPECT_EQ(c[0].heavy_threshold, 20000);
+  EXPECT_EQ(c[1].name, "v1-T10k");
+  EXPECT_EQ(c[6].name, "v2-T40k");
+  EXPECT_EQ(c[6].heavy_threshold, 40000);
+  const std::string y = KvrouteConfigYaml(c[6], {{"gpu0", "http://127.0.0.1:9000"}});
+  EXPECT_NE(y.find("mode: v2\n"), std::string::npos);
+  EXPECT_NE(y.find("heavy_threshold: 40000\n"), std::string::npos);
+  EXPECT_NE(y.find("  - {name: gpu0, url: http://127.0.0.1:9000}\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvroute::bench

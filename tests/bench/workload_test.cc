@@ -1,0 +1,245 @@
+#include "bench/kvroute_bench/workload.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "bench/kvroute_bench/text.h"
+
+namespace kvroute::bench {
+namespace {
+
+TEST(SyntheticTextTest, ExactSizeAndPrefixStable) {
+  const std::string long_text = SyntheticText(42, 1000);
+  EXPECT_EQ(long_text.size(), 4000u);
+  const std::string short_text = SyntheticText(42, 123);
+  EXPECT_EQ(short_text.size(), 492u);
+  EXPECT_EQ(long_text.substr(0, short_text.size()), short_text);
+  EXPECT_NE(SyntheticText(43, 1000), long_text);
+  // English-like: space-separated three-letter lowercase words.
+  for (size_t i = 0; i < long_text.size(); i += 4) {
+    ASSERT_EQ(long_text[i], ' ');
+    for (size_t j = 1; j < 4; ++j) ASSERT_TRUE(long_text[i + j] >= 'a' && long_text[i + j] <= 'z');
+  }
+}
+
+TEST(SyntheticTextTest, StreamSeedsAreStable) {
+  EXPECT_EQ(StreamSeed(1, "x", 2, 3), StreamSeed(1, "x", 2, 3));
+  EXPECT_NE(StreamSeed(1, "x", 2, 3), StreamSeed(1, "x", 3, 2));
+  EXPECT_NE(StreamSeed(1, "x", 2, 3), StreamSeed(1, "y", 2, 3));
+  EXPECT_NE(StreamSeed(1, "x", 2, 3), StreamSeed(2, "x", 2, 3));
+}
+
+TEST(AgenticWorkloadTest, DeterministicGivenSeed) {
+  AgenticOptions a{.jobs_per_second = 2, .duration_s = 100, .seed = 7};
+  const std::vector<AgenticJob> x = PlanAgenticJobs(a);
+  const std::vector<AgenticJob> y = PlanAgenticJobs(a);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].id, y[i].id);
+    EXPECT_EQ(x[i].arrival_s, y[i].arrival_s);
+    EXPECT_EQ(x[i].session_id, y[i].session_id);
+  }
+  EXPECT_EQ(AgenticTask(a, 3), AgenticTask(a, 3));
+  EXPECT_EQ(AgenticToolOutput(a, 3, 2), AgenticToolOutput(a, 3, 2));
+  EXPECT_EQ(AgenticSystemPrompt(a), AgenticSystemPrompt(a));
+
+  AgenticOptions b = a;
+  b.seed = 8;
+  const std::vector<AgenticJob> z = PlanAgenticJobs(b);
+  ASSERT_FALSE(z.empty());
+  EXPECT_NE(z[0].arrival_s, x[0].arrival_s);
+  EXPECT_NE(AgenticToolOutput(b, 3, 2), AgenticToolOutput(a, 3, 2));
+}
+
+TEST(AgenticWorkloadTest, PoissonArrivalsWithinDurationAndBounded) {
+  AgenticOptions a{.jobs_per_second = 1, .duration_s = 2000, .seed = 3};
+  const std::vector<AgenticJob> jobs = PlanAgenticJobs(a);
+  // 2000 expected; the plan is fixed by the seed, the bound is a sanity check of the rate.
+  EXPECT_GT(jobs.size(), 1800u);
+  EXPECT_LT(jobs.size(), 2200u);
+  double prev = 0;
+  std::set<std::string> sessions;
+  for (const AgenticJob& j : jobs) {
+    EXPECT_GE(j.arrival_s, prev);
+    EXPECT_LT(j.arrival_s, a.duration_s);
+    prev = j.arrival_s;
+    sessions.insert(j.session_id);
+  }
+  EXPECT_EQ(sessions.size(), jobs.size());
+  a.max_jobs = 10;
+  EXPECT_EQ(PlanAgenticJobs(a).size(), 10u);
+  a.jobs_per_second = 0;
+  EXPECT_TRUE(PlanAgenticJobs(a).empty());
+}
+
+TEST(AgenticWorkloadTest, ToolOutputsUniquePerJobAndTurnWithTargetSizes) {
+  AgenticOptions a{.seed = 11};
+  std::set<std::string> outputs;
+  std::set<std::string> first_blocks;
+  for (int64_t job = 0; job < 40; ++job) {
+    for (int turn = 1; turn < a.turns; ++turn) {
+      const std::string out = AgenticToolOutput(a, job, turn);
+      const int64_t target = a.tool_tokens[static_cast<size_t>(turn - 1)];
+      // The target size in synthetic tokens plus a short "Tool output N:" header.
+      EXPECT_GE(static_cast<int64_t>(out.size()), target * kBytesPerToken);
+      EXPECT_LE(static_cast<int64_t>(out.size()), target * kBytesPerToken + 20);
+      EXPECT_TRUE(outputs.insert(out).second) << "job " << job << " turn " << turn;
+      // Not merely different somewhere: different from the start of the synthetic text.
+      first_blocks.insert(out.substr(0, 80));
+    }
+  }
+  EXPECT_EQ(first_blocks.size(), outputs.size());
+  EXPECT_NE(AgenticTask(a, 1), AgenticTask(a, 2));
+  EXPECT_EQ(AgenticToolTokens(a, 1), 1640);
+  EXPECT_EQ(AgenticToolTokens(a, 7), 775);
+  EXPECT_EQ(AgenticToolTokens(a, 8), 1640);  // cycles
+}
+
+// ---- trace ----
+
+TraceRecord Record(int64_t index, int64_t input, std::vector<int64_t> ids, int64_t bs = 512) {
+  TraceRecord r;
+  r.index = index;
+  r.input_length = input;
+  r.output_length = 10;
+  r.hash_ids = std::move(ids);
+  r.block_size = bs;
+  return r;
+}
+
+size_t CommonPrefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+TEST(TraceWorkloadTest, ExpansionIsDeterministicAndSized) {
+  const TraceRecord r = Record(0, 1300, {5, 6, 7});
+  const std::string p = ExpandTracePrompt(r, 1);
+  EXPECT_EQ(p.size(), 1300u * 4);
+  EXPECT_EQ(p, ExpandTracePrompt(r, 1));
+  // The partial last block is a prefix of the block's full text.
+  const std::string full7 = TraceBlockText(1, 7, 512);
+  EXPECT_EQ(p.substr(1024 * 4), full7.substr(0, (1300 - 1024) * 4));
+  EXPECT_EQ(p.substr(0, 512 * 4), TraceBlockText(1, 5, 512));
+}
+
+// Two requests share exactly k blocks of text iff they share exactly k leading hash ids.
+TEST(TraceWorkloadTest, ExpansionPreservesPrefixSharingExactly) {
+  constexpr int64_t kBs = 64;  // small blocks keep the test fast; the property is size-free
+  std::vector<TraceRecord> recs;
+  // A tree of chained prefixes: ids depend on the path, like Mooncake's remapped hashes.
+  SplitMix64 rng(99);
+  int64_t next_id = 0;
+  std::vector<std::vector<int64_t>> pool = {{}};
+  for (int64_t i = 0; i < 60; ++i) {
+    std::vector<int64_t> ids = pool[rng.Next() % pool.size()];
+    const int extra = 1 + static_cast<int>(rng.Next() % 4);
+    for (int e = 0; e < extra; ++e) ids.push_back(next_id++);
+    pool.push_back(ids);
+    const int64_t input = static_cast<int64_t>(ids.size()) * kBs - static_cast<int64_t>(rng.Next() % kBs);
+    recs.push_back(Record(i, input, ids, kBs));
+  }
+  std::vector<std::string> texts;
+  for (const TraceRecord& r : recs) texts.push_back(ExpandTracePrompt(r, 5));
+  const size_t block_bytes = kBs * 4;
+  for (size_t a = 0; a < recs.size(); ++a) {
+    for (size_t b = a + 1; b < recs.size(); ++b) {
+      const auto& ia = recs[a].hash_ids;
+      const auto& ib = recs[b].hash_ids;
+      size_t k = 0;
+      while (k < ia.size() && k < ib.size() && ia[k] == ib[k]) ++k;
+      // Count whole blocks of identical text at the same positions.
+      const size_t full_a = texts[a].size() / block_bytes, full_b = texts[b].size() / block_bytes;
+      size_t shared_text_blocks = 0;
+      while (shared_text_blocks < full_a && shared_text_blocks < full_b &&
+             texts[a].compare(shared_text_blocks * block_bytes, block_bytes, texts[b],
+                              shared_text_blocks * block_bytes, block_bytes) == 0) {
+        ++shared_text_blocks;
+      }
+      const size_t k_full = std::min({k, full_a, full_b});
+      ASSERT_EQ(shared_text_blocks, k_full) << a << " vs " << b;
+      const size_t common = CommonPrefix(texts[a], texts[b]);
+      EXPECT_GE(common, k_full * block_bytes);
+      if (k < ia.size() && k < ib.size()) {
+        // The first differing hash id makes the texts diverge inside that block.
+        EXPECT_LT(common, (k + 1) * block_bytes) << a << " vs " << b;
+      }
+    }
+  }
+}
+
+TEST(TraceWorkloadTest, InfiniteCacheBound) {
+  std::vector<TraceRecord> recs = {Record(0, 1536, {1, 2, 3}), Record(1, 1536, {1, 2, 4}),
+                                   Record(2, 1200, {1, 2, 4}), Record(3, 512, {9})};
+  const std::vector<int64_t> hits = InfiniteCacheHitTokens(recs);
+  ASSERT_EQ(hits.size(), 4u);
+  EXPECT_EQ(hits[0], 0);
+  EXPECT_EQ(hits[1], 1024);
+  EXPECT_EQ(hits[2], 1200);  // the partial last block was seen
+  EXPECT_EQ(hits[3], 0);
+  EXPECT_DOUBLE_EQ(InfiniteCacheHitRatio(recs), (1024.0 + 1200.0) / (1536 + 1536 + 1200 + 512));
+  // Only a leading run counts: a seen block after a miss is not a prefix hit.
+  std::vector<TraceRecord> gap = {Record(0, 1024, {1, 2}), Record(1, 1536, {7, 2, 3})};
+  EXPECT_EQ(InfiniteCacheHitTokens(gap)[1], 0);
+}
+
+TEST(TraceWorkloadTest, ParsesLinesWithAndWithoutSessions) {
+  auto r = ParseTraceLine(
+      R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]})",
+      512);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->timestamp_ms, 27482);
+  EXPECT_EQ(r->input_length, 6955);
+  EXPECT_EQ(r->hash_ids, (std::vector<int64_t>{46, 47}));
+  EXPECT_FALSE(r->chat_id.has_value());
+  auto s = ParseTraceLine(
+      R"({"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1],)"
+      R"( "chat_id": 5, "parent_chat_id": 3, "turn": 2, "block_size": 16})",
+      512);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s->chat_id, 5);
+  EXPECT_EQ(*s->parent_chat_id, 3);
+  EXPECT_EQ(s->turn, 2);
+  EXPECT_EQ(s->block_size, 16);
+  EXPECT_FALSE(ParseTraceLine("not json", 512).ok());
+  EXPECT_FALSE(ParseTraceLine(R"({"timestamp": 1})", 512).ok());
+}
+
+TEST(TraceWorkloadTest, LoadAppliesWindowAndLimit) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("kvb_trace_" + std::to_string(::getpid()) + ".jsonl"))
+          .string();
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 10; ++i) {
+      f << R"({"timestamp": )" << i * 1000 << R"(, "input_length": 600, "output_length": 900,)"
+        << R"( "hash_ids": [)" << i << ", " << 100 + i << "]}\n";
+    }
+  }
+  TraceOptions o{.path = path, .limit = 3, .window_start_s = 2, .max_output_tokens = 100};
+  auto recs = LoadTrace(o);
+  ASSERT_TRUE(recs.ok()) << recs.status();
+  ASSERT_EQ(recs->size(), 3u);
+  EXPECT_EQ((*recs)[0].hash_ids[0], 2);
+  EXPECT_EQ((*recs)[0].timestamp_ms, 0);  // rebased
+  EXPECT_EQ((*recs)[2].timestamp_ms, 2000);
+  EXPECT_EQ((*recs)[0].output_length, 100);
+  o.limit = 0;
+  o.window_end_s = 5;
+  recs = LoadTrace(o);
+  ASSERT_TRUE(recs.ok());
+  EXPECT_EQ(recs->size(), 3u);  // timestamps 2, 3, 4 s
+  std::remove(path.c_str());
+  o.path = path;
+  EXPECT_FALSE(LoadTrace(o).ok());
+}
+
+}  // namespace
+}  // namespace kvroute::bench
