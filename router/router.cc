@@ -45,6 +45,7 @@ struct BackendState {
 struct InflightRequest {
   Decision decision;
   std::string model;
+  std::string session;
   int64_t prompt_bytes = 0;
   std::vector<uint64_t> chain;
   int64_t prefill_new_tokens = 0;  // reserved on the prefill backend
@@ -169,8 +170,20 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
   fleet.backends.resize(n);
   fleet.prompt_tokens_est = static_cast<int64_t>(
       std::ceil(static_cast<double>(features.prompt_bytes.size()) / bpt));
-  fleet.session_backend = sessions_.Lookup(features.session_id, now);
+  const SessionTable::Info* session = sessions_.Find(features.session_id, now);
+  fleet.session_backend = session == nullptr ? -1 : session->backend;
   fleet.sequence = sequence_++;
+  // The session's instance also holds its last response, which the shadow
+  // cannot hash (the router never sees output bytes): when this prompt
+  // continues the last one and the shadow still holds that, credit what the
+  // engine reported holding after it.
+  int64_t continuation_tokens = 0;
+  if (session != nullptr && session->prompt_chunks > 0 && session->held_tokens > 0 &&
+      static_cast<int64_t>(chain->size()) >= session->prompt_chunks &&
+      (*chain)[session->prompt_chunks - 1] == session->last_chunk_hash &&
+      matched_[session->backend] >= session->prompt_chunks) {
+    continuation_tokens = session->held_tokens;
+  }
   for (int b = 0; b < n; ++b) {
     const BackendState& s = state_[b];
     BackendSnapshot& v = fleet.backends[b];
@@ -183,8 +196,9 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
     v.engine_running = s.gauges.num_requests_running;
     v.engine_waiting = s.gauges.num_requests_waiting;
     v.kv_usage = s.gauges.kv_cache_usage_perc;
-    v.cached_tokens_est =
-        std::min(fleet.prompt_tokens_est, ChunksToTokens(matched_[b], bpt));
+    int64_t cached = ChunksToTokens(matched_[b], bpt);
+    if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
+    v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
   }
 
   absl::StatusOr<Decision> decided = policy_->Decide(fleet);
@@ -199,6 +213,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
   InflightRequest r;
   r.decision = d;
   r.model = features.model;
+  r.session = features.session_id;
   r.prompt_bytes = static_cast<int64_t>(features.prompt_bytes.size());
   r.chain = *chain;
   r.bytes_per_token = bpt;
@@ -291,6 +306,10 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
                          : r.bytes_per_token;
   const int64_t actual_chunks = static_cast<int64_t>(
       static_cast<double>(actual) * bpt / static_cast<double>(options_.chunk_bytes));
+  // The estimate may include a session continuation credit beyond the
+  // shadow's chunks; growing capacity must compare against all of it.
+  const int64_t est_tokens_as_chunks = static_cast<int64_t>(
+      static_cast<double>(est_tokens) * bpt / static_cast<double>(options_.chunk_bytes));
   const int64_t nominal = CapacityChunks(served, 1.0);
   if (est_chunks > actual_chunks + options_.eviction_tolerance_chunks &&
       actual_chunks < static_cast<int64_t>(r.chain.size())) {
@@ -311,7 +330,8 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
                      std::clamp(options_.min_capacity_fraction, 0.0, 1.0), 1.0);
       ApplyCapacity(served);
     }
-  } else if (actual_chunks > est_chunks + options_.eviction_tolerance_chunks &&
+  } else if (actual_chunks > std::max(est_chunks, est_tokens_as_chunks) +
+                                 options_.eviction_tolerance_chunks &&
              s.capacity_fraction < 1.0) {
     // The engine kept more than the shadow did: the shadow evicted too early.
     const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
@@ -344,6 +364,12 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome,
   }
   // Whoever computed the prompt now caches all of it.
   index_.Insert(served, r.chain);
+  if (outcome.ok && outcome.prompt_tokens > 0 && !r.chain.empty()) {
+    sessions_.RecordCompletion(r.session, served, r.chain.back(),
+                               static_cast<int64_t>(r.chain.size()),
+                               outcome.prompt_tokens +
+                                   std::max<int64_t>(0, outcome.completion_tokens));
+  }
   if (outcome.kv_transferred && d.prefill_backend != served) {
     index_.Insert(d.prefill_backend, r.chain);
   }
@@ -420,6 +446,16 @@ RouterStats RouterImpl::Stats() const {
 }
 
 }  // namespace
+
+std::optional<int64_t> EstimateError(const Decision& decision, const Outcome& outcome) {
+  if (outcome.cached_tokens < 0 || outcome.kv_transferred) return std::nullopt;
+  const bool on_prefill = outcome.served_by >= 0 &&
+                          outcome.served_by == decision.prefill_backend &&
+                          outcome.served_by != decision.decode_backend;
+  const int64_t est = on_prefill ? decision.prefill_cached_tokens_est
+                                 : decision.cached_tokens_est;
+  return est - outcome.cached_tokens;
+}
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(Options options,
                                                        std::vector<BackendSpec> backends) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,13 @@ struct RouteTicket {
   uint64_t id = 0;
   Decision decision;
 };
+
+// The cache-hit estimate's error for one completed request, estimate minus
+// the engine's cached_tokens, in tokens; nullopt when the outcome carries no
+// truth (no cached_tokens, or the KV came through a connector). This is the
+// figure the router accumulates in BackendReport; the proxy can use it for
+// an error histogram and the request log.
+std::optional<int64_t> EstimateError(const Decision& decision, const Outcome& outcome);
 
 class Router {
  public:

@@ -26,18 +26,41 @@ class SessionTable {
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
 
-  // The session's instance, or -1 when unknown or expired (an expired entry
-  // is dropped). Does not refresh the entry.
-  int Lookup(std::string_view session, absl::Time now);
-  // Pins the session to `backend` and refreshes it; evicts the least
-  // recently assigned session beyond max_sessions, and expired ones.
+  // What the table knows about a session.
+  struct Info {
+    int backend = -1;
+    // Continuation of the session's last completed request on `backend`:
+    // the last full chunk hash of its prompt, how many chunks that prompt
+    // had, and the tokens the engine held afterwards (prompt + output, from
+    // usage). 0 chunks: nothing recorded.
+    uint64_t last_chunk_hash = 0;
+    int64_t prompt_chunks = 0;
+    int64_t held_tokens = 0;
+  };
+
+  // The session's entry, or nullptr when unknown or expired (an expired
+  // entry is dropped). Does not refresh the entry. The pointer is valid
+  // until the next non-const call.
+  const Info* Find(std::string_view session, absl::Time now);
+  // The session's instance, or -1 when unknown or expired.
+  int Lookup(std::string_view session, absl::Time now) {
+    const Info* info = Find(session, now);
+    return info == nullptr ? -1 : info->backend;
+  }
+  // Pins the session to `backend` and refreshes it (a new backend forgets
+  // the continuation); evicts the least recently assigned session beyond
+  // max_sessions, and expired ones.
   void Assign(std::string_view session, int backend, absl::Time now);
+  // Records the continuation of a request that completed on `backend`, if
+  // the session is still pinned there.
+  void RecordCompletion(std::string_view session, int backend, uint64_t last_chunk_hash,
+                        int64_t prompt_chunks, int64_t held_tokens);
   size_t size() const { return index_.size(); }
 
  private:
   struct Entry {
     std::string session;
-    int backend;
+    Info info;
     absl::Time last_assigned;
   };
   using List = std::list<Entry>;  // front = most recently assigned

@@ -77,6 +77,9 @@ struct Outcome {
   // cache, so the shadow is not corrected from them. Leave false when an
   // OFFLOAD decision was served co-located.
   bool kv_transferred = false;
+  // usage.completion_tokens, -1 if unknown. Lets the router credit a
+  // session's next turn with the answer the engine now caches.
+  int64_t completion_tokens = -1;
 };
 
 }  // namespace kvroute::router

@@ -284,6 +284,61 @@ TEST(RouterShadowTest, SessionAffinityAndTtl) {
   EXPECT_FALSE(d3.affinity_broken);
 }
 
+// A 3-turn session: turn 2 and 3 stay on the instance and are credited with
+// what the engine reported holding (prompt + output), which the shadow alone
+// cannot know (it never sees output bytes).
+TEST(RouterShadowTest, SessionTurnsCreditThePreviousResponse) {
+  Options o;
+  o.default_bytes_per_token = 4.0;
+  auto r = Make("baseline", Fleet(4), o);
+  std::string prompt = Text(80, 50);  // 12800 bytes = 3200 tokens
+  int backend = -1;
+  int64_t held = 0;  // what the engine holds: previous prompt + answer
+  for (int turn = 1; turn <= 3; ++turn) {
+    absl::StatusOr<RouteTicket> t = r->Route(Req(prompt, "agent"), kT0 + absl::Seconds(turn));
+    ASSERT_TRUE(t.ok());
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt.size()) / 4;
+    if (turn == 1) {
+      backend = t->decision.decode_backend;
+      EXPECT_EQ(t->decision.cached_tokens_est, 0);
+    } else {
+      EXPECT_EQ(t->decision.decode_backend, backend);
+      EXPECT_TRUE(t->decision.affinity_hit);
+      EXPECT_EQ(t->decision.request_class, RequestClass::kWarm);
+    }
+    // The engine holds the previous prompt and its 150-token answer.
+    const int64_t engine_cached = held;
+    if (turn > 1) {
+      EXPECT_NEAR(static_cast<double>(t->decision.cached_tokens_est),
+                  static_cast<double>(engine_cached), 0.05 * engine_cached)
+          << "turn " << turn;
+    }
+    r->OnFirstToken(*t, kT0);
+    r->OnComplete(*t,
+                  {.ok = true, .prompt_tokens = prompt_tokens, .cached_tokens = engine_cached,
+                   .served_by = backend, .completion_tokens = 150},
+                  kT0);
+    held = prompt_tokens + 150;
+    // Next turn: previous prompt + the answer (150 tokens = 600 bytes) +
+    // a new user message (~1000 tokens).
+    prompt += std::string(600, 'r') + Text(90 + turn, 15) + std::string(100, 'u');
+  }
+  EXPECT_EQ(r->Report()[backend].shadow_corrections, 0);
+}
+
+TEST(RouterShadowTest, EstimateErrorHelper) {
+  Decision d;
+  d.prefill_backend = 0;
+  d.decode_backend = 1;
+  d.cached_tokens_est = 500;
+  d.prefill_cached_tokens_est = 100;
+  EXPECT_FALSE(EstimateError(d, {.cached_tokens = -1}).has_value());
+  EXPECT_FALSE(EstimateError(d, {.cached_tokens = 9, .kv_transferred = true}).has_value());
+  EXPECT_EQ(*EstimateError(d, {.cached_tokens = 450, .served_by = 1}), 50);
+  EXPECT_EQ(*EstimateError(d, {.cached_tokens = 450}), 50);
+  EXPECT_EQ(*EstimateError(d, {.cached_tokens = 150, .served_by = 0}), -50);
+}
+
 TEST(RouterShadowTest, OverloadBreaksAffinity) {
   auto r = Make("baseline", Fleet(3));
   const std::string big = Text(70, 157);  // ~10048 tokens
