@@ -1,0 +1,344 @@
+#include "proxy/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace kvroute::proxy {
+namespace {
+
+absl::Status KeyError(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+}
+
+std::string Show(const YAML::Node& n) {
+  if (n.IsScalar()) return absl::StrCat("'", n.Scalar(), "'");
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a map";
+  return "null";
+}
+
+// A map node read field by field; remembers which keys were consumed so that
+// every unknown key is reported.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  std::string Path(const std::string& key) const {
+    return path_.empty() ? key : absl::StrCat(path_, ".", key);
+  }
+
+  const YAML::Node* Find(const std::string& key) {
+    seen_.insert(key);
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        found_.push_back(it->second);
+        return &found_.back();
+      }
+    }
+    return nullptr;
+  }
+
+  absl::Status String(const std::string& key, std::string* out) {
+    const YAML::Node* n = Find(key);
+    if (n == nullptr) return absl::OkStatus();
+    if (!n->IsScalar()) return KeyError(Path(key), absl::StrCat("expected a string, got ", Show(*n)));
+    *out = n->Scalar();
+    return absl::OkStatus();
+  }
+
+  template <typename Int>
+  absl::Status Integer(const std::string& key, Int* out, int64_t min, int64_t max) {
+    const YAML::Node* n = Find(key);
+    if (n == nullptr) return absl::OkStatus();
+    int64_t v = 0;
+    if (!n->IsScalar() || !absl::SimpleAtoi(n->Scalar(), &v)) {
+      return KeyError(Path(key), absl::StrCat("expected an integer, got ", Show(*n)));
+    }
+    if (v < min || v > max) {
+      return KeyError(Path(key), absl::StrCat("value ", v, " is out of range [", min, ", ", max, "]"));
+    }
+    *out = static_cast<Int>(v);
+    return absl::OkStatus();
+  }
+
+  absl::Status Double(const std::string& key, double* out, double min, double max) {
+    const YAML::Node* n = Find(key);
+    if (n == nullptr) return absl::OkStatus();
+    double v = 0;
+    if (!n->IsScalar() || !absl::SimpleAtod(n->Scalar(), &v)) {
+      return KeyError(Path(key), absl::StrCat("expected a number, got ", Show(*n)));
+    }
+    if (!(v >= min && v <= max)) {
+      return KeyError(Path(key), absl::StrCat("value ", n->Scalar(), " is out of range [", min, ", ", max, "]"));
+    }
+    *out = v;
+    return absl::OkStatus();
+  }
+
+  // Durations are given in seconds (fractions allowed).
+  absl::Status Seconds(const std::string& key, absl::Duration* out, double min_s = 0.001,
+                       double max_s = 86400.0 * 7) {
+    double s = absl::ToDoubleSeconds(*out);
+    if (absl::Status st = Double(key, &s, min_s, max_s); !st.ok()) return st;
+    *out = absl::Seconds(s);
+    return absl::OkStatus();
+  }
+
+  // Reports the first key that no Find() asked for.
+  absl::Status Finish() const {
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "<non-scalar key>";
+      if (!seen_.contains(key)) {
+        return KeyError(Path(key), "unknown key");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  YAML::Node node_;  // a handle; operator[] returns temporaries
+  std::string path_;
+  absl::flat_hash_set<std::string> seen_;
+  std::deque<YAML::Node> found_;  // keeps returned nodes alive at stable addresses
+};
+
+#define KV_RETURN_IF_ERROR(expr)          \
+  do {                                    \
+    absl::Status _st = (expr);            \
+    if (!_st.ok()) return _st;            \
+  } while (0)
+
+absl::Status RequireMap(const YAML::Node& n, const std::string& path) {
+  if (!n.IsMap()) return KeyError(path, absl::StrCat("expected a map, got ", Show(n)));
+  return absl::OkStatus();
+}
+
+absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "limits"));
+  MapReader r(n, "limits");
+  KV_RETURN_IF_ERROR(r.Integer("max_header_bytes", &l->max_header_bytes, 1024, 1 << 20));
+  KV_RETURN_IF_ERROR(r.Integer("max_body_bytes", &l->max_body_bytes, 1024, int64_t{1} << 32));
+  KV_RETURN_IF_ERROR(r.Integer("max_connections", &l->max_connections, 1, 1000000));
+  KV_RETURN_IF_ERROR(r.Seconds("header_timeout_s", &l->header_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("idle_timeout_s", &l->idle_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("request_timeout_s", &l->request_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("write_timeout_s", &l->write_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("drain_timeout_s", &l->drain_timeout, 0));
+  return r.Finish();
+}
+
+absl::Status ParseUpstream(const YAML::Node& n, UpstreamOptions* u) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "upstream"));
+  MapReader r(n, "upstream");
+  KV_RETURN_IF_ERROR(r.Seconds("connect_timeout_s", &u->connect_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("first_byte_timeout_s", &u->first_byte_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("idle_timeout_s", &u->idle_timeout));
+  KV_RETURN_IF_ERROR(r.Integer("max_idle_per_backend", &u->max_idle_per_backend, 0, 100000));
+  KV_RETURN_IF_ERROR(r.Integer("max_observed_body", &u->max_observed_body, 0, int64_t{1} << 30));
+  return r.Finish();
+}
+
+absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "health"));
+  MapReader r(n, "health");
+  if (const YAML::Node* e = r.Find("enabled")) {
+    if (!e->IsScalar() || (e->Scalar() != "true" && e->Scalar() != "false")) {
+      return KeyError("health.enabled", absl::StrCat("expected true or false, got ", Show(*e)));
+    }
+    m->enabled = e->Scalar() == "true";
+  }
+  KV_RETURN_IF_ERROR(r.Seconds("interval_s", &m->health_interval));
+  KV_RETURN_IF_ERROR(r.Seconds("timeout_s", &m->health_timeout));
+  KV_RETURN_IF_ERROR(r.Integer("unhealthy_after", &m->unhealthy_after, 1, 1000));
+  KV_RETURN_IF_ERROR(r.Integer("healthy_after", &m->healthy_after, 1, 1000));
+  KV_RETURN_IF_ERROR(r.Seconds("scrape_interval_s", &m->scrape_interval));
+  return r.Finish();
+}
+
+absl::Status ParseRouter(const YAML::Node& n, router::Options* o) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "router"));
+  MapReader r(n, "router");
+  KV_RETURN_IF_ERROR(r.Integer("chunk_bytes", &o->chunk_bytes, 16, 1 << 20));
+  KV_RETURN_IF_ERROR(r.Double("bytes_per_token", &o->default_bytes_per_token, 0.5, 64));
+  KV_RETURN_IF_ERROR(r.Integer("default_capacity_tokens", &o->default_capacity_tokens, 1,
+                               int64_t{1} << 40));
+  KV_RETURN_IF_ERROR(r.Double("overload_factor", &o->overload_factor, 1.0, 1000));
+  KV_RETURN_IF_ERROR(r.Integer("max_sessions", &o->max_sessions, 1, 100000000));
+  KV_RETURN_IF_ERROR(r.Seconds("session_ttl_s", &o->session_ttl));
+  KV_RETURN_IF_ERROR(r.Integer("warm_new_tokens", &o->thresholds.warm_new_tokens, 0,
+                               int64_t{1} << 40));
+  KV_RETURN_IF_ERROR(r.Double("warm_cached_fraction", &o->thresholds.warm_cached_fraction, 0, 1));
+  return r.Finish();
+}
+
+absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
+  if (!n.IsSequence()) return KeyError("backends", absl::StrCat("expected a list, got ", Show(n)));
+  if (n.size() == 0) return KeyError("backends", "the backend list is empty");
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string path = absl::StrCat("backends[", i, "]");
+    KV_RETURN_IF_ERROR(RequireMap(n[i], path));
+    MapReader r(n[i], path);
+    BackendConfig b;
+    KV_RETURN_IF_ERROR(r.String("name", &b.name));
+    KV_RETURN_IF_ERROR(r.String("url", &b.url));
+    std::string role = "both";
+    KV_RETURN_IF_ERROR(r.String("role", &role));
+    KV_RETURN_IF_ERROR(r.Integer("capacity_tokens", &b.spec.capacity_tokens, 0, int64_t{1} << 40));
+    KV_RETURN_IF_ERROR(r.Finish());
+    if (b.name.empty()) return KeyError(path + ".name", "missing or empty");
+    if (!names.insert(b.name).second) {
+      return KeyError(path + ".name", absl::StrCat("duplicate backend name '", b.name, "'"));
+    }
+    if (b.url.empty()) return KeyError(path + ".url", "missing or empty");
+    KV_RETURN_IF_ERROR(ParseBackendUrl(path + ".url", b.url, &b.spec.host, &b.spec.port));
+    if (role == "both") {
+      b.spec.role = router::BackendRole::kBoth;
+    } else if (role == "prefill") {
+      b.spec.role = router::BackendRole::kPrefill;
+    } else if (role == "decode") {
+      b.spec.role = router::BackendRole::kDecode;
+    } else {
+      return KeyError(path + ".role", absl::StrCat("unknown role '", role,
+                                                   "' (expected both, prefill or decode)"));
+    }
+    b.spec.name = b.name;
+    out->push_back(std::move(b));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownModes() {
+  static const auto* kModes = new std::vector<std::string>{
+      "round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"};
+  return *kModes;
+}
+
+absl::Status ParseHostPort(const std::string& key, const std::string& value, std::string* host,
+                           uint16_t* port) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return KeyError(key, absl::StrCat("expected HOST:PORT, got '", value, "'"));
+  }
+  std::string h = value.substr(0, colon);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  int p = -1;
+  if (!absl::SimpleAtoi(value.substr(colon + 1), &p) || p < 0 || p > 65535) {
+    return KeyError(key, absl::StrCat("bad port in '", value, "'"));
+  }
+  *host = h;
+  *port = static_cast<uint16_t>(p);
+  return absl::OkStatus();
+}
+
+absl::Status ParseBackendUrl(const std::string& key, const std::string& url, std::string* host,
+                             uint16_t* port) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return KeyError(key, absl::StrCat("'", url, "' is not an http:// URL (https is not supported)"));
+  }
+  absl::ConsumeSuffix(&rest, "/");
+  if (rest.empty() || rest.find('/') != absl::string_view::npos ||
+      rest.find('@') != absl::string_view::npos || rest.find('?') != absl::string_view::npos) {
+    return KeyError(key, absl::StrCat("'", url, "' must be http://HOST:PORT with no path"));
+  }
+  if (rest.rfind(':') == absl::string_view::npos || rest.back() == ']') {
+    *host = std::string(rest);
+    *port = 80;
+    return absl::OkStatus();
+  }
+  absl::Status st = ParseHostPort(key, std::string(rest), host, port);
+  if (!st.ok()) return KeyError(key, absl::StrCat("bad host:port in '", url, "'"));
+  if (*port == 0) return KeyError(key, absl::StrCat("port 0 in '", url, "'"));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateConfig(const Config& c) {
+  if (std::find(KnownModes().begin(), KnownModes().end(), c.mode) == KnownModes().end()) {
+    return KeyError("mode", absl::StrCat("unknown mode '", c.mode, "' (expected one of ",
+                                         absl::StrJoin(KnownModes(), ", "), ")"));
+  }
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (std::none_of(std::begin(kLevels), std::end(kLevels),
+                   [&](const char* l) { return c.log_level == l; })) {
+    return KeyError("log_level", absl::StrCat("unknown level '", c.log_level,
+                                              "' (expected trace, debug, info, warn, error, "
+                                              "critical or off)"));
+  }
+  if (c.router.thresholds.heavy_threshold < 1) {
+    return KeyError("heavy_threshold",
+                    absl::StrCat("must be positive, got ", c.router.thresholds.heavy_threshold));
+  }
+  if (c.backends.empty()) return KeyError("backends", "the backend list is empty");
+  if (c.mode == "pd_sep") {
+    bool has_prefill = false, has_decode = false;
+    for (const auto& b : c.backends) {
+      has_prefill |= b.spec.role == router::BackendRole::kPrefill;
+      has_decode |= b.spec.role == router::BackendRole::kDecode;
+    }
+    if (!has_prefill || !has_decode) {
+      return KeyError("backends", "mode pd_sep needs at least one backend with role prefill "
+                                  "and one with role decode");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": YAML syntax error: ", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected a YAML map at top level"));
+  }
+  Config c;
+  MapReader r(root, "");
+  std::string listen;
+  KV_RETURN_IF_ERROR(r.String("listen", &listen));
+  if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
+  KV_RETURN_IF_ERROR(r.String("mode", &c.mode));
+  KV_RETURN_IF_ERROR(r.Integer("heavy_threshold", &c.router.thresholds.heavy_threshold, 1,
+                               int64_t{1} << 40));
+  KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
+  KV_RETURN_IF_ERROR(r.String("log_level", &c.log_level));
+  KV_RETURN_IF_ERROR(r.Integer("threads", &c.threads, 1, 256));
+  if (const YAML::Node* n = r.Find("limits")) KV_RETURN_IF_ERROR(ParseLimits(*n, &c.limits));
+  if (const YAML::Node* n = r.Find("upstream")) KV_RETURN_IF_ERROR(ParseUpstream(*n, &c.upstream));
+  if (const YAML::Node* n = r.Find("health")) KV_RETURN_IF_ERROR(ParseMonitor(*n, &c.monitor));
+  if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
+  const YAML::Node* backends = r.Find("backends");
+  if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
+  KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));
+  KV_RETURN_IF_ERROR(r.Finish());
+  c.router.policy = c.mode;
+  KV_RETURN_IF_ERROR(ValidateConfig(c));
+  return c;
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+}  // namespace kvroute::proxy

@@ -1,0 +1,96 @@
+// proxy::Config: the daemon's whole configuration, loaded from YAML once and
+// validated into plain structs. This is the only place that knows YAML.
+//
+//   absl::StatusOr<Config> c = LoadConfigFile("kvroute.yaml");
+//   if (!c.ok()) { std::cerr << c.status().message(); return 2; }
+//
+// Every error names the offending key (as a dotted path, e.g.
+// `backends[1].url`) and its value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/router.h"
+
+namespace kvroute::proxy {
+
+// Limits on what a client may send and how long it may take.
+struct ServerLimits {
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = 32 * 1024 * 1024;
+  size_t max_connections = 4096;
+  absl::Duration header_timeout = absl::Seconds(10);   // reading a request's header
+  absl::Duration idle_timeout = absl::Seconds(60);     // keep-alive wait for the next request
+  absl::Duration request_timeout = absl::Seconds(30);  // reading a request's body
+  absl::Duration write_timeout = absl::Seconds(30);    // one write to a client
+  absl::Duration drain_timeout = absl::Seconds(30);    // SIGTERM: in-flight streams' deadline
+};
+
+// How kvroute talks to the instances.
+struct UpstreamOptions {
+  absl::Duration connect_timeout = absl::Seconds(3);
+  // Time from sending a request to the response header: covers queueing and
+  // the whole prefill of a non-streaming request, so it is generous.
+  absl::Duration first_byte_timeout = absl::Seconds(600);
+  // Longest silence between two pieces of a response body.
+  absl::Duration idle_timeout = absl::Seconds(120);
+  size_t max_idle_per_backend = 64;  // per worker thread
+  // Non-streaming bodies up to this size are parsed for `usage`.
+  size_t max_observed_body = 1024 * 1024;
+};
+
+// Active health checks and /metrics scraping of the instances.
+struct MonitorOptions {
+  bool enabled = true;  // tests turn the loop off and call Server::CheckBackendsNow()
+  absl::Duration health_interval = absl::Seconds(2);
+  absl::Duration health_timeout = absl::Seconds(1);
+  int unhealthy_after = 2;  // consecutive failed checks to eject
+  int healthy_after = 1;    // consecutive good checks to re-admit
+  absl::Duration scrape_interval = absl::Seconds(5);
+};
+
+struct BackendConfig {
+  std::string name;
+  std::string url;  // http://host:port
+  router::BackendSpec spec;
+};
+
+struct Config {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 8000;
+  std::string mode = "baseline";
+  std::string request_log;  // empty: no request log
+  std::string log_level = "info";
+  int threads = 2;
+  ServerLimits limits;
+  UpstreamOptions upstream;
+  MonitorOptions monitor;
+  router::Options router;
+  std::vector<BackendConfig> backends;
+};
+
+// Parses `yaml_text` (named `source` in errors). InvalidArgument on any
+// unknown key, wrong type, bad value, bad URL, duplicate backend name or
+// empty backend list.
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
+                                   const std::string& source);
+absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// Validates what flags may override after loading (mode, listen, ...).
+absl::Status ValidateConfig(const Config& config);
+
+// "host:port" → host, port. InvalidArgument naming `key` on failure.
+absl::Status ParseHostPort(const std::string& key, const std::string& value,
+                           std::string* host, uint16_t* port);
+// "http://host:port[/]" → host, port. Only plain http is supported.
+absl::Status ParseBackendUrl(const std::string& key, const std::string& url,
+                             std::string* host, uint16_t* port);
+
+// The routing modes kvroute knows (DESIGN.md §3).
+const std::vector<std::string>& KnownModes();
+
+}  // namespace kvroute::proxy

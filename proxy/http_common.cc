@@ -1,0 +1,60 @@
+#include "proxy/http_common.h"
+
+#include <boost/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "proxy/absl_compat.h"
+
+namespace kvroute::proxy {
+
+std::string_view ErrorTypeForStatus(int status) {
+  switch (status) {
+    case 400:
+    case 404:
+    case 405:
+    case 413:
+    case 431:
+      return "invalid_request_error";
+    case 401:
+    case 403:
+      return "authentication_error";
+    case 429:
+      return "rate_limit_error";
+    case 502:
+    case 503:
+    case 504:
+      return "upstream_error";
+    default:
+      return status >= 500 ? "internal_error" : "invalid_request_error";
+  }
+}
+
+std::string OpenAiErrorBody(int status, std::string_view message, std::string_view type,
+                            std::string_view param) {
+  boost::json::object err;
+  err["message"] = message;
+  err["type"] = type.empty() ? ErrorTypeForStatus(status) : type;
+  err["param"] = param.empty() ? boost::json::value(nullptr) : boost::json::value(param);
+  err["code"] = status;
+  boost::json::object root;
+  root["error"] = std::move(err);
+  return boost::json::serialize(root);
+}
+
+bool IsHopByHopOrFraming(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+      "trailer",    "transfer-encoding", "upgrade", "host", "content-length", "expect",
+      "proxy-connection"};
+  for (std::string_view n : kNames) {
+    if (absl::EqualsIgnoreCase(ToAbsl(name), ToAbsl(n))) return true;
+  }
+  return false;
+}
+
+std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
+}
+
+}  // namespace kvroute::proxy

@@ -1,0 +1,35 @@
+// Pieces of HTTP shared by the proxy's server, upstream client and monitor:
+// Beast/Asio aliases, OpenAI-shaped error bodies, hop-by-hop header rules.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include "absl/time/time.h"
+#include <boost/beast.hpp>
+#include <string>
+#include <string_view>
+
+namespace kvroute::proxy {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+
+// Every async operation completes with an error code, never an exception.
+inline constexpr auto kUseTuple = net::as_tuple(net::use_awaitable);
+
+// {"error": {"message", "type", "param", "code"}} with the HTTP status as
+// code, as vLLM's OpenAI server answers.
+std::string OpenAiErrorBody(int status, std::string_view message, std::string_view type = {},
+                            std::string_view param = {});
+// The OpenAI error type for a status: invalid_request_error, ...
+std::string_view ErrorTypeForStatus(int status);
+
+// True for headers a proxy must not forward (RFC 9110 §7.6.1) plus the ones
+// kvroute sets itself (Host, Content-Length).
+bool IsHopByHopOrFraming(std::string_view name);
+
+std::chrono::steady_clock::duration ToChrono(absl::Duration d);
+
+}  // namespace kvroute::proxy

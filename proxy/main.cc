@@ -1,0 +1,108 @@
+// kvroute: the daemon. Loads the config, applies flag overrides, builds the
+// router and serves until SIGTERM/SIGINT.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "proxy/config.h"
+#include "proxy/server.h"
+#include "router/router.h"
+
+namespace {
+constexpr int kConfigError = 2;
+}
+
+int main(int argc, char** argv) {
+  using kvroute::proxy::Config;
+  CLI::App app{"kvroute: cache-aware routing proxy for a fleet of vLLM instances"};
+  std::string config_path, mode, listen, request_log, log_level;
+  int64_t heavy_threshold = -1;
+  int threads = -1;
+  app.add_option("--config", config_path, "YAML config file (listen, mode, backends, ...)")
+      ->required();
+  app.add_option("--mode", mode,
+                 "Routing mode: round_robin, least_loaded, baseline, v1, v2, pd_sep "
+                 "(overrides `mode`)");
+  app.add_option("--heavy-threshold", heavy_threshold,
+                 "New-token count at which a request is HEAVY (overrides `heavy_threshold`, "
+                 "default 20000)");
+  app.add_option("--listen", listen, "HOST:PORT to listen on (overrides `listen`; port 0 picks one)");
+  app.add_option("--request-log", request_log,
+                 "Append one JSON line per request to this file (overrides `request_log`)");
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error, critical or off (overrides `log_level`)");
+  app.add_option("--threads", threads, "Worker threads (overrides `threads`, default 2)");
+  CLI11_PARSE(app, argc, argv);
+
+  absl::StatusOr<Config> loaded = kvroute::proxy::LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    std::cerr << "kvroute: config error: " << loaded.status().message() << "\n";
+    return kConfigError;
+  }
+  Config config = *std::move(loaded);
+  if (!mode.empty()) config.mode = mode;
+  config.router.policy = config.mode;
+  if (heavy_threshold != -1) config.router.thresholds.heavy_threshold = heavy_threshold;
+  if (!request_log.empty()) config.request_log = request_log;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (threads != -1) {
+    if (threads < 1 || threads > 256) {
+      std::cerr << "kvroute: config error: --threads: value " << threads
+                << " is out of range [1, 256]\n";
+      return kConfigError;
+    }
+    config.threads = threads;
+  }
+  if (!listen.empty()) {
+    absl::Status st =
+        kvroute::proxy::ParseHostPort("--listen", listen, &config.listen_host, &config.listen_port);
+    if (!st.ok()) {
+      std::cerr << "kvroute: config error: " << st.message() << "\n";
+      return kConfigError;
+    }
+  }
+  if (absl::Status st = kvroute::proxy::ValidateConfig(config); !st.ok()) {
+    std::cerr << "kvroute: config error: " << st.message() << "\n";
+    return kConfigError;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+
+  std::vector<kvroute::router::BackendSpec> specs;
+  for (const auto& b : config.backends) specs.push_back(b.spec);
+  auto router = kvroute::router::Router::Create(config.router, specs);
+  if (!router.ok()) {
+    std::cerr << "kvroute: config error: " << router.status().message() << "\n";
+    return kConfigError;
+  }
+
+  // Block the signals in every thread; one thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  kvroute::proxy::Server server(config, *std::move(router));
+  if (absl::Status st = server.Start(); !st.ok()) {
+    std::cerr << "kvroute: " << st.message() << "\n";
+    return 1;
+  }
+  std::cout << "kvroute: listening on " << config.listen_host << ":" << server.port() << std::endl;
+  spdlog::info("mode {} heavy_threshold {} backends {}", config.mode,
+               config.router.thresholds.heavy_threshold, config.backends.size());
+
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("signal {}: draining", sig);
+    server.Shutdown();
+  });
+  server.Wait();
+  // Wake the waiter if the server stopped on its own.
+  pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  signal_waiter.join();
+  spdlog::info("stopped");
+  return 0;
+}

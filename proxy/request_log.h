@@ -1,0 +1,68 @@
+// The request log: one JSON object per line per finished request
+// (DESIGN.md §4). Prompts and completions are never written.
+//
+//   RequestLog log;  absl::Status st = log.Open("/var/log/kvroute/requests.jsonl");
+//   log.Write(record);
+//
+// Thread-safety: Write() may be called from any thread; lines never
+// interleave. A closed (never opened) log drops records.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kvroute::proxy {
+
+// Times are wall-clock seconds since the epoch with microseconds; a
+// negative time or count means "did not happen / unknown" and is logged as
+// null.
+struct RequestRecord {
+  std::string id;
+  std::string session;
+  std::string mode;
+  std::string route;  // "/v1/chat/completions" ...
+  std::string request_class;
+  bool stream = false;
+  int64_t prompt_tokens_est = -1;
+  int64_t cached_tokens_est = -1;
+  int64_t new_tokens_est = -1;
+  std::string prefill_backend;
+  std::string decode_backend;
+  double t_arrival = -1;
+  double t_routed = -1;
+  double t_prefill_done = -1;
+  double t_first_token = -1;
+  double t_done = -1;
+  double transfer_s = -1;
+  int64_t prompt_tokens = -1;
+  int64_t cached_tokens = -1;
+  int64_t completion_tokens = -1;
+  int status = 0;
+  std::string error;  // empty: none
+  int attempts = 0;   // upstream attempts made
+};
+
+std::string RequestRecordToJson(const RequestRecord& r);
+
+class RequestLog {
+ public:
+  RequestLog() = default;
+  ~RequestLog();
+  RequestLog(const RequestLog&) = delete;
+  RequestLog& operator=(const RequestLog&) = delete;
+
+  absl::Status Open(const std::string& path);
+  bool is_open() const;
+  void Write(const RequestRecord& record);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace kvroute::proxy

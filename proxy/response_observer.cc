@@ -1,0 +1,100 @@
+#include "proxy/response_observer.h"
+
+#include <boost/json.hpp>
+
+namespace kvroute::proxy {
+namespace {
+namespace json = boost::json;
+
+int64_t IntOr(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return -1;
+  if (v->is_int64()) return v->get_int64();
+  if (v->is_uint64()) return static_cast<int64_t>(v->get_uint64());
+  return -1;
+}
+}  // namespace
+
+bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_transfer_params) {
+  boost::system::error_code ec;
+  json::value root = json::parse(json::string_view(text.data(), text.size()), ec);
+  if (ec || !root.is_object()) return false;
+  const json::object& obj = root.get_object();
+  if (kv_transfer_params != nullptr) {
+    if (const json::value* p = obj.if_contains("kv_transfer_params"); p && p->is_object()) {
+      *kv_transfer_params = json::serialize(*p);
+    }
+  }
+  const json::value* usage = obj.if_contains("usage");
+  if (usage == nullptr || !usage->is_object()) return false;
+  const json::object& u = usage->get_object();
+  out->prompt_tokens = IntOr(u, "prompt_tokens");
+  out->completion_tokens = IntOr(u, "completion_tokens");
+  if (const json::value* d = u.if_contains("prompt_tokens_details"); d && d->is_object()) {
+    out->cached_tokens = IntOr(d->get_object(), "cached_tokens");
+  }
+  return true;
+}
+
+ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes)
+    : sse_(sse), max_json_body_(max_json_body), max_event_bytes_(max_event_bytes) {}
+
+void ResponseObserver::Feed(std::string_view bytes) {
+  if (!sse_) {
+    if (overflow_) return;
+    if (pending_.size() + bytes.size() > max_json_body_) {
+      overflow_ = true;
+      pending_.clear();
+      return;
+    }
+    pending_.append(bytes);
+    return;
+  }
+  // SSE: an event ends at a blank line ("\n\n" from vLLM, "\r\n\r\n" allowed).
+  pending_.append(bytes);
+  size_t start = 0;
+  for (;;) {
+    const size_t lf = pending_.find("\n\n", start);
+    const size_t crlf = pending_.find("\r\n\r\n", start);
+    if (lf == std::string::npos && crlf == std::string::npos) break;
+    const bool use_lf = crlf == std::string::npos || (lf != std::string::npos && lf < crlf);
+    const size_t end = use_lf ? lf : crlf;
+    OnEvent(std::string_view(pending_).substr(start, end - start));
+    start = end + (use_lf ? 2 : 4);
+  }
+  pending_.erase(0, start);
+  if (pending_.size() > max_event_bytes_) pending_.clear();  // relayed, not observed
+}
+
+void ResponseObserver::OnEvent(std::string_view event) {
+  ++events_;
+  // Each line "data: <payload>"; vLLM sends one data line per event.
+  size_t pos = 0;
+  while (pos < event.size()) {
+    size_t eol = event.find('\n', pos);
+    if (eol == std::string_view::npos) eol = event.size();
+    std::string_view line = event.substr(pos, eol - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    pos = eol + 1;
+    if (line.substr(0, 5) != "data:") continue;
+    std::string_view payload = line.substr(5);
+    if (!payload.empty() && payload.front() == ' ') payload.remove_prefix(1);
+    if (payload == "[DONE]") {
+      saw_done_ = true;
+    } else if (payload.find("\"prompt_tokens\"") != std::string_view::npos) {
+      Usage u;
+      if (ParseUsageFromJson(payload, &u, nullptr)) usage_ = u;
+    }
+  }
+}
+
+void ResponseObserver::Finish() {
+  if (sse_) {
+    if (!pending_.empty()) OnEvent(pending_);
+  } else if (!overflow_ && !pending_.empty()) {
+    ParseUsageFromJson(pending_, &usage_, &kv_transfer_params_);
+  }
+  pending_.clear();
+}
+
+}  // namespace kvroute::proxy

@@ -1,0 +1,61 @@
+// ResponseObserver watches the bytes of an engine's response as they are
+// relayed, without changing them, and pulls out what the router learns from:
+// `usage.prompt_tokens`, `usage.prompt_tokens_details.cached_tokens`,
+// `usage.completion_tokens`, and whether an SSE stream reached `[DONE]`.
+//
+//   ResponseObserver obs(/*sse=*/true, /*max_json_body=*/1 << 20);
+//   obs.Feed(bytes);  ...  obs.Finish();
+//   if (obs.usage().prompt_tokens >= 0) ...
+//
+// SSE: events are split on blank lines; only events that carry
+// "prompt_tokens" are parsed (the usage chunk), so relaying costs a scan, not
+// a JSON parse, per event. Non-streaming JSON: the body is kept up to a bound
+// and parsed once at the end. Not thread-safe; one per response.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kvroute::proxy {
+
+struct Usage {
+  int64_t prompt_tokens = -1;
+  int64_t cached_tokens = -1;
+  int64_t completion_tokens = -1;
+};
+
+class ResponseObserver {
+ public:
+  ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes = 1 << 20);
+
+  void Feed(std::string_view bytes);
+  void Finish();
+
+  const Usage& usage() const { return usage_; }
+  bool saw_done() const { return saw_done_; }
+  int64_t events() const { return events_; }
+  // The parsed non-streaming body's `kv_transfer_params`, serialised; empty
+  // when absent (used by the transfer module's prefill leg).
+  const std::string& kv_transfer_params() const { return kv_transfer_params_; }
+
+ private:
+  void OnEvent(std::string_view event);
+  void ParseJson(std::string_view text);
+
+  bool sse_;
+  size_t max_json_body_;
+  size_t max_event_bytes_;
+  std::string pending_;  // SSE: the incomplete event; JSON: the body so far
+  bool overflow_ = false;
+  Usage usage_;
+  bool saw_done_ = false;
+  int64_t events_ = 0;
+  std::string kv_transfer_params_;
+};
+
+// Parses one `usage` JSON object into `out`. Returns false when the text
+// holds no usage.
+bool ParseUsageFromJson(std::string_view json_text, Usage* out, std::string* kv_transfer_params);
+
+}  // namespace kvroute::proxy

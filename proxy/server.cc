@@ -1,0 +1,907 @@
+#include "proxy/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/json.hpp>
+#include <future>
+#include <optional>
+
+#include "absl/random/random.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proxy/absl_compat.h"
+#include "proxy/features.h"
+#include "proxy/response_observer.h"
+#include "router/prefix_hash.h"
+
+namespace kvroute::proxy {
+
+struct Server::Worker {
+  Worker(std::vector<router::BackendSpec> backends, const UpstreamOptions& options)
+      : ioc(1), guard(net::make_work_guard(ioc)), pool(ioc, std::move(backends), options) {}
+  net::io_context ioc;
+  net::executor_work_guard<net::io_context::executor_type> guard;
+  UpstreamPool pool;
+};
+
+// Shared by all sessions of a server. Counters are atomics; the monitor's
+// per-backend streaks are touched only on worker 0.
+struct Server::State {
+  const Config* config = nullptr;
+  router::Router* router = nullptr;
+  ProxyMetrics* metrics = nullptr;
+  RequestLog* request_log = nullptr;
+  metrics::Registry* registry = nullptr;
+  std::atomic<int64_t> connections{0};
+  std::atomic<int64_t> inflight{0};
+  std::atomic<bool> draining{false};
+  std::vector<int> fail_streak, ok_streak;
+  std::vector<bool> healthy;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double WallSeconds() { return static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6; }
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string NewRequestId() {
+  thread_local absl::BitGen gen;
+  const uint64_t a = absl::Uniform<uint64_t>(gen), b = absl::Uniform<uint64_t>(gen);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "kvr-%016llx%016llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return buf;
+}
+
+bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
+
+bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
+  return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
+}
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct RouteSpec {
+  std::string_view path;
+  http::verb verb;
+};
+constexpr RouteSpec kRoutes[] = {
+    {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+    {"/v1/models", http::verb::get},       {"/health", http::verb::get},
+    {"/metrics", http::verb::get},         {"/admin/backends", http::verb::get},
+};
+
+// Extra response headers kvroute adds to a relayed response.
+struct Decor {
+  std::string request_id;
+  std::string backend_label;  // "gpu3" or "gpu1->gpu3"
+  std::string request_class;  // empty: not a routed request
+};
+
+struct RelayResult {
+  bool headers_sent = false;   // the client has a response header
+  bool completed = false;      // the whole upstream response reached the client
+  bool client_gone = false;
+  bool upstream_failed = false;  // failed before any response header: 502/504
+  bool timed_out = false;
+  int status = 0;
+  std::string error;
+  Usage usage;
+  bool sse = false;
+  double t_first_byte = -1;   // wall seconds
+  double ttfb_s = -1;         // steady seconds since relay start
+  int64_t events = 0;
+};
+
+struct WatchState {
+  Connection* upstream = nullptr;
+  bool relay_done = false;
+  bool client_gone = false;
+};
+
+// Waits until the client's socket is readable. Readable with nothing to read
+// means the client closed: cancel the upstream exchange so the engine stops
+// generating. Readable with data means a pipelined request: stop watching.
+net::awaitable<void> WatchClient(tcp::socket& sock, std::shared_ptr<WatchState> st) {
+  auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kUseTuple);
+  if (st->relay_done) co_return;
+  beast::error_code aec;
+  const size_t avail = ec ? 0 : sock.available(aec);
+  if (ec || aec || avail == 0) {
+    st->client_gone = true;
+    if (st->upstream != nullptr) st->upstream->cancel();
+  }
+}
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Server::Worker& worker, Server::State& state, tcp::socket sock)
+      : worker_(worker), state_(state), cfg_(*state.config), stream_(std::move(sock)) {
+    beast::error_code ec;
+    remote_ = stream_.socket().remote_endpoint(ec);
+  }
+
+  net::awaitable<void> Run() {
+    auto self = shared_from_this();
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
+      parser.body_limit(cfg_.limits.max_body_bytes);
+      if (buffer_.size() == 0) {
+        // Keep-alive: wait for the next request's first bytes.
+        stream_.expires_after(ToChrono(cfg_.limits.idle_timeout));
+        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kUseTuple);
+        if (ec) break;
+        buffer_.commit(n);
+      }
+      stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
+      auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, kUseTuple);
+      if (hec) {
+        co_await ReadFailed(hec);
+        break;
+      }
+      if (absl::EqualsIgnoreCase(ToAbsl(parser.get()[http::field::expect]),
+                                 "100-continue")) {
+        http::response<http::empty_body> cont{http::status::continue_, 11};
+        auto [cec, cn] = co_await http::async_write(stream_, cont, kUseTuple);
+        if (cec) break;
+      }
+      stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
+      auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kUseTuple);
+      if (bec) {
+        co_await ReadFailed(bec);
+        break;
+      }
+      http::request<http::string_body> req = parser.release();
+      const bool keep_alive = co_await Dispatch(req);
+      if (!keep_alive || state_.draining.load()) break;
+    }
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+    state_.connections.fetch_sub(1);
+    state_.metrics->connections->Add({}, -1);
+  }
+
+ private:
+  net::awaitable<void> ReadFailed(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      co_await SendError(413, absl::StrCat("request body exceeds ", cfg_.limits.max_body_bytes,
+                                           " bytes"),
+                         false);
+    } else if (ec == http::error::header_limit) {
+      co_await SendError(431, "request header fields too large", false);
+    } else if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+               ec != net::error::eof && ec != net::error::connection_reset &&
+               ec != net::error::operation_aborted) {
+      co_await SendError(400, absl::StrCat("malformed HTTP request: ", ec.message()), false);
+    }
+  }
+
+  // Routes one request; returns whether the connection may be kept alive.
+  net::awaitable<bool> Dispatch(http::request<http::string_body>& req) {
+    std::string_view target = req.target();
+    if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+    const bool keep_alive = req.keep_alive();
+    const http::verb m = req.method();
+    for (const RouteSpec& r : kRoutes) {
+      if (target != r.path) continue;
+      if (m != r.verb && !(r.verb == http::verb::get && m == http::verb::head)) {
+        Headers allow;
+        allow.emplace_back("Allow", std::string(http::to_string(r.verb)));
+        std::string msg = absl::StrCat("method ", ToAbsl(req.method_string()),
+                                       " is not allowed on ", ToAbsl(target));
+        co_return co_await SendError(405, msg, keep_alive, std::move(allow));
+      }
+      if (target == "/v1/completions") {
+        co_return co_await HandleCompletion(req, Endpoint::kCompletions, "/v1/completions");
+      }
+      if (target == "/v1/chat/completions") {
+        co_return co_await HandleCompletion(req, Endpoint::kChat, "/v1/chat/completions");
+      }
+      if (target == "/v1/models") co_return co_await HandleModels(req);
+      if (target == "/health") co_return co_await HandleHealth(keep_alive);
+      if (target == "/metrics") {
+        co_return co_await SendBody(200, "text/plain; version=0.0.4; charset=utf-8",
+                                    state_.registry->Render(), keep_alive);
+      }
+      if (target == "/admin/backends") co_return co_await HandleAdminBackends(req);
+    }
+    co_return co_await SendError(404, absl::StrCat("no route for ", ToAbsl(target)), keep_alive);
+  }
+
+  net::awaitable<bool> SendBody(int status, std::string_view content_type, std::string body,
+                                bool keep_alive,
+                                Headers extra = {}) {
+    http::response<http::string_body> res{static_cast<http::status>(status), 11};
+    res.set(http::field::server, "kvroute");
+    res.set(http::field::content_type, content_type);
+    for (auto& [k, v] : extra) res.set(k, v);
+    res.keep_alive(keep_alive && !state_.draining.load());
+    res.body() = std::move(body);
+    res.prepare_payload();
+    stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+    auto [ec, n] = co_await http::async_write(stream_, res, kUseTuple);
+    co_return !ec && res.keep_alive();
+  }
+
+  net::awaitable<bool> SendError(int status, std::string_view message, bool keep_alive,
+                                 Headers extra = {}) {
+    co_return co_await SendBody(status, "application/json", OpenAiErrorBody(status, message),
+                                keep_alive, std::move(extra));
+  }
+
+  net::awaitable<bool> HandleHealth(bool keep_alive) {
+    int healthy = 0;
+    for (const auto& b : state_.router->Report()) healthy += b.healthy ? 1 : 0;
+    boost::json::object o;
+    o["status"] = healthy > 0 ? "ok" : "no healthy backend";
+    o["healthy_backends"] = healthy;
+    o["backends"] = state_.router->Backends().size();
+    co_return co_await SendBody(healthy > 0 ? 200 : 503, "application/json",
+                                boost::json::serialize(o), keep_alive);
+  }
+
+  net::awaitable<bool> HandleAdminBackends(const http::request<http::string_body>& req) {
+    if (!IsLoopback(remote_)) {
+      co_return co_await SendError(403, "admin endpoints answer only on loopback",
+                                   req.keep_alive());
+    }
+    boost::json::array arr;
+    for (const router::BackendReport& b : state_.router->Report()) {
+      boost::json::object o;
+      o["name"] = b.name;
+      o["role"] = router::ToString(b.role);
+      o["healthy"] = b.healthy;
+      o["inflight_requests"] = b.inflight_requests;
+      o["inflight_prefill_tokens"] = b.inflight_prefill_tokens;
+      o["decoding_requests"] = b.decoding_requests;
+      o["inflight_tokens"] = b.inflight_tokens;
+      o["shadow_tokens"] = b.shadow_tokens;
+      o["capacity_tokens"] = b.capacity_tokens;
+      o["kv_usage"] = b.kv_usage < 0 ? boost::json::value(nullptr) : boost::json::value(b.kv_usage);
+      o["engine_running"] = b.engine_running;
+      o["engine_waiting"] = b.engine_waiting;
+      o["estimates"] = b.est_requests;
+      o["mean_abs_estimate_error_tokens"] =
+          b.est_requests > 0 ? b.est_abs_error_tokens_sum / static_cast<double>(b.est_requests)
+                             : 0.0;
+      arr.push_back(std::move(o));
+    }
+    boost::json::object root;
+    root["mode"] = cfg_.mode;
+    root["backends"] = std::move(arr);
+    co_return co_await SendBody(200, "application/json", boost::json::serialize(root),
+                                req.keep_alive());
+  }
+
+  int FirstHealthyBackend() const {
+    const auto report = state_.router->Report();
+    for (size_t i = 0; i < report.size(); ++i) {
+      if (report[i].healthy) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  net::awaitable<bool> HandleModels(const http::request<http::string_body>& req) {
+    const int backend = FirstHealthyBackend();
+    if (backend < 0) co_return co_await SendError(503, "no healthy backend", req.keep_alive());
+    http::request<http::string_body> up{http::verb::get, "/v1/models", 11};
+    BufferedResponse r = co_await FetchBuffered(worker_.pool, backend, std::move(up),
+                                                cfg_.upstream.idle_timeout, 4 << 20);
+    if (r.ec) {
+      co_return co_await SendError(r.timed_out ? 504 : 502,
+                                   absl::StrCat("backend ", worker_.pool.backend(backend).name,
+                                                ": ", r.ec.message()),
+                                   req.keep_alive());
+    }
+    Headers extra;
+    extra.emplace_back("X-Kvroute-Backend", worker_.pool.backend(backend).name);
+    std::string content_type = r.content_type.empty() ? std::string("application/json")
+                                                      : r.content_type;
+    co_return co_await SendBody(r.status, content_type, std::move(r.body), req.keep_alive(),
+                                std::move(extra));
+  }
+
+  net::awaitable<bool> HandleCompletion(http::request<http::string_body>& req, Endpoint endpoint,
+                                        std::string_view route) {
+    const auto t0 = Clock::now();
+    RequestRecord rec;
+    rec.t_arrival = WallSeconds();
+    rec.route = std::string(route);
+    rec.mode = cfg_.mode;
+    std::string_view rid_header = req["X-Request-Id"];
+    rec.id = rid_header.empty() || rid_header.size() > 256 ? NewRequestId()
+                                                           : std::string(rid_header);
+    state_.inflight.fetch_add(1);
+    state_.metrics->inflight->Add({}, 1);
+    const bool keep_alive = co_await ServeCompletion(req, endpoint, route, t0, rec);
+    rec.t_done = WallSeconds();
+    const std::string status = std::to_string(rec.status);
+    const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
+    state_.metrics->requests->Inc({route, cfg_.mode, cls, status});
+    state_.metrics->duration->Observe({route, cls}, Since(t0));
+    state_.request_log->Write(rec);
+    // Last: a drain waits for this, so the log and metrics are complete.
+    state_.inflight.fetch_sub(1);
+    state_.metrics->inflight->Add({}, -1);
+    co_return keep_alive;
+  }
+
+  net::awaitable<bool> ServeCompletion(http::request<http::string_body>& req, Endpoint endpoint,
+                                       std::string_view route, Clock::time_point t0,
+                                       RequestRecord& rec) {
+    const bool keep_alive = req.keep_alive();
+    auto reject = [&](int status, std::string msg) -> net::awaitable<bool> {
+      rec.status = status;
+      rec.error = msg;
+      Headers extra;
+      extra.emplace_back("X-Request-Id", rec.id);
+      co_return co_await SendError(status, msg, keep_alive, std::move(extra));
+    };
+    if (state_.draining.load()) co_return co_await reject(503, "kvroute is shutting down");
+    // Like vLLM's server, the body is read as JSON whatever Content-Type
+    // says (curl -d sends form encoding); a non-JSON body is a 400 below.
+    absl::StatusOr<router::RequestFeatures> features =
+        ExtractFeatures(endpoint, req.body(), req["X-Session-Id"]);
+    if (!features.ok()) co_return co_await reject(400, std::string(features.status().message()));
+    features->request_id = rec.id;
+    rec.session = features->session_id;
+    rec.stream = features->stream;
+    const router::Options& ropts = state_.router->options();
+    const auto td0 = Clock::now();
+    features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
+    absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
+    state_.metrics->decision_time->Observe({}, Since(td0));
+    if (!ticket.ok()) {
+      co_return co_await reject(503, std::string(ticket.status().message()));
+    }
+    rec.t_routed = WallSeconds();
+    const router::Decision& d = ticket->decision;
+    const auto& backends = state_.router->Backends();
+    rec.request_class = std::string(router::ToString(d.request_class));
+    rec.prompt_tokens_est = d.prompt_tokens_est;
+    rec.cached_tokens_est = d.cached_tokens_est;
+    rec.new_tokens_est = d.new_tokens_est;
+    state_.metrics->decisions->Inc(
+        {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
+    if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
+    if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
+    // Until the transfer module runs offloads, an OFFLOAD decision is served
+    // co-located on its decode instance B.
+    const int backend = d.decode_backend;
+    rec.decode_backend = backends[backend].name;
+    rec.prefill_backend = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0
+                              ? backends[d.prefill_backend].name
+                              : rec.decode_backend;
+
+    http::request<http::string_body> up{http::verb::post, req.target(), 11};
+    for (const auto& field : req) {
+      if (IsHopByHopOrFraming(field.name_string())) continue;
+      up.set(field.name_string(), field.value());
+    }
+    up.set("X-Request-Id", rec.id);
+    up.body() = std::move(req.body());
+    Decor decor{rec.id, backends[backend].name, rec.request_class};
+
+    router::Outcome outcome;
+    outcome.served_by = backend;
+    bool first_token_reported = false;
+    auto on_first_byte = [&] {
+      first_token_reported = true;
+      state_.router->OnFirstToken(*ticket, absl::Now());
+    };
+    RelayResult r = co_await Relay(backend, up, decor, rec.stream, on_first_byte);
+    (void)first_token_reported;
+    rec.attempts = 1;
+    rec.status = r.status;
+    rec.error = r.error;
+    rec.t_first_token = r.t_first_byte;
+    rec.prompt_tokens = r.usage.prompt_tokens;
+    rec.cached_tokens = r.usage.cached_tokens;
+    rec.completion_tokens = r.usage.completion_tokens;
+    if (r.ttfb_s >= 0) state_.metrics->ttfb->Observe({route, rec.request_class}, r.ttfb_s);
+    if (r.completed && r.usage.completion_tokens > 1 && r.ttfb_s >= 0) {
+      const double tpot = (Since(t0) - r.ttfb_s) / static_cast<double>(r.usage.completion_tokens - 1);
+      state_.metrics->tpot->Observe({rec.request_class}, tpot);
+    }
+    if (r.usage.cached_tokens >= 0 && r.usage.prompt_tokens > 0) {
+      const std::string& name = backends[backend].name;
+      state_.metrics->cached_tokens_est->Inc({name}, static_cast<double>(d.cached_tokens_est));
+      state_.metrics->cached_tokens_actual->Inc({name},
+                                                static_cast<double>(r.usage.cached_tokens));
+      state_.metrics->estimate_error->Observe(
+          {}, static_cast<double>(d.cached_tokens_est - r.usage.cached_tokens) /
+                  static_cast<double>(r.usage.prompt_tokens));
+    }
+    outcome.ok = r.completed && r.status >= 200 && r.status < 300;
+    outcome.prompt_tokens = r.usage.prompt_tokens;
+    outcome.cached_tokens = r.usage.cached_tokens;
+    state_.router->OnComplete(*ticket, outcome, absl::Now());
+
+    if (!r.headers_sent) {
+      if (r.client_gone) co_return false;
+      const int status = r.timed_out ? 504 : 502;
+      rec.status = status;
+      Headers extra;
+      extra.emplace_back("X-Request-Id", rec.id);
+      extra.emplace_back("X-Kvroute-Backend", decor.backend_label);
+      extra.emplace_back("X-Kvroute-Class", decor.request_class);
+      std::string msg = absl::StrCat("backend ", backends[backend].name, ": ", r.error);
+      co_return co_await SendError(status, msg, keep_alive, std::move(extra));
+    }
+    co_return r.completed && keep_alive && !state_.draining.load();
+  }
+
+  // Sends `up` to `backend` and relays the response to the client as it
+  // arrives. Retries once on a fresh connection when a reused keep-alive
+  // connection turns out to be dead before any response byte.
+  net::awaitable<RelayResult> Relay(int backend, http::request<http::string_body>& up,
+                                    const Decor& decor, bool client_wants_stream,
+                                    const std::function<void()>& on_first_byte) {
+    RelayResult r;
+    UpstreamPool& pool = worker_.pool;
+    const router::BackendSpec& spec = pool.backend(backend);
+    const auto t0 = Clock::now();
+    up.set(http::field::host, absl::StrCat(spec.host, ":", spec.port));
+    up.keep_alive(true);
+    up.prepare_payload();
+
+    auto watch = std::make_shared<WatchState>();
+    net::co_spawn(stream_.get_executor(), WatchClient(stream_.socket(), watch), net::detached);
+    auto finish = [&] {
+      watch->relay_done = true;
+      watch->upstream = nullptr;
+      beast::error_code ec;
+      stream_.socket().cancel(ec);
+    };
+
+    std::unique_ptr<Connection> conn;
+    beast::flat_buffer up_buf;
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      beast::error_code ec;
+      bool reused = false;
+      if (attempt == 0) {
+        std::tie(ec, conn, reused) = co_await pool.Acquire(backend);
+      } else {
+        std::tie(ec, conn) = co_await pool.Connect(backend);
+      }
+      if (watch->client_gone) break;
+      if (ec) {
+        r.upstream_failed = true;
+        r.timed_out = ec == beast::error::timeout;
+        r.error = absl::StrCat("connect failed: ", ec.message());
+        state_.metrics->upstream_errors->Inc({spec.name, "connect"});
+        break;
+      }
+      watch->upstream = conn.get();
+      conn->expires_after(ToChrono(pool.options().first_byte_timeout));
+      auto [wec, wn] = co_await http::async_write(*conn, up, kUseTuple);
+      if (!wec) {
+        parser.emplace();
+        parser->body_limit(boost::none);
+        up_buf.clear();
+        auto [hec, hn] = co_await http::async_read_header(*conn, up_buf, *parser, kUseTuple);
+        if (!hec) break;
+        wec = hec;
+        if (reused && hn == 0 && hec != beast::error::timeout && !watch->client_gone) {
+          parser.reset();
+          conn.reset();
+          continue;  // stale keep-alive connection: once more on a fresh one
+        }
+      } else if (reused && !watch->client_gone && wec != beast::error::timeout) {
+        conn.reset();
+        continue;
+      }
+      parser.reset();
+      conn.reset();
+      if (watch->client_gone) break;
+      r.upstream_failed = true;
+      r.timed_out = wec == beast::error::timeout;
+      r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
+      state_.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
+      break;
+    }
+    if (watch->client_gone) {
+      r.client_gone = true;
+      r.error = "client disconnected";
+      state_.metrics->client_disconnects->Inc({});
+    }
+    if (!parser || r.upstream_failed || r.client_gone) {
+      finish();
+      co_return r;
+    }
+
+    // Response header from the engine: relay it with kvroute's headers.
+    auto& uh = parser->get();
+    r.status = uh.result_int();
+    r.t_first_byte = WallSeconds();
+    r.ttfb_s = Since(t0);
+    const std::string_view up_ctype = uh[http::field::content_type];
+    r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
+    http::response<http::empty_body> res{uh.result(), 11};
+    for (const auto& field : uh) {
+      if (IsHopByHopOrFraming(field.name_string())) continue;
+      res.set(field.name_string(), field.value());
+    }
+    res.set("X-Request-Id", decor.request_id);
+    res.set("X-Kvroute-Backend", decor.backend_label);
+    if (!decor.request_class.empty()) res.set("X-Kvroute-Class", decor.request_class);
+    const boost::optional<uint64_t> length = parser->content_length();
+    const bool chunked = !length.has_value();
+    if (chunked) {
+      res.chunked(true);
+    } else {
+      res.set(http::field::content_length, std::to_string(*length));
+    }
+    res.keep_alive(true);
+    http::response_serializer<http::empty_body> sr{res};
+    stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+    auto [hwec, hwn] = co_await http::async_write_header(stream_, sr, kUseTuple);
+    if (hwec) {
+      r.client_gone = true;
+      r.error = "client write failed";
+      state_.metrics->client_disconnects->Inc({});
+      finish();
+      co_return r;
+    }
+    r.headers_sent = true;
+    on_first_byte();
+
+    ResponseObserver observer(r.sse, pool.options().max_observed_body);
+    char chunk[16384];
+    bool upstream_ok = true;
+    while (!parser->is_done()) {
+      parser->get().body().data = chunk;
+      parser->get().body().size = sizeof(chunk);
+      conn->expires_after(ToChrono(pool.options().idle_timeout));
+      auto [rec, rn] = co_await http::async_read_some(*conn, up_buf, *parser, kUseTuple);
+      const size_t n = sizeof(chunk) - parser->get().body().size;
+      if (rec && rec != http::error::need_buffer) {
+        upstream_ok = false;
+        if (watch->client_gone) {
+          r.client_gone = true;
+          r.error = "client disconnected";
+          state_.metrics->client_disconnects->Inc({});
+        } else {
+          r.timed_out = rec == beast::error::timeout;
+          r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
+          state_.metrics->stream_errors->Inc({spec.name});
+        }
+        break;
+      }
+      if (n == 0) continue;
+      observer.Feed(std::string_view(chunk, n));
+      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+      beast::error_code wec;
+      if (chunked) {
+        std::tie(wec, std::ignore) =
+            co_await net::async_write(stream_, http::make_chunk(net::buffer(chunk, n)), kUseTuple);
+      } else {
+        std::tie(wec, std::ignore) =
+            co_await net::async_write(stream_, net::buffer(chunk, n), kUseTuple);
+      }
+      if (wec) {
+        upstream_ok = false;
+        r.client_gone = true;
+        r.error = "client write failed";
+        state_.metrics->client_disconnects->Inc({});
+        break;
+      }
+    }
+    observer.Finish();
+    r.usage = observer.usage();
+    r.events = observer.events();
+    if (upstream_ok) {
+      r.completed = true;
+      if (chunked) {
+        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+        auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
+        if (lec) r.completed = false;
+      }
+      const bool reusable = parser->keep_alive();
+      watch->upstream = nullptr;
+      pool.Release(backend, std::move(conn), reusable);
+    } else {
+      conn.reset();  // closing the connection cancels the engine's request
+      if (!r.client_gone && chunked && r.sse && client_wants_stream) {
+        // Tell the client the stream ended abnormally instead of truncating.
+        const std::string event =
+            absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
+        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+        co_await net::async_write(stream_, http::make_chunk(net::buffer(event)), kUseTuple);
+        co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
+      }
+    }
+    finish();
+    co_return r;
+  }
+
+  Server::Worker& worker_;
+  Server::State& state_;
+  const Config& cfg_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  tcp::endpoint remote_;
+};
+
+}  // namespace
+
+ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
+    : requests(reg.AddCounter("kvroute_requests_total",
+                              "Completion requests by route, mode, class and HTTP status.",
+                              {"route", "mode", "class", "status"})),
+      ttfb(reg.AddHistogram("kvroute_time_to_first_byte_seconds",
+                            "Time from request arrival to the engine's response header, which "
+                            "for a stream is its first token.",
+                            {"route", "class"}, metrics::LatencyBuckets())),
+      duration(reg.AddHistogram("kvroute_request_duration_seconds",
+                                "End-to-end request latency as seen by kvroute.",
+                                {"route", "class"}, metrics::LatencyBuckets())),
+      tpot(reg.AddHistogram("kvroute_time_per_output_token_seconds",
+                            "Mean time per output token after the first, per request.", {"class"},
+                            metrics::LatencyBuckets())),
+      upstream_errors(reg.AddCounter("kvroute_upstream_errors_total",
+                                     "Failed upstream exchanges by backend and kind.",
+                                     {"backend", "kind"})),
+      client_disconnects(reg.AddCounter("kvroute_client_disconnects_total",
+                                        "Requests whose client went away before the end.")),
+      stream_errors(reg.AddCounter("kvroute_stream_errors_total",
+                                   "Responses that broke after their first byte.", {"backend"})),
+      decisions(reg.AddCounter("kvroute_decisions_total", "Routing decisions.",
+                               {"mode", "class", "decision"})),
+      decision_time(reg.AddHistogram(
+          "kvroute_decision_seconds", "Time to hash the prompt and decide.", {},
+          {1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2})),
+      affinity(reg.AddCounter("kvroute_affinity_total", "Session affinity outcomes.",
+                              {"outcome"})),
+      cached_tokens_est(reg.AddCounter("kvroute_cached_tokens_estimated_total",
+                                       "Prompt tokens the router estimated cached, for "
+                                       "requests whose engine reported cached_tokens.",
+                                       {"backend"})),
+      cached_tokens_actual(reg.AddCounter("kvroute_cached_tokens_actual_total",
+                                          "Prompt tokens the engine reported cached.",
+                                          {"backend"})),
+      estimate_error(reg.AddHistogram(
+          "kvroute_cache_estimate_error_ratio",
+          "(estimated - actual cached tokens) / prompt tokens, per request.", {},
+          {-1, -0.5, -0.25, -0.1, -0.05, -0.01, 0.01, 0.05, 0.1, 0.25, 0.5, 1})),
+      connections(reg.AddGauge("kvroute_client_connections", "Open client connections.")),
+      inflight(reg.AddGauge("kvroute_requests_inflight", "Completion requests in flight.")),
+      health_transitions(reg.AddCounter("kvroute_backend_health_transitions_total",
+                                        "Backend health changes.", {"backend", "to"})) {}
+
+router::EngineGauges ParseEngineMetrics(std::string_view text) {
+  router::EngineGauges g;
+  int64_t block_size = 0, num_blocks = 0;
+  for (absl::string_view line : absl::StrSplit(ToAbsl(text), '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t name_end = line.find_first_of("{ ");
+    if (name_end == absl::string_view::npos) continue;
+    const absl::string_view name = line.substr(0, name_end);
+    const size_t value_pos = line.rfind(' ');
+    double v = 0;
+    if (value_pos == absl::string_view::npos ||
+        !absl::SimpleAtod(line.substr(value_pos + 1), &v)) {
+      continue;
+    }
+    if (name == "vllm:num_requests_running") {
+      g.num_requests_running = std::max<int64_t>(0, g.num_requests_running) + static_cast<int64_t>(v);
+    } else if (name == "vllm:num_requests_waiting") {
+      g.num_requests_waiting = std::max<int64_t>(0, g.num_requests_waiting) + static_cast<int64_t>(v);
+    } else if (name == "vllm:kv_cache_usage_perc" || name == "vllm:gpu_cache_usage_perc") {
+      g.kv_cache_usage_perc = std::max(g.kv_cache_usage_perc, v);
+    } else if (name == "vllm:cache_config_info") {
+      auto label = [&](absl::string_view key) -> int64_t {
+        const std::string needle = absl::StrCat(key, "=\"");
+        const size_t p = line.find(needle);
+        if (p == absl::string_view::npos) return 0;
+        const size_t s = p + needle.size();
+        const size_t e = line.find('"', s);
+        int64_t out = 0;
+        if (e == absl::string_view::npos || !absl::SimpleAtoi(line.substr(s, e - s), &out)) return 0;
+        return out;
+      };
+      block_size = label("block_size");
+      num_blocks = label("num_gpu_blocks");
+    }
+  }
+  if (block_size > 0 && num_blocks > 0) g.capacity_tokens = block_size * num_blocks;
+  return g;
+}
+
+Server::Server(Config config, std::unique_ptr<router::Router> router)
+    : config_(std::move(config)), router_(std::move(router)), state_(std::make_unique<State>()) {
+  metrics_ = std::make_unique<ProxyMetrics>(registry_);
+  state_->config = &config_;
+  state_->router = router_.get();
+  state_->metrics = metrics_.get();
+  state_->request_log = &request_log_;
+  state_->registry = &registry_;
+  const size_t n = router_->Backends().size();
+  state_->fail_streak.assign(n, 0);
+  state_->ok_streak.assign(n, 0);
+  state_->healthy.assign(n, true);
+  registry_.AddCollector([r = router_.get()](std::string* out) {
+    const auto report = r->Report();
+    struct G {
+      const char* name;
+      const char* help;
+      double (*get)(const router::BackendReport&);
+    };
+    static const G kGauges[] = {
+        {"kvroute_backend_healthy", "1 when the backend is healthy.",
+         [](const router::BackendReport& b) { return b.healthy ? 1.0 : 0.0; }},
+        {"kvroute_backend_inflight_requests", "Requests in flight per backend.",
+         [](const router::BackendReport& b) { return double(b.inflight_requests); }},
+        {"kvroute_backend_inflight_prefill_tokens",
+         "Estimated new prompt tokens of requests not yet at their first token.",
+         [](const router::BackendReport& b) { return double(b.inflight_prefill_tokens); }},
+        {"kvroute_backend_decoding_requests", "Requests past their first token.",
+         [](const router::BackendReport& b) { return double(b.decoding_requests); }},
+        {"kvroute_backend_shadow_tokens", "Tokens the shadow index believes cached.",
+         [](const router::BackendReport& b) { return double(b.shadow_tokens); }},
+        {"kvroute_backend_kv_usage", "Engine-reported KV cache usage (0..1), -1 unknown.",
+         [](const router::BackendReport& b) { return b.kv_usage; }},
+    };
+    for (const G& g : kGauges) {
+      metrics::RenderGaugeHeader(out, g.name, g.help);
+      for (const auto& b : report) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+    }
+  });
+}
+
+Server::~Server() {
+  Shutdown();
+  Wait();
+}
+
+absl::Status Server::Start() {
+  if (!config_.request_log.empty()) {
+    if (absl::Status st = request_log_.Open(config_.request_log); !st.ok()) return st;
+  }
+  const int threads = std::max(1, config_.threads);
+  for (int i = 0; i < threads; ++i) {
+    workers_.push_back(std::make_unique<Worker>(router_->Backends(), config_.upstream));
+  }
+  beast::error_code ec;
+  const auto addr = net::ip::make_address(config_.listen_host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("listen: bad address '", config_.listen_host, "'"));
+  acceptor_ = std::make_unique<tcp::acceptor>(workers_[0]->ioc);
+  tcp::endpoint ep(addr, config_.listen_port);
+  acceptor_->open(ep.protocol(), ec);
+  if (!ec) acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_->bind(ep, ec);
+  if (!ec) acceptor_->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", config_.listen_host,
+                                               ":", config_.listen_port, ": ", ec.message()));
+  }
+  port_ = acceptor_->local_endpoint().port();
+  net::co_spawn(workers_[0]->ioc, AcceptLoop(), net::detached);
+  if (config_.monitor.enabled) net::co_spawn(workers_[0]->ioc, MonitorLoop(), net::detached);
+  for (auto& w : workers_) {
+    threads_.emplace_back([w = w.get()] { w->ioc.run(); });
+  }
+  return absl::OkStatus();
+}
+
+net::awaitable<void> Server::AcceptLoop() {
+  size_t next = 0;
+  for (;;) {
+    Worker& w = *workers_[next];
+    next = (next + 1) % workers_.size();
+    auto [ec, sock] = co_await acceptor_->async_accept(w.ioc, kUseTuple);
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor_->is_open()) co_return;
+      continue;  // e.g. EMFILE: keep serving the connections we have
+    }
+    if (state_->connections.load() >= static_cast<int64_t>(config_.limits.max_connections)) {
+      beast::error_code ignored;
+      sock.close(ignored);
+      continue;
+    }
+    beast::error_code ignored;
+    sock.set_option(tcp::no_delay(true), ignored);
+    state_->connections.fetch_add(1);
+    metrics_->connections->Add({}, 1);
+    auto session = std::make_shared<Session>(w, *state_, std::move(sock));
+    net::co_spawn(w.ioc, [session]() { return session->Run(); }, net::detached);
+  }
+}
+
+net::awaitable<void> Server::CheckBackends(Worker& w) {
+  const auto& backends = router_->Backends();
+  for (size_t i = 0; i < backends.size(); ++i) {
+    http::request<http::string_body> hreq{http::verb::get, "/health", 11};
+    BufferedResponse h = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(hreq),
+                                                config_.monitor.health_timeout, 64 * 1024);
+    const bool ok = !h.ec && h.status == 200;
+    int& fails = state_->fail_streak[i];
+    int& oks = state_->ok_streak[i];
+    if (ok) {
+      fails = 0;
+      ++oks;
+    } else {
+      oks = 0;
+      ++fails;
+    }
+    bool healthy = state_->healthy[i];
+    if (healthy && fails >= config_.monitor.unhealthy_after) healthy = false;
+    if (!healthy && oks >= config_.monitor.healthy_after) healthy = true;
+    if (healthy != state_->healthy[i]) {
+      state_->healthy[i] = healthy;
+      metrics_->health_transitions->Inc({backends[i].name, healthy ? "healthy" : "unhealthy"});
+      spdlog::warn("backend {} is now {}", backends[i].name, healthy ? "healthy" : "unhealthy");
+    }
+    router_->SetHealthy(static_cast<int>(i), healthy);
+    if (ok) {
+      http::request<http::string_body> mreq{http::verb::get, "/metrics", 11};
+      BufferedResponse m = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(mreq),
+                                                  config_.monitor.health_timeout, 8 << 20);
+      if (!m.ec && m.status == 200) {
+        router_->UpdateEngineGauges(static_cast<int>(i), ParseEngineMetrics(m.body));
+      }
+    }
+  }
+}
+
+net::awaitable<void> Server::MonitorLoop() {
+  net::steady_timer timer(workers_[0]->ioc);
+  for (;;) {
+    if (shutting_down_.load()) co_return;
+    co_await CheckBackends(*workers_[0]);
+    timer.expires_after(ToChrono(config_.monitor.health_interval));
+    auto [ec] = co_await timer.async_wait(kUseTuple);
+    if (ec) co_return;
+  }
+}
+
+void Server::CheckBackendsNow() {
+  if (workers_.empty()) return;
+  std::promise<void> done;
+  net::co_spawn(workers_[0]->ioc, CheckBackends(*workers_[0]),
+                [&done](std::exception_ptr) { done.set_value(); });
+  done.get_future().wait();
+}
+
+net::awaitable<void> Server::Drain() {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  const auto deadline = Clock::now() + ToChrono(config_.limits.drain_timeout);
+  while (state_->inflight.load() > 0 && Clock::now() < deadline) {
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(kUseTuple);
+  }
+  for (auto& w : workers_) {
+    w->guard.reset();
+    w->ioc.stop();
+  }
+}
+
+void Server::Shutdown() {
+  if (workers_.empty() || shutting_down_.exchange(true)) return;
+  state_->draining.store(true);
+  net::post(workers_[0]->ioc, [this] {
+    beast::error_code ec;
+    acceptor_->close(ec);
+    net::co_spawn(workers_[0]->ioc, Drain(), net::detached);
+  });
+}
+
+void Server::Wait() {
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+}  // namespace kvroute::proxy

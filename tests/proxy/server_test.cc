@@ -1,0 +1,463 @@
+// Integration tests: kvroute's server in-process on port 0 in front of fake
+// upstreams (tests/proxy/fake_upstream.h). No sleeps: tests synchronise on
+// promises and on bytes arriving; every blocking read has a generous socket
+// timeout so a regression fails instead of hanging.
+#include "proxy/server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "tests/proxy/fake_upstream.h"
+
+namespace kvroute::proxy {
+namespace {
+
+using kvroute::testing::ClosedPort;
+using kvroute::testing::FakeUpstream;
+using kvroute::testing::RequestOnce;
+
+const char kChatBody[] =
+    R"({"model":"m","messages":[{"role":"user","content":"hello there"}]})";
+const char kStreamBody[] =
+    R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hello there"}]})";
+const char kJsonResponse[] =
+    R"({"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":0}}})";
+
+std::string Event(int i) {
+  return "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t" +
+         std::to_string(i) + "\"}}]}\n\n";
+}
+
+Config TestConfig(const std::vector<uint16_t>& ports) {
+  Config c;
+  c.listen_host = "127.0.0.1";
+  c.listen_port = 0;
+  c.mode = "round_robin";
+  c.router.policy = "round_robin";
+  c.threads = 2;
+  c.monitor.enabled = false;
+  c.limits.drain_timeout = absl::Seconds(30);
+  for (size_t i = 0; i < ports.size(); ++i) {
+    BackendConfig b;
+    b.name = "gpu" + std::to_string(i);
+    b.url = "http://127.0.0.1:" + std::to_string(ports[i]);
+    b.spec.name = b.name;
+    b.spec.host = "127.0.0.1";
+    b.spec.port = ports[i];
+    c.backends.push_back(b);
+  }
+  return c;
+}
+
+std::unique_ptr<Server> StartServer(const Config& c) {
+  std::vector<router::BackendSpec> specs;
+  for (const auto& b : c.backends) specs.push_back(b.spec);
+  auto r = router::Router::Create(c.router, specs);
+  EXPECT_TRUE(r.ok()) << r.status();
+  auto s = std::make_unique<Server>(c, *std::move(r));
+  absl::Status st = s->Start();
+  EXPECT_TRUE(st.ok()) << st;
+  return s;
+}
+
+void SetReadTimeout(net::ip::tcp::socket& s, int seconds) {
+  timeval tv{seconds, 0};
+  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+// Reads raw bytes until `needle` has arrived; returns everything read.
+std::string ReadUntil(net::ip::tcp::socket& s, std::string& acc, const std::string& needle) {
+  char buf[4096];
+  while (acc.find(needle) == std::string::npos) {
+    beast::error_code ec;
+    size_t n = s.read_some(net::buffer(buf), ec);
+    if (ec) break;
+    acc.append(buf, n);
+  }
+  return acc;
+}
+
+void SendRaw(net::ip::tcp::socket& s, const std::string& target, const std::string& body) {
+  const std::string req = "POST " + target +
+                          " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  net::write(s, net::buffer(req));
+}
+
+TEST(ServerTest, NonStreamingRoundTripByteForByte) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), kJsonResponse);
+  EXPECT_EQ(res["X-Kvroute-Backend"], "gpu0");
+  EXPECT_FALSE(res["X-Request-Id"].empty());
+  EXPECT_EQ(res["X-Kvroute-Class"], "WARM");
+  ASSERT_EQ(up.received().size(), 1u);
+  EXPECT_EQ(up.received()[0].body(), kChatBody);
+  EXPECT_EQ(up.received()[0].target(), "/v1/chat/completions");
+  // The same id goes upstream and back.
+  EXPECT_EQ(up.received()[0]["X-Request-Id"], res["X-Request-Id"]);
+}
+
+TEST(ServerTest, ClientRequestIdPassesThrough) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                         R"({"prompt":"x"})", {{"X-Request-Id", "client-id-42"}});
+  EXPECT_EQ(res["X-Request-Id"], "client-id-42");
+  EXPECT_EQ(up.received().at(0)["X-Request-Id"], "client-id-42");
+}
+
+TEST(ServerTest, StreamingRoundTripByteForByte) {
+  std::string expected;
+  for (int i = 0; i < 5; ++i) expected += Event(i);
+  expected += "data: [DONE]\n\n";
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    for (int i = 0; i < 5; ++i) FakeUpstream::WriteChunk(s, Event(i));
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res[http::field::content_type], "text/event-stream; charset=utf-8");
+  EXPECT_EQ(res.body(), expected);
+}
+
+TEST(ServerTest, FirstEventArrivesBeforeUpstreamFinishes) {
+  std::promise<void> gate;
+  std::shared_future<void> gate_f = gate.get_future().share();
+  FakeUpstream up([gate_f](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    gate_f.wait();  // the rest only after the client saw event 0
+    FakeUpstream::WriteChunk(s, Event(1));
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  net::io_context ioc;
+  auto s = kvroute::testing::Connect(ioc, server->port());
+  SetReadTimeout(s, 30);
+  SendRaw(s, "/v1/chat/completions", kStreamBody);
+  std::string acc;
+  ReadUntil(s, acc, "\"t0\"");
+  ASSERT_NE(acc.find("\"t0\""), std::string::npos) << "first event was not relayed early";
+  EXPECT_EQ(acc.find("\"t1\""), std::string::npos);
+  gate.set_value();
+  ReadUntil(s, acc, "0\r\n\r\n");
+  EXPECT_NE(acc.find("\"t1\""), std::string::npos);
+  EXPECT_NE(acc.find("data: [DONE]"), std::string::npos);
+}
+
+TEST(ServerTest, ClientDisconnectCancelsUpstream) {
+  std::promise<void> upstream_saw_close;
+  std::promise<void> release;
+  std::shared_future<void> release_f = release.get_future().share();
+  FakeUpstream up([&](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    // The engine keeps "generating" until the proxy hangs up on it.
+    char b[16];
+    beast::error_code ec;
+    s.read_some(net::buffer(b), ec);
+    if (ec) upstream_saw_close.set_value();
+    return false;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  {
+    net::io_context ioc;
+    auto s = kvroute::testing::Connect(ioc, server->port());
+    SetReadTimeout(s, 30);
+    SendRaw(s, "/v1/chat/completions", kStreamBody);
+    std::string acc;
+    ReadUntil(s, acc, "\"t0\"");
+    ASSERT_NE(acc.find("\"t0\""), std::string::npos);
+    s.close();
+  }
+  auto f = upstream_saw_close.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "upstream connection was not closed after the client left";
+  server->Shutdown();
+  server->Wait();
+  EXPECT_EQ(server->registry().Render().find("kvroute_client_disconnects_total 0"),
+            std::string::npos);
+}
+
+TEST(ServerTest, ClientDisconnectDuringPrefillCancelsUpstream) {
+  std::promise<void> upstream_saw_close;
+  std::promise<void> got_request;
+  FakeUpstream up([&](const auto& req, auto& s) {
+    got_request.set_value();
+    char b[16];
+    beast::error_code ec;
+    s.read_some(net::buffer(b), ec);  // no response yet: a long prefill
+    if (ec) upstream_saw_close.set_value();
+    return false;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  {
+    net::io_context ioc;
+    auto s = kvroute::testing::Connect(ioc, server->port());
+    SendRaw(s, "/v1/chat/completions", kStreamBody);
+    got_request.get_future().wait();
+    s.close();
+  }
+  auto f = upstream_saw_close.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+}
+
+TEST(ServerTest, UpstreamRefusesConnectionIs502) {
+  auto server = StartServer(TestConfig({ClosedPort()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(res.result_int(), 502);
+  EXPECT_NE(res.body().find("\"error\""), std::string::npos);
+  EXPECT_NE(res.body().find("\"code\":502"), std::string::npos);
+  EXPECT_EQ(res["X-Kvroute-Backend"], "gpu0");
+}
+
+TEST(ServerTest, UpstreamTooSlowIs504) {
+  std::promise<void> release;
+  std::shared_future<void> release_f = release.get_future().share();
+  FakeUpstream up([release_f](const auto& req, auto& s) {
+    release_f.wait();  // never answers while the test runs
+    return false;
+  });
+  Config c = TestConfig({up.port()});
+  c.upstream.first_byte_timeout = absl::Milliseconds(200);
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(res.result_int(), 504);
+  EXPECT_NE(res.body().find("\"code\":504"), std::string::npos);
+  release.set_value();
+}
+
+TEST(ServerTest, KeepAliveReusesBothSides) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  Config c = TestConfig({up.port()});
+  c.threads = 1;  // one worker: one upstream pool
+  auto server = StartServer(c);
+  net::io_context ioc;
+  auto s = kvroute::testing::Connect(ioc, server->port());
+  for (int i = 0; i < 3; ++i) {
+    auto res = kvroute::testing::Request(s, http::verb::post, "/v1/completions",
+                                         R"({"prompt":"x"})");
+    EXPECT_EQ(res.result_int(), 200);
+    EXPECT_TRUE(res.keep_alive());
+  }
+  EXPECT_EQ(up.requests(), 3);
+  EXPECT_EQ(up.connections(), 1);
+}
+
+TEST(ServerTest, StaleKeepAliveConnectionIsRetriedOnce) {
+  // The upstream closes after every response (without saying so), as an
+  // engine restarting between requests would.
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return false;
+  });
+  Config c = TestConfig({up.port()});
+  c.threads = 1;
+  auto server = StartServer(c);
+  for (int i = 0; i < 3; ++i) {
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    EXPECT_EQ(res.result_int(), 200) << i;
+  }
+  EXPECT_EQ(up.requests(), 3);
+}
+
+TEST(ServerTest, RoundRobinSpreadsAcrossBackends) {
+  auto handler = [](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  };
+  FakeUpstream a(handler), b(handler);
+  auto server = StartServer(TestConfig({a.port(), b.port()}));
+  std::set<std::string> seen;
+  for (int i = 0; i < 4; ++i) {
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    seen.insert(std::string(res["X-Kvroute-Backend"]));
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(a.requests(), 2);
+  EXPECT_EQ(b.requests(), 2);
+}
+
+TEST(ServerTest, ErrorsAreOpenAiShaped) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto not_found = RequestOnce(server->port(), http::verb::get, "/v2/nothing");
+  EXPECT_EQ(not_found.result_int(), 404);
+  EXPECT_NE(not_found.body().find("\"type\":\"invalid_request_error\""), std::string::npos);
+  auto wrong_method = RequestOnce(server->port(), http::verb::get, "/v1/chat/completions");
+  EXPECT_EQ(wrong_method.result_int(), 405);
+  EXPECT_EQ(wrong_method[http::field::allow], "POST");
+  auto bad_json = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", "{oops");
+  EXPECT_EQ(bad_json.result_int(), 400);
+  EXPECT_NE(bad_json.body().find("not valid JSON"), std::string::npos);
+  auto missing = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions",
+                             R"({"model":"m"})");
+  EXPECT_EQ(missing.result_int(), 400);
+  EXPECT_EQ(up.requests(), 0);
+}
+
+TEST(ServerTest, OversizedBodyIs413) {
+  Config c = TestConfig({ClosedPort()});
+  c.limits.max_body_bytes = 1024;
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                         R"({"prompt":")" + std::string(4096, 'a') + "\"}");
+  EXPECT_EQ(res.result_int(), 413);
+  EXPECT_NE(res.body().find("\"code\":413"), std::string::npos);
+}
+
+TEST(ServerTest, HealthFollowsBackends) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    if (req.target() == "/health") {
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.prepare_payload();
+      http::write(s, res);
+    } else {
+      FakeUpstream::WriteJson(s, R"({"object":"list","data":[{"id":"m","object":"model"}]})");
+    }
+    return true;
+  });
+  {
+    auto server = StartServer(TestConfig({up.port()}));
+    server->CheckBackendsNow();
+    EXPECT_EQ(RequestOnce(server->port(), http::verb::get, "/health").result_int(), 200);
+    auto models = RequestOnce(server->port(), http::verb::get, "/v1/models");
+    EXPECT_EQ(models.result_int(), 200);
+    EXPECT_NE(models.body().find("\"id\":\"m\""), std::string::npos);
+  }
+  {
+    Config c = TestConfig({ClosedPort(), ClosedPort()});
+    c.monitor.unhealthy_after = 2;
+    auto server = StartServer(c);
+    server->CheckBackendsNow();
+    EXPECT_EQ(RequestOnce(server->port(), http::verb::get, "/health").result_int(), 200)
+        << "one failed check must not eject";
+    server->CheckBackendsNow();
+    auto health = RequestOnce(server->port(), http::verb::get, "/health");
+    EXPECT_EQ(health.result_int(), 503);
+    auto req = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    EXPECT_EQ(req.result_int(), 503);
+    EXPECT_EQ(RequestOnce(server->port(), http::verb::get, "/v1/models").result_int(), 503);
+  }
+}
+
+TEST(ServerTest, MetricsAndRequestLog) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    FakeUpstream::WriteChunk(
+        s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,"
+           "\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  });
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / ("kvroute_log_" + std::to_string(getpid()) + ".jsonl"))
+          .string();
+  std::filesystem::remove(log_path);
+  Config c = TestConfig({up.port()});
+  c.request_log = log_path;
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
+                         {{"X-Session-Id", "job-7"}, {"X-Request-Id", "rid-1"}});
+  EXPECT_EQ(res.result_int(), 200);
+  auto metrics = RequestOnce(server->port(), http::verb::get, "/metrics");
+  EXPECT_EQ(metrics.result_int(), 200);
+  EXPECT_NE(metrics.body().find("# TYPE kvroute_requests_total counter"), std::string::npos);
+  EXPECT_NE(metrics.body().find("kvroute_backend_inflight_requests{backend=\"gpu0\"}"),
+            std::string::npos);
+  server->Shutdown();
+  server->Wait();
+  const std::string text = server->registry().Render();
+  EXPECT_NE(text.find("kvroute_requests_total{route=\"/v1/chat/completions\",mode=\"round_robin\","
+                      "class=\"WARM\",status=\"200\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kvroute_time_to_first_byte_seconds_count{route=\"/v1/chat/completions\","
+                      "class=\"WARM\"} 1"),
+            std::string::npos);
+  std::ifstream in(log_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  for (const char* field :
+       {"\"id\":\"rid-1\"", "\"session\":\"job-7\"", "\"mode\":\"round_robin\"", "\"class\":\"WARM\"",
+        "\"decode_backend\":\"gpu0\"", "\"status\":200", "\"prompt_tokens\":12",
+        "\"cached_tokens\":0", "\"t_arrival\":", "\"t_first_token\":", "\"t_done\":",
+        "\"error\":null"}) {
+    EXPECT_NE(line.find(field), std::string::npos) << field << " in " << line;
+  }
+  EXPECT_EQ(line.find("hello there"), std::string::npos) << "prompts must never be logged";
+  std::filesystem::remove(log_path);
+}
+
+TEST(ServerTest, StreamBrokenMidwayEndsWithErrorEvent) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    return false;  // dies without the terminating chunk
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body().find(Event(0)), 0u);
+  EXPECT_NE(res.body().find("data: {\"error\""), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("data: [DONE]\n\n"), std::string::npos);
+}
+
+TEST(ServerTest, ShutdownDrainsInFlightStream) {
+  std::promise<void> started, gate;
+  std::shared_future<void> gate_f = gate.get_future().share();
+  FakeUpstream up([&, gate_f](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    started.set_value();
+    gate_f.wait();
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  });
+  auto server = StartServer(TestConfig({up.port()}));
+  auto client = std::async(std::launch::async, [&] {
+    return RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  });
+  started.get_future().wait();
+  server->Shutdown();
+  gate.set_value();
+  auto res = client.get();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_NE(res.body().find("data: [DONE]"), std::string::npos);
+  server->Wait();
+}
+
+}  // namespace
+}  // namespace kvroute::proxy
