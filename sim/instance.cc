@@ -305,9 +305,9 @@ awaitable<void> Instance::Session(tcp::socket socket) {
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow);
     if (ec) {
       if (ec == http::error::body_limit) {
-        Request dummy;
-        co_await ReplyError(stream, dummy,
-                            MakeApiError(413, "request body too large"));
+        const Request dummy;
+        const ApiError too_large = MakeApiError(413, "request body too large");
+        co_await ReplyError(stream, dummy, too_large);
       }
       break;
     }
@@ -323,21 +323,23 @@ awaitable<void> Instance::Session(tcp::socket socket) {
 }
 
 awaitable<bool> Instance::Reply(Stream& stream, const Request& req, http::status status,
-                                std::string body, std::string_view content_type) {
+                                const std::string& body, const std::string& content_type) {
   http::response<http::string_body> res{status, req.version() ? req.version() : 11};
   res.set(http::field::server, "kvroute-sim");
   if (!body.empty() || status != http::status::ok) res.set(http::field::content_type, content_type);
   if (auto id = req.find("x-request-id"); id != req.end()) res.set("x-request-id", id->value());
   res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
+  res.body() = body;
   res.prepare_payload();
   auto [ec, n] = co_await http::async_write(stream, res, kNoThrow);
   co_return !ec && req.keep_alive();
 }
 
 awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const ApiError& error) {
-  co_return co_await Reply(stream, req, static_cast<http::status>(error.status),
-                           ErrorJson(error));
+  const std::string body = ErrorJson(error);
+  const std::string content_type = "application/json";
+  co_return co_await Reply(stream, req, static_cast<http::status>(error.status), body,
+                           content_type);
 }
 
 std::string Instance::ModelsJson() const {
@@ -467,131 +469,139 @@ std::string Instance::RenderMetrics() {
 }
 
 awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
+  // Every branch fills status/body and falls through to one Reply: GCC 12 mishandles
+  // temporaries inside co_await expressions, so co_await only sees named locals.
   const std::string_view path = Target(req);
   const http::verb method = req.method();
-  if (path == "/sim/faults") {
-    if (method != http::verb::get && method != http::verb::post) {
-      co_return co_await Reply(stream, req, http::status::method_not_allowed,
-                               R"({"detail":"Method Not Allowed"})");
+  http::status status = http::status::ok;
+  std::string body;
+  std::string content_type = "application/json";
+  const std::string kMethodNotAllowed = R"({"detail":"Method Not Allowed"})";
+  auto allowed = [&](std::initializer_list<http::verb> verbs) {
+    for (http::verb v : verbs) {
+      if (method == v) return true;
     }
-    std::string body;
-    int status = 200;
-    HandleFaultsRequest(req, &body, &status);
-    co_return co_await Reply(stream, req, static_cast<http::status>(status), std::move(body));
+    status = http::status::method_not_allowed;
+    body = kMethodNotAllowed;
+    return false;
+  };
+  if (path == "/sim/faults") {
+    if (allowed({http::verb::get, http::verb::post})) {
+      int code = 200;
+      HandleFaultsRequest(req, &body, &code);
+      status = static_cast<http::status>(code);
+    }
+    co_return co_await Reply(stream, req, status, body, content_type);
   }
   if (faults().hang) {
     // Read, never answered; the timer is cancelled when the fault is cleared or on Stop.
     co_await hang_timer_.async_wait(kNoThrow);
     co_return false;
   }
-  auto only = [&](http::verb allowed) { return method == allowed; };
-  if (path == "/health") {
-    if (!only(http::verb::get)) {
-      co_return co_await Reply(stream, req, http::status::method_not_allowed,
-                               R"({"detail":"Method Not Allowed"})");
-    }
-    if (faults().unhealthy) {
-      co_return co_await Reply(stream, req, http::status::service_unavailable, "");
-    }
-    co_return co_await Reply(stream, req, http::status::ok, "");
-  }
-  if (path == "/v1/models") {
-    if (!only(http::verb::get)) {
-      co_return co_await Reply(stream, req, http::status::method_not_allowed,
-                               R"({"detail":"Method Not Allowed"})");
-    }
-    co_return co_await Reply(stream, req, http::status::ok, ModelsJson());
-  }
-  if (path == "/metrics") {
-    co_return co_await Reply(stream, req, http::status::ok, RenderMetrics(),
-                             "text/plain; version=0.0.4; charset=utf-8");
-  }
-  if (path == "/query") {
-    // Mooncake bootstrap: {"<dp_rank>": {"engine_id", "worker_addr"}}.
-    json::object rank;
-    rank["engine_id"] = engine_id_;
-    rank["worker_addr"] = absl::StrCat(options_.host, ":", port_);
-    json::object o;
-    o["0"] = std::move(rank);
-    co_return co_await Reply(stream, req, http::status::ok, json::serialize(o));
-  }
-  if (path == "/tokenize") {
-    if (!only(http::verb::post)) {
-      co_return co_await Reply(stream, req, http::status::method_not_allowed,
-                               R"({"detail":"Method Not Allowed"})");
-    }
-    boost::system::error_code ec;
-    json::value v = json::parse(req.body(), ec);
-    const bool chat = !ec && v.is_object() && v.as_object().contains("messages");
-    CompletionRequest parsed;
-    if (auto err = ParseCompletionRequest(
-            req.body(), chat ? Endpoint::kChatCompletions : Endpoint::kCompletions, &parsed)) {
-      co_return co_await ReplyError(stream, req, *err);
-    }
-    const std::vector<int32_t> tokens = parsed.prompt_is_ids
-                                            ? parsed.prompt_ids
-                                            : StandInTokenizer::Encode(parsed.prompt_text);
-    json::object o;
-    o["count"] = tokens.size();
-    o["max_model_len"] = options_.profile.max_model_len;
-    json::array arr;
-    arr.reserve(tokens.size());
-    for (int32_t t : tokens) arr.push_back(t);
-    o["tokens"] = std::move(arr);
-    o["token_strs"] = nullptr;
-    co_return co_await Reply(stream, req, http::status::ok, json::serialize(o));
-  }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
-    if (!only(http::verb::post)) {
-      co_return co_await Reply(stream, req, http::status::method_not_allowed,
-                               R"({"detail":"Method Not Allowed"})");
+    if (allowed({http::verb::post})) {
+      const Endpoint endpoint =
+          path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+      co_return co_await HandleCompletion(stream, req, endpoint);
     }
-    co_return co_await HandleCompletion(
-        stream, req,
-        path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions);
+  } else if (path == "/health") {
+    if (allowed({http::verb::get})) {
+      if (faults().unhealthy) status = http::status::service_unavailable;
+    }
+  } else if (path == "/v1/models") {
+    if (allowed({http::verb::get})) body = ModelsJson();
+  } else if (path == "/metrics") {
+    if (allowed({http::verb::get})) {
+      body = RenderMetrics();
+      content_type = "text/plain; version=0.0.4; charset=utf-8";
+    }
+  } else if (path == "/query") {
+    // Mooncake bootstrap: {"<dp_rank>": {"engine_id", "worker_addr"}}.
+    if (allowed({http::verb::get})) {
+      json::object rank;
+      rank["engine_id"] = engine_id_;
+      rank["worker_addr"] = absl::StrCat(options_.host, ":", port_);
+      json::object o;
+      o["0"] = std::move(rank);
+      body = json::serialize(o);
+    }
+  } else if (path == "/tokenize") {
+    if (allowed({http::verb::post})) {
+      boost::system::error_code ec;
+      json::value v = json::parse(req.body(), ec);
+      const bool chat = !ec && v.is_object() && v.as_object().contains("messages");
+      CompletionRequest parsed;
+      if (auto err = ParseCompletionRequest(
+              req.body(), chat ? Endpoint::kChatCompletions : Endpoint::kCompletions, &parsed)) {
+        status = static_cast<http::status>(err->status);
+        body = ErrorJson(*err);
+      } else {
+        const std::vector<int32_t> tokens = parsed.prompt_is_ids
+                                                ? parsed.prompt_ids
+                                                : StandInTokenizer::Encode(parsed.prompt_text);
+        json::object o;
+        o["count"] = tokens.size();
+        o["max_model_len"] = options_.profile.max_model_len;
+        json::array arr;
+        arr.reserve(tokens.size());
+        for (int32_t t : tokens) arr.push_back(t);
+        o["tokens"] = std::move(arr);
+        o["token_strs"] = nullptr;
+        body = json::serialize(o);
+      }
+    }
+  } else {
+    status = http::status::not_found;
+    body = R"({"detail":"Not Found"})";
   }
-  co_return co_await Reply(stream, req, http::status::not_found, R"({"detail":"Not Found"})");
+  co_return co_await Reply(stream, req, status, body, content_type);
+}
+
+std::optional<ApiError> Instance::ValidateCompletion(const Request& req, Endpoint endpoint,
+                                                     CompletionRequest* parsed,
+                                                     std::vector<int32_t>* tokens,
+                                                     int64_t* max_tokens) {
+  if (auto err = ParseCompletionRequest(req.body(), endpoint, parsed)) return err;
+  const Profile& profile = options_.profile;
+  if (parsed->model && *parsed->model != profile.model_name) {
+    return MakeApiError(404, absl::StrCat("The model `", *parsed->model, "` does not exist."),
+                        "NotFoundError", "model");
+  }
+  *tokens = parsed->prompt_is_ids ? std::move(parsed->prompt_ids)
+                                  : StandInTokenizer::Encode(parsed->prompt_text);
+  const int64_t prompt_len = static_cast<int64_t>(tokens->size());
+  *max_tokens = parsed->max_tokens.value_or(profile.max_model_len - prompt_len);
+  if (prompt_len + *max_tokens > profile.max_model_len || *max_tokens < 1) {
+    return MakeApiError(
+        400,
+        absl::StrCat("This model's maximum context length is ", profile.max_model_len,
+                     " tokens. However, you requested ",
+                     prompt_len + std::max<int64_t>(*max_tokens, 1), " tokens (", prompt_len,
+                     " in the messages, ", *max_tokens,
+                     " in the completion). Please reduce the length of the messages or "
+                     "completion."),
+        "BadRequestError", "input_tokens");
+  }
+  if (absl::Status s = engine_.Validate(prompt_len, *max_tokens); !s.ok()) {
+    return MakeApiError(400, std::string(s.message()));
+  }
+  const double error_rate = faults().error_rate;
+  if (error_rate > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < error_rate) {
+    return MakeApiError(500, "kvroute-sim: injected internal server error",
+                        "InternalServerError");
+  }
+  return std::nullopt;
 }
 
 awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoint endpoint) {
   CompletionRequest parsed;
-  if (auto err = ParseCompletionRequest(req.body(), endpoint, &parsed)) {
-    co_return co_await ReplyError(stream, req, *err);
-  }
+  std::vector<int32_t> tokens;
+  int64_t max_tokens = 0;
+  const std::optional<ApiError> error =
+      ValidateCompletion(req, endpoint, &parsed, &tokens, &max_tokens);
+  if (error) co_return co_await ReplyError(stream, req, *error);
   const Profile& profile = options_.profile;
-  if (parsed.model && *parsed.model != profile.model_name) {
-    co_return co_await ReplyError(
-        stream, req,
-        ApiError{.status = 404,
-                 .message = absl::StrCat("The model `", *parsed.model, "` does not exist."),
-                 .type = "NotFoundError",
-                 .param = "model"});
-  }
-  std::vector<int32_t> tokens = parsed.prompt_is_ids ? std::move(parsed.prompt_ids)
-                                                     : StandInTokenizer::Encode(parsed.prompt_text);
-  const int64_t prompt_len = static_cast<int64_t>(tokens.size());
-  const int64_t max_tokens = parsed.max_tokens.value_or(profile.max_model_len - prompt_len);
-  if (prompt_len + max_tokens > profile.max_model_len || max_tokens < 1) {
-    co_return co_await ReplyError(
-        stream, req,
-        ApiError{.message = absl::StrCat(
-                     "This model's maximum context length is ", profile.max_model_len,
-                     " tokens. However, you requested ", prompt_len + std::max<int64_t>(max_tokens, 1),
-                     " tokens (", prompt_len, " in the messages, ", max_tokens,
-                     " in the completion). Please reduce the length of the messages or "
-                     "completion."),
-                 .param = "input_tokens"});
-  }
-  if (absl::Status s = engine_.Validate(prompt_len, max_tokens); !s.ok()) {
-    co_return co_await ReplyError(stream, req, MakeApiError(400, std::string(s.message())));
-  }
   const Faults f = faults();
-  if (f.error_rate > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < f.error_rate) {
-    co_return co_await ReplyError(
-        stream, req,
-        MakeApiError(500, "kvroute-sim: injected internal server error",
-                     "InternalServerError"));
-  }
 
   // Request id: X-Request-Id when present (as vLLM), else random.
   std::string base_id;
@@ -733,9 +743,10 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       if (transfer_id) p["transfer_id"] = *transfer_id;
       kv_params = std::move(p);
     }
-    co_return co_await Reply(stream, req, http::status::ok,
-                             FullResponseJson(endpoint, response_id, created, model, text,
-                                              FinishReasonName(info.finish), usage, kv_params));
+    const std::string body = FullResponseJson(endpoint, response_id, created, model, text,
+                                              FinishReasonName(info.finish), usage, kv_params);
+    const std::string content_type = "application/json";
+    co_return co_await Reply(stream, req, http::status::ok, body, content_type);
   }
 
   http::response<http::empty_body> res{http::status::ok, req.version() ? req.version() : 11};
@@ -784,8 +795,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       batch += kSseDone;
     }
     if (!batch.empty()) {
-      auto [ec, n] = co_await net::async_write(stream, http::make_chunk(net::buffer(batch)),
-                                               kNoThrow);
+      const auto chunk = http::make_chunk(net::buffer(batch));
+      auto [ec, n] = co_await net::async_write(stream, chunk, kNoThrow);
       if (ec) co_return false;
     }
     if (die) {
@@ -795,7 +806,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       co_return false;
     }
     if (finished) {
-      auto [ec, n] = co_await net::async_write(stream, http::make_chunk_last(), kNoThrow);
+      const auto last = http::make_chunk_last();
+      auto [ec, n] = co_await net::async_write(stream, last, kNoThrow);
       co_return !ec && req.keep_alive();
     }
   }

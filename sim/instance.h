@@ -103,9 +103,13 @@ class Instance : public KvHolder {
   // Returns whether the connection may be kept alive.
   boost::asio::awaitable<bool> Handle(Stream& stream, Request& req);
   boost::asio::awaitable<bool> HandleCompletion(Stream& stream, Request& req, Endpoint endpoint);
+  std::optional<ApiError> ValidateCompletion(const Request& req, Endpoint endpoint,
+                                             CompletionRequest* parsed,
+                                             std::vector<int32_t>* tokens, int64_t* max_tokens);
   boost::asio::awaitable<bool> Reply(Stream& stream, const Request& req,
-                                     boost::beast::http::status status, std::string body,
-                                     std::string_view content_type = "application/json");
+                                     boost::beast::http::status status,
+                                     const std::string& body,
+                                     const std::string& content_type);
   boost::asio::awaitable<bool> ReplyError(Stream& stream, const Request& req,
                                           const ApiError& error);
   bool HandleFaultsRequest(const Request& req, std::string* body, int* status);
