@@ -184,6 +184,19 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o) {
   return r.Finish();
 }
 
+absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "transfer"));
+  MapReader r(n, "transfer");
+  KV_RETURN_IF_ERROR(r.String("connector", &t->connector));
+  if (t->connector != "nixl" && t->connector != "mooncake" && t->connector != "sglang") {
+    return KeyError("transfer.connector", absl::StrCat("unknown connector '", t->connector,
+                                                       "' (expected nixl, mooncake or sglang)"));
+  }
+  KV_RETURN_IF_ERROR(r.Integer("max_offload_inflight", &t->max_offload_inflight, 0, 1000000));
+  KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &t->bootstrap_port, 1, 65535));
+  return r.Finish();
+}
+
 absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
   if (!n.IsSequence()) return KeyError("backends", absl::StrCat("expected a list, got ", Show(n)));
   if (n.size() == 0) return KeyError("backends", "the backend list is empty");
@@ -198,6 +211,7 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     std::string role = "both";
     KV_RETURN_IF_ERROR(r.String("role", &role));
     KV_RETURN_IF_ERROR(r.Integer("capacity_tokens", &b.spec.capacity_tokens, 0, int64_t{1} << 40));
+    KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &b.bootstrap_port, 1, 65535));
     KV_RETURN_IF_ERROR(r.Finish());
     if (b.name.empty()) return KeyError(path + ".name", "missing or empty");
     if (!names.insert(b.name).second) {
@@ -324,6 +338,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("upstream")) KV_RETURN_IF_ERROR(ParseUpstream(*n, &c.upstream));
   if (const YAML::Node* n = r.Find("health")) KV_RETURN_IF_ERROR(ParseMonitor(*n, &c.monitor));
   if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
+  if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
   const YAML::Node* backends = r.Find("backends");
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));

@@ -53,9 +53,19 @@ struct MonitorOptions {
   absl::Duration scrape_interval = absl::Seconds(5);
 };
 
+// Prefill/decode handoff (v2 offload and pd_sep).
+struct TransferOptions {
+  std::string connector = "nixl";  // nixl | mooncake | sglang
+  // Offloads in flight at once; above it HEAVY requests are served co-located.
+  size_t max_offload_inflight = 64;
+  // Default bootstrap server port of prefill instances (Mooncake, SGLang).
+  uint16_t bootstrap_port = 8998;
+};
+
 struct BackendConfig {
   std::string name;
   std::string url;  // http://host:port
+  uint16_t bootstrap_port = 0;  // 0: transfer.bootstrap_port
   router::BackendSpec spec;
 };
 
@@ -70,6 +80,7 @@ struct Config {
   UpstreamOptions upstream;
   MonitorOptions monitor;
   router::Options router;
+  TransferOptions transfer;
   std::vector<BackendConfig> backends;
 };
 

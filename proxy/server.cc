@@ -16,6 +16,9 @@
 #include "proxy/features.h"
 #include "proxy/response_observer.h"
 #include "router/prefix_hash.h"
+#include "transfer/connector.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kvroute::proxy {
 
@@ -40,6 +43,12 @@ struct Server::State {
   std::atomic<bool> draining{false};
   std::vector<int> fail_streak, ok_streak;
   std::vector<bool> healthy;
+  // Handoffs.
+  std::unique_ptr<transfer::Connector> connector;
+  std::vector<uint16_t> bootstrap_ports;  // per backend
+  std::atomic<int64_t> offload_inflight{0};
+  absl::Mutex engine_ids_mu;
+  absl::flat_hash_map<int, std::string> engine_ids ABSL_GUARDED_BY(engine_ids_mu);
 };
 
 namespace {
@@ -101,18 +110,27 @@ struct RelayResult {
   int64_t events = 0;
 };
 
-struct WatchState {
-  Connection* upstream = nullptr;
+// One upstream leg's shared state. The leg's coroutine, the client watcher
+// and (for concurrent handoffs) the other leg all run on the connection's
+// worker thread, so plain fields suffice.
+struct LegState {
+  Connection* upstream = nullptr;  // the connection in use, if any
   bool relay_done = false;
-  bool client_gone = false;
+  bool client_gone = false;  // set by the client watcher
+  bool cancelled = false;    // set by Cancel()
+  void Cancel() {
+    cancelled = true;
+    if (upstream != nullptr) upstream->cancel();
+  }
+  bool aborted() const { return client_gone || cancelled; }
 };
 
 // Waits until the client's socket is readable. Readable with nothing to read
 // means the client closed: cancel the upstream exchange so the engine stops
 // generating. Readable with data means a pipelined request: stop watching.
-net::awaitable<void> WatchClient(tcp::socket& sock, std::shared_ptr<WatchState> st) {
+net::awaitable<void> WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
   auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kUseTuple);
-  if (st->relay_done) co_return;
+  if (st->relay_done || ec == net::error::operation_aborted) co_return;
   beast::error_code aec;
   const size_t avail = ec ? 0 : sock.available(aec);
   if (ec || aec || avail == 0) {
@@ -120,6 +138,16 @@ net::awaitable<void> WatchClient(tcp::socket& sock, std::shared_ptr<WatchState> 
     if (st->upstream != nullptr) st->upstream->cancel();
   }
 }
+
+// How Relay() treats a leg.
+struct LegOptions {
+  bool to_client = true;     // false: keep the body in `capture` (prefill legs)
+  bool watch_client = true;  // cancel the leg when the client disconnects
+  std::string* capture = nullptr;
+  size_t max_capture = 1 << 20;
+  std::shared_ptr<LegState> state;  // created by Relay when null
+  std::function<void()> on_first_byte;
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -375,57 +403,47 @@ class Session : public std::enable_shared_from_this<Session> {
         {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
     if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
     if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
-    // Until the transfer module runs offloads, an OFFLOAD decision is served
-    // co-located on its decode instance B.
-    const int backend = d.decode_backend;
-    rec.decode_backend = backends[backend].name;
-    rec.prefill_backend = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0
-                              ? backends[d.prefill_backend].name
-                              : rec.decode_backend;
+    const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
+                         d.prefill_backend != d.decode_backend;
+    rec.decode_backend = backends[d.decode_backend].name;
+    rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
 
-    http::request<http::string_body> up{http::verb::post, req.target(), 11};
+    http::request<http::string_body> tmpl{http::verb::post, req.target(), 11};
     for (const auto& field : req) {
       if (IsHopByHopOrFraming(field.name_string())) continue;
-      up.set(field.name_string(), field.value());
+      tmpl.set(field.name_string(), field.value());
     }
-    up.set("X-Request-Id", rec.id);
-    up.body() = std::move(req.body());
-    Decor decor{rec.id, backends[backend].name, rec.request_class};
+    tmpl.set("X-Request-Id", rec.id);
+    std::string body = std::move(req.body());
+    Decor decor{rec.id, backends[d.decode_backend].name, rec.request_class};
+    const router::RouteTicket& tk = *ticket;
+    auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
 
-    router::Outcome outcome;
-    outcome.served_by = backend;
-    bool first_token_reported = false;
-    auto on_first_byte = [&] {
-      first_token_reported = true;
-      state_.router->OnFirstToken(*ticket, absl::Now());
-    };
-    RelayResult r = co_await Relay(backend, up, decor, rec.stream, on_first_byte);
-    (void)first_token_reported;
-    rec.attempts = 1;
+    LegResult leg;
+    if (offload) {
+      leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
+                                  rec.stream, on_first_byte, rec);
+    } else {
+      leg = co_await ServeColocated(tmpl, std::move(body), d.decode_backend, decor, rec.stream,
+                                    on_first_byte);
+    }
+    const RelayResult& r = leg.r;
+    rec.attempts = leg.attempts;
     rec.status = r.status;
     rec.error = r.error;
     rec.t_first_token = r.t_first_byte;
     rec.prompt_tokens = r.usage.prompt_tokens;
     rec.cached_tokens = r.usage.cached_tokens;
     rec.completion_tokens = r.usage.completion_tokens;
-    if (r.ttfb_s >= 0) state_.metrics->ttfb->Observe({route, rec.request_class}, r.ttfb_s);
-    if (r.completed && r.usage.completion_tokens > 1 && r.ttfb_s >= 0) {
-      const double tpot = (Since(t0) - r.ttfb_s) / static_cast<double>(r.usage.completion_tokens - 1);
-      state_.metrics->tpot->Observe({rec.request_class}, tpot);
-    }
-    if (r.usage.cached_tokens >= 0 && r.usage.prompt_tokens > 0) {
-      const std::string& name = backends[backend].name;
-      state_.metrics->cached_tokens_est->Inc({name}, static_cast<double>(d.cached_tokens_est));
-      state_.metrics->cached_tokens_actual->Inc({name},
-                                                static_cast<double>(r.usage.cached_tokens));
-      state_.metrics->estimate_error->Observe(
-          {}, static_cast<double>(d.cached_tokens_est - r.usage.cached_tokens) /
-                  static_cast<double>(r.usage.prompt_tokens));
-    }
+    ObserveOutcome(route, rec, r, leg, d, t0);
+
+    router::Outcome outcome;
+    outcome.served_by = leg.served_by;
     outcome.ok = r.completed && r.status >= 200 && r.status < 300;
     outcome.prompt_tokens = r.usage.prompt_tokens;
     outcome.cached_tokens = r.usage.cached_tokens;
-    state_.router->OnComplete(*ticket, outcome, absl::Now());
+    outcome.completion_tokens = r.usage.completion_tokens;
+    state_.router->OnComplete(tk, outcome, absl::Now());
 
     if (!r.headers_sent) {
       if (r.client_gone) co_return false;
@@ -433,20 +451,276 @@ class Session : public std::enable_shared_from_this<Session> {
       rec.status = status;
       Headers extra;
       extra.emplace_back("X-Request-Id", rec.id);
-      extra.emplace_back("X-Kvroute-Backend", decor.backend_label);
+      extra.emplace_back("X-Kvroute-Backend", leg.label);
       extra.emplace_back("X-Kvroute-Class", decor.request_class);
-      std::string msg = absl::StrCat("backend ", backends[backend].name, ": ", r.error);
+      std::string msg = absl::StrCat("backend ", leg.label, ": ", r.error);
       co_return co_await SendError(status, msg, keep_alive, std::move(extra));
     }
     co_return r.completed && keep_alive && !state_.draining.load();
   }
 
+  // The result of serving one request, co-located or offloaded.
+  struct LegResult {
+    RelayResult r;        // the client-facing leg
+    int served_by = -1;   // backend whose usage the client got
+    std::string label;    // X-Kvroute-Backend
+    int attempts = 0;
+  };
+
+  net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
+                                           std::string body, int backend, Decor decor,
+                                           bool stream, std::function<void()> on_first_byte) {
+    LegResult out;
+    out.served_by = backend;
+    out.label = state_.router->Backends()[backend].name;
+    decor.backend_label = out.label;
+    http::request<http::string_body> up = tmpl;
+    up.body() = std::move(body);
+    LegOptions opts;
+    opts.on_first_byte = std::move(on_first_byte);
+    out.r = co_await Relay(backend, up, decor, stream, std::move(opts));
+    out.attempts = 1;
+    co_return out;
+  }
+
+  // Mooncake: A's engine_id from its bootstrap server, cached per backend.
+  net::awaitable<std::string> PrefillEngineId(int a, const std::string& host, uint16_t port) {
+    {
+      absl::MutexLock lock(&state_.engine_ids_mu);
+      auto it = state_.engine_ids.find(a);
+      if (it != state_.engine_ids.end()) co_return it->second;
+    }
+    BufferedResponse q = co_await FetchOnce(worker_.pool.ioc(), host, port, "/query",
+                                            cfg_.upstream.connect_timeout, 1 << 20);
+    if (q.ec || q.status != 200) co_return std::string();
+    absl::StatusOr<std::string> id = transfer::EngineIdFromQuery(q.body);
+    if (!id.ok()) co_return std::string();
+    absl::MutexLock lock(&state_.engine_ids_mu);
+    state_.engine_ids[a] = *id;
+    co_return *id;
+  }
+
+  void ForgetEngineId(int a) {
+    absl::MutexLock lock(&state_.engine_ids_mu);
+    state_.engine_ids.erase(a);
+  }
+
+  // A HEAVY request in v2 (or any request in pd_sep): prefill on A, the
+  // engines move the KV, decode on B. Falls back to co-located serving
+  // whenever the handoff cannot run, so nothing is lost:
+  //   prefill leg fails or times out   -> co-located on B
+  //   decode leg fails before a byte   -> co-located on A (it holds the KV)
+  //   decode leg fails after a byte    -> SSE error event (no retry)
+  net::awaitable<LegResult> ServeOffload(const http::request<http::string_body>& tmpl,
+                                         std::string& body, int a, int b, Decor decor,
+                                         bool stream, std::function<void()> on_first_byte,
+                                         RequestRecord& rec) {
+    const auto& backends = state_.router->Backends();
+    const transfer::Connector& connector = *state_.connector;
+    const std::string conn_name(connector.name());
+    auto count = [&](std::string_view outcome) {
+      state_.metrics->offloads->Inc({conn_name, outcome});
+    };
+    auto colocated = [&](int on, std::string_view why) -> net::awaitable<LegResult> {
+      count(why);
+      rec.prefill_backend = backends[on].name;
+      rec.decode_backend = backends[on].name;
+      LegResult out = co_await ServeColocated(tmpl, body, on, decor, stream, on_first_byte);
+      co_return out;
+    };
+    if (state_.offload_inflight.load() >= static_cast<int64_t>(cfg_.transfer.max_offload_inflight)) {
+      co_return co_await colocated(b, "over_bound");
+    }
+    boost::system::error_code ec;
+    boost::json::value parsed = boost::json::parse(body, ec);
+    if (ec || !parsed.is_object()) co_return co_await colocated(b, "bad_body");
+    const boost::json::object& client = parsed.get_object();
+
+    transfer::HandoffPlan plan;
+    plan.request_id = rec.id;
+    plan.prefill_host = backends[a].host;
+    plan.prefill_port = backends[a].port;
+    plan.bootstrap_port = state_.bootstrap_ports[a];
+    {
+      thread_local absl::BitGen gen;
+      plan.bootstrap_room = absl::Uniform<uint64_t>(gen) & 0x7fffffffffffffffULL;
+    }
+    if (connector.needs_engine_id()) {
+      plan.engine_id = co_await PrefillEngineId(a, plan.prefill_host, plan.bootstrap_port);
+      if (plan.engine_id.empty()) co_return co_await colocated(b, "bootstrap_failed");
+    }
+    absl::StatusOr<std::string> prefill_body = connector.PrefillBody(client, plan);
+    if (!prefill_body.ok()) co_return co_await colocated(b, "bad_body");
+
+    state_.offload_inflight.fetch_add(1);
+    LegResult out;
+    out.served_by = b;
+    out.label = absl::StrCat(backends[a].name, "->", backends[b].name);
+    decor.backend_label = out.label;
+    rec.prefill_backend = backends[a].name;
+    rec.decode_backend = backends[b].name;
+    const auto tp0 = Clock::now();
+    bool prefill_failed = false;
+    bool decode_failed = false;
+    double t_prefill_done = -1;
+
+    if (connector.sequential()) {
+      std::string captured;
+      http::request<http::string_body> pre = tmpl;
+      pre.body() = *std::move(prefill_body);
+      LegOptions po;
+      po.to_client = false;
+      po.capture = &captured;
+      RelayResult p = co_await Relay(a, pre, decor, false, std::move(po));
+      out.attempts = 1;
+      if (p.client_gone) {
+        state_.offload_inflight.fetch_sub(1);
+        count("client_gone");
+        out.r = p;
+        co_return out;
+      }
+      if (!p.completed || p.status != 200) {
+        prefill_failed = true;
+      } else {
+        t_prefill_done = WallSeconds();
+        state_.metrics->prefill_seconds->Observe({conn_name}, Since(tp0));
+        std::optional<boost::json::object> params;
+        boost::system::error_code pec;
+        boost::json::value pv = boost::json::parse(captured, pec);
+        if (!pec && pv.is_object()) {
+          if (const auto* kv = pv.get_object().if_contains("kv_transfer_params");
+              kv != nullptr && kv->is_object()) {
+            params = kv->get_object();
+          }
+        }
+        if (!params) count("no_kv_params");  // B prefills by itself
+        absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, params);
+        http::request<http::string_body> dec = tmpl;
+        dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
+        LegOptions dopts;
+        dopts.on_first_byte = on_first_byte;
+        out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
+        out.attempts = 2;
+        decode_failed = !out.r.headers_sent && !out.r.client_gone && out.r.upstream_failed;
+      }
+    } else {
+      absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, std::nullopt);
+      auto pstate = std::make_shared<LegState>();
+      auto dstate = std::make_shared<LegState>();
+      struct Join {
+        explicit Join(net::any_io_executor ex) : timer(ex, Clock::time_point::max()) {}
+        bool done = false;
+        RelayResult r;
+        double t_done = -1;
+        net::steady_timer timer;
+      };
+      auto join = std::make_shared<Join>(stream_.get_executor());
+      auto pre = std::make_shared<http::request<http::string_body>>(tmpl);
+      pre->body() = *std::move(prefill_body);
+      auto self = shared_from_this();
+      net::co_spawn(
+          stream_.get_executor(),
+          [self, this, a, pre, pstate, dstate, join, decor]() -> net::awaitable<void> {
+            std::string captured;
+            LegOptions po;
+            po.to_client = false;
+            po.watch_client = false;
+            po.capture = &captured;
+            po.state = pstate;
+            join->r = co_await Relay(a, *pre, decor, false, std::move(po));
+            join->t_done = WallSeconds();
+            join->done = true;
+            // The decode leg would wait for KV that never comes.
+            if ((!join->r.completed || join->r.status != 200) && !pstate->cancelled) {
+              dstate->Cancel();
+            }
+            join->timer.cancel();
+          },
+          net::detached);
+      http::request<http::string_body> dec = tmpl;
+      dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
+      LegOptions dopts;
+      dopts.on_first_byte = on_first_byte;
+      dopts.state = dstate;
+      out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
+      out.attempts = 2;
+      if (!out.r.completed) pstate->Cancel();
+      while (!join->done) co_await join->timer.async_wait(kUseTuple);
+      if (join->r.completed && join->r.status == 200) {
+        t_prefill_done = join->t_done;
+        state_.metrics->prefill_seconds->Observe({conn_name}, Since(tp0));
+      }
+      if (!out.r.headers_sent && !out.r.client_gone) {
+        if (dstate->cancelled) {
+          prefill_failed = true;
+        } else if (out.r.upstream_failed) {
+          decode_failed = true;
+        }
+      }
+      if (out.r.client_gone) {
+        state_.offload_inflight.fetch_sub(1);
+        count("client_gone");
+        co_return out;
+      }
+    }
+    state_.offload_inflight.fetch_sub(1);
+
+    if (prefill_failed) {
+      if (connector.needs_engine_id()) ForgetEngineId(a);
+      LegResult again = co_await colocated(b, "prefill_failed");
+      again.attempts += out.attempts;
+      co_return again;
+    }
+    if (decode_failed) {
+      // A computed the prompt's KV: it is the cheapest place to serve it now.
+      LegResult again = co_await colocated(a, "decode_failed");
+      again.attempts += out.attempts;
+      co_return again;
+    }
+    rec.t_prefill_done = t_prefill_done;
+    if (t_prefill_done >= 0 && out.r.t_first_byte >= 0) {
+      rec.transfer_s = std::max(0.0, out.r.t_first_byte - t_prefill_done);
+      state_.metrics->transfer_seconds->Observe({conn_name}, rec.transfer_s);
+    }
+    if (out.r.headers_sent && !out.r.completed) {
+      count(out.r.client_gone ? "client_gone" : "stream_error");
+    } else {
+      count(out.r.completed ? "ok" : "failed");
+    }
+    co_return out;
+  }
+
+  // Records the per-request metrics once a request is served.
+  void ObserveOutcome(std::string_view route, const RequestRecord& rec, const RelayResult& r,
+                      const LegResult& leg, const router::Decision& d,
+                      Clock::time_point t0) {
+    const std::string& cls = rec.request_class;
+    if (rec.t_first_token >= 0) {
+      state_.metrics->ttfb->Observe({route, cls}, rec.t_first_token - rec.t_arrival);
+    }
+    if (r.completed && r.usage.completion_tokens > 1 && rec.t_first_token >= 0) {
+      const double decode_s = Since(t0) - (rec.t_first_token - rec.t_arrival);
+      state_.metrics->tpot->Observe({cls}, decode_s / static_cast<double>(r.usage.completion_tokens - 1));
+    }
+    if (r.usage.cached_tokens >= 0 && r.usage.prompt_tokens > 0 && leg.served_by >= 0) {
+      const std::string& name = state_.router->Backends()[leg.served_by].name;
+      state_.metrics->cached_tokens_est->Inc({name}, static_cast<double>(d.cached_tokens_est));
+      state_.metrics->cached_tokens_actual->Inc({name},
+                                                static_cast<double>(r.usage.cached_tokens));
+      state_.metrics->estimate_error->Observe(
+          {}, static_cast<double>(d.cached_tokens_est - r.usage.cached_tokens) /
+                  static_cast<double>(r.usage.prompt_tokens));
+    }
+  }
+
+
   // Sends `up` to `backend` and relays the response to the client as it
-  // arrives. Retries once on a fresh connection when a reused keep-alive
-  // connection turns out to be dead before any response byte.
+  // arrives (or captures it, for a prefill leg). Retries once on a fresh
+  // connection when a reused keep-alive connection turns out to be dead
+  // before any response byte.
   net::awaitable<RelayResult> Relay(int backend, http::request<http::string_body>& up,
                                     const Decor& decor, bool client_wants_stream,
-                                    const std::function<void()>& on_first_byte) {
+                                    LegOptions opts) {
     RelayResult r;
     UpstreamPool& pool = worker_.pool;
     const router::BackendSpec& spec = pool.backend(backend);
@@ -455,19 +729,28 @@ class Session : public std::enable_shared_from_this<Session> {
     up.keep_alive(true);
     up.prepare_payload();
 
-    auto watch = std::make_shared<WatchState>();
-    net::co_spawn(stream_.get_executor(), WatchClient(stream_.socket(), watch), net::detached);
+    std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
+    if (opts.watch_client) {
+      net::co_spawn(stream_.get_executor(), WatchClient(stream_.socket(), leg), net::detached);
+    }
     auto finish = [&] {
-      watch->relay_done = true;
-      watch->upstream = nullptr;
-      beast::error_code ec;
-      stream_.socket().cancel(ec);
+      leg->relay_done = true;
+      leg->upstream = nullptr;
+      if (opts.watch_client) {
+        beast::error_code ec;
+        stream_.socket().cancel(ec);
+      }
+    };
+    auto note_aborted = [&] {
+      r.client_gone = leg->client_gone;
+      r.error = leg->client_gone ? "client disconnected" : "cancelled";
+      if (leg->client_gone) state_.metrics->client_disconnects->Inc({});
     };
 
     std::unique_ptr<Connection> conn;
     beast::flat_buffer up_buf;
     std::optional<http::response_parser<http::buffer_body>> parser;
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int attempt = 0; attempt < 2 && !leg->aborted(); ++attempt) {
       beast::error_code ec;
       bool reused = false;
       if (attempt == 0) {
@@ -475,7 +758,7 @@ class Session : public std::enable_shared_from_this<Session> {
       } else {
         std::tie(ec, conn) = co_await pool.Connect(backend);
       }
-      if (watch->client_gone) break;
+      if (leg->aborted()) break;
       if (ec) {
         r.upstream_failed = true;
         r.timed_out = ec == beast::error::timeout;
@@ -483,7 +766,7 @@ class Session : public std::enable_shared_from_this<Session> {
         state_.metrics->upstream_errors->Inc({spec.name, "connect"});
         break;
       }
-      watch->upstream = conn.get();
+      leg->upstream = conn.get();
       conn->expires_after(ToChrono(pool.options().first_byte_timeout));
       auto [wec, wn] = co_await http::async_write(*conn, up, kUseTuple);
       if (!wec) {
@@ -491,32 +774,31 @@ class Session : public std::enable_shared_from_this<Session> {
         parser->body_limit(boost::none);
         up_buf.clear();
         auto [hec, hn] = co_await http::async_read_header(*conn, up_buf, *parser, kUseTuple);
-        if (!hec) break;
-        wec = hec;
-        if (reused && hn == 0 && hec != beast::error::timeout && !watch->client_gone) {
+        if (!hec && !leg->aborted()) break;
+        wec = hec ? hec : net::error::operation_aborted;
+        if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted()) {
           parser.reset();
+          leg->upstream = nullptr;
           conn.reset();
           continue;  // stale keep-alive connection: once more on a fresh one
         }
-      } else if (reused && !watch->client_gone && wec != beast::error::timeout) {
+      } else if (reused && !leg->aborted() && wec != beast::error::timeout) {
+        leg->upstream = nullptr;
         conn.reset();
         continue;
       }
       parser.reset();
+      leg->upstream = nullptr;
       conn.reset();
-      if (watch->client_gone) break;
+      if (leg->aborted()) break;
       r.upstream_failed = true;
       r.timed_out = wec == beast::error::timeout;
       r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
       state_.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
       break;
     }
-    if (watch->client_gone) {
-      r.client_gone = true;
-      r.error = "client disconnected";
-      state_.metrics->client_disconnects->Inc({});
-    }
-    if (!parser || r.upstream_failed || r.client_gone) {
+    if (leg->aborted()) note_aborted();
+    if (!parser || r.upstream_failed || leg->aborted()) {
       finish();
       co_return r;
     }
@@ -528,34 +810,36 @@ class Session : public std::enable_shared_from_this<Session> {
     r.ttfb_s = Since(t0);
     const std::string_view up_ctype = uh[http::field::content_type];
     r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
-    http::response<http::empty_body> res{uh.result(), 11};
-    for (const auto& field : uh) {
-      if (IsHopByHopOrFraming(field.name_string())) continue;
-      res.set(field.name_string(), field.value());
-    }
-    res.set("X-Request-Id", decor.request_id);
-    res.set("X-Kvroute-Backend", decor.backend_label);
-    if (!decor.request_class.empty()) res.set("X-Kvroute-Class", decor.request_class);
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
-    if (chunked) {
-      res.chunked(true);
-    } else {
-      res.set(http::field::content_length, std::to_string(*length));
+    if (opts.to_client) {
+      http::response<http::empty_body> res{uh.result(), 11};
+      for (const auto& field : uh) {
+        if (IsHopByHopOrFraming(field.name_string())) continue;
+        res.set(field.name_string(), field.value());
+      }
+      res.set("X-Request-Id", decor.request_id);
+      res.set("X-Kvroute-Backend", decor.backend_label);
+      if (!decor.request_class.empty()) res.set("X-Kvroute-Class", decor.request_class);
+      if (chunked) {
+        res.chunked(true);
+      } else {
+        res.set(http::field::content_length, std::to_string(*length));
+      }
+      res.keep_alive(true);
+      http::response_serializer<http::empty_body> sr{res};
+      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+      auto [hwec, hwn] = co_await http::async_write_header(stream_, sr, kUseTuple);
+      if (hwec) {
+        r.client_gone = true;
+        r.error = "client write failed";
+        state_.metrics->client_disconnects->Inc({});
+        finish();
+        co_return r;
+      }
+      r.headers_sent = true;
     }
-    res.keep_alive(true);
-    http::response_serializer<http::empty_body> sr{res};
-    stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-    auto [hwec, hwn] = co_await http::async_write_header(stream_, sr, kUseTuple);
-    if (hwec) {
-      r.client_gone = true;
-      r.error = "client write failed";
-      state_.metrics->client_disconnects->Inc({});
-      finish();
-      co_return r;
-    }
-    r.headers_sent = true;
-    on_first_byte();
+    if (opts.on_first_byte) opts.on_first_byte();
 
     ResponseObserver observer(r.sse, pool.options().max_observed_body);
     char chunk[16384];
@@ -566,12 +850,10 @@ class Session : public std::enable_shared_from_this<Session> {
       conn->expires_after(ToChrono(pool.options().idle_timeout));
       auto [rec, rn] = co_await http::async_read_some(*conn, up_buf, *parser, kUseTuple);
       const size_t n = sizeof(chunk) - parser->get().body().size;
-      if (rec && rec != http::error::need_buffer) {
+      if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
         upstream_ok = false;
-        if (watch->client_gone) {
-          r.client_gone = true;
-          r.error = "client disconnected";
-          state_.metrics->client_disconnects->Inc({});
+        if (leg->aborted()) {
+          note_aborted();
         } else {
           r.timed_out = rec == beast::error::timeout;
           r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
@@ -581,6 +863,12 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       if (n == 0) continue;
       observer.Feed(std::string_view(chunk, n));
+      if (!opts.to_client) {
+        if (opts.capture != nullptr && opts.capture->size() + n <= opts.max_capture) {
+          opts.capture->append(chunk, n);
+        }
+        continue;
+      }
       stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
       beast::error_code wec;
       if (chunked) {
@@ -603,17 +891,18 @@ class Session : public std::enable_shared_from_this<Session> {
     r.events = observer.events();
     if (upstream_ok) {
       r.completed = true;
-      if (chunked) {
+      if (chunked && opts.to_client) {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
         auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
         if (lec) r.completed = false;
       }
       const bool reusable = parser->keep_alive();
-      watch->upstream = nullptr;
+      leg->upstream = nullptr;
       pool.Release(backend, std::move(conn), reusable);
     } else {
+      leg->upstream = nullptr;
       conn.reset();  // closing the connection cancels the engine's request
-      if (!r.client_gone && chunked && r.sse && client_wants_stream) {
+      if (opts.to_client && !r.client_gone && chunked && r.sse && client_wants_stream) {
         // Tell the client the stream ended abnormally instead of truncating.
         const std::string event =
             absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
@@ -678,7 +967,19 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
       connections(reg.AddGauge("kvroute_client_connections", "Open client connections.")),
       inflight(reg.AddGauge("kvroute_requests_inflight", "Completion requests in flight.")),
       health_transitions(reg.AddCounter("kvroute_backend_health_transitions_total",
-                                        "Backend health changes.", {"backend", "to"})) {}
+                                        "Backend health changes.", {"backend", "to"})),
+      offloads(reg.AddCounter("kvroute_offloads_total",
+                              "Prefill/decode handoffs by connector and outcome (ok, "
+                              "prefill_failed, decode_failed, stream_error, client_gone, "
+                              "over_bound, bootstrap_failed, no_kv_params, bad_body, failed).",
+                              {"connector", "outcome"})),
+      transfer_seconds(reg.AddHistogram("kvroute_transfer_seconds",
+                                        "Handoff time: prefill done to the decode leg's first "
+                                        "byte.",
+                                        {"connector"}, metrics::LatencyBuckets())),
+      prefill_seconds(reg.AddHistogram("kvroute_prefill_leg_seconds",
+                                       "Duration of the prefill leg of a handoff.",
+                                       {"connector"}, metrics::LatencyBuckets())) {}
 
 router::EngineGauges ParseEngineMetrics(std::string_view text) {
   router::EngineGauges g;
@@ -731,6 +1032,18 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
   state_->fail_streak.assign(n, 0);
   state_->ok_streak.assign(n, 0);
   state_->healthy.assign(n, true);
+  for (const BackendConfig& b : config_.backends) {
+    state_->bootstrap_ports.push_back(b.bootstrap_port != 0 ? b.bootstrap_port
+                                                            : config_.transfer.bootstrap_port);
+  }
+  state_->bootstrap_ports.resize(n, config_.transfer.bootstrap_port);
+  auto connector = transfer::MakeConnector(config_.transfer.connector);
+  if (!connector.ok()) {
+    // ParseConfig validated the name; reaching here is a broken invariant.
+    spdlog::critical("{}", std::string(connector.status().message()));
+    std::abort();
+  }
+  state_->connector = *std::move(connector);
   registry_.AddCollector([r = router_.get()](std::string* out) {
     const auto report = r->Report();
     struct G {

@@ -49,6 +49,9 @@ struct ProxyMetrics {
   metrics::GaugeVec* connections;
   metrics::GaugeVec* inflight;
   metrics::CounterVec* health_transitions;  // backend, to
+  metrics::CounterVec* offloads;          // connector, outcome
+  metrics::HistogramVec* transfer_seconds;  // connector
+  metrics::HistogramVec* prefill_seconds;   // connector
 };
 
 class Server {

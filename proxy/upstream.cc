@@ -106,4 +106,19 @@ net::awaitable<BufferedResponse> FetchBuffered(UpstreamPool& pool, int backend,
   co_return out;
 }
 
+net::awaitable<BufferedResponse> FetchOnce(net::io_context& ioc, const std::string& host,
+                                           uint16_t port, std::string target,
+                                           absl::Duration timeout, size_t max_body) {
+  router::BackendSpec spec;
+  spec.name = host;
+  spec.host = host;
+  spec.port = port;
+  UpstreamOptions options;
+  options.connect_timeout = timeout;
+  options.max_idle_per_backend = 0;
+  UpstreamPool one(ioc, {spec}, options);
+  http::request<http::string_body> req{http::verb::get, target, 11};
+  co_return co_await FetchBuffered(one, 0, std::move(req), timeout, max_body);
+}
+
 }  // namespace kvroute::proxy

@@ -65,4 +65,10 @@ net::awaitable<BufferedResponse> FetchBuffered(UpstreamPool& pool, int backend,
                                                http::request<http::string_body> req,
                                                absl::Duration timeout, size_t max_body);
 
+// One request on a new connection to host:port (closed afterwards): for
+// endpoints outside the pool, such as a Mooncake bootstrap server's /query.
+net::awaitable<BufferedResponse> FetchOnce(net::io_context& ioc, const std::string& host,
+                                           uint16_t port, std::string target,
+                                           absl::Duration timeout, size_t max_body);
+
 }  // namespace kvroute::proxy
