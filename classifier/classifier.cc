@@ -8,16 +8,14 @@ int64_t NewTokens(int64_t prompt_tokens_est, int64_t cached_tokens_est) {
   return std::max<int64_t>(0, prompt_tokens_est - cached_tokens_est);
 }
 
-router::RequestClass Classify(int64_t prompt_tokens_est,
-                              int64_t cached_tokens_est,
+router::RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
                               const Thresholds& thresholds) {
   const int64_t cached =
       std::clamp<int64_t>(cached_tokens_est, 0, std::max<int64_t>(0, prompt_tokens_est));
   const int64_t new_tokens = NewTokens(prompt_tokens_est, cached);
-  const bool mostly_cached =
-      prompt_tokens_est > 0 &&
-      static_cast<double>(cached) / static_cast<double>(prompt_tokens_est) >
-          thresholds.warm_cached_fraction;
+  const bool mostly_cached = prompt_tokens_est > 0 &&
+                             static_cast<double>(cached) / static_cast<double>(prompt_tokens_est) >
+                                 thresholds.warm_cached_fraction;
   if (mostly_cached || new_tokens < thresholds.warm_new_tokens) {
     return router::RequestClass::kWarm;
   }
@@ -27,8 +25,7 @@ router::RequestClass Classify(int64_t prompt_tokens_est,
   return router::RequestClass::kHeavy;
 }
 
-OffloadEstimate EstimateOffload(const OffloadCase& c,
-                                const OffloadCostParams& params) {
+OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& params) {
   OffloadEstimate e;
   const int64_t new_on_decode = NewTokens(c.prompt_tokens, c.decode_cached_tokens);
   const int64_t new_on_prefill = NewTokens(c.prompt_tokens, c.prefill_cached_tokens);

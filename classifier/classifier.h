@@ -26,8 +26,7 @@ struct Thresholds {
   double warm_cached_fraction = 0.5;
 };
 
-router::RequestClass Classify(int64_t prompt_tokens_est,
-                              int64_t cached_tokens_est,
+router::RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
                               const Thresholds& thresholds);
 
 // New (uncached) tokens: max(0, prompt - cached).
@@ -50,16 +49,16 @@ struct OffloadCostParams {
 // Inputs of one offload decision: decode instance B, prefill instance A.
 struct OffloadCase {
   int64_t prompt_tokens = 0;
-  int64_t decode_cached_tokens = 0;   // tokens B already holds
-  int64_t prefill_cached_tokens = 0;  // tokens A already holds
+  int64_t decode_cached_tokens = 0;           // tokens B already holds
+  int64_t prefill_cached_tokens = 0;          // tokens A already holds
   int64_t decode_queued_prefill_tokens = 0;   // prefill work queued on B
   int64_t prefill_queued_prefill_tokens = 0;  // prefill work queued on A
 };
 
 struct OffloadEstimate {
-  int64_t tokens_to_move = 0;    // tokens B lacks (B pulls only those)
-  double kv_bytes_to_move = 0;   // tokens_to_move x kv_bytes_per_token
-  double transfer_seconds = 0;   // overhead + bytes / bandwidth
+  int64_t tokens_to_move = 0;   // tokens B lacks (B pulls only those)
+  double kv_bytes_to_move = 0;  // tokens_to_move x kv_bytes_per_token
+  double transfer_seconds = 0;  // overhead + bytes / bandwidth
   // Prefill B does not do when A does it: B's new tokens / prefill rate.
   double prefill_seconds_saved_on_decode = 0;
   // Time to first token, queue included, if served on B alone vs offloaded.
@@ -68,7 +67,6 @@ struct OffloadEstimate {
   bool worthwhile = false;  // saved > margin x transfer
 };
 
-OffloadEstimate EstimateOffload(const OffloadCase& c,
-                                const OffloadCostParams& params);
+OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& params);
 
 }  // namespace kvroute::classifier

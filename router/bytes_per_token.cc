@@ -26,8 +26,7 @@ void BytesPerTokenModel::Update(Estimate& e, double sample) const {
 void BytesPerTokenModel::Observe(std::string_view model, int64_t prompt_bytes,
                                  int64_t prompt_tokens) {
   if (prompt_bytes <= 0 || prompt_tokens <= 0) return;
-  const double sample =
-      static_cast<double>(prompt_bytes) / static_cast<double>(prompt_tokens);
+  const double sample = static_cast<double>(prompt_bytes) / static_cast<double>(prompt_tokens);
   if (sample < kMinRatio || sample > kMaxRatio) return;
   Update(fleet_, sample);
   auto it = models_.find(absl::string_view(model.data(), model.size()));

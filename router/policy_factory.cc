@@ -12,13 +12,13 @@
 namespace kvroute::router {
 
 const std::vector<std::string>& PolicyNames() {
-  static const auto* const kNames = new std::vector<std::string>{
-      "round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"};
+  static const auto* const kNames =
+      new std::vector<std::string>{"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"};
   return *kNames;
 }
 
-absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(
-    const Options& options, const std::vector<BackendSpec>& backends) {
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(const Options& options,
+                                                   const std::vector<BackendSpec>& backends) {
   const std::string& name = options.policy;
   if (name == "round_robin") return std::make_unique<RoundRobinPolicy>(options.thresholds);
   if (name == "least_loaded") return std::make_unique<LeastLoadedPolicy>(options.thresholds);
@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(
     if (options.offload_gate == "cost") {
       return std::make_unique<V2Policy>(options, V2Policy::Gate::kCost);
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "offload_gate: unknown value '", options.offload_gate, "' (threshold|cost)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("offload_gate: unknown value '", options.offload_gate, "' (threshold|cost)"));
   }
   if (name == "pd_sep") {
     int prefill = 0;
@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(
     }
     return std::make_unique<PdSepPolicy>(options.thresholds);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "policy: unknown value '", name, "' (", absl::StrJoin(PolicyNames(), "|"), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("policy: unknown value '", name, "' (", absl::StrJoin(PolicyNames(), "|"), ")"));
 }
 
 }  // namespace kvroute::router

@@ -14,8 +14,8 @@
 
 namespace kvroute::router {
 
-absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(
-    const Options& options, const std::vector<BackendSpec>& backends);
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(const Options& options,
+                                                   const std::vector<BackendSpec>& backends);
 
 // Every name MakePolicy() accepts, for --help and config errors.
 const std::vector<std::string>& PolicyNames();

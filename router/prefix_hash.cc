@@ -10,16 +10,14 @@
 
 namespace kvroute::router {
 
-std::vector<uint64_t> HashPromptChunks(std::string_view prompt_bytes,
-                                       size_t chunk_bytes) {
+std::vector<uint64_t> HashPromptChunks(std::string_view prompt_bytes, size_t chunk_bytes) {
   std::vector<uint64_t> chain;
   if (chunk_bytes == 0) return chain;
   const size_t full = prompt_bytes.size() / chunk_bytes;
   chain.reserve(full);
   uint64_t parent = kPrefixHashRootSeed;
   for (size_t i = 0; i < full; ++i) {
-    parent = XXH3_64bits_withSeed(prompt_bytes.data() + i * chunk_bytes,
-                                  chunk_bytes, parent);
+    parent = XXH3_64bits_withSeed(prompt_bytes.data() + i * chunk_bytes, chunk_bytes, parent);
     chain.push_back(parent);
   }
   return chain;

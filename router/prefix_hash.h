@@ -18,7 +18,6 @@ namespace kvroute::router {
 
 inline constexpr uint64_t kPrefixHashRootSeed = 0x6b76726f75746521ULL;  // "kvroute!"
 
-std::vector<uint64_t> HashPromptChunks(std::string_view prompt_bytes,
-                                       size_t chunk_bytes);
+std::vector<uint64_t> HashPromptChunks(std::string_view prompt_bytes, size_t chunk_bytes);
 
 }  // namespace kvroute::router

@@ -3,6 +3,8 @@
 // guards all of it; Route() builds the FleetSnapshot and runs the (pure,
 // microsecond-scale) policy under the lock, so the reservation it makes is
 // consistent with the load the policy saw.
+#include "router/router.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -16,7 +18,6 @@
 #include "router/policy.h"
 #include "router/policy_factory.h"
 #include "router/prefix_hash.h"
-#include "router/router.h"
 #include "router/session_table.h"
 #include "router/shadow_index.h"
 
@@ -53,14 +54,13 @@ struct InflightRequest {
   double bytes_per_token = 0;      // used for the estimate
   int32_t est_chunks_decode = 0;
   int32_t est_chunks_prefill = 0;
-  uint64_t route_tick = 0;         // shadow clock at routing
+  uint64_t route_tick = 0;  // shadow clock at routing
   bool first_token = false;
 };
 
 class RouterImpl : public Router {
  public:
-  RouterImpl(Options options, std::vector<BackendSpec> backends,
-             std::unique_ptr<Policy> policy)
+  RouterImpl(Options options, std::vector<BackendSpec> backends, std::unique_ptr<Policy> policy)
       : options_(std::move(options)),
         specs_(std::move(backends)),
         policy_(std::move(policy)),
@@ -77,11 +77,9 @@ class RouterImpl : public Router {
   const std::vector<BackendSpec>& Backends() const override { return specs_; }
   const Options& options() const override { return options_; }
 
-  absl::StatusOr<RouteTicket> Route(const RequestFeatures& features,
-                                    absl::Time now) override;
+  absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
-  void OnComplete(const RouteTicket& ticket, const Outcome& outcome,
-                  absl::Time now) override;
+  void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
   void SetHealthy(int backend, bool healthy) override;
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
@@ -113,8 +111,8 @@ class RouterImpl : public Router {
   std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
-  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);         // scratch, rebuilt per Route
-  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;      // bytes/token of capacities
+  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);        // scratch, rebuilt per Route
+  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;     // bytes/token of capacities
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t affinity_hits_ ABSL_GUARDED_BY(mu_) = 0;
@@ -128,8 +126,8 @@ int64_t RouterImpl::NominalCapacityTokens(int b) const {
 }
 
 int64_t RouterImpl::CapacityChunks(int b, double fraction) const {
-  const double chunks = static_cast<double>(NominalCapacityTokens(b)) *
-                        ratios_.FleetWide() / static_cast<double>(options_.chunk_bytes);
+  const double chunks = static_cast<double>(NominalCapacityTokens(b)) * ratios_.FleetWide() /
+                        static_cast<double>(options_.chunk_bytes);
   return std::max<int64_t>(1, static_cast<int64_t>(chunks * fraction));
 }
 
@@ -143,12 +141,11 @@ void RouterImpl::ApplyCapacities() {
 }
 
 int64_t RouterImpl::ChunksToTokens(int64_t chunks, double bytes_per_token) const {
-  return std::llround(static_cast<double>(chunks) *
-                      static_cast<double>(options_.chunk_bytes) / bytes_per_token);
+  return std::llround(static_cast<double>(chunks) * static_cast<double>(options_.chunk_bytes) /
+                      bytes_per_token);
 }
 
-absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
-                                              absl::Time now) {
+absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, absl::Time now) {
   // Hash outside the lock when the caller did not.
   std::vector<uint64_t> own_chain;
   const std::vector<uint64_t>* chain = &features.chunk_hashes;
@@ -159,8 +156,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
 
   absl::MutexLock lock(&mu_);
   if (inflight_.size() >= options_.max_inflight_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "router: ", inflight_.size(), " requests in flight (max_inflight_requests)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("router: ", inflight_.size(), " requests in flight (max_inflight_requests)"));
   }
   const double bpt = ratios_.For(features.model);
   const int n = static_cast<int>(specs_.size());
@@ -168,8 +165,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
 
   FleetSnapshot& fleet = snapshot_;
   fleet.backends.resize(n);
-  fleet.prompt_tokens_est = static_cast<int64_t>(
-      std::ceil(static_cast<double>(features.prompt_bytes.size()) / bpt));
+  fleet.prompt_tokens_est =
+      static_cast<int64_t>(std::ceil(static_cast<double>(features.prompt_bytes.size()) / bpt));
   const SessionTable::Info* session = sessions_.Find(features.session_id, now);
   fleet.session_backend = session == nullptr ? -1 : session->backend;
   fleet.sequence = sequence_++;
@@ -204,8 +201,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
   absl::StatusOr<Decision> decided = policy_->Decide(fleet);
   if (!decided.ok()) return decided.status();
   Decision& d = *decided;
-  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) ||
-      !state_[d.decode_backend].healthy || !state_[d.prefill_backend].healthy) {
+  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) || !state_[d.decode_backend].healthy ||
+      !state_[d.prefill_backend].healthy) {
     return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
                                             " chose an invalid or unhealthy backend"));
   }
@@ -220,12 +217,10 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features,
   r.est_chunks_decode = matched_[d.decode_backend];
   r.est_chunks_prefill = matched_[d.prefill_backend];
   r.route_tick = index_.clock();
-  r.prefill_new_tokens =
-      std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
-  const int64_t output_est =
-      features.max_tokens > 0
-          ? std::min(features.max_tokens, options_.max_output_tokens_est)
-          : options_.default_output_tokens;
+  r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
+  const int64_t output_est = features.max_tokens > 0
+                                 ? std::min(features.max_tokens, options_.max_output_tokens_est)
+                                 : options_.default_output_tokens;
   r.total_tokens = d.prompt_tokens_est + output_est;
 
   BackendState& p = state_[d.prefill_backend];
@@ -300,12 +295,12 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
   s.last_error = error;
 
   // This request's own bytes/token converts the engine's tokens to chunks.
-  const double bpt = outcome.prompt_tokens > 0 && r.prompt_bytes > 0
-                         ? static_cast<double>(r.prompt_bytes) /
-                               static_cast<double>(outcome.prompt_tokens)
-                         : r.bytes_per_token;
-  const int64_t actual_chunks = static_cast<int64_t>(
-      static_cast<double>(actual) * bpt / static_cast<double>(options_.chunk_bytes));
+  const double bpt =
+      outcome.prompt_tokens > 0 && r.prompt_bytes > 0
+          ? static_cast<double>(r.prompt_bytes) / static_cast<double>(outcome.prompt_tokens)
+          : r.bytes_per_token;
+  const int64_t actual_chunks = static_cast<int64_t>(static_cast<double>(actual) * bpt /
+                                                     static_cast<double>(options_.chunk_bytes));
   // The estimate may include a session continuation credit beyond the
   // shadow's chunks; growing capacity must compare against all of it.
   const int64_t est_tokens_as_chunks = static_cast<int64_t>(
@@ -325,13 +320,12 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
       const double kept = static_cast<double>(index_.size(served)) /
                           static_cast<double>(std::max<int64_t>(1, nominal));
       const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
-      s.capacity_fraction =
-          std::clamp((1 - lr) * s.capacity_fraction + lr * kept,
-                     std::clamp(options_.min_capacity_fraction, 0.0, 1.0), 1.0);
+      s.capacity_fraction = std::clamp((1 - lr) * s.capacity_fraction + lr * kept,
+                                       std::clamp(options_.min_capacity_fraction, 0.0, 1.0), 1.0);
       ApplyCapacity(served);
     }
-  } else if (actual_chunks > std::max(est_chunks, est_tokens_as_chunks) +
-                                 options_.eviction_tolerance_chunks &&
+  } else if (actual_chunks >
+                 std::max(est_chunks, est_tokens_as_chunks) + options_.eviction_tolerance_chunks &&
              s.capacity_fraction < 1.0) {
     // The engine kept more than the shadow did: the shadow evicted too early.
     const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
@@ -340,8 +334,7 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
   }
 }
 
-void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome,
-                            absl::Time now) {
+void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = inflight_.find(ticket.id);
   if (it == inflight_.end()) return;
@@ -365,10 +358,9 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome,
   // Whoever computed the prompt now caches all of it.
   index_.Insert(served, r.chain);
   if (outcome.ok && outcome.prompt_tokens > 0 && !r.chain.empty()) {
-    sessions_.RecordCompletion(r.session, served, r.chain.back(),
-                               static_cast<int64_t>(r.chain.size()),
-                               outcome.prompt_tokens +
-                                   std::max<int64_t>(0, outcome.completion_tokens));
+    sessions_.RecordCompletion(
+        r.session, served, r.chain.back(), static_cast<int64_t>(r.chain.size()),
+        outcome.prompt_tokens + std::max<int64_t>(0, outcome.completion_tokens));
   }
   if (outcome.kv_transferred && d.prefill_backend != served) {
     index_.Insert(d.prefill_backend, r.chain);
@@ -388,8 +380,8 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   if (!Valid(backend)) return;
   absl::MutexLock lock(&mu_);
   BackendState& s = state_[backend];
-  const bool capacity_changed = g.capacity_tokens > 0 &&
-                                g.capacity_tokens != s.gauges.capacity_tokens;
+  const bool capacity_changed =
+      g.capacity_tokens > 0 && g.capacity_tokens != s.gauges.capacity_tokens;
   const int64_t known_capacity = s.gauges.capacity_tokens;
   s.gauges = g;
   // A scrape without vllm:cache_config_info keeps the last known capacity.
@@ -449,11 +441,9 @@ RouterStats RouterImpl::Stats() const {
 
 std::optional<int64_t> EstimateError(const Decision& decision, const Outcome& outcome) {
   if (outcome.cached_tokens < 0 || outcome.kv_transferred) return std::nullopt;
-  const bool on_prefill = outcome.served_by >= 0 &&
-                          outcome.served_by == decision.prefill_backend &&
+  const bool on_prefill = outcome.served_by >= 0 && outcome.served_by == decision.prefill_backend &&
                           outcome.served_by != decision.decode_backend;
-  const int64_t est = on_prefill ? decision.prefill_cached_tokens_est
-                                 : decision.cached_tokens_est;
+  const int64_t est = on_prefill ? decision.prefill_cached_tokens_est : decision.cached_tokens_est;
   return est - outcome.cached_tokens;
 }
 

@@ -10,8 +10,15 @@
 //   ... response finished:           (*router)->OnComplete(*t, outcome, now);
 //
 // Thread-safety: every method may be called from any thread. State is guarded
-// by one absl::Mutex; policies run on an immutable snapshot copied under it.
+// by one absl::Mutex; the policy runs under it on an immutable FleetSnapshot
+// built for the request (a few microseconds), so the load it reserves is
+// consistent with the load it saw. Prompt hashing happens outside the lock.
 // No method does I/O, sleeps, or reads a clock: callers pass `now`.
+//
+// Where things live: router/policies/ (one class per policy, behind
+// router/policy.h, built by router/policy_factory.h), router/shadow_index.h
+// (prefix-cache model), router/session_table.h, router/bytes_per_token.h.
+// router/README.md explains the model and has the benchmark figures.
 #pragma once
 
 #include <cstdint>
@@ -43,11 +50,11 @@ struct BackendSpec {
 struct Options {
   std::string policy = "round_robin";  // round_robin|least_loaded|baseline|v1|v2|pd_sep
   classifier::Thresholds thresholds;
-  size_t chunk_bytes = 256;             // prompt bytes per shadow-index chunk
-  double default_bytes_per_token = 4.0; // until learned from usage.prompt_tokens
+  size_t chunk_bytes = 256;                  // prompt bytes per shadow-index chunk
+  double default_bytes_per_token = 4.0;      // until learned from usage.prompt_tokens
   int64_t default_capacity_tokens = 400000;  // when neither config nor scrape knows
-  double overload_factor = 2.0;         // affinity breaks above factor x fleet mean
-  size_t max_sessions = 100000;         // session table bound (LRU)
+  double overload_factor = 2.0;              // affinity breaks above factor x fleet mean
+  size_t max_sessions = 100000;              // session table bound (LRU)
   absl::Duration session_ttl = absl::Minutes(30);
 
   // --- Added by the cache-aware issue (all have defaults). ---
@@ -107,7 +114,7 @@ struct BackendReport {
   int64_t inflight_prefill_tokens = 0;
   int64_t decoding_requests = 0;
   int64_t inflight_tokens = 0;
-  int64_t shadow_tokens = 0;    // tokens the shadow index believes cached
+  int64_t shadow_tokens = 0;  // tokens the shadow index believes cached
   int64_t capacity_tokens = 0;
   double kv_usage = -1;         // scraped vllm:kv_cache_usage_perc, -1 unknown
   int64_t engine_running = -1;  // scraped num_requests_running
@@ -115,13 +122,13 @@ struct BackendReport {
   int64_t est_requests = 0;     // requests with both estimate and truth
   double est_abs_error_tokens_sum = 0;
   // --- Added by the cache-aware issue. ---
-  int64_t effective_capacity_tokens = 0;  // capacity after learned shrinkage
-  int64_t shadow_chunks = 0;              // entries in the shadow LRU
-  double est_tokens_sum = 0;              // sum of estimates (with truth)
-  double actual_cached_tokens_sum = 0;    // sum of engine cached_tokens
-  double est_signed_error_tokens_sum = 0; // sum of estimate - actual
-  int64_t last_est_error_tokens = 0;      // estimate - actual, last response
-  int64_t shadow_corrections = 0;         // times the engine proved evictions
+  int64_t effective_capacity_tokens = 0;   // capacity after learned shrinkage
+  int64_t shadow_chunks = 0;               // entries in the shadow LRU
+  double est_tokens_sum = 0;               // sum of estimates (with truth)
+  double actual_cached_tokens_sum = 0;     // sum of engine cached_tokens
+  double est_signed_error_tokens_sum = 0;  // sum of estimate - actual
+  int64_t last_est_error_tokens = 0;       // estimate - actual, last response
+  int64_t shadow_corrections = 0;          // times the engine proved evictions
 };
 
 // Fleet-wide figures for /metrics.
@@ -165,22 +172,22 @@ class Router {
 
   // Fails with InvalidArgument naming the policy when it is unknown, or when
   // the backend list is empty.
-  static absl::StatusOr<std::unique_ptr<Router>> Create(
-      Options options, std::vector<BackendSpec> backends);
+  static absl::StatusOr<std::unique_ptr<Router>> Create(Options options,
+                                                        std::vector<BackendSpec> backends);
 
   virtual const std::vector<BackendSpec>& Backends() const = 0;
   virtual const Options& options() const = 0;
 
   // Decides where `features` goes and reserves its load. Unavailable when no
-  // healthy backend can take it.
-  virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features,
-                                            absl::Time now) = 0;
+  // healthy backend can take it; ResourceExhausted beyond
+  // Options::max_inflight_requests. When features.chunk_hashes is empty the
+  // router hashes prompt_bytes itself (outside its lock) with chunk_bytes.
+  virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) = 0;
   // The decode backend produced its first byte: prefill tokens become a
   // decoding request.
   virtual void OnFirstToken(const RouteTicket& ticket, absl::Time now) = 0;
   // The response ended (any way). Releases load; learns from usage.
-  virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome,
-                          absl::Time now) = 0;
+  virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) = 0;
 
   virtual void SetHealthy(int backend, bool healthy) = 0;
   virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;

@@ -37,9 +37,8 @@ void SessionTable::Assign(std::string_view session, int backend, absl::Time now)
   }
 }
 
-void SessionTable::RecordCompletion(std::string_view session, int backend,
-                                    uint64_t last_chunk_hash, int64_t prompt_chunks,
-                                    int64_t held_tokens) {
+void SessionTable::RecordCompletion(std::string_view session, int backend, uint64_t last_chunk_hash,
+                                    int64_t prompt_chunks, int64_t held_tokens) {
   if (session.empty()) return;
   auto it = index_.find(absl::string_view(session.data(), session.size()));
   if (it == index_.end() || it->second->info.backend != backend) return;

@@ -21,8 +21,7 @@ namespace kvroute::router {
 
 class SessionTable {
  public:
-  SessionTable(size_t max_sessions, absl::Duration ttl)
-      : max_sessions_(max_sessions), ttl_(ttl) {}
+  SessionTable(size_t max_sessions, absl::Duration ttl) : max_sessions_(max_sessions), ttl_(ttl) {}
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
 

@@ -15,8 +15,7 @@ void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
   while (lru.size > lru.capacity) EvictOldest(instance);
 }
 
-void ShadowIndex::Match(absl::Span<const uint64_t> chain,
-                        absl::Span<int32_t> matched) const {
+void ShadowIndex::Match(absl::Span<const uint64_t> chain, absl::Span<int32_t> matched) const {
   const int n = num_instances();
   assert(static_cast<int>(matched.size()) == n);
   std::fill(matched.begin(), matched.end(), 0);
@@ -56,10 +55,14 @@ void ShadowIndex::Match(absl::Span<const uint64_t> chain,
 
 void ShadowIndex::Unlink(Lru& lru, uint32_t n) {
   Node& node = lru.nodes[n];
-  if (node.newer != kNil) lru.nodes[node.newer].older = node.older;
-  else lru.newest = node.older;
-  if (node.older != kNil) lru.nodes[node.older].newer = node.newer;
-  else lru.oldest = node.newer;
+  if (node.newer != kNil)
+    lru.nodes[node.newer].older = node.older;
+  else
+    lru.newest = node.older;
+  if (node.older != kNil)
+    lru.nodes[node.older].newer = node.newer;
+  else
+    lru.oldest = node.newer;
   node.newer = node.older = kNil;
 }
 

@@ -65,9 +65,9 @@ struct Decision {
 
 // What the proxy reports back when a response ends.
 struct Outcome {
-  bool ok = false;               // 2xx and the response completed
-  int64_t prompt_tokens = -1;    // usage.prompt_tokens, -1 if unknown
-  int64_t cached_tokens = -1;    // usage.prompt_tokens_details.cached_tokens
+  bool ok = false;             // 2xx and the response completed
+  int64_t prompt_tokens = -1;  // usage.prompt_tokens, -1 if unknown
+  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
   // Which backend the usage came from (the decode backend normally; the
   // prefill backend when an offload fell back to it).
   int served_by = -1;

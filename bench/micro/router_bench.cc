@@ -88,7 +88,8 @@ void BM_RouteDecision(benchmark::State& state) {
       Hold(router, i, RandomChain(rng, len));
       held += static_cast<int64_t>(len);
     }
-    const size_t shared = i == 0 ? chain.size() : (static_cast<size_t>(i) * 37) % (chain.size() + 1);
+    const size_t shared =
+        i == 0 ? chain.size() : (static_cast<size_t>(i) * 37) % (chain.size() + 1);
     std::vector<uint64_t> mine(chain.begin(), chain.begin() + static_cast<long>(shared));
     const std::vector<uint64_t> tail = RandomChain(rng, chain.size() - shared);
     mine.insert(mine.end(), tail.begin(), tail.end());

@@ -33,11 +33,9 @@ int BaselinePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
 }
 
 absl::StatusOr<Decision> BaselinePolicy::Decide(const FleetSnapshot& fleet) const {
-  const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, thresholds_);
+  const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
-  const policy_internal::Affinity affinity =
-      policy_internal::EvaluateAffinity(fleet, overload_);
+  const policy_internal::Affinity affinity = policy_internal::EvaluateAffinity(fleet, overload_);
   int backend = affinity.backend;
   if (backend < 0) backend = BestByCost(fleet, affinity.broken ? fleet.session_backend : -1);
   if (backend < 0) backend = BestByCost(fleet);  // the overloaded one is all there is

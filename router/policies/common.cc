@@ -4,8 +4,7 @@
 
 namespace kvroute::router::policy_internal {
 
-Classification ClassifyFleet(const FleetSnapshot& fleet,
-                             const classifier::Thresholds& thresholds) {
+Classification ClassifyFleet(const FleetSnapshot& fleet, const classifier::Thresholds& thresholds) {
   Classification c;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
     const BackendSnapshot& b = fleet.backends[i];
@@ -18,8 +17,7 @@ Classification ClassifyFleet(const FleetSnapshot& fleet,
   c.best_cached_tokens =
       std::clamp<int64_t>(c.best_cached_tokens, 0, std::max<int64_t>(0, fleet.prompt_tokens_est));
   c.new_tokens = classifier::NewTokens(fleet.prompt_tokens_est, c.best_cached_tokens);
-  c.request_class =
-      classifier::Classify(fleet.prompt_tokens_est, c.best_cached_tokens, thresholds);
+  c.request_class = classifier::Classify(fleet.prompt_tokens_est, c.best_cached_tokens, thresholds);
   return c;
 }
 
@@ -39,8 +37,8 @@ double MeanInflightTokens(const FleetSnapshot& fleet) {
 }
 
 bool Overloaded(const FleetSnapshot& fleet, int backend, const OverloadRule& rule) {
-  const double limit = std::max(rule.factor * MeanInflightTokens(fleet),
-                                static_cast<double>(rule.min_tokens));
+  const double limit =
+      std::max(rule.factor * MeanInflightTokens(fleet), static_cast<double>(rule.min_tokens));
   return static_cast<double>(fleet.backends[backend].inflight_tokens) > limit;
 }
 
@@ -57,8 +55,7 @@ Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule) 
 }
 
 int64_t NewTokensOn(const FleetSnapshot& fleet, int backend) {
-  return classifier::NewTokens(fleet.prompt_tokens_est,
-                               fleet.backends[backend].cached_tokens_est);
+  return classifier::NewTokens(fleet.prompt_tokens_est, fleet.backends[backend].cached_tokens_est);
 }
 
 namespace {
@@ -68,17 +65,15 @@ int64_t CachedOn(const FleetSnapshot& fleet, int backend) {
 }
 }  // namespace
 
-Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c,
-                       int backend) {
+Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c, int backend) {
   return MakeOffload(fleet, c, backend, backend);
 }
 
-Decision MakeOffload(const FleetSnapshot& fleet, const Classification& c,
-                     int prefill_backend, int decode_backend) {
+Decision MakeOffload(const FleetSnapshot& fleet, const Classification& c, int prefill_backend,
+                     int decode_backend) {
   Decision d;
   d.request_class = c.request_class;
-  d.mode = prefill_backend == decode_backend ? DecisionMode::kColocated
-                                             : DecisionMode::kOffload;
+  d.mode = prefill_backend == decode_backend ? DecisionMode::kColocated : DecisionMode::kOffload;
   d.prefill_backend = prefill_backend;
   d.decode_backend = decode_backend;
   d.prompt_tokens_est = fleet.prompt_tokens_est;

@@ -21,8 +21,7 @@ struct Classification {
   int64_t new_tokens = 0;
   int best_backend = -1;
 };
-Classification ClassifyFleet(const FleetSnapshot& fleet,
-                             const classifier::Thresholds& thresholds);
+Classification ClassifyFleet(const FleetSnapshot& fleet, const classifier::Thresholds& thresholds);
 
 absl::Status NoHealthyBackend();
 
@@ -30,8 +29,8 @@ absl::Status NoHealthyBackend();
 double MeanInflightTokens(const FleetSnapshot& fleet);
 
 struct OverloadRule {
-  double factor = 2.0;       // x fleet mean in-flight tokens
-  int64_t min_tokens = 0;    // and at least this many in-flight tokens
+  double factor = 2.0;     // x fleet mean in-flight tokens
+  int64_t min_tokens = 0;  // and at least this many in-flight tokens
 };
 // in-flight tokens > max(factor x mean, min_tokens).
 bool Overloaded(const FleetSnapshot& fleet, int backend, const OverloadRule& rule);
@@ -44,10 +43,9 @@ struct Affinity {
 };
 Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule);
 
-Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c,
-                       int backend);
-Decision MakeOffload(const FleetSnapshot& fleet, const Classification& c,
-                     int prefill_backend, int decode_backend);
+Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c, int backend);
+Decision MakeOffload(const FleetSnapshot& fleet, const Classification& c, int prefill_backend,
+                     int decode_backend);
 // affinity_hit when the decode backend is the session's instance,
 // affinity_broken when the session had another one.
 void MarkAffinity(const FleetSnapshot& fleet, Decision& d);

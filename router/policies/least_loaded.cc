@@ -5,8 +5,7 @@
 namespace kvroute::router {
 
 absl::StatusOr<Decision> LeastLoadedPolicy::Decide(const FleetSnapshot& fleet) const {
-  const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, thresholds_);
+  const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   int best = -1;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
     const BackendSnapshot& b = fleet.backends[i];

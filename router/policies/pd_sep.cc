@@ -46,8 +46,7 @@ int BestDecode(const FleetSnapshot& fleet, int exclude) {
 }  // namespace
 
 absl::StatusOr<Decision> PdSepPolicy::Decide(const FleetSnapshot& fleet) const {
-  const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, thresholds_);
+  const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
   int prefill = BestPrefill(fleet, -1);
   int decode = BestDecode(fleet, prefill);

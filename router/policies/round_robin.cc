@@ -5,8 +5,7 @@
 namespace kvroute::router {
 
 absl::StatusOr<Decision> RoundRobinPolicy::Decide(const FleetSnapshot& fleet) const {
-  const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, thresholds_);
+  const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
   uint64_t healthy = 0;
   for (const BackendSnapshot& b : fleet.backends) healthy += b.healthy ? 1 : 0;

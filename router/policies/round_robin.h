@@ -11,8 +11,7 @@ namespace kvroute::router {
 
 class RoundRobinPolicy : public Policy {
  public:
-  explicit RoundRobinPolicy(classifier::Thresholds thresholds)
-      : thresholds_(thresholds) {}
+  explicit RoundRobinPolicy(classifier::Thresholds thresholds) : thresholds_(thresholds) {}
   std::string_view name() const override { return "round_robin"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 

@@ -49,13 +49,13 @@ absl::StatusOr<Decision> V2Policy::Decide(const FleetSnapshot& fleet) const {
   } else if (gate_ == Gate::kCost) {
     const BackendSnapshot& a = fleet.backends[prefill];
     const BackendSnapshot& b = fleet.backends[decode];
-    const classifier::OffloadEstimate e = classifier::EstimateOffload(
-        {.prompt_tokens = fleet.prompt_tokens_est,
-         .decode_cached_tokens = b.cached_tokens_est,
-         .prefill_cached_tokens = a.cached_tokens_est,
-         .decode_queued_prefill_tokens = b.inflight_prefill_tokens,
-         .prefill_queued_prefill_tokens = a.inflight_prefill_tokens},
-        cost_);
+    const classifier::OffloadEstimate e =
+        classifier::EstimateOffload({.prompt_tokens = fleet.prompt_tokens_est,
+                                     .decode_cached_tokens = b.cached_tokens_est,
+                                     .prefill_cached_tokens = a.cached_tokens_est,
+                                     .decode_queued_prefill_tokens = b.inflight_prefill_tokens,
+                                     .prefill_queued_prefill_tokens = a.inflight_prefill_tokens},
+                                    cost_);
     if (!e.worthwhile) return baseline_.Decide(fleet);
     d = policy_internal::MakeOffload(fleet, c, prefill, decode);
   } else {

@@ -3,7 +3,8 @@
 //
 // B keeps the cache: the session's instance when affinity holds (healthy,
 // not overloaded), else the best cache hit (ties: lower baseline cost, then
-// lowest index). B's cache is where the conversation's KV will keep growing.
+// lowest index; an overloaded session instance only when nothing else is
+// healthy). B's cache is where the conversation's KV will keep growing.
 //
 // Choice of A: the healthy instance other than B that would finish this
 // prefill first, i.e. minimal  inflight_prefill_tokens_A + new_tokens_A

@@ -19,18 +19,18 @@ TEST(ClassifyTest, DefaultThresholdsTable) {
   const Thresholds t;  // heavy 20000, warm_new 5000, warm fraction 0.5
   const Case cases[] = {
       {0, 0, RequestClass::kWarm},
-      {4999, 0, RequestClass::kWarm},          // few new tokens
-      {5000, 0, RequestClass::kMedium},        // exactly warm_new_tokens: not WARM
+      {4999, 0, RequestClass::kWarm},    // few new tokens
+      {5000, 0, RequestClass::kMedium},  // exactly warm_new_tokens: not WARM
       {19999, 0, RequestClass::kMedium},
-      {20000, 0, RequestClass::kHeavy},        // new == T is HEAVY
+      {20000, 0, RequestClass::kHeavy},  // new == T is HEAVY
       {30000, 0, RequestClass::kHeavy},
-      {30000, 15000, RequestClass::kMedium},   // exactly half cached is not > 0.5
-      {30000, 15001, RequestClass::kWarm},     // more than half cached
-      {100000, 79000, RequestClass::kWarm},    // 79% cached
-      {100000, 40000, RequestClass::kHeavy},   // 60k new tokens
+      {30000, 15000, RequestClass::kMedium},  // exactly half cached is not > 0.5
+      {30000, 15001, RequestClass::kWarm},    // more than half cached
+      {100000, 79000, RequestClass::kWarm},   // 79% cached
+      {100000, 40000, RequestClass::kHeavy},  // 60k new tokens
       {100000, 85000, RequestClass::kWarm},
-      {30000, 40000, RequestClass::kWarm},     // over-estimate clamps to prompt
-      {30000, -5, RequestClass::kHeavy},       // negative cached treated as 0
+      {30000, 40000, RequestClass::kWarm},  // over-estimate clamps to prompt
+      {30000, -5, RequestClass::kHeavy},    // negative cached treated as 0
   };
   for (const Case& c : cases) {
     EXPECT_EQ(Classify(c.prompt, c.cached, t), c.want)
@@ -61,9 +61,9 @@ TEST(ClassifyTest, HeavyExactlyWhenNewTokensReachThreshold) {
     const int64_t prompt = std::uniform_int_distribution<int64_t>(0, 300000)(rng);
     const int64_t cached = std::uniform_int_distribution<int64_t>(0, prompt)(rng);
     const int64_t new_tokens = prompt - cached;
-    const bool warm = (prompt > 0 && static_cast<double>(cached) / prompt >
-                                         t.warm_cached_fraction) ||
-                      new_tokens < t.warm_new_tokens;
+    const bool warm =
+        (prompt > 0 && static_cast<double>(cached) / prompt > t.warm_cached_fraction) ||
+        new_tokens < t.warm_new_tokens;
     const RequestClass c = Classify(prompt, cached, t);
     if (warm) {
       EXPECT_EQ(c, RequestClass::kWarm);
@@ -80,10 +80,12 @@ TEST(OffloadCostTest, MovesOnlyWhatDecodeLacks) {
   p.link_bytes_per_second = 1e6;
   p.transfer_overhead_seconds = 0.5;
   p.prefill_tokens_per_second = 1000;
-  const OffloadEstimate e = EstimateOffload(
-      {.prompt_tokens = 3000, .decode_cached_tokens = 1000, .prefill_cached_tokens = 500,
-       .decode_queued_prefill_tokens = 4000, .prefill_queued_prefill_tokens = 0},
-      p);
+  const OffloadEstimate e = EstimateOffload({.prompt_tokens = 3000,
+                                             .decode_cached_tokens = 1000,
+                                             .prefill_cached_tokens = 500,
+                                             .decode_queued_prefill_tokens = 4000,
+                                             .prefill_queued_prefill_tokens = 0},
+                                            p);
   EXPECT_EQ(e.tokens_to_move, 2000);
   EXPECT_DOUBLE_EQ(e.kv_bytes_to_move, 2e6);
   EXPECT_DOUBLE_EQ(e.transfer_seconds, 0.5 + 2.0);

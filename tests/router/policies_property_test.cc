@@ -28,8 +28,7 @@ FleetSnapshot RandomFleet(std::mt19937_64& rng) {
   for (int i = 0; i < n; ++i) {
     BackendSnapshot& b = f.backends[i];
     b.healthy = uni(0, 4) != 0;
-    b.role = roles == 0 ? BackendRole::kBoth
-                        : static_cast<BackendRole>(uni(0, 2));
+    b.role = roles == 0 ? BackendRole::kBoth : static_cast<BackendRole>(uni(0, 2));
     b.inflight_requests = uni(0, 20);
     b.inflight_prefill_tokens = uni(0, 1) ? 0 : uni(0, 60000);
     b.decoding_requests = uni(0, 30);
@@ -53,8 +52,8 @@ bool AffinityHolds(const FleetSnapshot& f, const Options& o) {
       ++healthy;
     }
   }
-  const double limit = std::max(o.overload_factor * sum / healthy,
-                                static_cast<double>(o.overload_min_tokens));
+  const double limit =
+      std::max(o.overload_factor * sum / healthy, static_cast<double>(o.overload_min_tokens));
   return static_cast<double>(f.backends[s].inflight_tokens) <= limit;
 }
 
@@ -114,8 +113,8 @@ TEST_P(PolicyPropertyTest, Invariants) {
     ASSERT_EQ(d->request_class,
               classifier::Classify(f.prompt_tokens_est, best_cached, o.thresholds));
     const bool warm_rule =
-        (f.prompt_tokens_est > 0 &&
-         static_cast<double>(best_cached) / f.prompt_tokens_est > o.thresholds.warm_cached_fraction) ||
+        (f.prompt_tokens_est > 0 && static_cast<double>(best_cached) / f.prompt_tokens_est >
+                                        o.thresholds.warm_cached_fraction) ||
         new_tokens < o.thresholds.warm_new_tokens;
     if (!warm_rule) {
       ASSERT_EQ(d->request_class == RequestClass::kHeavy,
@@ -164,8 +163,8 @@ TEST_P(PolicyPropertyTest, Invariants) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyPropertyTest,
-                         ::testing::Values("round_robin", "least_loaded", "baseline", "v1",
-                                           "v2", "pd_sep"));
+                         ::testing::Values("round_robin", "least_loaded", "baseline", "v1", "v2",
+                                           "pd_sep"));
 
 }  // namespace
 }  // namespace kvroute::router

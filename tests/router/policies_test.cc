@@ -294,8 +294,7 @@ TEST(PolicyFactoryTest, NamesAndErrors) {
   o.policy = "pd_sep";
   std::vector<BackendSpec> only_prefill(2);
   only_prefill[0].role = only_prefill[1].role = BackendRole::kPrefill;
-  EXPECT_EQ(MakePolicy(o, only_prefill).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePolicy(o, only_prefill).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PolicyTest, NoHealthyIsUnavailable) {

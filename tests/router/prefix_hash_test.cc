@@ -1,8 +1,8 @@
 #include "router/prefix_hash.h"
 
-#include <string>
-
 #include <xxhash.h>
+
+#include <string>
 
 #include "gtest/gtest.h"
 

@@ -25,8 +25,10 @@ std::string Text(uint64_t seed, int chunks) {
 std::vector<BackendSpec> Fleet(int n, int64_t capacity_tokens = 0) {
   std::vector<BackendSpec> v;
   for (int i = 0; i < n; ++i) {
-    v.push_back({.name = "gpu" + std::to_string(i), .host = "127.0.0.1",
-                 .port = static_cast<uint16_t>(8100 + i), .capacity_tokens = capacity_tokens});
+    v.push_back({.name = "gpu" + std::to_string(i),
+                 .host = "127.0.0.1",
+                 .port = static_cast<uint16_t>(8100 + i),
+                 .capacity_tokens = capacity_tokens});
   }
   return v;
 }
@@ -114,8 +116,7 @@ TEST(RouterShadowTest, BytesPerTokenIsLearnedFromUsage) {
   absl::StatusOr<RouteTicket> t = r->Route(Req(p), kT0);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->decision.prompt_tokens_est, 768);
-  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1024, .cached_tokens = 0, .served_by = 0},
-                kT0);
+  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1024, .cached_tokens = 0, .served_by = 0}, kT0);
   EXPECT_DOUBLE_EQ(r->BytesPerToken("m"), 3.0);
   EXPECT_DOUBLE_EQ(r->Stats().bytes_per_token, 3.0);
   t = r->Route(Req(p), kT0);
@@ -228,8 +229,11 @@ TEST(RouterShadowTest, TransferredKvIsNotTruthAndBothInstancesHoldThePrompt) {
   EXPECT_EQ(rep[t->decision.prefill_backend].inflight_requests, 0);
   EXPECT_EQ(rep[t->decision.decode_backend].decoding_requests, 1);
   r->OnComplete(*t,
-                {.ok = true, .prompt_tokens = -1, .cached_tokens = 25599,
-                 .served_by = t->decision.decode_backend, .kv_transferred = true},
+                {.ok = true,
+                 .prompt_tokens = -1,
+                 .cached_tokens = 25599,
+                 .served_by = t->decision.decode_backend,
+                 .kv_transferred = true},
                 kT0);
   rep = r->Report();
   EXPECT_EQ(rep[0].est_requests + rep[1].est_requests, 0);
@@ -315,8 +319,11 @@ TEST(RouterShadowTest, SessionTurnsCreditThePreviousResponse) {
     }
     r->OnFirstToken(*t, kT0);
     r->OnComplete(*t,
-                  {.ok = true, .prompt_tokens = prompt_tokens, .cached_tokens = engine_cached,
-                   .served_by = backend, .completion_tokens = 150},
+                  {.ok = true,
+                   .prompt_tokens = prompt_tokens,
+                   .cached_tokens = engine_cached,
+                   .served_by = backend,
+                   .completion_tokens = 150},
                   kT0);
     held = prompt_tokens + 150;
     // Next turn: previous prompt + the answer (150 tokens = 600 bytes) +
@@ -405,8 +412,10 @@ TEST(RouterShadowTest, RandomLifecycleProperty) {
         const int64_t cached =
             uni(0, 2) == 0 ? -1 : uni(0, static_cast<int>(t.decision.prompt_tokens_est));
         r->OnComplete(t,
-                      {.ok = uni(0, 4) != 0, .prompt_tokens = t.decision.prompt_tokens_est,
-                       .cached_tokens = cached, .served_by = t.decision.decode_backend},
+                      {.ok = uni(0, 4) != 0,
+                       .prompt_tokens = t.decision.prompt_tokens_est,
+                       .cached_tokens = cached,
+                       .served_by = t.decision.decode_backend},
                       now);
       }
     }

@@ -16,7 +16,8 @@ const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 std::vector<BackendSpec> Fleet(int n) {
   std::vector<BackendSpec> v;
   for (int i = 0; i < n; ++i) {
-    v.push_back({.name = "gpu" + std::to_string(i), .host = "127.0.0.1",
+    v.push_back({.name = "gpu" + std::to_string(i),
+                 .host = "127.0.0.1",
                  .port = static_cast<uint16_t>(8100 + i)});
   }
   return v;
@@ -142,8 +143,7 @@ TEST(RouterTest, LoadAccountingThroughTheLifecycle) {
   EXPECT_EQ(rep[0].decoding_requests, 1);
   EXPECT_EQ(rep[0].inflight_tokens, 1100);
 
-  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1000, .cached_tokens = 0, .served_by = 0},
-                kT0);
+  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1000, .cached_tokens = 0, .served_by = 0}, kT0);
   r->OnComplete(*t, {.ok = true}, kT0);  // a second completion is ignored
   rep = r->Report();
   EXPECT_EQ(rep[0].inflight_requests, 0);
@@ -180,8 +180,10 @@ TEST(RouterTest, InflightBoundIsResourceExhausted) {
 
 TEST(RouterTest, GaugesAreReported) {
   auto r = Make("round_robin", 2);
-  r->UpdateEngineGauges(1, {.num_requests_running = 3, .num_requests_waiting = 2,
-                            .kv_cache_usage_perc = 0.5, .capacity_tokens = 1000});
+  r->UpdateEngineGauges(1, {.num_requests_running = 3,
+                            .num_requests_waiting = 2,
+                            .kv_cache_usage_perc = 0.5,
+                            .capacity_tokens = 1000});
   std::vector<BackendReport> rep = r->Report();
   EXPECT_EQ(rep[1].engine_running, 3);
   EXPECT_EQ(rep[1].engine_waiting, 2);
