@@ -225,8 +225,9 @@ void Instance::UpdateGauges(double lag_s) {
 awaitable<void> Instance::EngineLoop() {
   const bool real_time = options_.time_scale > 0;
   while (!stopping_) {
-    if (real_time) engine_.AdvanceTo(VirtualNow());
     if (engine_.HasRunnableWork()) {
+      // While busy the virtual clock is never pulled forward to the wall clock: if steps
+      // take longer to compute than they model, the lag shows and grows here.
       double lag = 0;
       if (real_time) {
         const std::chrono::duration<double> behind =
@@ -255,6 +256,8 @@ awaitable<void> Instance::EngineLoop() {
     wake_timer_.expires_at(next ? WallOf(*next) : std::chrono::steady_clock::time_point::max());
     co_await wake_timer_.async_wait(kNoThrow);
     idle_ = false;
+    // Idle time passed in real time.
+    if (real_time) engine_.AdvanceTo(VirtualNow());
   }
 }
 
@@ -694,7 +697,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
   spec.pull_remote_kv = pending->kv_source.has_value();
   spec.prompt = std::move(tokens);
 
-  if (options_.time_scale > 0) engine_.AdvanceTo(VirtualNow());
+  // An idle engine's clock catches up with the wall clock before the arrival is stamped.
+  if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
   const RequestHandle handle = engine_.Submit(std::move(spec));
   pendings_[handle] = pending;
   Wake();
