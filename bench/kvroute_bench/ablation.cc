@@ -6,6 +6,9 @@
 #include <fstream>
 #include <regex>
 
+#include <boost/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,7 +61,43 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
   return s;
 }
 
+double JsonNumber(const boost::json::object& o, std::string_view key) {
+  const boost::json::value* v = o.if_contains(key);
+  if (v == nullptr) return -1;
+  if (v->is_double()) return v->as_double();
+  if (v->is_int64()) return static_cast<double>(v->as_int64());
+  if (v->is_uint64()) return static_cast<double>(v->as_uint64());
+  return -1;
+}
+
 }  // namespace
+
+int64_t MergeRequestLog(const std::string& path, RunResult& run) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  absl::flat_hash_map<std::string, size_t> by_id;
+  for (size_t i = 0; i < run.requests.size(); ++i) by_id[run.requests[i].request_id] = i;
+  int64_t matched = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(line, ec);
+    if (ec || !v.is_object()) continue;
+    const boost::json::object& o = v.as_object();
+    const boost::json::value* id = o.if_contains("id");
+    if (id == nullptr || !id->is_string()) continue;
+    auto it = by_id.find(std::string(id->as_string()));
+    if (it == by_id.end()) continue;
+    RequestRecord& r = run.requests[it->second];
+    r.cached_tokens_est = static_cast<int64_t>(JsonNumber(o, "cached_tokens_est"));
+    const double routed = JsonNumber(o, "t_routed");
+    const double prefill_done = JsonNumber(o, "t_prefill_done");
+    if (routed > 0 && prefill_done >= routed) r.prefill_leg_s = prefill_done - routed;
+    r.transfer_s = JsonNumber(o, "transfer_s");
+    ++matched;
+  }
+  return matched;
+}
 
 std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& modes,
                                             const std::vector<int64_t>& thresholds,
@@ -201,8 +240,13 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     ro.target = *ParseHttpUrl(absl::StrCat("http://", m[1], ":", m[2]));
     ro.time_scale = options.sim_time_scale > 0 ? options.sim_time_scale : 1.0;
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
-    (*proxy)->Stop();
+    (*proxy)->Stop();  // flushes and closes the request log
     (*sim)->Stop();
+    if (result.ok()) {
+      const int64_t matched = MergeRequestLog((dir / "requests.jsonl").string(), *result);
+      spdlog::info("[{}] joined {} of {} requests with kvroute's request log", config.name,
+                   matched, result->requests.size());
+    }
     if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;
   }
   return report;

@@ -62,6 +62,11 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
 // directory and its ancestors (up to 3 levels) in `subdirs`. Empty if not found.
 std::string FindBuiltBinary(const std::string& name, const std::vector<std::string>& subdirs);
 
+// Joins kvroute's request log (one JSON object per line, DESIGN.md section 4) into the run's
+// records by request id: cached_tokens_est, prefill leg (t_prefill_done - t_routed) and
+// transfer_s. Returns how many records matched; a missing file matches none.
+int64_t MergeRequestLog(const std::string& path, RunResult& run);
+
 // The kvroute YAML config (DESIGN.md section 4) for one configuration.
 std::string KvrouteConfigYaml(const AblationConfig& config,
                               const std::vector<std::pair<std::string, std::string>>& backends);

@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,8 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 
-extern char** environ;
-
 namespace kvroute::bench {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
@@ -26,34 +24,35 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group, so a terminal's Ctrl-C reaches the bench first and it stops children.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(fds[1]);
-  if (rc != 0) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
     close(fds[0]);
-    return absl::InternalError(absl::StrCat("spawn ", argv[0], ": ", std::strerror(rc)));
+    close(fds[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
   }
-  auto child = std::unique_ptr<ChildProcess>(new ChildProcess(pid, fds[0], log_path));
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec. Die with the bench (even on SIGKILL),
+    // so an interrupted ablation never leaves a fleet behind.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
   if (FILE* log = std::fopen(log_path.c_str(), "a")) {
-    std::fprintf(log, "# %s\n", absl::StrJoin(argv, " ").c_str());
+    std::fprintf(log, "# pid %d: %s\n", static_cast<int>(pid), absl::StrJoin(argv, " ").c_str());
     std::fclose(log);
   }
-  return child;
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, fds[0], log_path));
 }
 
 ChildProcess::ChildProcess(pid_t pid, int out_fd, const std::string& log_path)

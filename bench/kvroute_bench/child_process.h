@@ -3,7 +3,8 @@
 // The child's stdout and stderr go through a pipe that a reader thread drains into a log
 // file, so the child never blocks on a full pipe; lines are also kept (bounded) so the
 // caller can wait for a readiness line such as "kvroute: listening on 127.0.0.1:PORT".
-// Stop() sends SIGTERM, then SIGKILL after a grace period, and reaps the child.
+// Stop() sends SIGTERM, then SIGKILL after a grace period, and reaps the child. The child
+// also gets SIGTERM if the bench dies (PR_SET_PDEATHSIG), so fleets are never orphaned.
 //
 // Usage:
 //   auto child = ChildProcess::Start({"kvroute-sim", "--instances", "2"}, "sim.log");

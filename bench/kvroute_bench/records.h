@@ -31,6 +31,11 @@ struct RequestRecord {
   int64_t completion_tokens = -1;
   // Prompt tokens an infinite prefix cache would have served (-1: unknown).
   int64_t bound_cached_tokens = -1;
+  // From kvroute's request log when available (ablations): the router's estimate of cached
+  // tokens, and for offloaded requests the prefill leg and KV transfer times (wall seconds).
+  int64_t cached_tokens_est = -1;
+  double prefill_leg_s = -1;
+  double transfer_s = -1;
 
   bool ok() const { return error.empty(); }
   bool offloaded() const { return backend.find("->") != std::string::npos; }

@@ -54,6 +54,10 @@ json::object SummaryJson(const RunSummary& s) {
                                     {"e2e_s", DistJson(c.e2e)}};
   }
   o["classes"] = std::move(classes);
+  o["offload_prefill_s"] = DistJson(s.offload_prefill);
+  o["offload_transfer_s"] = DistJson(s.offload_transfer);
+  o["cache_estimate_error"] =
+      s.cache_estimate_error >= 0 ? json::value(s.cache_estimate_error) : nullptr;
   o["jobs"] = s.jobs;
   o["jobs_ok"] = s.jobs_ok;
   o["job_completion_s"] = DistJson(s.job_completion);
@@ -116,6 +120,24 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           FormatSeconds(s.job_completion.p50),
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
           Percent(s.mean_kv_usage)};
+}
+
+std::vector<std::string> OffloadHeader() {
+  return {"config", "offloads", "prefill leg p50", "prefill leg p99", "KV transfer p50",
+          "KV transfer p99", "cache estimate error"};
+}
+
+std::vector<std::vector<std::string>> OffloadRows(const Report& report,
+                                                  const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunSummary& s = sums[i];
+    rows.push_back({report.runs[i].name, absl::StrCat(s.offloads),
+                    FormatSeconds(s.offload_prefill.p50), FormatSeconds(s.offload_prefill.p99),
+                    FormatSeconds(s.offload_transfer.p50), FormatSeconds(s.offload_transfer.p99),
+                    Percent(s.cache_estimate_error)});
+  }
+  return rows;
 }
 
 std::vector<std::string> ClassHeader() {
@@ -237,7 +259,10 @@ json::value ReportJson(const Report& report) {
           {"tpot", q.tpot},            {"e2e", q.e2e},
           {"prompt_tokens", q.prompt_tokens}, {"cached_tokens", q.cached_tokens},
           {"completion_tokens", q.completion_tokens},
-          {"bound_cached_tokens", q.bound_cached_tokens}});
+          {"bound_cached_tokens", q.bound_cached_tokens},
+          {"cached_tokens_est", q.cached_tokens_est},
+          {"prefill_leg_s", q.prefill_leg_s},
+          {"transfer_s", q.transfer_s}});
     }
     o["requests"] = std::move(reqs);
     json::array jobs;
@@ -311,6 +336,10 @@ std::string ReportMarkdown(const Report& report) {
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
   out += MarkdownTable(SummaryHeader(), rows);
   absl::StrAppend(&out, "\n## Latency per class\n\n", MarkdownTable(ClassHeader(), ClassRows(report, sums)));
+  absl::StrAppend(&out, "\n## Offloads and cache estimates\n\n",
+                  MarkdownTable(OffloadHeader(), OffloadRows(report, sums)),
+                  "\nCache estimate error: mean |router estimate - engine cached_tokens| / "
+                  "prompt tokens (from kvroute's request log).\n");
   if (const size_t turns = MaxTurns(sums); turns > 0) {
     absl::StrAppend(&out, "\n## Mean end-to-end latency per turn\n\n",
                     MarkdownTable(TurnHeader(turns), TurnRows(report, sums)));
@@ -432,7 +461,12 @@ std::string ReportHtml(const Report& report) {
   }
 
   absl::StrAppend(&out, "<h2>Latency per class</h2>\n",
-                  HtmlTable(ClassHeader(), ClassRows(report, sums)), "</body></html>\n");
+                  HtmlTable(ClassHeader(), ClassRows(report, sums)));
+  absl::StrAppend(&out, "<h2>Offloads and cache estimates</h2>\n",
+                  HtmlTable(OffloadHeader(), OffloadRows(report, sums)),
+                  "<p class=\"note\">Prefill leg and KV transfer of offloaded (v2) requests and "
+                  "the router's cache-estimate error (mean |estimate - engine cached_tokens| / "
+                  "prompt tokens), from kvroute's request log.</p>\n</body></html>\n");
   return out;
 }
 

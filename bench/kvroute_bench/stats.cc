@@ -58,6 +58,9 @@ RunSummary Summarize(const RunResult& run) {
   Samples all;
   std::map<std::pair<int, std::string>, Samples> by_class;
   int64_t completed = 0;
+  std::vector<double> offload_prefill, offload_transfer;
+  double est_error = 0;
+  int64_t est_n = 0;
   double bound_hit = 0, bound_total = 0;
   bool bound_known = true;
   for (const RequestRecord& r : run.requests) {
@@ -68,13 +71,20 @@ RunSummary Summarize(const RunResult& run) {
       continue;
     }
     ++completed;
-    const std::string klass = r.klass.empty() ? "-" : r.klass;
+    const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
     Samples& c = by_class[{ClassOrder(klass), klass}];
     for (Samples* x : {&all, &c}) {
       ++x->n;
       if (r.ttft >= 0) x->ttft.push_back(r.ttft / scale);
       if (r.tpot >= 0) x->tpot.push_back(r.tpot / scale);
       if (r.e2e >= 0) x->e2e.push_back(r.e2e / scale);
+    }
+    if (r.offloaded() && r.prefill_leg_s >= 0) offload_prefill.push_back(r.prefill_leg_s / scale);
+    if (r.offloaded() && r.transfer_s >= 0) offload_transfer.push_back(r.transfer_s / scale);
+    if (r.prompt_tokens > 0 && r.cached_tokens >= 0 && r.cached_tokens_est >= 0) {
+      est_error += std::abs(static_cast<double>(r.cached_tokens_est - r.cached_tokens)) /
+                   static_cast<double>(r.prompt_tokens);
+      ++est_n;
     }
     if (r.prompt_tokens > 0) {
       s.prompt_tokens += r.prompt_tokens;
@@ -88,6 +98,9 @@ RunSummary Summarize(const RunResult& run) {
     }
   }
   s.dropped = run.dropped;
+  s.offload_prefill = Describe(offload_prefill);
+  s.offload_transfer = Describe(offload_transfer);
+  if (est_n > 0) s.cache_estimate_error = est_error / static_cast<double>(est_n);
   const int64_t attempted = s.requests + s.dropped;
   s.error_rate = attempted > 0 ? static_cast<double>(s.errors + s.dropped) /
                                      static_cast<double>(attempted)

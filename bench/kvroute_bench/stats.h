@@ -25,7 +25,7 @@ struct Distribution {
 Distribution Describe(const std::vector<double>& values);
 
 struct ClassSummary {
-  std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "-" when unlabelled
+  std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "unlabelled"
   int64_t requests = 0;
   Distribution ttft, tpot, e2e;  // modelled seconds
 };
@@ -41,6 +41,10 @@ struct RunSummary {
   int64_t cached_tokens = 0;
   double hit_ratio = 0;         // cached / prompt over successful requests
   double bound_hit_ratio = -1;  // infinite-cache bound, -1 if unknown
+  // Offloaded requests (kvroute request log): prefill leg and KV transfer, modelled seconds.
+  Distribution offload_prefill, offload_transfer;
+  // Mean |estimated - actual cached tokens| / prompt tokens (-1: no estimates).
+  double cache_estimate_error = -1;
   std::vector<ClassSummary> classes;  // "ALL" first, then WARM, MEDIUM, HEAVY, others
   // Agentic jobs.
   int64_t jobs = 0;

@@ -31,7 +31,11 @@ std::vector<double> LinearTicks(double lo, double hi, int target = 6) {
       break;
     }
   }
-  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) {
+  // From the last tick at or below lo to the first at or above hi, so the axis ends on a label.
+  const double first = std::floor(lo / step + 1e-9) * step;
+  const double last = std::ceil(hi / step - 1e-9) * step;
+  for (int i = 0; first + i * step <= last + step * 1e-9 && i < 1000; ++i) {
+    const double t = first + i * step;
     ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
   }
   return ticks;

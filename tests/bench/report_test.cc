@@ -250,5 +250,35 @@ TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   EXPECT_NE(y.find("  - {name: gpu0, url: http://127.0.0.1:9000}\n"), std::string::npos);
 }
 
+TEST(AblationConfigTest, MergesKvrouteRequestLog) {
+  RunResult run = FixedRun("v2", 1.0);
+  run.requests[2].request_id = "bench-v2-2";  // the offloaded HEAVY request
+  run.requests[0].request_id = "bench-v2-0";
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kvb_reqlog_" + std::to_string(::getpid()));
+  {
+    std::ofstream f(path);
+    f << R"({"id":"bench-v2-2","cached_tokens_est":100,"t_routed":1000.5,)"
+      << R"("t_prefill_done":1001.75,"transfer_s":0.25,"prompt_tokens":30000})" << "\n";
+    f << R"({"id":"bench-v2-0","cached_tokens_est":800,"t_routed":1000.0,)"
+      << R"("t_prefill_done":null,"transfer_s":null})" << "\n";
+    f << R"({"id":"someone-else","cached_tokens_est":1})" << "\n" << "not json\n";
+  }
+  EXPECT_EQ(MergeRequestLog(path.string(), run), 2);
+  std::filesystem::remove(path);
+  EXPECT_EQ(run.requests[2].cached_tokens_est, 100);
+  EXPECT_DOUBLE_EQ(run.requests[2].prefill_leg_s, 1.25);
+  EXPECT_DOUBLE_EQ(run.requests[2].transfer_s, 0.25);
+  EXPECT_EQ(run.requests[0].cached_tokens_est, 800);
+  EXPECT_LT(run.requests[0].prefill_leg_s, 0);
+  EXPECT_LT(run.requests[0].transfer_s, 0);
+  const RunSummary s = Summarize(run);
+  EXPECT_DOUBLE_EQ(s.offload_prefill.p50, 1.25);
+  EXPECT_DOUBLE_EQ(s.offload_transfer.p50, 0.25);
+  // |100 - 0| / 30000 and |800 - 900| / 1000, averaged.
+  EXPECT_NEAR(s.cache_estimate_error, (100.0 / 30000 + 100.0 / 1000) / 2, 1e-12);
+  EXPECT_EQ(MergeRequestLog("/nonexistent/requests.jsonl", run), 0);
+}
+
 }  // namespace
 }  // namespace kvroute::bench
