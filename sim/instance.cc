@@ -146,6 +146,10 @@ void Instance::Stop() {
       p->aborted = true;
       p->Notify();
     }
+    for (Pending* p : pairing_) {
+      p->aborted = true;
+      p->Notify();
+    }
   });
 }
 
@@ -419,8 +423,9 @@ std::string Instance::RenderMetrics() {
   const EngineCounters& c = engine_.counters();
   gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
         engine_.num_running());
+  // Decode legs waiting for their KV count as waiting, as in vLLM (WAITING_FOR_REMOTE_KVS).
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-        engine_.num_waiting());
+        engine_.num_waiting() + static_cast<double>(pairing_.size()));
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
         engine_.KvUsage());
   counter("vllm:prefix_cache_queries_total",
@@ -680,11 +685,14 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
         std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double>(profile.pd_pair_timeout_s));
-    while (!pending->pair_done && !pending->aborted &&
+    pairing_.insert(pending.get());
+    while (!pending->pair_done && !pending->aborted && !stopping_ &&
            std::chrono::steady_clock::now() < deadline) {
       pending->notify.expires_at(deadline);
       co_await pending->notify.async_wait(kNoThrow);
     }
+    pairing_.erase(pending.get());
+    if (stopping_) pending->aborted = true;
     if (!pending->pair_done) {
       pending->pair_abandoned = true;
       fabric_.CancelWait(*wait_key, ticket);

@@ -144,6 +144,8 @@ class Instance : public KvHolder {
   uint64_t next_request_seq_ = 0;
   absl::flat_hash_map<RequestHandle, std::shared_ptr<Pending>> pendings_;
   absl::flat_hash_set<Stream*> streams_;
+  // Decode legs waiting for their prefill leg (not yet in pendings_).
+  absl::flat_hash_set<Pending*> pairing_;
 
   mutable absl::Mutex mu_;
   Faults faults_ ABSL_GUARDED_BY(mu_);

@@ -560,6 +560,24 @@ TEST_F(WireTest, FaultHangNeverAnswersUntilCleared) {
   EXPECT_EQ(Get(ports_[0], "/health").status, 200);
 }
 
+TEST_F(WireTest, StopAbortsDecodeLegsWaitingForTheirPrefill) {
+  const std::string extra = R"("kv_transfer_params": {"do_remote_decode": false,
+      "do_remote_prefill": true, "remote_engine_id": "x", "transfer_id": "never"})";
+  auto decode = std::async(std::launch::async, [&] {
+    return Post(ports_[1], "/v1/completions", CompletionBody("hello", 2, false, extra));
+  });
+  // The waiting leg shows as waiting (bounded polling, no sleeping).
+  double waiting = 0;
+  for (int i = 0; i < 100000 && waiting != 1; ++i) {
+    waiting = MetricValue(Metrics(1), "vllm:num_requests_waiting");
+  }
+  ASSERT_EQ(waiting, 1);
+  fleet_->Stop();  // must not wait out the 30 s pairing timeout
+  const testing::HttpResult r = decode.get();
+  EXPECT_TRUE(r.ec);
+  EXPECT_EQ(r.status, 0);
+}
+
 TEST(FleetStartTest, FaultsAtStartAndBadFaultJson) {
   FleetOptions opts;
   opts.instances = 2;
