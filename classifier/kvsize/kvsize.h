@@ -4,10 +4,17 @@
 // of an instance from its profile), the simulator (num_gpu_blocks) and the `kvroute-size` CLI.
 // All quantities are in bytes, tokens and seconds. Thread-safe (no state).
 //
-//   kvsize::ModelArch arch{.num_attention_layers = 10, .num_kv_heads = 2, .head_dim = 256,
-//                          .kv_bytes_per_element = 2, .weight_bytes = 70e9};
-//   kvsize::Deployment dep{.gpu_memory_bytes = 85.9e9, .tensor_parallel = 2,
-//                          .utilisation = 0.9, .overhead_bytes_per_gpu = 3.22e9};
+//   kvsize::ModelArch arch;            // Qwen3.6-35B-A3B
+//   arch.num_attention_layers = 10;    // of 40 layers; the others are linear attention
+//   arch.num_kv_heads = 2;
+//   arch.head_dim = 256;
+//   arch.kv_bytes_per_element = 2;     // BF16
+//   arch.weight_bytes = 35e9 * 2;
+//   kvsize::Deployment dep;            // 2 x H100
+//   dep.gpu_memory_bytes = 85.9e9;
+//   dep.tensor_parallel = 2;
+//   dep.utilisation = 0.9;
+//   dep.overhead_bytes_per_gpu = 3.22e9;
 //   kvsize::Capacity cap = kvsize::ComputeCapacity(arch, dep);
 //   // cap.kv_bytes_per_token == 20480, cap.kv_memory_bytes ~ 78.2e9, cap.token_capacity ~ 3.8e6
 #pragma once
