@@ -1,8 +1,9 @@
 // kvroute-sim-bench: ramps the number of concurrent streaming clients against an in-process
 // fleet of simulated instances running at a real-time scale, and reports, per level, the
 // token throughput and the scheduler lag (how far engine steps start behind the wall time
-// the model gives them). A level is sustained when the lag stays below --lag-threshold for
-// the measurement window (95th percentile of 10 Hz samples of the fleet's worst lag); the figure is the largest sustained level.
+// the model gives them). A level is sustained when the lag stays below --lag-threshold over
+// the measurement window (95th percentile of 10 Hz samples of the fleet's worst lag); the
+// figure is the largest sustained level.
 //
 //   kvroute-sim-bench --instances 8 --time-scale 1 --streams 64,128,256,512,1024
 #include <absl/strings/str_split.h>
