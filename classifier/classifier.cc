@@ -48,4 +48,16 @@ OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& p
   return e;
 }
 
+OffloadCostParams OffloadCostFromProfile(const kvsize::ModelArch& arch,
+                                         double link_bytes_per_second,
+                                         double prefill_tokens_per_second,
+                                         double transfer_overhead_seconds) {
+  OffloadCostParams p;
+  p.kv_bytes_per_token = kvsize::KvBytesPerToken(arch);
+  p.link_bytes_per_second = link_bytes_per_second;
+  p.prefill_tokens_per_second = prefill_tokens_per_second;
+  p.transfer_overhead_seconds = transfer_overhead_seconds;
+  return p;
+}
+
 }  // namespace kvroute::classifier

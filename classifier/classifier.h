@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "classifier/kvsize/kvsize.h"
 #include "router/types.h"
 
 namespace kvroute::classifier {
@@ -68,5 +69,13 @@ struct OffloadEstimate {
 };
 
 OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& params);
+
+// Cost parameters from a model profile (classifier/kvsize): KV bytes per
+// token are the model's c_KV (K and V of every attention layer, what a
+// connector moves), the rest is the deployment's link and prefill rate.
+OffloadCostParams OffloadCostFromProfile(const kvsize::ModelArch& arch,
+                                         double link_bytes_per_second,
+                                         double prefill_tokens_per_second,
+                                         double transfer_overhead_seconds = 0.002);
 
 }  // namespace kvroute::classifier

@@ -113,3 +113,23 @@ TEST(OffloadCostTest, NothingToMoveSavesNothing) {
 
 }  // namespace
 }  // namespace kvroute::classifier
+
+namespace kvroute::classifier {
+namespace {
+
+TEST(OffloadCostTest, FromProfile) {
+  // Llama-3-8B: 32 layers, 8 KV heads, head dim 128, BF16 -> 128 KiB/token.
+  const kvsize::ModelArch arch{.name = "llama-3-8b",
+                               .num_attention_layers = 32,
+                               .num_kv_heads = 8,
+                               .head_dim = 128,
+                               .kv_bytes_per_element = 2};
+  const OffloadCostParams p = OffloadCostFromProfile(arch, 25e9, 12000);
+  EXPECT_DOUBLE_EQ(p.kv_bytes_per_token, 131072);
+  EXPECT_DOUBLE_EQ(p.link_bytes_per_second, 25e9);
+  EXPECT_DOUBLE_EQ(p.prefill_tokens_per_second, 12000);
+  EXPECT_DOUBLE_EQ(p.transfer_overhead_seconds, 0.002);
+}
+
+}  // namespace
+}  // namespace kvroute::classifier
