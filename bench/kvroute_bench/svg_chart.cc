@@ -82,6 +82,8 @@ std::vector<std::pair<double, double>> CdfPoints(std::vector<double> values, siz
   const size_t n = values.size();
   const size_t step = std::max<size_t>(1, n / std::max<size_t>(max_points, 2));
   for (size_t i = 0; i < n; i += step) {
+    // Unsampled CDFs are drawn as steps: rise vertically at each value.
+    if (step == 1) pts.emplace_back(values[i], static_cast<double>(i) / static_cast<double>(n));
     pts.emplace_back(values[i], static_cast<double>(i + 1) / static_cast<double>(n));
   }
   if (pts.back().second < 1.0) pts.emplace_back(values.back(), 1.0);
@@ -110,7 +112,8 @@ std::string RenderLineChart(const ChartOptions& options, const std::vector<Serie
     }
   }
   const int legend_rows = legend.empty() ? 0 : legend.back().row + 1;
-  const int height = options.height + legend_rows * kLegendRow;
+  // The legend goes below the x-axis label.
+  const int height = options.height + (legend_rows > 0 ? legend_rows * kLegendRow + 10 : 0);
   const double plot_w = width - kMarginLeft - kMarginRight;
   const double plot_h = options.height - kMarginTop - kMarginBottom;
 
@@ -214,7 +217,7 @@ std::string RenderLineChart(const ChartOptions& options, const std::vector<Serie
           "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>\n", color,
           pts));
     }
-    const double ly = options.height - 6.0 + legend[i].row * kLegendRow;
+    const double ly = options.height + 8.0 + legend[i].row * kLegendRow;
     absl::StrAppend(&svg, absl::StrFormat(
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>\n"
         "<text x=\"%.1f\" y=\"%.1f\" fill=\"#222\">%s</text>\n",

@@ -189,8 +189,9 @@ TEST(ReportTest, WritesThreeFiles) {
 
 TEST(SvgChartTest, CdfAndRendering) {
   const auto pts = CdfPoints({3, 1, 2, 4});
-  ASSERT_EQ(pts.size(), 4u);
-  EXPECT_EQ(pts.front(), (std::pair<double, double>(1, 0.25)));
+  ASSERT_EQ(pts.size(), 8u);  // a step per value
+  EXPECT_EQ(pts[0], (std::pair<double, double>(1, 0.0)));
+  EXPECT_EQ(pts[1], (std::pair<double, double>(1, 0.25)));
   EXPECT_EQ(pts.back(), (std::pair<double, double>(4, 1.0)));
   std::vector<double> many(1000);
   for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<double>(i);
