@@ -59,9 +59,10 @@ struct Options {
 
   // --- Added by the cache-aware issue (all have defaults). ---
   // Affinity is only broken when the session's instance also holds more
-  // than this many in-flight tokens, so a lightly loaded fleet (where one
-  // request is "2x the mean") keeps its sessions in place.
-  int64_t overload_min_tokens = 16384;
+  // than this many in-flight tokens (about two long-context requests), so a
+  // lightly loaded fleet, where a single request is already "2x the mean",
+  // keeps its sessions and their caches in place.
+  int64_t overload_min_tokens = 32768;
   // Bound on routed-but-not-completed requests; Route() returns
   // ResourceExhausted beyond it.
   size_t max_inflight_requests = 65536;

@@ -137,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
         PolicyCase{"base_affinity_kept_below_min_tokens", "baseline",
                    [] {
                      auto f = Fleet(4, 10000);
-                     SetInflightTokens(f, {0, 0, 0, 10000});  // 4x mean, < 16384
+                     SetInflightTokens(f, {0, 0, 0, 10000});  // 4x mean, < 32768
                      f.session_backend = 3;
                      return f;
                    },

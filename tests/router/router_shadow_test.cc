@@ -348,7 +348,7 @@ TEST(RouterShadowTest, EstimateErrorHelper) {
 
 TEST(RouterShadowTest, OverloadBreaksAffinity) {
   auto r = Make("baseline", Fleet(3));
-  const std::string big = Text(70, 157);  // ~10048 tokens
+  const std::string big = Text(70, 313);  // 20032 tokens (+256 expected output)
   std::vector<RouteTicket> tickets;
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<RouteTicket> t = r->Route(Req(big, "s"), kT0);
@@ -356,9 +356,9 @@ TEST(RouterShadowTest, OverloadBreaksAffinity) {
     tickets.push_back(*t);
   }
   EXPECT_EQ(tickets[0].decision.decode_backend, 0);
-  EXPECT_TRUE(tickets[1].decision.affinity_hit);  // 10k in flight: under 16384
+  EXPECT_TRUE(tickets[1].decision.affinity_hit);  // 20k in flight: under 32768
   EXPECT_EQ(tickets[1].decision.decode_backend, 0);
-  EXPECT_TRUE(tickets[2].decision.affinity_broken);  // 20k > max(2 x mean, 16384)
+  EXPECT_TRUE(tickets[2].decision.affinity_broken);  // 40k > max(2 x mean, 32768)
   EXPECT_NE(tickets[2].decision.decode_backend, 0);
   EXPECT_EQ(r->Stats().affinity_breaks, 1);
   for (const RouteTicket& t : tickets) r->OnComplete(t, {}, kT0);
