@@ -349,8 +349,12 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
     if (std::abs(fleet - capacity_ratio_) > 0.02 * capacity_ratio_) ApplyCapacities();
   }
   const int served = Valid(outcome.served_by) ? outcome.served_by : d.decode_backend;
-  const bool prefilled = outcome.ok || r.first_token;
-  if (!prefilled) return;
+  // Only a completed 2xx response proves the engine cached the prompt: a
+  // first byte may be an error body (404, 400) from an engine that never
+  // prefilled. A stream cut short did cache it; the next truth for that
+  // prefix corrects the resulting under-estimate, a phantom entry would
+  // mislead routing until then.
+  if (!outcome.ok) return;
   if (outcome.cached_tokens >= 0 && !outcome.kv_transferred &&
       (served == d.decode_backend || served == d.prefill_backend)) {
     LearnFromTruth(r, outcome, served);

@@ -197,3 +197,19 @@ TEST(RouterTest, GaugesAreReported) {
 
 }  // namespace
 }  // namespace kvroute::router
+
+namespace kvroute::router {
+namespace {
+
+TEST(RouterTest, ErrorResponseWithFirstByteCachesNothing) {
+  auto r = Make("least_loaded", 1);
+  auto t = r->Route(Req(std::string(4000, 'a')), kT0);
+  ASSERT_TRUE(t.ok());
+  r->OnFirstToken(*t, kT0);  // e.g. a 404 body
+  r->OnComplete(*t, {.ok = false, .served_by = 0}, kT0);
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 0);
+  EXPECT_EQ(r->Report()[0].decoding_requests, 0);
+}
+
+}  // namespace
+}  // namespace kvroute::router
