@@ -36,10 +36,13 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
     for (int64_t t : a.tool_tokens) absl::StrAppend(&tools, tools.empty() ? "" : ",", t);
     s.emplace_back("workload",
                    absl::StrFormat("agentic: %.3g jobs/s for %.0f s, %d turns, system %d + task "
-                                   "%d tokens, tool outputs [%s] tokens, tool time %.2f s, "
+                                   "%s tokens, tool outputs [%s] tokens, tool time %.2f s, "
                                    "%d completion tokens per turn, seed %d",
                                    a.jobs_per_second, a.duration_s, a.turns, a.system_tokens,
-                                   a.task_tokens, tools, a.tool_time_s, a.completion_tokens,
+                                   a.task_tokens_max > a.task_tokens
+                                       ? absl::StrCat(a.task_tokens, "-", a.task_tokens_max)
+                                       : absl::StrCat(a.task_tokens),
+                                   tools, a.tool_time_s, a.completion_tokens,
                                    a.seed));
   } else {
     const TraceOptions& t = w.trace;

@@ -65,6 +65,9 @@ struct CommonFlags {
         ->group(ag)->capture_default_str();
     app->add_option("--task-tokens", agentic.task_tokens, "per-job task tokens")
         ->group(ag)->capture_default_str();
+    app->add_option("--task-tokens-max", agentic.task_tokens_max,
+                    "if larger than --task-tokens: task sizes uniform in [task, max] per job")
+        ->group(ag)->capture_default_str();
     app->add_option("--tool-time", agentic.tool_time_s, "seconds the agent's tool runs")
         ->group(ag)->capture_default_str();
     app->add_option("--completion-tokens", agentic.completion_tokens, "output tokens per turn")

@@ -33,10 +33,17 @@ std::string AgenticSystemPrompt(const AgenticOptions& options) {
                                     options.system_tokens));
 }
 
+int64_t AgenticTaskTokens(const AgenticOptions& options, int64_t job_id) {
+  if (options.task_tokens_max <= options.task_tokens) return options.task_tokens;
+  const uint64_t span = static_cast<uint64_t>(options.task_tokens_max - options.task_tokens) + 1;
+  return options.task_tokens +
+         static_cast<int64_t>(StreamSeed(options.seed, "agentic-task-size", job_id) % span);
+}
+
 std::string AgenticTask(const AgenticOptions& options, int64_t job_id) {
   return absl::StrCat("Task ", job_id, ":",
                       SyntheticText(StreamSeed(options.seed, "agentic-task", job_id),
-                                    options.task_tokens));
+                                    AgenticTaskTokens(options, job_id)));
 }
 
 int64_t AgenticToolTokens(const AgenticOptions& options, int turn) {

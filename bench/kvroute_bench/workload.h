@@ -33,6 +33,9 @@ struct AgenticOptions {
   std::vector<int64_t> tool_tokens = {1640, 1510, 2455, 1335, 2730, 1930, 775};
   int64_t system_tokens = 2000;  // shared by every job
   int64_t task_tokens = 400;     // unique per job
+  // When > task_tokens, each job's task size is uniform in [task_tokens, task_tokens_max]
+  // (seeded per job): large tasks model jobs that start from a big unique context.
+  int64_t task_tokens_max = 0;
   double tool_time_s = 0.5;
   int64_t completion_tokens = 20;  // per turn, enforced with min_tokens + ignore_eos
   int64_t max_jobs = 100000;       // bound on the plan size whatever the rate
@@ -50,6 +53,7 @@ std::vector<AgenticJob> PlanAgenticJobs(const AgenticOptions& options);
 
 std::string AgenticSystemPrompt(const AgenticOptions& options);
 std::string AgenticTask(const AgenticOptions& options, int64_t job_id);
+int64_t AgenticTaskTokens(const AgenticOptions& options, int64_t job_id);
 // Tool output appended after turn `turn` (1-based, turn < options.turns); unique per
 // (seed, job, turn).
 std::string AgenticToolOutput(const AgenticOptions& options, int64_t job_id, int turn);

@@ -96,6 +96,19 @@ TEST(AgenticWorkloadTest, ToolOutputsUniquePerJobAndTurnWithTargetSizes) {
   }
   EXPECT_EQ(first_blocks.size(), outputs.size());
   EXPECT_NE(AgenticTask(a, 1), AgenticTask(a, 2));
+  EXPECT_EQ(AgenticTaskTokens(a, 5), a.task_tokens);
+  a.task_tokens = 1000;
+  a.task_tokens_max = 5000;
+  std::set<int64_t> sizes;
+  for (int64_t job = 0; job < 50; ++job) {
+    const int64_t n = AgenticTaskTokens(a, job);
+    EXPECT_GE(n, 1000);
+    EXPECT_LE(n, 5000);
+    EXPECT_EQ(n, AgenticTaskTokens(a, job));
+    EXPECT_GE(static_cast<int64_t>(AgenticTask(a, job).size()), n * kBytesPerToken);
+    sizes.insert(n);
+  }
+  EXPECT_GT(sizes.size(), 40u);
   EXPECT_EQ(AgenticToolTokens(a, 1), 1640);
   EXPECT_EQ(AgenticToolTokens(a, 7), 775);
   EXPECT_EQ(AgenticToolTokens(a, 8), 1640);  // cycles
