@@ -324,6 +324,17 @@ StepResult Engine::Step() {
     const int n = std::min<int>(static_cast<int>(r->tokens.size()) - r->num_computed, budget);
     const int64_t need =
         CeilDiv(r->num_computed + n, config_.block_size) - static_cast<int64_t>(r->blocks.size());
+    if (need > blocks_.num_free() && running_.size() == 1) {
+      // Alone and still out of blocks: the sequence outgrew the whole pool. Stop it the way a
+      // length limit would instead of preempting it forever.
+      const double t = now_;
+      Finish(r, FinishReason::kLength, t);
+      result.tokens.push_back(TokenEvent{.handle = r->handle,
+                                         .token = kNoToken,
+                                         .index = r->num_output,
+                                         .finish = FinishReason::kLength});
+      break;
+    }
     bool self_preempted = false;
     while (need > blocks_.num_free()) {
       Request* victim = running_.back();

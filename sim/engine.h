@@ -69,9 +69,12 @@ struct RequestSpec {
   bool pull_remote_kv = false;
 };
 
+// TokenEvent::token of an event that only ends the request (no new token).
+inline constexpr int32_t kNoToken = -1;
+
 struct TokenEvent {
   RequestHandle handle = 0;
-  int32_t token = 0;
+  int32_t token = 0;  // kNoToken: the request ended without a new token
   int index = 0;  // 0 for the first output token
   FinishReason finish = FinishReason::kNone;
 };

@@ -516,6 +516,8 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
     if (allowed({http::verb::get})) {
       if (faults().unhealthy) status = http::status::service_unavailable;
     }
+  } else if (path == "/version") {
+    if (allowed({http::verb::get})) body = R"({"version":"kvroute-sim"})";
   } else if (path == "/v1/models") {
     if (allowed({http::verb::get})) body = ModelsJson();
   } else if (path == "/metrics") {
@@ -733,7 +735,7 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     if (pending->aborted || die_after >= 0) co_return false;  // connection dropped, no answer
     std::string text;
     for (const TokenEvent& ev : pending->events) {
-      text += StandInTokenizer::GeneratedPiece(output_seed, ev.index);
+      if (ev.token != kNoToken) text += StandInTokenizer::GeneratedPiece(output_seed, ev.index);
     }
     const RequestInfo& info = pending->info;
     const Usage usage{.prompt_tokens = info.prompt_tokens,
@@ -790,8 +792,10 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
         if (die) break;
       }
       first = false;
-      batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model,
-                                        StandInTokenizer::GeneratedPiece(output_seed, ev.index),
+      const std::string_view piece =
+          ev.token == kNoToken ? std::string_view()
+                               : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
+      batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model, piece,
                                         FinishReasonName(ev.finish), false));
       die = die_after >= 0 && ++events_sent >= die_after;
     }

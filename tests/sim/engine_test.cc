@@ -145,6 +145,19 @@ TEST(EngineTest, PreemptsTheLatestRequestWhenARunningOneCannotGrow) {
   EXPECT_GT(engine.Info(b)->finished, engine.Info(a)->finished);
 }
 
+TEST(EngineTest, ASequenceThatOutgrowsThePoolStopsOnLength) {
+  Engine engine(TinyConfig(/*num_blocks=*/4));  // 16 tokens of KV
+  const RequestHandle h = engine.Submit(Spec("a", Tokens(8), 100));
+  const std::vector<TokenEvent> events = RunToIdle(engine);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().finish, FinishReason::kLength);
+  EXPECT_EQ(events.back().token, kNoToken);
+  EXPECT_EQ(events.size(), 10u);
+  EXPECT_EQ(engine.Info(h)->completion_tokens, 9);  // 8 + 8 tokens fill 4 blocks
+  EXPECT_EQ(engine.counters().preemptions, 0u);
+  EXPECT_EQ(engine.blocks().num_free(), 4);
+}
+
 TEST(EngineTest, HeavyPrefillStretchesCoLocatedDecodeSteps) {
   Engine engine(TinyConfig(/*num_blocks=*/64));
   const RequestHandle a = engine.Submit(Spec("a", Tokens(4), 20));
