@@ -147,6 +147,9 @@ struct LegOptions {
   size_t max_capture = 1 << 20;
   std::shared_ptr<LegState> state;  // created by Relay when null
   std::function<void()> on_first_byte;
+  // A 5xx answer is a failure before the first byte (the caller retries
+  // elsewhere) instead of a response to relay.
+  bool fail_on_5xx = false;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -599,6 +602,7 @@ class Session : public std::enable_shared_from_this<Session> {
         dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
         LegOptions dopts;
         dopts.on_first_byte = on_first_byte;
+        dopts.fail_on_5xx = true;
         out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
         out.attempts = 2;
         decode_failed = !out.r.headers_sent && !out.r.client_gone && out.r.upstream_failed;
@@ -642,6 +646,7 @@ class Session : public std::enable_shared_from_this<Session> {
       LegOptions dopts;
       dopts.on_first_byte = on_first_byte;
       dopts.state = dstate;
+      dopts.fail_on_5xx = true;
       out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
       out.attempts = 2;
       if (!out.r.completed) pstate->Cancel();
@@ -812,6 +817,15 @@ class Session : public std::enable_shared_from_this<Session> {
     r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
+    if (opts.fail_on_5xx && r.status >= 500) {
+      r.upstream_failed = true;
+      r.error = absl::StrCat("backend answered HTTP ", r.status);
+      state_.metrics->upstream_errors->Inc({spec.name, "5xx"});
+      leg->upstream = nullptr;
+      conn.reset();
+      finish();
+      co_return r;
+    }
     if (opts.to_client) {
       http::response<http::empty_body> res{uh.result(), 11};
       for (const auto& field : uh) {
