@@ -355,7 +355,7 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   // prefix corrects the resulting under-estimate, a phantom entry would
   // mislead routing until then.
   if (!outcome.ok) return;
-  if (outcome.cached_tokens >= 0 && !outcome.kv_transferred &&
+  if (outcome.cached_tokens >= 0 && !CachedTokensMayIncludeTransfer(d, outcome) &&
       (served == d.decode_backend || served == d.prefill_backend)) {
     LearnFromTruth(r, outcome, served);
   }
@@ -366,7 +366,7 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
         r.session, served, r.chain.back(), static_cast<int64_t>(r.chain.size()),
         outcome.prompt_tokens + std::max<int64_t>(0, outcome.completion_tokens));
   }
-  if (outcome.kv_transferred && d.prefill_backend != served) {
+  if (outcome.kv_transferred.value_or(false) && d.prefill_backend != served) {
     index_.Insert(d.prefill_backend, r.chain);
   }
 }
@@ -443,8 +443,16 @@ RouterStats RouterImpl::Stats() const {
 
 }  // namespace
 
+bool CachedTokensMayIncludeTransfer(const Decision& decision, const Outcome& outcome) {
+  if (outcome.kv_transferred.has_value()) return *outcome.kv_transferred;
+  const int served = outcome.served_by >= 0 ? outcome.served_by : decision.decode_backend;
+  return decision.mode == DecisionMode::kOffload && served == decision.decode_backend;
+}
+
 std::optional<int64_t> EstimateError(const Decision& decision, const Outcome& outcome) {
-  if (outcome.cached_tokens < 0 || outcome.kv_transferred) return std::nullopt;
+  if (outcome.cached_tokens < 0 || CachedTokensMayIncludeTransfer(decision, outcome)) {
+    return std::nullopt;
+  }
   const bool on_prefill = outcome.served_by >= 0 && outcome.served_by == decision.prefill_backend &&
                           outcome.served_by != decision.decode_backend;
   const int64_t est = on_prefill ? decision.prefill_cached_tokens_est : decision.cached_tokens_est;

@@ -160,9 +160,14 @@ struct RouteTicket {
   Decision decision;
 };
 
+// Whether `outcome.cached_tokens` may count KV moved in by a connector
+// (Outcome::kv_transferred, or when unset, an OFFLOAD served by its decode
+// backend); such a count is no truth about the serving backend's own cache.
+bool CachedTokensMayIncludeTransfer(const Decision& decision, const Outcome& outcome);
+
 // The cache-hit estimate's error for one completed request, estimate minus
 // the engine's cached_tokens, in tokens; nullopt when the outcome carries no
-// truth (no cached_tokens, or the KV came through a connector). This is the
+// truth (no cached_tokens, or CachedTokensMayIncludeTransfer). This is the
 // figure the router accumulates in BackendReport; the proxy can use it for
 // an error histogram and the request log.
 std::optional<int64_t> EstimateError(const Decision& decision, const Outcome& outcome);

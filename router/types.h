@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,12 +72,17 @@ struct Outcome {
   // Which backend the usage came from (the decode backend normally; the
   // prefill backend when an offload fell back to it).
   int served_by = -1;
-  // True when the serving backend received the prompt's KV from another
-  // backend through a KV connector (an executed OFFLOAD): its cached_tokens
-  // then count the transferred tokens and say nothing about its own prefix
-  // cache, so the shadow is not corrected from them. Leave false when an
-  // OFFLOAD decision was served co-located.
-  bool kv_transferred = false;
+  // Whether the serving backend received the prompt's KV from another
+  // backend through a KV connector (an executed OFFLOAD). Then its
+  // cached_tokens count the transferred tokens and say nothing about its own
+  // prefix cache, so the shadow is not corrected from them, and both the
+  // prefill and the decode backend now hold the prompt. Set true for the
+  // decode leg of a handoff that carried the prefill's KV params (and for a
+  // fallback to the prefill backend after its prefill leg ran), false for
+  // anything served co-located. Unset: the router assumes a transfer for an
+  // OFFLOAD decision served by its decode backend, and then neither learns
+  // from cached_tokens nor credits the prefill backend.
+  std::optional<bool> kv_transferred = std::nullopt;
   // usage.completion_tokens, -1 if unknown. Lets the router credit a
   // session's next turn with the answer the engine now caches.
   int64_t completion_tokens = -1;

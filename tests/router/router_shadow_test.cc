@@ -247,6 +247,22 @@ TEST(RouterShadowTest, TransferredKvIsNotTruthAndBothInstancesHoldThePrompt) {
   }
 }
 
+TEST(RouterShadowTest, OffloadWithUnknownTransferIsNotTruth) {
+  auto r = Make("v2", Fleet(2));
+  absl::StatusOr<RouteTicket> t = r->Route(Req(Text(52, 400)), kT0);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->decision.mode, DecisionMode::kOffload);
+  const int b = t->decision.decode_backend;
+  const Outcome o{.ok = true, .cached_tokens = 25599, .served_by = b};  // kv_transferred unset
+  EXPECT_TRUE(CachedTokensMayIncludeTransfer(t->decision, o));
+  EXPECT_FALSE(EstimateError(t->decision, o).has_value());
+  r->OnComplete(*t, o, kT0);
+  std::vector<BackendReport> rep = r->Report();
+  EXPECT_EQ(rep[0].est_requests + rep[1].est_requests, 0);
+  EXPECT_EQ(rep[b].shadow_chunks, 400);
+  EXPECT_EQ(rep[1 - b].shadow_chunks, 0);  // not known to have prefilled
+}
+
 TEST(RouterShadowTest, OffloadServedColocatedCorrectsTheDecodeShadow) {
   auto r = Make("v2", Fleet(2));
   const std::string heavy = Text(51, 400);
@@ -254,7 +270,7 @@ TEST(RouterShadowTest, OffloadServedColocatedCorrectsTheDecodeShadow) {
   ASSERT_TRUE(t.ok());
   const int b = t->decision.decode_backend;
   r->OnFirstToken(*t, kT0);
-  r->OnComplete(*t, {.ok = true, .cached_tokens = 0, .served_by = b}, kT0);
+  r->OnComplete(*t, {.ok = true, .cached_tokens = 0, .served_by = b, .kv_transferred = false}, kT0);
   std::vector<BackendReport> rep = r->Report();
   EXPECT_EQ(rep[b].est_requests, 1);
   EXPECT_EQ(rep[b].shadow_chunks, 400);
