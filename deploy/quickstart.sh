@@ -23,8 +23,12 @@ OUT=""
 SERVE=0
 SERVE_ONLY=0
 TIME_SCALE=0.1        # 1 modelled second = 0.1 s of wall time
-JPS=2                 # agent jobs per modelled second across the fleet
-DURATION=120          # modelled seconds of job arrivals per configuration
+JPS=0.75              # agent jobs per modelled second across the fleet
+DURATION=180          # modelled seconds of job arrivals per configuration
+# Jobs start from a unique context of 2K-50K tokens, so first turns span the WARM/MEDIUM/HEAVY
+# boundaries at every threshold of the ablation.
+TASK_TOKENS=2000
+TASK_TOKENS_MAX=50000
 MODES=baseline,v1,v2
 THRESHOLDS=10000,20000,40000
 PROFILE=configs/profiles/h20-qwen3-coder-30b-a3b.yaml
@@ -70,6 +74,7 @@ if [ "$SERVE_ONLY" -eq 0 ]; then
     --instances "$INSTANCES" --profile "$PROFILE" --time-scale "$TIME_SCALE" \
     --kvroute-bin "$KVROUTE" --sim-bin "$SIM" \
     --workload agentic --jps "$JPS" --duration "$DURATION" --seed 1 \
+    --task-tokens "$TASK_TOKENS" --task-tokens-max "$TASK_TOKENS_MAX" \
     --sample-interval 0.5 --progress-interval 10 \
     --out "$OUT"
   echo "== 4/4 report: $ROOT/$OUT/report.html"

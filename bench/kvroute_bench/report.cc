@@ -44,6 +44,7 @@ json::object SummaryJson(const RunSummary& s) {
   o["throughput_rps"] = s.throughput_rps;
   o["prompt_tokens"] = s.prompt_tokens;
   o["cached_tokens"] = s.cached_tokens;
+  o["transferred_tokens"] = s.transferred_tokens;
   o["prefix_hit_ratio"] = s.hit_ratio;
   o["prefix_hit_bound"] = s.bound_hit_ratio >= 0 ? json::value(s.bound_hit_ratio) : nullptr;
   json::object classes;
@@ -331,7 +332,11 @@ std::string ReportMarkdown(const Report& report) {
   std::string out = absl::StrCat("# ", report.title, "\n\n");
   if (!report.generated_at.empty()) absl::StrAppend(&out, "Generated ", report.generated_at, ".\n\n");
   for (const auto& [k, v] : report.setup) absl::StrAppend(&out, "- **", k, "**: ", v, "\n");
-  absl::StrAppend(&out, "\n", TimeUnitNote(report), "\n\n## Summary\n\n");
+  absl::StrAppend(&out, "\n", TimeUnitNote(report),
+                  " Prefix hit = cached prompt tokens (engine usage) / prompt tokens; cached "
+                  "tokens of offloaded requests (KV pulled from the prefill instance) are not "
+                  "counted as hits. Bound = an infinite prefix cache on the same requests.\n\n"
+                  "## Summary\n\n");
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
   out += MarkdownTable(SummaryHeader(), rows);
@@ -370,8 +375,10 @@ std::string ReportHtml(const Report& report) {
     absl::StrAppend(&out, "<dt>", XmlEscape(k), "</dt><dd>", XmlEscape(v), "</dd>\n");
   }
   absl::StrAppend(&out, "</dl>\n<p class=\"note\">", XmlEscape(TimeUnitNote(report)),
-                  " Prefix hit = cached prompt tokens (engine usage) / prompt tokens; bound = "
-                  "an infinite prefix cache on the same request sequence.</p>\n");
+                  " Prefix hit = cached prompt tokens (engine usage) / prompt tokens, where the "
+                  "cached tokens of offloaded requests (KV pulled from the prefill instance) are "
+                  "not counted as hits; bound = an infinite prefix cache on the same request "
+                  "sequence.</p>\n");
 
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));

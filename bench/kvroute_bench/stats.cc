@@ -88,7 +88,11 @@ RunSummary Summarize(const RunResult& run) {
     }
     if (r.prompt_tokens > 0) {
       s.prompt_tokens += r.prompt_tokens;
-      s.cached_tokens += std::max<int64_t>(r.cached_tokens, 0);
+      if (r.offloaded()) {
+        s.transferred_tokens += std::max<int64_t>(r.cached_tokens, 0);
+      } else {
+        s.cached_tokens += std::max<int64_t>(r.cached_tokens, 0);
+      }
       if (r.bound_cached_tokens >= 0) {
         bound_hit += static_cast<double>(std::min(r.bound_cached_tokens, r.prompt_tokens));
         bound_total += static_cast<double>(r.prompt_tokens);

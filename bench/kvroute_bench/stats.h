@@ -39,6 +39,9 @@ struct RunSummary {
   double throughput_rps = 0;  // completed requests per modelled second
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  // Cached tokens of offloaded requests are KV pulled from the prefill instance (vLLM counts
+  // connector loads as cached): they are reported as transferred_tokens, not as hits.
+  int64_t transferred_tokens = 0;
   double hit_ratio = 0;         // cached / prompt over successful requests
   double bound_hit_ratio = -1;  // infinite-cache bound, -1 if unknown
   // Offloaded requests (kvroute request log): prefill leg and KV transfer, modelled seconds.

@@ -92,6 +92,7 @@ TEST(SummaryTest, FixedInputs) {
   EXPECT_EQ(s.offloads, 1);
   EXPECT_EQ(s.prompt_tokens, 40000);
   EXPECT_EQ(s.cached_tokens, 2700);
+  EXPECT_EQ(s.transferred_tokens, 0);  // the offloaded request reported 0 cached
   EXPECT_DOUBLE_EQ(s.hit_ratio, 2700.0 / 40000.0);
   EXPECT_DOUBLE_EQ(s.bound_hit_ratio, 0.5);
   ASSERT_EQ(s.classes.size(), 4u);
