@@ -9,6 +9,11 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev libxxhash-dev
+  # tests/deploy: a real Prometheus (and promtool) and Node.js for the OpenAI SDK client test.
+  prometheus nodejs
+  # Debian's npm, unless an npm is already installed (NodeSource's nodejs bundles npm and
+  # conflicts with Debian's npm package).
+  $(command -v npm >/dev/null 2>&1 || echo npm)
 )
 
 missing=()
