@@ -46,8 +46,10 @@ std::optional<ApiError> ParsePrompt(const json::value& prompt, CompletionRequest
   const json::array& arr = prompt.as_array();
   if (arr[0].is_string() || arr[0].is_array()) {
     if (arr.size() != 1) {
-      return BadRequest("kvroute-sim serves one prompt per request (batched prompts are not "
-                        "supported)", "prompt");
+      return BadRequest(
+          "kvroute-sim serves one prompt per request (batched prompts are not "
+          "supported)",
+          "prompt");
     }
     if (arr[0].is_string()) {
       out->prompt_text = std::string(arr[0].as_string());
@@ -149,7 +151,8 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Endpoint e
   if (const json::value* n = o.if_contains("n"); n != nullptr && !n->is_null()) {
     if (AsInt(*n) != 1) return BadRequest("kvroute-sim supports only n = 1", "n");
   }
-  if (const json::value* kv = o.if_contains("kv_transfer_params"); kv != nullptr && !kv->is_null()) {
+  if (const json::value* kv = o.if_contains("kv_transfer_params");
+      kv != nullptr && !kv->is_null()) {
     if (!kv->is_object()) {
       return BadRequest("kv_transfer_params must be an object", "kv_transfer_params");
     }
@@ -160,7 +163,8 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Endpoint e
   }
   if (const json::value* p = o.if_contains("bootstrap_port"); p != nullptr && !p->is_null()) {
     out->bootstrap_port = AsInt(*p);
-    if (!out->bootstrap_port) return BadRequest("bootstrap_port must be an integer", "bootstrap_port");
+    if (!out->bootstrap_port)
+      return BadRequest("bootstrap_port must be an integer", "bootstrap_port");
   }
   if (const json::value* r = o.if_contains("bootstrap_room"); r != nullptr && !r->is_null()) {
     if (r->is_uint64()) {
@@ -284,8 +288,8 @@ std::string FullResponseJson(Endpoint endpoint, const std::string& id, int64_t c
   o["system_fingerprint"] = nullptr;
   o["usage"] = UsageJson(usage);
   if (endpoint == Endpoint::kChatCompletions) o["prompt_logprobs"] = nullptr;
-  o["kv_transfer_params"] = kv_transfer_params ? json::value(*kv_transfer_params)
-                                               : json::value(nullptr);
+  o["kv_transfer_params"] =
+      kv_transfer_params ? json::value(*kv_transfer_params) : json::value(nullptr);
   return json::serialize(o);
 }
 

@@ -24,9 +24,11 @@ struct ApiError {
   std::string param;
 };
 
-inline ApiError MakeApiError(int status, std::string message,
-                             std::string type = "BadRequestError", std::string param = "") {
-  return ApiError{.status = status, .message = std::move(message), .type = std::move(type),
+inline ApiError MakeApiError(int status, std::string message, std::string type = "BadRequestError",
+                             std::string param = "") {
+  return ApiError{.status = status,
+                  .message = std::move(message),
+                  .type = std::move(type),
                   .param = std::move(param)};
 }
 

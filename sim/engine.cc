@@ -49,7 +49,7 @@ struct Engine::Request {
   enum class State { kWaiting, kTransferring, kRunning, kFinished };
   RequestHandle handle = 0;
   RequestSpec spec;
-  std::vector<int32_t> tokens;  // prompt + generated
+  std::vector<int32_t> tokens;    // prompt + generated
   std::vector<BlockHash> hashes;  // chained hashes of the full blocks of `tokens`
   std::vector<BlockId> blocks;
   int num_computed = 0;
@@ -182,9 +182,8 @@ std::optional<double> Engine::NextTimedEvent() const {
 
 double Engine::TransferTime(int64_t tokens) const {
   if (tokens <= 0) return 0;
-  return config_.link.overhead_s +
-         static_cast<double>(tokens) * config_.kv_bytes_per_token /
-             config_.link.bandwidth_bytes_per_s;
+  return config_.link.overhead_s + static_cast<double>(tokens) * config_.kv_bytes_per_token /
+                                       config_.link.bandwidth_bytes_per_s;
 }
 
 void Engine::Preempt(Request* r) {
@@ -204,9 +203,8 @@ void Engine::CommitFullBlocks(Request* r) {
   while (static_cast<int>(r->hashes.size()) < full) {
     const size_t k = r->hashes.size();
     const BlockHash parent = k == 0 ? 0 : r->hashes[k - 1];
-    r->hashes.push_back(ChainBlockHash(
-        parent, std::span<const int32_t>(r->tokens).subspan(k * config_.block_size,
-                                                            config_.block_size)));
+    r->hashes.push_back(ChainBlockHash(parent, std::span<const int32_t>(r->tokens).subspan(
+                                                   k * config_.block_size, config_.block_size)));
   }
   while (r->num_committed < full && r->num_committed < static_cast<int>(r->blocks.size())) {
     blocks_.Commit(r->blocks[r->num_committed], r->hashes[r->num_committed]);
@@ -259,8 +257,8 @@ void Engine::UpdateBusy(double busy_until) {
   busy_updated_at_ = busy_until;
 }
 
-double Engine::BusyFraction() const {
-  const double idle = std::max(0.0, now_ - busy_updated_at_);
+double Engine::BusyFractionAt(double t) const {
+  const double idle = std::max(0.0, std::max(t, now_) - busy_updated_at_);
   return busy_ewma_ * std::exp(-idle / kBusyTimeConstantS);
 }
 
@@ -413,9 +411,9 @@ StepResult Engine::Step() {
   }
   if (scheduled.empty()) return result;
   ++counters_.steps;
-  result.duration = slowdown_ * (tm.step_fixed_s + tm.prefill_s_per_token * result.prefill_tokens +
-                                 tm.decode_s_per_seq * result.decode_seqs +
-                                 tm.kv_read_s_per_token * kv_read);
+  result.duration =
+      slowdown_ * (tm.step_fixed_s + tm.prefill_s_per_token * result.prefill_tokens +
+                   tm.decode_s_per_seq * result.decode_seqs + tm.kv_read_s_per_token * kv_read);
   const double end = now_ + result.duration;
   UpdateBusy(end);
 

@@ -75,7 +75,7 @@ inline constexpr int32_t kNoToken = -1;
 struct TokenEvent {
   RequestHandle handle = 0;
   int32_t token = 0;  // kNoToken: the request ended without a new token
-  int index = 0;  // 0 for the first output token
+  int index = 0;      // 0 for the first output token
   FinishReason finish = FinishReason::kNone;
 };
 
@@ -162,8 +162,10 @@ class Engine {
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size() + transferring_.size()); }
   double KvUsage() const { return blocks_.Usage(); }
-  // Exponentially weighted fraction of virtual time spent in steps (10 s time constant).
-  double BusyFraction() const;
+  // Exponentially weighted fraction of virtual time spent in steps (10 s time constant), as of
+  // now() or of a later idle time t.
+  double BusyFraction() const { return BusyFractionAt(now_); }
+  double BusyFractionAt(double t) const;
   const BlockManager& blocks() const { return blocks_; }
   const EngineCounters& counters() const { return counters_; }
   const Histogram& ttft() const { return ttft_; }
@@ -197,9 +199,9 @@ class Engine {
   double slowdown_ = 1;
   RequestHandle next_handle_ = 1;
   absl::flat_hash_map<RequestHandle, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;      // admission order; preemption takes from the back
-  std::deque<Request*> waiting_;       // FIFO; preempted requests go to the front
-  std::vector<Request*> transferring_; // decode legs pulling KV
+  std::vector<Request*> running_;       // admission order; preemption takes from the back
+  std::deque<Request*> waiting_;        // FIFO; preempted requests go to the front
+  std::vector<Request*> transferring_;  // decode legs pulling KV
   absl::flat_hash_map<std::string, Hold> holds_;
   EngineCounters counters_;
   double busy_ewma_ = 0;

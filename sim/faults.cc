@@ -8,8 +8,8 @@ namespace json = boost::json;
 namespace {
 
 absl::Status Bad(std::string_view key, const json::value& v) {
-  return absl::InvalidArgumentError(absl::StrCat("faults: bad value for ", std::string(key), ": ",
-                                                 json::serialize(v)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("faults: bad value for ", std::string(key), ": ", json::serialize(v)));
 }
 
 std::optional<double> AsNumber(const json::value& v) {
@@ -31,8 +31,9 @@ absl::StatusOr<Faults> ApplyFaultsJson(const Faults& base, const json::object& b
     if (key == "clear" || key == "instance") continue;
     if (key == "unhealthy" || key == "refuse_connections" || key == "hang") {
       if (!value.is_bool()) return Bad(key, value);
-      (key == "unhealthy" ? f.unhealthy : key == "hang" ? f.hang : f.refuse_connections) =
-          value.as_bool();
+      (key == "unhealthy" ? f.unhealthy
+       : key == "hang"    ? f.hang
+                          : f.refuse_connections) = value.as_bool();
     } else if (key == "error_rate") {
       const std::optional<double> r = AsNumber(value);
       if (!r || *r < 0 || *r > 1) return Bad(key, value);

@@ -86,8 +86,7 @@ std::optional<std::string> GetString(const json::object& o, std::string_view key
 
 }  // namespace
 
-Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabric,
-                   PeerLookup peers)
+Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabric, PeerLookup peers)
     : options_(std::move(options)),
       fabric_(fabric),
       peers_(std::move(peers)),
@@ -380,8 +379,10 @@ bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* s
       if (inst->is_int64() && peers_) peer = peers_(static_cast<int>(inst->as_int64()));
       if (peer == nullptr) {
         *status = 404;
-        *body = ErrorJson(ApiError{.status = 404, .message = "faults: no such instance",
-                                   .type = "NotFoundError", .param = "instance"});
+        *body = ErrorJson(ApiError{.status = 404,
+                                   .message = "faults: no such instance",
+                                   .type = "NotFoundError",
+                                   .param = "instance"});
         return true;
       }
       target = peer;
@@ -447,8 +448,8 @@ std::string Instance::RenderMetrics() {
             engine_.ttft());
   histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
             engine_.itl());
-  histogram("vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.", engine_.e2e());
+  histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+            engine_.e2e());
   histogram("vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
   histogram("vllm:request_prefill_time_seconds",
@@ -462,13 +463,12 @@ std::string Instance::RenderMetrics() {
   const InstanceGauges g = gauges();
   gauge("kvroute_sim_gpu_busy_fraction",
         "Simulator: fraction of modelled GPU time spent in engine steps (10 s EWMA).",
-        engine_.BusyFraction());
+        options_.time_scale > 0 ? engine_.BusyFractionAt(VirtualNow()) : engine_.BusyFraction());
   gauge("kvroute_sim_scheduler_lag_seconds",
         "Simulator: how far the last engine step started behind real time (wall seconds).",
         g.scheduler_lag_s);
   gauge("kvroute_sim_scheduler_lag_max_seconds",
-        "Simulator: largest scheduler lag seen since start (wall seconds).",
-        g.max_scheduler_lag_s);
+        "Simulator: largest scheduler lag seen since start (wall seconds).", g.max_scheduler_lag_s);
   gauge("kvroute_sim_time_scale", "Simulator: wall seconds per modelled second.",
         options_.time_scale);
   gauge("kvroute_sim_kv_holds", "Simulator: requests whose KV is held for a remote decode.",
@@ -546,9 +546,8 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
         status = static_cast<http::status>(err->status);
         body = ErrorJson(*err);
       } else {
-        const std::vector<int32_t> tokens = parsed.prompt_is_ids
-                                                ? parsed.prompt_ids
-                                                : StandInTokenizer::Encode(parsed.prompt_text);
+        const std::vector<int32_t> tokens =
+            parsed.prompt_is_ids ? parsed.prompt_ids : StandInTokenizer::Encode(parsed.prompt_text);
         json::object o;
         o["count"] = tokens.size();
         o["max_model_len"] = options_.profile.max_model_len;
@@ -597,8 +596,7 @@ std::optional<ApiError> Instance::ValidateCompletion(const Request& req, Endpoin
   }
   const double error_rate = faults().error_rate;
   if (error_rate > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < error_rate) {
-    return MakeApiError(500, "kvroute-sim: injected internal server error",
-                        "InternalServerError");
+    return MakeApiError(500, "kvroute-sim: injected internal server error", "InternalServerError");
   }
   return std::nullopt;
 }
@@ -683,10 +681,9 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
         p->Notify();
       });
     });
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(profile.pd_pair_timeout_s));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(profile.pd_pair_timeout_s));
     pairing_.insert(pending.get());
     while (!pending->pair_done && !pending->aborted && !stopping_ &&
            std::chrono::steady_clock::now() < deadline) {
@@ -699,9 +696,10 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       pending->pair_abandoned = true;
       fabric_.CancelWait(*wait_key, ticket);
       if (pending->aborted) co_return false;
-      Log()->warn("instance {}: request {}: no prefill leg for {} within {} s, prefilling "
-                  "locally",
-                  options_.index, base_id, *wait_key, profile.pd_pair_timeout_s);
+      Log()->warn(
+          "instance {}: request {}: no prefill leg for {} within {} s, prefilling "
+          "locally",
+          options_.index, base_id, *wait_key, profile.pd_pair_timeout_s);
     }
   }
   spec.pull_remote_kv = pending->kv_source.has_value();
@@ -792,9 +790,9 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
         if (die) break;
       }
       first = false;
-      const std::string_view piece =
-          ev.token == kNoToken ? std::string_view()
-                               : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
+      const std::string_view piece = ev.token == kNoToken
+                                         ? std::string_view()
+                                         : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
       batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model, piece,
                                         FinishReasonName(ev.finish), false));
       die = die_after >= 0 && ++events_sent >= die_after;

@@ -107,8 +107,7 @@ class Instance : public KvHolder {
                                              CompletionRequest* parsed,
                                              std::vector<int32_t>* tokens, int64_t* max_tokens);
   boost::asio::awaitable<bool> Reply(Stream& stream, const Request& req,
-                                     boost::beast::http::status status,
-                                     const std::string& body,
+                                     boost::beast::http::status status, const std::string& body,
                                      const std::string& content_type);
   boost::asio::awaitable<bool> ReplyError(Stream& stream, const Request& req,
                                           const ApiError& error);

@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
   for (const std::string& spec : fault_specs) {
     const size_t colon = spec.find(':');
     boost::system::error_code ec;
-    boost::json::value v =
-        colon == std::string::npos ? boost::json::value() : boost::json::parse(spec.substr(colon + 1), ec);
+    boost::json::value v = colon == std::string::npos
+                               ? boost::json::value()
+                               : boost::json::parse(spec.substr(colon + 1), ec);
     if (colon == std::string::npos || ec || !v.is_object()) {
       std::fprintf(stderr, "kvroute-sim: --fault wants INDEX:JSON, got %s\n", spec.c_str());
       return 2;
@@ -82,9 +83,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
-              opts.profile.model_name.c_str(),
-              static_cast<long long>(opts.profile.NumGpuBlocks()), opts.profile.block_size,
-              opts.time_scale);
+              opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
+              opts.profile.block_size, opts.time_scale);
   for (int i = 0; i < fleet.size(); ++i) {
     std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),
                 static_cast<unsigned>((*ports)[i]));

@@ -18,8 +18,7 @@ void Histogram::Observe(double value) {
   sum_ += value;
 }
 
-void Histogram::Render(const std::string& name, const std::string& labels,
-                       std::string& out) const {
+void Histogram::Render(const std::string& name, const std::string& labels, std::string& out) const {
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
@@ -34,18 +33,18 @@ void Histogram::Render(const std::string& name, const std::string& labels,
 }
 
 std::vector<double> TtftBuckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
 
 std::vector<double> ItlBuckets() {
-  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
-          5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
 
 std::vector<double> RequestLatencyBuckets() {
-  return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,   5.0,   10.0,  15.0,  20.0,  30.0,
-          40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
 void PromHeader(const std::string& name, const std::string& type, const std::string& help,

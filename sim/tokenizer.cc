@@ -55,14 +55,13 @@ size_t PieceLength(std::string_view text, size_t i) {
 
 // One token each: a space and at most four letters.
 constexpr std::array<std::string_view, 64> kWords = {
-    " the", " of", " and", " to", " in", " is", " that", " for",
-    " it", " with", " as", " on", " be", " this", " by", " are",
-    " from", " at", " or", " an", " we", " can", " data", " each",
-    " will", " one", " all", " time", " if", " not", " has", " more",
-    " when", " new", " code", " key", " size", " next", " node", " path",
-    " line", " file", " list", " set", " map", " run", " test", " call",
-    " use", " then", " step", " load", " last", " fast", " slow", " hit",
-    " miss", " kv", " gpu", " tok", " was", " but", " so", "."};
+    " the",  " of",   " and",  " to",   " in",   " is",  " that", " for",  " it",   " with",
+    " as",   " on",   " be",   " this", " by",   " are", " from", " at",   " or",   " an",
+    " we",   " can",  " data", " each", " will", " one", " all",  " time", " if",   " not",
+    " has",  " more", " when", " new",  " code", " key", " size", " next", " node", " path",
+    " line", " file", " list", " set",  " map",  " run", " test", " call", " use",  " then",
+    " step", " load", " last", " fast", " slow", " hit", " miss", " kv",   " gpu",  " tok",
+    " was",  " but",  " so",   "."};
 
 }  // namespace
 

@@ -159,10 +159,11 @@ int main(int argc, char** argv) {
   }
   const std::string prefix = SharedPrefix(prefix_tokens);
 
-  std::printf("kvroute-sim-bench: %d instances, time scale %g, %d fleet thread(s), %d client "
-              "thread(s), prompt ~%d tokens, %d output tokens, %u hardware threads\n",
-              instances, time_scale, fleet_threads, client_threads, prefix_tokens + suffix_tokens,
-              max_tokens, std::thread::hardware_concurrency());
+  std::printf(
+      "kvroute-sim-bench: %d instances, time scale %g, %d fleet thread(s), %d client "
+      "thread(s), prompt ~%d tokens, %d output tokens, %u hardware threads\n",
+      instances, time_scale, fleet_threads, client_threads, prefix_tokens + suffix_tokens,
+      max_tokens, std::thread::hardware_concurrency());
   std::printf("%8s %12s %12s %12s %8s %7s %s\n", "streams", "tokens/s", "p95_lag_s", "max_lag_s",
               "busy", "errors", "verdict");
   int best = 0;
@@ -183,10 +184,10 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop{false};
     Counters counters;
     for (int i = 0; i < level; ++i) {
-      net::co_spawn(client_io,
-                    Stream((*ports)[i % instances], i, &prefix, suffix_tokens, max_tokens, &stop,
-                           &counters),
-                    net::detached);
+      net::co_spawn(
+          client_io,
+          Stream((*ports)[i % instances], i, &prefix, suffix_tokens, max_tokens, &stop, &counters),
+          net::detached);
     }
     std::vector<std::thread> clients;
     for (int t = 0; t < client_threads; ++t) clients.emplace_back([&] { client_io.run(); });
@@ -222,13 +223,14 @@ int main(int argc, char** argv) {
     for (std::thread& t : clients) t.join();
     r.sustained = r.p95_lag_s < lag_threshold_s && r.errors == 0;
     if (r.sustained) best = std::max(best, level);
-    std::printf("%8d %12.0f %12.3f %12.3f %8.2f %7llu %s\n", r.streams, r.tokens_per_s,
-                r.p95_lag_s, r.max_lag_s, r.busy, static_cast<unsigned long long>(r.errors),
+    std::printf("%8d %12.0f %12.3f %12.3f %8.2f %7llu %s\n", r.streams, r.tokens_per_s, r.p95_lag_s,
+                r.max_lag_s, r.busy, static_cast<unsigned long long>(r.errors),
                 r.sustained ? "sustained" : "FALLS BEHIND");
     std::fflush(stdout);
   }
-  std::printf("kvroute-sim-bench: %d instances sustain %d concurrent streams at time scale %g "
-              "(p95 scheduler lag < %g s)\n",
-              instances, best, time_scale, lag_threshold_s);
+  std::printf(
+      "kvroute-sim-bench: %d instances sustain %d concurrent streams at time scale %g "
+      "(p95 scheduler lag < %g s)\n",
+      instances, best, time_scale, lag_threshold_s);
   return 0;
 }

@@ -27,15 +27,19 @@ bool LoadProfile(const std::string& path, kvsize::ModelArch& arch, kvsize::Deplo
     arch.num_attention_layers = m["num_attention_layers"].as<int>();
     arch.num_kv_heads = m["num_kv_heads"].as<int>();
     arch.head_dim = m["head_dim"].as<int>();
-    if (m["kv_bytes_per_element"]) arch.kv_bytes_per_element = m["kv_bytes_per_element"].as<double>();
-    double bytes_per_param = m["weight_bytes_per_param"] ? m["weight_bytes_per_param"].as<double>() : 2;
+    if (m["kv_bytes_per_element"])
+      arch.kv_bytes_per_element = m["kv_bytes_per_element"].as<double>();
+    double bytes_per_param =
+        m["weight_bytes_per_param"] ? m["weight_bytes_per_param"].as<double>() : 2;
     arch.weight_bytes = m["params"].as<double>() * bytes_per_param;
     if (g["name"]) dep.gpu_name = g["name"].as<std::string>();
     dep.gpu_memory_bytes = g["memory_bytes"].as<double>();
     if (d["tensor_parallel"]) dep.tensor_parallel = d["tensor_parallel"].as<int>();
     if (d["gpu_memory_utilization"]) dep.utilisation = d["gpu_memory_utilization"].as<double>();
-    if (d["overhead_bytes_per_gpu"]) dep.overhead_bytes_per_gpu = d["overhead_bytes_per_gpu"].as<double>();
-    if (root["engine"] && root["engine"]["block_size"]) block_size = root["engine"]["block_size"].as<int>();
+    if (d["overhead_bytes_per_gpu"])
+      dep.overhead_bytes_per_gpu = d["overhead_bytes_per_gpu"].as<double>();
+    if (root["engine"] && root["engine"]["block_size"])
+      block_size = root["engine"]["block_size"].as<int>();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvroute-size: cannot read profile %s: %s\n", path.c_str(), e.what());
     return false;

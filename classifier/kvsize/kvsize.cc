@@ -19,15 +19,14 @@ Capacity ComputeCapacity(const ModelArch& arch, const Deployment& dep) {
     // Each TP rank holds at least one KV head, so heads are replicated N_TP / H_kv times.
     cap.effective_kv_bytes_per_token *=
         static_cast<double>(dep.tensor_parallel) / arch.num_kv_heads;
-    cap.warnings.push_back("tensor_parallel (" + std::to_string(dep.tensor_parallel) +
-                           ") exceeds the KV head count (" + std::to_string(arch.num_kv_heads) +
-                           "): KV heads are replicated, effective KV bytes per token x" +
-                           std::to_string(static_cast<double>(dep.tensor_parallel) /
-                                          arch.num_kv_heads));
+    cap.warnings.push_back(
+        "tensor_parallel (" + std::to_string(dep.tensor_parallel) +
+        ") exceeds the KV head count (" + std::to_string(arch.num_kv_heads) +
+        "): KV heads are replicated, effective KV bytes per token x" +
+        std::to_string(static_cast<double>(dep.tensor_parallel) / arch.num_kv_heads));
   }
   if (dep.utilisation <= 0 || dep.utilisation > 1) {
-    cap.warnings.push_back("utilisation " + std::to_string(dep.utilisation) +
-                           " is outside (0, 1]");
+    cap.warnings.push_back("utilisation " + std::to_string(dep.utilisation) + " is outside (0, 1]");
   }
   cap.kv_memory_bytes =
       dep.tensor_parallel * (dep.utilisation * dep.gpu_memory_bytes - dep.overhead_bytes_per_gpu) -

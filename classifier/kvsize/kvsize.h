@@ -41,9 +41,9 @@ struct ModelArch {
 // How one replica is deployed.
 struct Deployment {
   std::string gpu_name;
-  double gpu_memory_bytes = 0;   // M_GPU, per GPU
-  int tensor_parallel = 1;       // N_TP, GPUs per replica
-  double utilisation = 0.9;      // U, vLLM's --gpu-memory-utilization
+  double gpu_memory_bytes = 0;        // M_GPU, per GPU
+  int tensor_parallel = 1;            // N_TP, GPUs per replica
+  double utilisation = 0.9;           // U, vLLM's --gpu-memory-utilization
   double overhead_bytes_per_gpu = 0;  // M_ovh: activations, CUDA graphs, NCCL buffers
 };
 
@@ -76,10 +76,10 @@ double UtilisationForTokens(const ModelArch& arch, const Deployment& dep, double
 // The utilisation window of a workload: U_min keeps the live set C * (ISL + OSL) resident,
 // U_max also keeps the whole reuse corpus (sessions x tokens per session) resident.
 struct Workload {
-  int concurrency = 0;          // C
-  double input_tokens = 0;      // ISL
-  double output_tokens = 0;     // OSL
-  int sessions = 0;             // reuse corpus: number of sessions kept warm
+  int concurrency = 0;       // C
+  double input_tokens = 0;   // ISL
+  double output_tokens = 0;  // OSL
+  int sessions = 0;          // reuse corpus: number of sessions kept warm
   double tokens_per_session = 0;
 };
 
@@ -95,10 +95,10 @@ UtilisationWindow ComputeUtilisationWindow(const ModelArch& arch, const Deployme
 
 // Tiering beyond the GPU: CPU (host memory) KV buffer and what spills to disk.
 struct Tiering {
-  double cpu_buffer_bytes = 0;       // B_CPU per replica
+  double cpu_buffer_bytes = 0;         // B_CPU per replica
   double write_rate_tokens_per_s = 0;  // tokens of new KV written into the CPU tier per second
-  double think_time_s = 0;           // t_think between a session's turns
-  double ttft_s = 0;                 // time to first token of the next turn
+  double think_time_s = 0;             // t_think between a session's turns
+  double ttft_s = 0;                   // time to first token of the next turn
 };
 
 struct TieringResult {

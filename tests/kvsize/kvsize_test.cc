@@ -32,8 +32,11 @@ TEST(KvSizeTest, WorkedExampleCapacity) {
 }
 
 TEST(KvSizeTest, WorkedExampleUtilisationWindow) {
-  const Workload wl{.concurrency = 32, .input_tokens = 32768, .output_tokens = 2048,
-                    .sessions = 200, .tokens_per_session = 34816};
+  const Workload wl{.concurrency = 32,
+                    .input_tokens = 32768,
+                    .output_tokens = 2048,
+                    .sessions = 200,
+                    .tokens_per_session = 34816};
   const UtilisationWindow w = ComputeUtilisationWindow(Qwen36(), TwoH100(), wl);
   EXPECT_DOUBLE_EQ(w.live_set_tokens, 32.0 * 34816);
   EXPECT_NEAR(w.u_min, 0.58, 0.005);
@@ -44,8 +47,10 @@ TEST(KvSizeTest, TieringSpillAndRetention) {
   const Capacity cap = ComputeCapacity(Qwen36(), TwoH100());
   UtilisationWindow w;
   w.corpus_tokens = 10e6;
-  const Tiering t{.cpu_buffer_bytes = 20480.0 * 2e6, .write_rate_tokens_per_s = 10000,
-                  .think_time_s = 60, .ttft_s = 2};
+  const Tiering t{.cpu_buffer_bytes = 20480.0 * 2e6,
+                  .write_rate_tokens_per_s = 10000,
+                  .think_time_s = 60,
+                  .ttft_s = 2};
   const TieringResult r = ComputeTiering(Qwen36(), cap, w, t);
   EXPECT_DOUBLE_EQ(r.cpu_token_capacity, 2e6);
   EXPECT_NEAR(r.disk_spill_tokens, 10e6 - cap.token_capacity - 2e6, 1);
@@ -66,10 +71,17 @@ TEST(KvSizeTest, WarnsWhenTensorParallelExceedsKvHeads) {
 }
 
 TEST(KvSizeTest, LlamaOnH100MatchesProfileFigure) {
-  const ModelArch llama{.name = "Llama-3.1-8B", .num_attention_layers = 32, .num_kv_heads = 8,
-                        .head_dim = 128, .kv_bytes_per_element = 2, .weight_bytes = 8.03e9 * 2};
-  const Deployment h100{.gpu_name = "H100", .gpu_memory_bytes = 85.9e9, .tensor_parallel = 1,
-                        .utilisation = 0.85, .overhead_bytes_per_gpu = 0};
+  const ModelArch llama{.name = "Llama-3.1-8B",
+                        .num_attention_layers = 32,
+                        .num_kv_heads = 8,
+                        .head_dim = 128,
+                        .kv_bytes_per_element = 2,
+                        .weight_bytes = 8.03e9 * 2};
+  const Deployment h100{.gpu_name = "H100",
+                        .gpu_memory_bytes = 85.9e9,
+                        .tensor_parallel = 1,
+                        .utilisation = 0.85,
+                        .overhead_bytes_per_gpu = 0};
   const Capacity cap = ComputeCapacity(llama, h100);
   EXPECT_DOUBLE_EQ(cap.kv_bytes_per_token, 131072);
   EXPECT_NEAR(cap.token_capacity, 434e3, 1e3);

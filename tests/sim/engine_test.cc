@@ -15,8 +15,10 @@ EngineConfig TinyConfig(int64_t num_blocks = 16) {
   c.num_gpu_blocks = num_blocks;
   c.max_num_batched_tokens = 8;
   c.max_num_seqs = 8;
-  c.timing = TimingModel{.step_fixed_s = 1.0, .prefill_s_per_token = 0.1,
-                         .decode_s_per_seq = 0.5, .kv_read_s_per_token = 0};
+  c.timing = TimingModel{.step_fixed_s = 1.0,
+                         .prefill_s_per_token = 0.1,
+                         .decode_s_per_seq = 0.5,
+                         .kv_read_s_per_token = 0};
   c.link = LinkModel{.bandwidth_bytes_per_s = 1000, .overhead_s = 2.0};
   c.kv_bytes_per_token = 100;
   c.kv_hold_timeout_s = 10;
@@ -31,8 +33,11 @@ std::vector<int32_t> Tokens(int n, int32_t start = 0) {
 }
 
 RequestSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  return RequestSpec{.request_id = id, .prompt = std::move(prompt), .max_tokens = max_tokens,
-                     .ignore_eos = true, .output_seed = 1};
+  return RequestSpec{.request_id = id,
+                     .prompt = std::move(prompt),
+                     .max_tokens = max_tokens,
+                     .ignore_eos = true,
+                     .output_seed = 1};
 }
 
 // Steps until idle; returns all token events.
@@ -115,8 +120,8 @@ TEST(EngineTest, MultiTurnPromptHitsPreviousOutputBlocks) {
 
 TEST(EngineTest, AdmissionWaitsUntilBlocksFit) {
   Engine engine(TinyConfig(/*num_blocks=*/6));
-  const RequestHandle a = engine.Submit(Spec("a", Tokens(16), 8));  // 4 blocks, grows to 6
-  engine.Step();                                                   // a: first chunk
+  const RequestHandle a = engine.Submit(Spec("a", Tokens(16), 8));       // 4 blocks, grows to 6
+  engine.Step();                                                         // a: first chunk
   const RequestHandle b = engine.Submit(Spec("b", Tokens(12, 100), 2));  // 3 blocks
   engine.Step();
   EXPECT_EQ(engine.num_running(), 1);
@@ -260,8 +265,11 @@ TEST(EngineTest, NaturalOutputLengthIsDeterministicAndBounded) {
     int lengths[2];
     for (int run = 0; run < 2; ++run) {
       Engine engine(TinyConfig());
-      RequestSpec spec{.request_id = "x", .prompt = Tokens(4), .max_tokens = 6,
-                       .min_tokens = 2, .output_seed = seed};
+      RequestSpec spec{.request_id = "x",
+                       .prompt = Tokens(4),
+                       .max_tokens = 6,
+                       .min_tokens = 2,
+                       .output_seed = seed};
       const RequestHandle h = engine.Submit(spec);
       RunToIdle(engine);
       lengths[run] = engine.Info(h)->completion_tokens;

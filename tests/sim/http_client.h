@@ -16,14 +16,15 @@ struct HttpResult {
   boost::system::error_code ec;  // transport error (connect refused, truncated message...)
   int status = 0;
   std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;  // de-chunked
+  std::string body;                            // de-chunked
 
   boost::json::value Json() const { return boost::json::parse(body); }
 };
 
-inline HttpResult HttpRequest(uint16_t port, boost::beast::http::verb method,
-                              const std::string& target, const std::string& body = "",
-                              const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+inline HttpResult HttpRequest(
+    uint16_t port, boost::beast::http::verb method, const std::string& target,
+    const std::string& body = "",
+    const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   namespace net = boost::asio;
   namespace http = boost::beast::http;
   HttpResult result;

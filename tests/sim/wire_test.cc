@@ -32,8 +32,10 @@ Profile TinyProfile() {
   p.max_num_seqs = 16;
   p.mean_output_tokens = 16;
   p.pd_pair_timeout_s = 30;
-  p.timing = TimingModel{.step_fixed_s = 0.01, .prefill_s_per_token = 1e-4,
-                         .decode_s_per_seq = 1e-3, .kv_read_s_per_token = 0};
+  p.timing = TimingModel{.step_fixed_s = 0.01,
+                         .prefill_s_per_token = 1e-4,
+                         .decode_s_per_seq = 1e-3,
+                         .kv_read_s_per_token = 0};
   return p;
 }
 
@@ -139,8 +141,8 @@ TEST_F(WireTest, TokenizeCountsLikeTheEngine) {
 
 TEST_F(WireTest, NonStreamingCompletionHasUsageAndHonoursRequestId) {
   const std::string prompt = Prompt(4);
-  auto r = Post(ports_[0], "/v1/completions", CompletionBody(prompt, 5),
-                {{"X-Request-Id", "req-42"}});
+  auto r =
+      Post(ports_[0], "/v1/completions", CompletionBody(prompt, 5), {{"X-Request-Id", "req-42"}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["x-request-id"], "req-42");
   EXPECT_THAT(r.headers["content-type"], HasSubstr("application/json"));
@@ -170,8 +172,14 @@ TEST_F(WireTest, RepeatedPromptReportsCachedTokens) {
             (n - 1) / 16 * 16);
   // The other instance has never seen it.
   auto other = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 2));
-  EXPECT_EQ(other.Json().as_object().at("usage").as_object().at("prompt_tokens_details")
-                .as_object().at("cached_tokens").as_int64(),
+  EXPECT_EQ(other.Json()
+                .as_object()
+                .at("usage")
+                .as_object()
+                .at("prompt_tokens_details")
+                .as_object()
+                .at("cached_tokens")
+                .as_int64(),
             0);
 }
 
@@ -205,8 +213,9 @@ TEST_F(WireTest, StreamingCompletionFraming) {
 }
 
 TEST_F(WireTest, StreamingWithoutIncludeUsageHasNoUsageChunk) {
-  auto r = Post(ports_[0], "/v1/completions",
-                R"({"prompt": "hello world", "max_tokens": 3, "ignore_eos": true, "stream": true})");
+  auto r =
+      Post(ports_[0], "/v1/completions",
+           R"({"prompt": "hello world", "max_tokens": 3, "ignore_eos": true, "stream": true})");
   const std::vector<std::string> events = SsePayloads(r.body);
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events.back(), "[DONE]");
@@ -228,8 +237,8 @@ TEST_F(WireTest, ChatStreamingStartsWithTheRoleAndUsesChatIds) {
   const json::object& delta = first.at("choices").as_array()[0].as_object().at("delta").as_object();
   EXPECT_EQ(delta.at("role"), "assistant");
   const json::object usage = json::parse(events[4]).as_object();
-  const int expected_prompt = PromptTokens(StandInTokenizer::RenderChat(
-      {{"system", "be brief"}, {"user", "hello there"}}));
+  const int expected_prompt =
+      PromptTokens(StandInTokenizer::RenderChat({{"system", "be brief"}, {"user", "hello there"}}));
   EXPECT_EQ(usage.at("usage").as_object().at("prompt_tokens").as_int64(), expected_prompt);
 }
 
@@ -273,13 +282,12 @@ TEST_F(WireTest, ErrorsAreShapedLikeVllm) {
   EXPECT_EQ(model.status, 404);
   EXPECT_THAT(model.body, HasSubstr("The model `gpt-9` does not exist."));
 
-  auto too_long = Post(ports_[0], "/v1/completions",
-                       CompletionBody(Prompt(10), 2000));
+  auto too_long = Post(ports_[0], "/v1/completions", CompletionBody(Prompt(10), 2000));
   EXPECT_EQ(too_long.status, 400);
   EXPECT_THAT(too_long.body, HasSubstr("maximum context length is 2048 tokens"));
 
-  auto min_max = Post(ports_[0], "/v1/completions",
-                      R"({"prompt": "hi", "max_tokens": 2, "min_tokens": 5})");
+  auto min_max =
+      Post(ports_[0], "/v1/completions", R"({"prompt": "hi", "max_tokens": 2, "min_tokens": 5})");
   EXPECT_EQ(min_max.status, 400);
   auto no_prompt = Post(ports_[0], "/v1/completions", R"({"max_tokens": 2})");
   EXPECT_EQ(no_prompt.status, 400);
@@ -305,10 +313,9 @@ TEST_F(WireTest, MetricsNamesLabelsAndValues) {
         "kvroute_sim_gpu_busy_fraction", "kvroute_sim_scheduler_lag_seconds"}) {
     EXPECT_THAT(m, HasSubstr(std::string(name) + labels)) << name;
   }
-  for (const char* hist :
-       {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds"}) {
+  for (const char* hist : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                           "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                           "vllm:request_prefill_time_seconds"}) {
     EXPECT_THAT(m, HasSubstr(std::string("# TYPE ") + hist + " histogram")) << hist;
     // Per request, except inter-token latency: per token after the first (2 x 2).
     const double expected = std::string(hist) == "vllm:inter_token_latency_seconds" ? 4 : 2;
@@ -350,8 +357,7 @@ TEST_F(WireTest, NixlStylePrefillThenDecode) {
   EXPECT_EQ(kv.at("tp_size").as_int64(), 1);
   EXPECT_EQ(MetricValue(Metrics(0), "kvroute_sim_kv_holds"), 1);
 
-  const std::string decode_extra =
-      std::string(R"("kv_transfer_params": )") + json::serialize(kv);
+  const std::string decode_extra = std::string(R"("kv_transfer_params": )") + json::serialize(kv);
   auto d = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 4, true, decode_extra),
                 {{"X-Request-Id", "pd1"}});
   ASSERT_EQ(d.status, 200);
@@ -365,8 +371,14 @@ TEST_F(WireTest, NixlStylePrefillThenDecode) {
   EXPECT_EQ(MetricValue(Metrics(0), "kvroute_sim_kv_holds"), 0) << "pulled blocks are released";
   // The pulled KV is now in instance 1's prefix cache.
   auto again = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 1));
-  EXPECT_EQ(again.Json().as_object().at("usage").as_object().at("prompt_tokens_details")
-                .as_object().at("cached_tokens").as_int64(),
+  EXPECT_EQ(again.Json()
+                .as_object()
+                .at("usage")
+                .as_object()
+                .at("prompt_tokens_details")
+                .as_object()
+                .at("cached_tokens")
+                .as_int64(),
             (n - 1) / 16 * 16);
 }
 
@@ -377,8 +389,14 @@ TEST_F(WireTest, NixlDecodeWithoutHeldKvPrefillsLocally) {
       "remote_block_ids": [1, 2], "remote_host": "127.0.0.1", "remote_port": 1})";
   auto d = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 2, false, extra));
   ASSERT_EQ(d.status, 200);
-  EXPECT_EQ(d.Json().as_object().at("usage").as_object().at("prompt_tokens_details")
-                .as_object().at("cached_tokens").as_int64(),
+  EXPECT_EQ(d.Json()
+                .as_object()
+                .at("usage")
+                .as_object()
+                .at("prompt_tokens_details")
+                .as_object()
+                .at("cached_tokens")
+                .as_int64(),
             0);
 }
 
@@ -403,8 +421,8 @@ TEST_F(WireTest, MooncakeStylePrefillFirst) {
   ASSERT_EQ(p.status, 200);
   const std::string decode_extra =
       R"("kv_transfer_params": {"do_remote_decode": false, "do_remote_prefill": true,
-          "remote_bootstrap_addr": "http://127.0.0.1:)" + std::to_string(ports_[0]) +
-      R"(", "remote_engine_id": ")" + fleet_->instance(0).engine_id() +
+          "remote_bootstrap_addr": "http://127.0.0.1:)" +
+      std::to_string(ports_[0]) + R"(", "remote_engine_id": ")" + fleet_->instance(0).engine_id() +
       R"(", "transfer_id": "xfer-1"})";
   auto d = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 3, false, decode_extra));
   ASSERT_EQ(d.status, 200) << d.body;
@@ -417,8 +435,8 @@ TEST_F(WireTest, MooncakeStyleDecodeArrivesFirst) {
   const int n = PromptTokens(prompt);
   const std::string decode_extra =
       R"("kv_transfer_params": {"do_remote_decode": false, "do_remote_prefill": true,
-          "remote_bootstrap_addr": "http://127.0.0.1:)" + std::to_string(ports_[0]) +
-      R"(", "remote_engine_id": ")" + fleet_->instance(0).engine_id() +
+          "remote_bootstrap_addr": "http://127.0.0.1:)" +
+      std::to_string(ports_[0]) + R"(", "remote_engine_id": ")" + fleet_->instance(0).engine_id() +
       R"(", "transfer_id": "xfer-2"})";
   // The decode leg blocks until the prefill leg publishes: it cannot finish first.
   auto decode = std::async(std::launch::async, [&] {
@@ -443,8 +461,8 @@ TEST_F(WireTest, SglangStyleSameBodyToBoth) {
                             std::to_string(ports_[0]) +
                             R"(, "bootstrap_room": 7234567890123456789)";
   const std::string body = CompletionBody(prompt, 4, true, extra);
-  auto decode = std::async(std::launch::async,
-                           [&] { return Post(ports_[1], "/v1/completions", body); });
+  auto decode =
+      std::async(std::launch::async, [&] { return Post(ports_[1], "/v1/completions", body); });
   auto p = Post(ports_[0], "/v1/completions", body);
   ASSERT_EQ(p.status, 200);
   // The prefill server generates one token only.
@@ -501,9 +519,10 @@ TEST_F(WireTest, FaultRefuseConnectionsAndRecoverThroughAPeer) {
 TEST_F(WireTest, FaultDieMidStream) {
   Post(ports_[0], "/sim/faults", R"({"die_after_events": 2})");
   const std::string body = CompletionBody("hello world", 6, /*stream=*/true);
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                              "application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   auto [ec, raw] = testing::RawExchange(ports_[0], request);
   EXPECT_THAT(raw, StartsWith("HTTP/1.1 200 OK"));
   size_t events = 0;
@@ -576,6 +595,31 @@ TEST_F(WireTest, StopAbortsDecodeLegsWaitingForTheirPrefill) {
   const testing::HttpResult r = decode.get();
   EXPECT_TRUE(r.ec);
   EXPECT_EQ(r.status, 0);
+}
+
+TEST(FleetRealTimeTest, RealTimeDriverReleasesStepsAndExportsItsScale) {
+  FleetOptions opts;
+  opts.instances = 1;
+  opts.time_scale = 0.01;  // 100x faster than modelled: a few milliseconds of wall time
+  opts.profile = TinyProfile();
+  Fleet fleet(opts);
+  auto ports = fleet.Start();
+  ASSERT_TRUE(ports.ok());
+  const std::string prompt = Prompt(2);
+  const int n = PromptTokens(prompt);
+  auto r = Post((*ports)[0], "/v1/completions", CompletionBody(prompt, 5, /*stream=*/true));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(SsePayloads(r.body).size(), 5u + 2u);
+  const std::string m = Get((*ports)[0], "/metrics").body;
+  EXPECT_EQ(MetricValue(m, "kvroute_sim_time_scale"), 0.01);
+  // Modelled (virtual) latencies are at least the modelled step times, however fast the
+  // machine: one prefill step, then four decode steps.
+  const double prefill_step = 0.01 + 1e-4 * n;
+  EXPECT_GE(MetricValue(m, "vllm:time_to_first_token_seconds_sum"), prefill_step - 1e-9);
+  EXPECT_GE(MetricValue(m, "vllm:e2e_request_latency_seconds_sum"),
+            prefill_step + 4 * (0.01 + 1e-3) - 1e-9);
+  EXPECT_GE(MetricValue(m, "kvroute_sim_scheduler_lag_seconds"), 0);
+  EXPECT_GE(fleet.gauges(0).steps, 5u);
 }
 
 TEST(FleetStartTest, FaultsAtStartAndBadFaultJson) {
