@@ -1,0 +1,80 @@
+# deploy/vllm/launch-fleet.sh: syntax, --dry-run output for the NIXL, Mooncake and no-connector
+# fleets, argument errors, and the kvroute config it writes (loaded by the real kvroute).
+# Usage: launch_fleet_dry_run_test.sh SOURCE_DIR KVROUTE_BIN
+source "$(dirname "$0")/lib.sh"
+SRC=$1
+KVROUTE=$2
+SCRIPT=$SRC/deploy/vllm/launch-fleet.sh
+make_workdir launch-fleet
+
+bash -n "$SCRIPT" || fail "bash -n $SCRIPT"
+
+expect() {  # expect FILE FIXED_STRING
+  grep -qF -- "$2" "$1" || fail "expected '$2' in $1:\n$(cat "$1")"
+}
+
+# --- NIXL, 8 instances (defaults), one GPU each.
+bash "$SCRIPT" --model Qwen/Qwen3-Coder-30B-A3B-Instruct --served-model-name qwen3-coder \
+  --advertise-host 10.1.2.3 --out "$WORK/nixl" --dry-run >"$WORK/nixl.out"
+[ "$(grep -c ' vllm serve ' "$WORK/nixl.out")" -eq 8 ] || fail "expected 8 vllm commands"
+for i in 0 1 7; do
+  line=$(grep "CUDA_VISIBLE_DEVICES=$i " "$WORK/nixl.out") || fail "no command for GPU $i"
+  for want in "VLLM_NIXL_SIDE_CHANNEL_HOST=10.1.2.3" "VLLM_NIXL_SIDE_CHANNEL_PORT=$((5600 + i))" \
+              "UCX_NET_DEVICES=all" "--port $((8100 + i))" "--enable-prefix-caching" \
+              "--enable-prompt-tokens-details" "--served-model-name qwen3-coder" "--block-size 16" \
+              "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"; do
+    [[ $line == *"$want"* ]] || fail "gpu$i: missing '$want' in: $line"
+  done
+done
+# The printed commands are runnable shell: the quoted JSON survives a round trip.
+cmd=$(grep 'CUDA_VISIBLE_DEVICES=0 ' "$WORK/nixl.out")
+eval "set -- ${cmd#*vllm serve }"
+json=""
+while [ $# -gt 0 ]; do [ "$1" = --kv-transfer-config ] && json=$2; shift; done
+[ "$json" = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' ] || fail "bad quoting: $json"
+expect "$WORK/nixl/kvroute.yaml" "connector: nixl"
+expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both}"
+
+# --- Mooncake, 2 instances on chosen GPUs, extra vLLM flags after --.
+bash "$SCRIPT" --model m --instances 2 --gpus 4,6 --connector mooncake --base-port 9000 \
+  --bootstrap-base-port 9100 --advertise-host 127.0.0.1 --mode v2 --heavy-threshold 30000 \
+  --out "$WORK/mooncake" --dry-run -- --max-num-seqs 64 >"$WORK/mooncake.out"
+expect "$WORK/mooncake.out" "CUDA_VISIBLE_DEVICES=6 VLLM_MOONCAKE_BOOTSTRAP_PORT=9101 vllm serve m --host 0.0.0.0 --port 9001"
+expect "$WORK/mooncake.out" "'{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_both\"}' --max-num-seqs 64"
+grep -q NIXL "$WORK/mooncake.out" && fail "NIXL variables in a Mooncake fleet"
+expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101}"
+expect "$WORK/mooncake/kvroute.yaml" "heavy_threshold: 30000"
+
+# --- Tensor parallel 2: GPU pairs.
+bash "$SCRIPT" --model m --instances 2 --tensor-parallel-size 2 --connector none --mode baseline \
+  --advertise-host 127.0.0.1 --out "$WORK/tp2" --dry-run >"$WORK/tp2.out"
+expect "$WORK/tp2.out" "CUDA_VISIBLE_DEVICES=2,3 vllm serve m"
+grep -q -- --kv-transfer-config "$WORK/tp2.out" && fail "connector none still passes --kv-transfer-config"
+
+# --- Argument errors exit 2 with a message.
+for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \
+           "--instances 3 --gpus 0,1" "--bogus"; do
+  set +e
+  # shellcheck disable=SC2086
+  bash "$SCRIPT" --model m --out "$WORK/bad" --dry-run $bad >"$WORK/bad.out" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || fail "'$bad' exited $rc, expected 2"
+  grep -q "launch-fleet:" "$WORK/bad.out" || fail "'$bad' printed no error"
+done
+set +e
+bash "$SCRIPT" --dry-run >/dev/null 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "missing --model exited $rc"
+
+# --- Every written config is a valid kvroute config: kvroute starts with it.
+for fleet in nixl mooncake tp2; do
+  start_bg "$WORK/kvroute-$fleet.log" "$KVROUTE" --config "$WORK/$fleet/kvroute.yaml" \
+    --listen 127.0.0.1:0 --log-level warn
+  pid=$LAST_PID
+  wait_for_line "$WORK/kvroute-$fleet.log" "kvroute: listening on 127\.0\.0\.1:[0-9]+" 20 "$pid" >/dev/null
+  kill -TERM "$pid"
+  wait "$pid" || fail "kvroute with the $fleet config exited $?"
+done
+echo "PASS: launch-fleet.sh dry runs and configs"

@@ -1,0 +1,44 @@
+# The official OpenAI Node SDK against kvroute (mode v2) over a 2-instance simulated fleet:
+# see openai_sdk_client.cjs. The SDK is installed on first use into NODE_DIR/node_modules with
+# `npm install openai` (OPENAI_NPM_SPEC overrides the package spec); without node, npm or
+# network access to the npm registry the test is skipped, not failed.
+# Usage: openai_sdk_test.sh SOURCE_DIR KVROUTE_BIN SIM_BIN NODE_DIR
+source "$(dirname "$0")/lib.sh"
+SRC=$1
+KVROUTE=$2
+SIM=$3
+NODE_DIR=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+command -v node >/dev/null 2>&1 || skip "node not installed (apt-get install nodejs; deploy/install-deps.sh does)"
+if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
+  command -v npm >/dev/null 2>&1 || skip "npm not installed (apt-get install npm; deploy/install-deps.sh does)"
+  mkdir -p "$NODE_DIR"
+  [ -f "$NODE_DIR/package.json" ] || echo '{"name": "kvroute-deploy-tests", "private": true}' >"$NODE_DIR/package.json"
+  if ! timeout 90 npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error \
+      "${OPENAI_NPM_SPEC:-openai}" >"$NODE_DIR/npm-install.log" 2>&1; then
+    cat "$NODE_DIR/npm-install.log" >&2
+    skip "npm install openai failed (no access to the npm registry?); see $NODE_DIR/npm-install.log"
+  fi
+fi
+echo "openai SDK $(node -p "require('$NODE_DIR/node_modules/openai/package.json').version"), node $(node --version)"
+
+make_workdir openai-sdk
+start_fleet "$SIM" 2
+write_kvroute_config "$WORK/kvroute.yaml" v2
+start_kvroute "$KVROUTE" "$WORK/kvroute.yaml"
+
+NODE_PATH="$NODE_DIR/node_modules" timeout 100 node "$HERE/openai_sdk_client.cjs" \
+  "http://127.0.0.1:$KVROUTE_PORT/v1"
+
+# kvroute's side of the story: two offloads that completed, nothing broken mid-stream.
+metrics=$(curl -fsS "http://127.0.0.1:$KVROUTE_PORT/metrics")
+ok=$(grep -E '^kvroute_offloads_total\{connector="nixl",outcome="ok"\} ' <<<"$metrics" | awk '{print $2}')
+[ "${ok:-0}" -ge 2 ] || fail "expected >= 2 ok offloads, /metrics says: $(grep '^kvroute_offloads_total' <<<"$metrics")"
+if grep -E '^kvroute_offloads_total\{[^}]*outcome="(stream_error|decode_failed|prefill_failed)"' <<<"$metrics" \
+    | awk '$2 > 0 {found=1} END {exit !found}'; then
+  fail "failed offloads: $(grep '^kvroute_offloads_total' <<<"$metrics")"
+fi
+heavy=$(grep -c '"class":"HEAVY"' "$WORK/requests.jsonl" || true)
+[ "$heavy" -ge 2 ] || fail "request log has $heavy HEAVY requests"
+echo "PASS: OpenAI Node SDK end to end through kvroute"
