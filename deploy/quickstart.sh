@@ -58,7 +58,20 @@ bash deploy/install-deps.sh
 
 echo "== 2/4 build ($BUILD_DIR)"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD_DIR" --target kvroute kvroute-sim kvroute-bench -j "$(nproc)"
+BUILD_LOG="$BUILD_DIR/quickstart-build.log"
+echo "   full compiler output: $BUILD_LOG"
+# Show ninja's [n/N] progress lines only; everything goes to the log.
+set +o pipefail
+cmake --build "$BUILD_DIR" --target kvroute kvroute-sim kvroute-bench -j "$(nproc)" 2>&1 |
+  tee "$BUILD_LOG" | grep --line-buffered -E '^\[[0-9]+/[0-9]+\] (Building|Linking)' |
+  sed -E 's/^(\[[0-9]+\/[0-9]+\]) .* ([^ ]+)$/   \1 \2/'
+build_status=${PIPESTATUS[0]}
+set -o pipefail
+if [ "$build_status" -ne 0 ]; then
+  grep -E "error|FAILED" "$BUILD_LOG" | head -40 >&2
+  echo "quickstart: build failed, see $BUILD_LOG" >&2
+  exit 1
+fi
 KVROUTE="$BUILD_DIR/proxy/kvroute"
 SIM="$BUILD_DIR/sim/kvroute-sim"
 BENCH="$BUILD_DIR/bench/kvroute_bench/kvroute-bench"

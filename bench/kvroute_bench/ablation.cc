@@ -186,12 +186,16 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       R"(kvroute-sim: instance (\d+) listening on ([0-9.]+):(\d+))");
   static const std::regex kProxyReady(R"(kvroute: listening on ([0-9.]+):(\d+))");
 
-  for (const AblationConfig& config :
-       AblationConfigs(options.modes, options.thresholds, options.default_threshold)) {
+  const std::vector<AblationConfig> configs =
+      AblationConfigs(options.modes, options.thresholds, options.default_threshold);
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    const AblationConfig& config = configs[ci];
     const fs::path dir = fs::path(options.out_dir) / config.name;
     fs::create_directories(dir, ec);
-    spdlog::info("[{}] starting {} simulated instances and kvroute (mode {}, threshold {})",
-                 config.name, options.instances, config.mode, config.heavy_threshold);
+    spdlog::info("[{}] configuration {}/{}: starting {} simulated instances and kvroute "
+                 "(mode {}, threshold {})",
+                 config.name, ci + 1, configs.size(), options.instances, config.mode,
+                 config.heavy_threshold);
     std::vector<std::string> sim_argv = {options.sim_bin,
                                          "--instances", absl::StrCat(options.instances),
                                          "--base-port", "0",

@@ -195,9 +195,12 @@ int main(int argc, char** argv) {
                       "heavy threshold for the other modes")->capture_default_str();
   abl_cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();
   abl_cmd->add_option("--profile", abl.profile, "kvroute-sim profile YAML");
-  abl_cmd->add_option("--time-scale", abl.sim_time_scale,
-                      "kvroute-sim --time-scale; the workload's clock is scaled the same way")
-      ->capture_default_str();
+  CLI::Option* time_scale_opt =
+      abl_cmd
+          ->add_option("--time-scale", abl.sim_time_scale,
+                       "kvroute-sim --time-scale; the workload's clock is scaled the same way "
+                       "(with --targets: only when given)")
+          ->capture_default_str();
   abl_cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
   abl_cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
   abl_cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
@@ -278,6 +281,9 @@ int main(int argc, char** argv) {
     } else {
       abl.targets.emplace_back(t.substr(0, eq), t.substr(eq + 1));
     }
+  }
+  if (!abl.targets.empty() && time_scale_opt->count() > 0) {
+    abl.run_template.time_scale = abl.sim_time_scale;
   }
   if (abl.targets.empty()) {
     if (abl.kvroute_bin.empty()) abl.kvroute_bin = kb::FindBuiltBinary("kvroute", {"proxy", "", "bin"});

@@ -97,7 +97,7 @@ std::string TimeUnitNote(const Report& report) {
 std::vector<std::string> SummaryHeader() {
   return {"config", "requests", "errors", "offloads", "prefix hit", "hit bound",
           "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
-          "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean"};
+          "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean", "GPU busy"};
 }
 
 std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
@@ -120,7 +120,8 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           heavy ? FormatSeconds(heavy->ttft.p99) : "-",
           FormatSeconds(s.job_completion.p50),
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
-          Percent(s.mean_kv_usage)};
+          Percent(s.mean_kv_usage),
+          Percent(s.mean_gpu_busy)};
 }
 
 std::vector<std::string> OffloadHeader() {
