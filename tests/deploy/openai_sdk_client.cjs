@@ -3,13 +3,27 @@
 // request (v2: prefill on one instance, decode on another) and error cases. The SDK must parse
 // every response; any throw or failed assertion exits non-zero.
 //
-// Usage: NODE_PATH=<dir>/node_modules node openai_sdk_client.cjs http://127.0.0.1:PORT/v1
+// Usage: NODE_PATH=<dir>/node_modules node openai_sdk_client.cjs http://127.0.0.1:PORT/v1 \
+//            http://127.0.0.1:SIM0,http://127.0.0.1:SIM1
+// (the second argument: the simulated instances, for fault injection)
 'use strict';
 const assert = require('node:assert/strict');
 const OpenAI = require('openai');
 
 const baseURL = process.argv[2];
-assert.ok(baseURL, 'usage: openai_sdk_client.cjs BASE_URL');
+const simURLs = (process.argv[3] || '').split(',').filter(Boolean);
+assert.ok(baseURL && simURLs.length > 0, 'usage: openai_sdk_client.cjs BASE_URL SIM_URLS');
+
+async function setFaults(faults) {
+  for (const url of simURLs) {
+    const r = await fetch(`${url}/sim/faults`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(faults),
+    });
+    assert.equal(r.status, 200, `POST ${url}/sim/faults`);
+  }
+}
 const client = new OpenAI({ baseURL, apiKey: 'sk-kvroute-test', maxRetries: 0, timeout: 60_000 });
 
 // Deterministic English-like text (xorshift32): sentences of common words with punctuation,
@@ -258,6 +272,34 @@ async function main() {
   } catch (err) {
     assert.ok(err instanceof OpenAI.NotFoundError, `unknown route: ${err}`);
     log('error: unknown route', `${err.status}`);
+  }
+
+  // A stream that breaks after its first events: kvroute ends it with an SSE error event and
+  // [DONE], which the SDK turns into an APIError while iterating (never a silent truncation).
+  await setFaults({ die_after_events: 3 });
+  try {
+    const stream = await client.chat.completions.create({
+      model,
+      messages: [{ role: 'user', content: 'Tell me a long story about a lighthouse.' }],
+      max_tokens: 64,
+      min_tokens: 64,
+      stream: true,
+    });
+    let chunks = 0;
+    let raised = null;
+    try {
+      for await (const chunk of stream) {
+        assert.equal(chunk.object, 'chat.completion.chunk');
+        chunks++;
+      }
+    } catch (err) {
+      raised = err;
+    }
+    assert.ok(raised instanceof OpenAI.APIError, `broken stream: got ${raised} after ${chunks} chunks`);
+    assert.ok(chunks >= 1, 'broken stream: the error came before any chunk');
+    log('error: stream broken mid-way', `${chunks} chunks, then ${raised.constructor.name}: ${raised.message}`);
+  } finally {
+    await setFaults({ clear: true });
   }
 
   console.log(`PASS: ${results.length} OpenAI SDK checks`);

@@ -29,7 +29,7 @@ write_kvroute_config "$WORK/kvroute.yaml" v2
 start_kvroute "$KVROUTE" "$WORK/kvroute.yaml"
 
 NODE_PATH="$NODE_DIR/node_modules" timeout 100 node "$HERE/openai_sdk_client.cjs" \
-  "http://127.0.0.1:$KVROUTE_PORT/v1"
+  "http://127.0.0.1:$KVROUTE_PORT/v1" "http://127.0.0.1:${SIM_PORTS[0]},http://127.0.0.1:${SIM_PORTS[1]}"
 
 # kvroute's side of the story: two offloads that completed, nothing broken mid-stream.
 metrics=$(curl -fsS "http://127.0.0.1:$KVROUTE_PORT/metrics")

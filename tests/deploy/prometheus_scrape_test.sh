@@ -56,14 +56,15 @@ wait_for_line "$WORK/prometheus.log" "Server is ready to receive web requests" 6
 
 # query EXPR: the number of series the instant query returns.
 query() {
-  curl -fsS --max-time 5 -G "$P/api/v1/query" --data-urlencode "query=$1" \
-    | grep -oE '"metric":' | wc -l
+  local body
+  body=$(curl -fsS --max-time 5 -G "$P/api/v1/query" --data-urlencode "query=$1") || { echo 0; return; }
+  grep -oE '"metric":' <<<"$body" | wc -l || true
 }
 # wait_series EXPR MIN: polls Prometheus (bounded, 60 s) until EXPR has at least MIN series.
 wait_series() {
   local deadline=$((SECONDS + 60)) n=0
   while :; do
-    n=$(query "$1" || echo 0)
+    n=$(query "$1")
     [ "$n" -ge "$2" ] && { echo "ok: $1 -> $n series"; return 0; }
     [ "$SECONDS" -lt "$deadline" ] || fail "Prometheus has $n series for '$1' after 60 s (want $2)"
     sleep 0.2
