@@ -36,8 +36,12 @@
 #   --stop                      stop the instances recorded in --out DIR and exit
 #
 # Checked against vLLM's documentation (vLLM v0.12.0 `vllm serve` CLI reference,
-# docs.vllm.ai/en/v0.12.0/cli/serve/, and the NixlConnector / MooncakeConnector usage guides
-# as published for v0.32.0, docs/features/{nixl,mooncake}_connector_usage.md):
+# docs.vllm.ai/en/v0.12.0/cli/serve/; the CacheConfig reference up to v0.29,
+# docs.vllm.ai/en/v0.29.0/api/vllm/config/cache/; FrontendArgs in
+# vllm/entrypoints/openai/cli_args.py; and the NixlConnector / MooncakeConnector usage guides
+# as published for v0.32.0, docs/features/{nixl,mooncake}_connector_usage.md). Block size and
+# GPU memory utilisation are always passed explicitly: their defaults moved between versions
+# (platform-chosen block size; utilisation 0.9 -> 0.92), and kvroute assumes 16-token blocks.
 #   vllm serve MODEL --host --port --served-model-name --enable-prefix-caching
 #     --enable-prompt-tokens-details (frontend arg: "enable prompt_tokens_details in usage")
 #     --block-size --gpu-memory-utilization --max-model-len --tensor-parallel-size
