@@ -1,6 +1,7 @@
 # deploy/vllm/launch-fleet.sh: syntax, --dry-run output for the NIXL, Mooncake and no-connector
 # fleets, argument errors, and the kvroute config it writes (loaded by the real kvroute).
 # Usage: launch_fleet_dry_run_test.sh SOURCE_DIR KVROUTE_BIN
+# shellcheck source=tests/deploy/lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 SRC=$1
 KVROUTE=$2

@@ -118,6 +118,7 @@ start_kvroute() {
   start_bg "$WORK/kvroute.log" "$1" --config "$2" --request-log "$WORK/requests.jsonl"
   local line
   line=$(wait_for_line "$WORK/kvroute.log" "kvroute: listening on 127\.0\.0\.1:[0-9]+" 30 "$LAST_PID")
+  # shellcheck disable=SC2034  # read by the sourcing test
   KVROUTE_PORT=${line##*:}
 }
 

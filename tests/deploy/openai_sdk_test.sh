@@ -3,8 +3,9 @@
 # `npm install openai` (OPENAI_NPM_SPEC overrides the package spec); without node, npm or
 # network access to the npm registry the test is skipped, not failed.
 # Usage: openai_sdk_test.sh SOURCE_DIR KVROUTE_BIN SIM_BIN NODE_DIR
+# shellcheck source=tests/deploy/lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
-SRC=$1
+# $1: the source tree (unused here: the client script sits beside this one)
 KVROUTE=$2
 SIM=$3
 NODE_DIR=$4

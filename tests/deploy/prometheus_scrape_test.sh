@@ -3,6 +3,7 @@
 # Prometheus's HTTP API, and every kvroute_* name the dashboard and the alert rules use must
 # be one kvroute's /metrics declares.
 # Usage: prometheus_scrape_test.sh SOURCE_DIR KVROUTE_BIN SIM_BIN
+# shellcheck source=tests/deploy/lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 SRC=$1
 KVROUTE=$2

@@ -1,6 +1,7 @@
 # deploy/systemd/kvroute.service passes `systemd-analyze verify` (unknown keys, bad values),
 # with ExecStart pointed at the freshly built kvroute, and keeps its hardening settings.
 # Usage: systemd_verify_test.sh SOURCE_DIR KVROUTE_BIN
+# shellcheck source=tests/deploy/lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 UNIT=$1/deploy/systemd/kvroute.service
 KVROUTE=$2
