@@ -69,8 +69,39 @@ rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "missing --model exited $rc"
 
+# --- A real launch and --stop, with a stand-in for vllm that records its arguments and idles.
+cat >"$WORK/fake-vllm" <<'FAKE'
+#!/usr/bin/env bash
+echo "args: $*" >"$FAKE_DIR/port-${6}.args"
+env | grep -E '^(CUDA_VISIBLE_DEVICES|VLLM_NIXL_SIDE_CHANNEL_PORT)=' >>"$FAKE_DIR/port-${6}.args"
+exec sleep 600
+FAKE
+chmod +x "$WORK/fake-vllm"
+export FAKE_DIR=$WORK
+bash "$SCRIPT" --model m --instances 2 --base-port 18100 --advertise-host 127.0.0.1 \
+  --vllm "$WORK/fake-vllm" --wait-timeout 0 --out "$WORK/real" >"$WORK/real.out"
+pids=()
+for i in 0 1; do
+  pid=$(cat "$WORK/real/gpu$i.pid")
+  pids+=("$pid")
+  STARTED_PIDS+=("$pid")  # cleaned up by lib.sh even if --stop fails
+done
+for i in 0 1; do
+  wait_for_line "$WORK/port-$((18100 + i)).args" "VLLM_NIXL_SIDE_CHANNEL_PORT=$((5600 + i))" 10 >/dev/null
+done
+expect "$WORK/port-18101.args" "args: serve m --host 0.0.0.0 --port 18101"
+expect "$WORK/port-18101.args" "CUDA_VISIBLE_DEVICES=1"
+expect "$WORK/real/gpu0.log" "vllm serve m --host 0.0.0.0 --port 18100"
+[ -f "$WORK/real/kvroute.yaml" ] || fail "no kvroute.yaml beside the fleet"
+bash "$SCRIPT" --stop --out "$WORK/real" >"$WORK/stop.out"
+for pid in "${pids[@]}"; do
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$pid" 2>/dev/null && fail "instance pid $pid still running after --stop"
+done
+[ ! -e "$WORK/real/gpu0.pid" ] || fail "--stop left pid files"
+
 # --- Every written config is a valid kvroute config: kvroute starts with it.
-for fleet in nixl mooncake tp2; do
+for fleet in nixl mooncake tp2 real; do
   start_bg "$WORK/kvroute-$fleet.log" "$KVROUTE" --config "$WORK/$fleet/kvroute.yaml" \
     --listen 127.0.0.1:0 --log-level warn
   pid=$LAST_PID
