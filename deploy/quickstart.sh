@@ -90,7 +90,8 @@ if [ "$SERVE_ONLY" -eq 0 ]; then
     --task-tokens "$TASK_TOKENS" --task-tokens-max "$TASK_TOKENS_MAX" \
     --sample-interval 0.5 --progress-interval 10 \
     --out "$OUT"
-  echo "== 4/4 report: $ROOT/$OUT/report.html"
+  case "$OUT" in /*) REPORT_DIR=$OUT ;; *) REPORT_DIR=$ROOT/$OUT ;; esac
+  echo "== 4/4 report: $REPORT_DIR/report.html"
   echo "   (also report.md and report.json; child logs in $OUT/<config>/)"
 fi
 

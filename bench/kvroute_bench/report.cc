@@ -361,7 +361,7 @@ std::string ReportHtml(const Report& report) {
       "body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}\n"
       "h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}\n"
       "table{border-collapse:collapse;font-size:13px;margin:8px 0}\n"
-      "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}\n"
+      "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td{white-space:nowrap}\n"
       "th{background:#f2f2f2}td.name{text-align:left;font-weight:bold}\n"
       "tbody tr:nth-child(even){background:#fafafa}\n"
       ".charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}\n"
