@@ -181,6 +181,23 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Integer("warm_new_tokens", &o->thresholds.warm_new_tokens, 0,
                                int64_t{1} << 40));
   KV_RETURN_IF_ERROR(r.Double("warm_cached_fraction", &o->thresholds.warm_cached_fraction, 0, 1));
+  KV_RETURN_IF_ERROR(r.Integer("overload_min_tokens", &o->overload_min_tokens, 0, int64_t{1} << 40));
+  KV_RETURN_IF_ERROR(r.Integer("max_inflight_requests", &o->max_inflight_requests, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("default_output_tokens", &o->default_output_tokens, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("max_output_tokens_est", &o->max_output_tokens_est, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("eviction_tolerance_chunks", &o->eviction_tolerance_chunks, 0,
+                               1000000));
+  KV_RETURN_IF_ERROR(r.Double("capacity_learning_rate", &o->capacity_learning_rate, 0, 1));
+  KV_RETURN_IF_ERROR(r.Double("min_capacity_fraction", &o->min_capacity_fraction, 0, 1));
+  KV_RETURN_IF_ERROR(r.Double("prefill_queue_weight", &o->baseline.prefill_queue_weight, 0, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("decode_tokens_weight", &o->baseline.decode_tokens_weight, 0, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("waiting_penalty_tokens", &o->baseline.waiting_penalty_tokens, 0,
+                              1e9));
+  KV_RETURN_IF_ERROR(r.String("offload_gate", &o->offload_gate));
+  if (o->offload_gate != "threshold" && o->offload_gate != "cost") {
+    return KeyError("router.offload_gate", absl::StrCat("unknown gate '", o->offload_gate,
+                                                        "' (expected threshold or cost)"));
+  }
   return r.Finish();
 }
 

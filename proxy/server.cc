@@ -43,6 +43,7 @@ struct Server::State {
   std::atomic<bool> draining{false};
   std::vector<int> fail_streak, ok_streak;
   std::vector<bool> healthy;
+  std::vector<std::chrono::steady_clock::time_point> last_scrape;
   // Handoffs.
   std::unique_ptr<transfer::Connector> connector;
   std::vector<uint16_t> bootstrap_ports;  // per backend
@@ -301,6 +302,11 @@ class Session : public std::enable_shared_from_this<Session> {
       o["kv_usage"] = b.kv_usage < 0 ? boost::json::value(nullptr) : boost::json::value(b.kv_usage);
       o["engine_running"] = b.engine_running;
       o["engine_waiting"] = b.engine_waiting;
+      o["effective_capacity_tokens"] = b.effective_capacity_tokens;
+      o["shadow_corrections"] = b.shadow_corrections;
+      o["estimated_cached_tokens_total"] = b.est_tokens_sum;
+      o["actual_cached_tokens_total"] = b.actual_cached_tokens_sum;
+      o["last_estimate_error_tokens"] = b.last_est_error_tokens;
       o["estimates"] = b.est_requests;
       o["mean_abs_estimate_error_tokens"] =
           b.est_requests > 0 ? b.est_abs_error_tokens_sum / static_cast<double>(b.est_requests)
@@ -393,7 +399,10 @@ class Session : public std::enable_shared_from_this<Session> {
     absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
     state_.metrics->decision_time->Observe({}, Since(td0));
     if (!ticket.ok()) {
-      co_return co_await reject(503, std::string(ticket.status().message()));
+      // ResourceExhausted: too many requests in flight (429, retry soon);
+      // Unavailable: no healthy backend (503).
+      const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
+      co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()));
     }
     rec.t_routed = WallSeconds();
     const router::Decision& d = ticket->decision;
@@ -446,6 +455,7 @@ class Session : public std::enable_shared_from_this<Session> {
     outcome.prompt_tokens = r.usage.prompt_tokens;
     outcome.cached_tokens = r.usage.cached_tokens;
     outcome.completion_tokens = r.usage.completion_tokens;
+    outcome.kv_transferred = leg.kv_transferred;
     state_.router->OnComplete(tk, outcome, absl::Now());
 
     if (!r.headers_sent) {
@@ -468,6 +478,9 @@ class Session : public std::enable_shared_from_this<Session> {
     int served_by = -1;   // backend whose usage the client got
     std::string label;    // X-Kvroute-Backend
     int attempts = 0;
+    // Whether served_by got the prompt's KV through the connector (so its
+    // cached_tokens are not truth about its own prefix cache).
+    bool kv_transferred = false;
   };
 
   net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
@@ -597,6 +610,7 @@ class Session : public std::enable_shared_from_this<Session> {
           }
         }
         if (!params) count("no_kv_params");  // B prefills by itself
+        out.kv_transferred = params.has_value();
         absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, params);
         http::request<http::string_body> dec = tmpl;
         dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
@@ -649,6 +663,7 @@ class Session : public std::enable_shared_from_this<Session> {
       dopts.fail_on_5xx = true;
       out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
       out.attempts = 2;
+      out.kv_transferred = true;
       if (!out.r.completed) pstate->Cancel();
       while (!join->done) co_await join->timer.async_wait(kUseTuple);
       if (join->r.completed && join->r.status == 200) {
@@ -680,6 +695,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // A computed the prompt's KV: it is the cheapest place to serve it now.
       LegResult again = co_await colocated(a, "decode_failed");
       again.attempts += out.attempts;
+      again.kv_transferred = true;  // A ran the prefill leg: it holds the prompt
       co_return again;
     }
     rec.t_prefill_done = t_prefill_done;
@@ -1046,6 +1062,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
   state_->fail_streak.assign(n, 0);
   state_->ok_streak.assign(n, 0);
   state_->healthy.assign(n, true);
+  state_->last_scrape.assign(n, std::chrono::steady_clock::time_point{});  // scrape at once
   for (const BackendConfig& b : config_.backends) {
     state_->bootstrap_ports.push_back(b.bootstrap_port != 0 ? b.bootstrap_port
                                                             : config_.transfer.bootstrap_port);
@@ -1146,7 +1163,7 @@ net::awaitable<void> Server::AcceptLoop() {
   }
 }
 
-net::awaitable<void> Server::CheckBackends(Worker& w) {
+net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
   const auto& backends = router_->Backends();
   for (size_t i = 0; i < backends.size(); ++i) {
     http::request<http::string_body> hreq{http::verb::get, "/health", 11};
@@ -1171,7 +1188,10 @@ net::awaitable<void> Server::CheckBackends(Worker& w) {
       spdlog::warn("backend {} is now {}", backends[i].name, healthy ? "healthy" : "unhealthy");
     }
     router_->SetHealthy(static_cast<int>(i), healthy);
-    if (ok) {
+    const auto now = std::chrono::steady_clock::now();
+    if (ok && (force_scrape ||
+               now - state_->last_scrape[i] >= ToChrono(config_.monitor.scrape_interval))) {
+      state_->last_scrape[i] = now;
       http::request<http::string_body> mreq{http::verb::get, "/metrics", 11};
       BufferedResponse m = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(mreq),
                                                   config_.monitor.health_timeout, 8 << 20);
@@ -1186,7 +1206,7 @@ net::awaitable<void> Server::MonitorLoop() {
   net::steady_timer timer(workers_[0]->ioc);
   for (;;) {
     if (shutting_down_.load()) co_return;
-    co_await CheckBackends(*workers_[0]);
+    co_await CheckBackends(*workers_[0], false);
     timer.expires_after(ToChrono(config_.monitor.health_interval));
     auto [ec] = co_await timer.async_wait(kUseTuple);
     if (ec) co_return;
@@ -1196,7 +1216,7 @@ net::awaitable<void> Server::MonitorLoop() {
 void Server::CheckBackendsNow() {
   if (workers_.empty()) return;
   std::promise<void> done;
-  net::co_spawn(workers_[0]->ioc, CheckBackends(*workers_[0]),
+  net::co_spawn(workers_[0]->ioc, CheckBackends(*workers_[0], true),
                 [&done](std::exception_ptr) { done.set_value(); });
   done.get_future().wait();
 }

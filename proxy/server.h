@@ -85,7 +85,9 @@ class Server {
  private:
   net::awaitable<void> AcceptLoop();
   net::awaitable<void> MonitorLoop();
-  net::awaitable<void> CheckBackends(Worker& w);
+  // One round of health checks; /metrics is scraped when `force_scrape` or
+  // when a backend's last scrape is older than the scrape interval.
+  net::awaitable<void> CheckBackends(Worker& w, bool force_scrape);
   net::awaitable<void> Drain();
 
   Config config_;

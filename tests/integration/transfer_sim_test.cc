@@ -142,6 +142,27 @@ TEST_P(HandoffFailureTest, OverTheOffloadBoundIsServedColocated) {
 INSTANTIATE_TEST_SUITE_P(Connectors, HandoffFailureTest,
                          ::testing::Values("nixl", "mooncake", "sglang"));
 
+TEST(HandoffTest, PrefillTimeoutIsServedColocatedOnB) {
+  FleetHarness h(2, "pd_sep", [&](proxy::Config& c) {
+    PdSep(c, "nixl");
+    c.upstream.first_byte_timeout = absl::Milliseconds(300);
+  });
+  sim::Faults f;
+  f.hang = true;  // A reads the prefill leg and never answers
+  h.fleet().SetFaults(0, f);
+  json::array m;
+  m.push_back(Msg("user", Text(4000, 36)));
+  auto res = h.Chat(m, true);
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(res["X-Kvroute-Backend"], "gpu1");
+  EXPECT_NE(res.body().find("data: [DONE]"), std::string::npos);
+  h.StopAndReadLog();
+  EXPECT_EQ(Counter(h.server(), "kvroute_offloads_total{connector=\"nixl\",outcome=\"prefill_failed\"}"),
+            1);
+  EXPECT_EQ(Counter(h.server(), "kvroute_upstream_errors_total{backend=\"gpu0\",kind=\"timeout\"}"),
+            1);
+}
+
 TEST(HandoffTest, ClientDisconnectDuringPrefillCancelsBothLegs) {
   // A is a fake engine that never finishes its prefill and reports when
   // kvroute hangs up on it; B is a simulated instance.
