@@ -80,23 +80,25 @@ void Family::RenderHeader(std::string* out) const {
   absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ", type_, "\n");
 }
 
-CounterVec::CounterVec(std::string name, std::string help, std::vector<std::string> labels)
-    : Family(std::move(name), std::move(help), "counter", std::move(labels)) {}
+ScalarVec::ScalarVec(std::string name, std::string help, std::string type,
+                     std::vector<std::string> labels)
+    : Family(std::move(name), std::move(help), std::move(type), std::move(labels)) {}
 
-void CounterVec::Inc(Labels values, double by) {
+void ScalarVec::Update(Labels values, double v, bool add) {
   std::string key = Key(values);
   absl::MutexLock lock(&mu_);
-  series_[key] += by;
+  double& cell = series_[key];
+  cell = add ? cell + v : v;
 }
 
-double CounterVec::Value(Labels values) const {
+double ScalarVec::Value(Labels values) const {
   std::string key = Key(values);
   absl::MutexLock lock(&mu_);
   auto it = series_.find(key);
   return it == series_.end() ? 0 : it->second;
 }
 
-void CounterVec::Render(std::string* out) const {
+void ScalarVec::Render(std::string* out) const {
   RenderHeader(out);
   absl::MutexLock lock(&mu_);
   if (series_.empty() && label_names_.empty()) {
@@ -107,40 +109,12 @@ void CounterVec::Render(std::string* out) const {
     absl::StrAppend(out, name_, LabelText(key), " ", FormatValue(v), "\n");
   }
 }
+
+CounterVec::CounterVec(std::string name, std::string help, std::vector<std::string> labels)
+    : ScalarVec(std::move(name), std::move(help), "counter", std::move(labels)) {}
 
 GaugeVec::GaugeVec(std::string name, std::string help, std::vector<std::string> labels)
-    : Family(std::move(name), std::move(help), "gauge", std::move(labels)) {}
-
-void GaugeVec::Set(Labels values, double v) {
-  std::string key = Key(values);
-  absl::MutexLock lock(&mu_);
-  series_[key] = v;
-}
-
-void GaugeVec::Add(Labels values, double by) {
-  std::string key = Key(values);
-  absl::MutexLock lock(&mu_);
-  series_[key] += by;
-}
-
-double GaugeVec::Value(Labels values) const {
-  std::string key = Key(values);
-  absl::MutexLock lock(&mu_);
-  auto it = series_.find(key);
-  return it == series_.end() ? 0 : it->second;
-}
-
-void GaugeVec::Render(std::string* out) const {
-  RenderHeader(out);
-  absl::MutexLock lock(&mu_);
-  if (series_.empty() && label_names_.empty()) {
-    absl::StrAppend(out, name_, " 0\n");
-    return;
-  }
-  for (const auto& [key, v] : series_) {
-    absl::StrAppend(out, name_, LabelText(key), " ", FormatValue(v), "\n");
-  }
-}
+    : ScalarVec(std::move(name), std::move(help), "gauge", std::move(labels)) {}
 
 HistogramVec::HistogramVec(std::string name, std::string help, std::vector<std::string> labels,
                            std::vector<double> bounds)

@@ -50,29 +50,33 @@ class Family {
   std::vector<std::string> label_names_;
 };
 
-class CounterVec : public Family {
+// Counters and gauges: one number per label set.
+class ScalarVec : public Family {
  public:
-  CounterVec(std::string name, std::string help, std::vector<std::string> labels);
-  void Inc(Labels values, double by = 1.0);
+  ScalarVec(std::string name, std::string help, std::string type,
+            std::vector<std::string> labels);
   double Value(Labels values) const;
   void Render(std::string* out) const override;
+
+ protected:
+  void Update(Labels values, double v, bool add);
 
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, double> series_ ABSL_GUARDED_BY(mu_);
 };
 
-class GaugeVec : public Family {
+class CounterVec : public ScalarVec {
+ public:
+  CounterVec(std::string name, std::string help, std::vector<std::string> labels);
+  void Inc(Labels values, double by = 1.0) { Update(values, by, true); }
+};
+
+class GaugeVec : public ScalarVec {
  public:
   GaugeVec(std::string name, std::string help, std::vector<std::string> labels);
-  void Set(Labels values, double v);
-  void Add(Labels values, double by);
-  double Value(Labels values) const;
-  void Render(std::string* out) const override;
-
- private:
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, double> series_ ABSL_GUARDED_BY(mu_);
+  void Set(Labels values, double v) { Update(values, v, false); }
+  void Add(Labels values, double by) { Update(values, by, true); }
 };
 
 class HistogramVec : public Family {
