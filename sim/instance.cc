@@ -657,8 +657,11 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     spec.hold_for_remote_decode = true;
     spec.max_tokens = 1;
     pending->hold_id = spec.request_id;
-    pending->publish_keys.push_back(absl::StrCat("nixl:", engine_id_, ":", spec.request_id));
-    if (transfer_id) pending->publish_keys.push_back(absl::StrCat("mooncake:", *transfer_id));
+    if (transfer_id) {
+      pending->publish_keys.push_back(absl::StrCat("mooncake:", *transfer_id));
+    } else if (kv != nullptr) {
+      pending->publish_keys.push_back(absl::StrCat("nixl:", engine_id_, ":", spec.request_id));
+    }
   }
   if (claim_key) {
     pending->kv_source = fabric_.Claim(*claim_key);
