@@ -622,6 +622,54 @@ TEST(FleetRealTimeTest, RealTimeDriverReleasesStepsAndExportsItsScale) {
   EXPECT_GE(fleet.gauges(0).steps, 5u);
 }
 
+TEST(FleetThreadsTest, ConcurrentHandoffsAcrossThreads) {
+  FleetOptions opts;
+  opts.instances = 4;
+  opts.time_scale = 0;
+  opts.io_threads = 2;  // instances on different threads: the fabric crosses strands
+  opts.profile = TinyProfile();
+  opts.profile.num_gpu_blocks_override = 512;
+  Fleet fleet(opts);
+  auto started = fleet.Start();
+  ASSERT_TRUE(started.ok());
+  const std::vector<uint16_t> ports = *started;
+  std::vector<std::future<int64_t>> decodes;
+  std::vector<std::future<int>> prefills;
+  std::vector<int> expected;
+  for (int i = 0; i < 16; ++i) {
+    const std::string prompt = Prompt(3, "pair " + std::to_string(i));
+    expected.push_back(PromptTokens(prompt) - 1);
+    const int a = i % 4;
+    const int b = (i + 1) % 4;
+    const std::string body = CompletionBody(
+        prompt, 3, false,
+        R"("bootstrap_host": "127.0.0.1", "bootstrap_port": )" + std::to_string(ports[a]) +
+            R"(, "bootstrap_room": )" + std::to_string(1000 + i));
+    decodes.push_back(std::async(std::launch::async, [&ports, b, body] {
+      auto r = Post(ports[b], "/v1/completions", body);
+      if (r.status != 200) return int64_t{-1};
+      return r.Json()
+          .as_object()
+          .at("usage")
+          .as_object()
+          .at("prompt_tokens_details")
+          .as_object()
+          .at("cached_tokens")
+          .as_int64();
+    }));
+    prefills.push_back(std::async(std::launch::async, [&ports, a, body] {
+      return Post(ports[a], "/v1/completions", body).status;
+    }));
+  }
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(prefills[i].get(), 200) << i;
+    EXPECT_EQ(decodes[i].get(), expected[i]) << i;
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(MetricValue(Get(ports[i], "/metrics").body, "kvroute_sim_kv_holds"), 0) << i;
+  }
+}
+
 TEST(FleetStartTest, FaultsAtStartAndBadFaultJson) {
   FleetOptions opts;
   opts.instances = 2;
