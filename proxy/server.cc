@@ -151,6 +151,10 @@ struct LegOptions {
   // A 5xx answer is a failure before the first byte (the caller retries
   // elsewhere) instead of a response to relay.
   bool fail_on_5xx = false;
+  // Called once the engine's response is complete, before its last bytes
+  // go to the client, so that whatever the client sends next (a session's
+  // next turn) is routed with this response already learned.
+  std::function<void(int status, const Usage& usage)> before_last_write;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -430,6 +434,22 @@ class Session : public std::enable_shared_from_this<Session> {
     Decor decor{rec.id, backends[d.decode_backend].name, rec.request_class};
     const router::RouteTicket& tk = *ticket;
     auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
+    bool reported = false;
+    auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
+      if (reported) return;
+      reported = true;
+      router::Outcome o;
+      o.served_by = served_by;
+      o.ok = ok;
+      o.prompt_tokens = u.prompt_tokens;
+      o.cached_tokens = u.cached_tokens;
+      o.completion_tokens = u.completion_tokens;
+      o.kv_transferred = transferred;
+      state_.router->OnComplete(tk, o, absl::Now());
+    };
+    complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
+      report(served_by, transferred, status >= 200 && status < 300, u);
+    };
 
     LegResult leg;
     if (offload) {
@@ -439,6 +459,7 @@ class Session : public std::enable_shared_from_this<Session> {
       leg = co_await ServeColocated(tmpl, std::move(body), d.decode_backend, decor, rec.stream,
                                     on_first_byte);
     }
+    complete_hook_ = nullptr;
     const RelayResult& r = leg.r;
     rec.attempts = leg.attempts;
     rec.status = r.status;
@@ -449,14 +470,10 @@ class Session : public std::enable_shared_from_this<Session> {
     rec.completion_tokens = r.usage.completion_tokens;
     ObserveOutcome(route, rec, r, leg, d, t0);
 
-    router::Outcome outcome;
-    outcome.served_by = leg.served_by;
-    outcome.ok = r.completed && r.status >= 200 && r.status < 300;
-    outcome.prompt_tokens = r.usage.prompt_tokens;
-    outcome.cached_tokens = r.usage.cached_tokens;
-    outcome.completion_tokens = r.usage.completion_tokens;
-    outcome.kv_transferred = leg.kv_transferred;
-    state_.router->OnComplete(tk, outcome, absl::Now());
+    // Normally reported by the relay before the response's last bytes;
+    // here for responses that never completed.
+    report(leg.served_by, leg.kv_transferred,
+           r.completed && r.status >= 200 && r.status < 300, r.usage);
 
     if (!r.headers_sent) {
       if (r.client_gone) co_return false;
@@ -483,17 +500,27 @@ class Session : public std::enable_shared_from_this<Session> {
     bool kv_transferred = false;
   };
 
+  // Arms the relay's completion hook for a client-facing leg on `backend`.
+  void ArmCompletion(LegOptions& opts, int backend, bool kv_transferred) {
+    opts.before_last_write = [this, backend, kv_transferred](int status, const Usage& u) {
+      if (complete_hook_) complete_hook_(backend, kv_transferred, status, u);
+    };
+  }
+
   net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
                                            std::string body, int backend, Decor decor,
-                                           bool stream, std::function<void()> on_first_byte) {
+                                           bool stream, std::function<void()> on_first_byte,
+                                           bool kv_transferred = false) {
     LegResult out;
     out.served_by = backend;
+    out.kv_transferred = kv_transferred;
     out.label = state_.router->Backends()[backend].name;
     decor.backend_label = out.label;
     http::request<http::string_body> up = tmpl;
     up.body() = std::move(body);
     LegOptions opts;
     opts.on_first_byte = std::move(on_first_byte);
+    ArmCompletion(opts, backend, kv_transferred);
     out.r = co_await Relay(backend, up, decor, stream, std::move(opts));
     out.attempts = 1;
     co_return out;
@@ -537,11 +564,13 @@ class Session : public std::enable_shared_from_this<Session> {
     auto count = [&](std::string_view outcome) {
       state_.metrics->offloads->Inc({conn_name, outcome});
     };
-    auto colocated = [&](int on, std::string_view why) -> net::awaitable<LegResult> {
+    auto colocated = [&](int on, std::string_view why,
+                         bool transferred = false) -> net::awaitable<LegResult> {
       count(why);
       rec.prefill_backend = backends[on].name;
       rec.decode_backend = backends[on].name;
-      LegResult out = co_await ServeColocated(tmpl, body, on, decor, stream, on_first_byte);
+      LegResult out =
+          co_await ServeColocated(tmpl, body, on, decor, stream, on_first_byte, transferred);
       co_return out;
     };
     if (state_.offload_inflight.load() >= static_cast<int64_t>(cfg_.transfer.max_offload_inflight)) {
@@ -617,6 +646,7 @@ class Session : public std::enable_shared_from_this<Session> {
         LegOptions dopts;
         dopts.on_first_byte = on_first_byte;
         dopts.fail_on_5xx = true;
+        ArmCompletion(dopts, b, out.kv_transferred);
         out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
         out.attempts = 2;
         decode_failed = !out.r.headers_sent && !out.r.client_gone && out.r.upstream_failed;
@@ -661,6 +691,7 @@ class Session : public std::enable_shared_from_this<Session> {
       dopts.on_first_byte = on_first_byte;
       dopts.state = dstate;
       dopts.fail_on_5xx = true;
+      ArmCompletion(dopts, b, true);
       out.r = co_await Relay(b, dec, decor, stream, std::move(dopts));
       out.attempts = 2;
       out.kv_transferred = true;
@@ -687,15 +718,17 @@ class Session : public std::enable_shared_from_this<Session> {
 
     if (prefill_failed) {
       if (connector.needs_engine_id()) ForgetEngineId(a);
+      state_.metrics->retries->Inc({backends[b].name, "prefill_failed"});
       LegResult again = co_await colocated(b, "prefill_failed");
       again.attempts += out.attempts;
       co_return again;
     }
     if (decode_failed) {
       // A computed the prompt's KV: it is the cheapest place to serve it now.
-      LegResult again = co_await colocated(a, "decode_failed");
+      state_.metrics->retries->Inc({backends[a].name, "decode_failed"});
+      // A ran the prefill leg: it holds the prompt.
+      LegResult again = co_await colocated(a, "decode_failed", /*transferred=*/true);
       again.attempts += out.attempts;
-      again.kv_transferred = true;  // A ran the prefill leg: it holds the prompt
       co_return again;
     }
     rec.t_prefill_done = t_prefill_done;
@@ -798,12 +831,14 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!hec && !leg->aborted()) break;
         wec = hec ? hec : net::error::operation_aborted;
         if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted()) {
+          state_.metrics->retries->Inc({spec.name, "stale_connection"});
           parser.reset();
           leg->upstream = nullptr;
           conn.reset();
           continue;  // stale keep-alive connection: once more on a fresh one
         }
       } else if (reused && !leg->aborted() && wec != beast::error::timeout) {
+        state_.metrics->retries->Inc({spec.name, "stale_connection"});
         leg->upstream = nullptr;
         conn.reset();
         continue;
@@ -872,6 +907,13 @@ class Session : public std::enable_shared_from_this<Session> {
     if (opts.on_first_byte) opts.on_first_byte();
 
     ResponseObserver observer(r.sse, pool.options().max_observed_body);
+    bool hook_fired = false;
+    auto fire_hook = [&] {
+      if (hook_fired) return;
+      hook_fired = true;
+      observer.Finish();
+      if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
+    };
     char chunk[16384];
     bool upstream_ok = true;
     while (!parser->is_done()) {
@@ -893,6 +935,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       if (n == 0) continue;
       observer.Feed(std::string_view(chunk, n));
+      if (parser->is_done()) fire_hook();
       if (!opts.to_client) {
         if (opts.capture != nullptr && opts.capture->size() + n <= opts.max_capture) {
           opts.capture->append(chunk, n);
@@ -921,6 +964,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.events = observer.events();
     if (upstream_ok) {
       r.completed = true;
+      fire_hook();
       if (chunked && opts.to_client) {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
         auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
@@ -945,6 +989,9 @@ class Session : public std::enable_shared_from_this<Session> {
     co_return r;
   }
 
+  // Set by ServeCompletion while a request is served: tells the router the
+  // response completed (served_by, kv_transferred, status, usage).
+  std::function<void(int, bool, int, const Usage&)> complete_hook_;
   Server::Worker& worker_;
   Server::State& state_;
   const Config& cfg_;
@@ -998,6 +1045,15 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
       inflight(reg.AddGauge("kvroute_requests_inflight", "Completion requests in flight.")),
       health_transitions(reg.AddCounter("kvroute_backend_health_transitions_total",
                                         "Backend health changes.", {"backend", "to"})),
+      retries(reg.AddCounter("kvroute_retries_total",
+                             "Upstream attempts made again before any byte reached the client, "
+                             "by the backend retried on and reason (stale_connection: a pooled "
+                             "keep-alive connection was dead; prefill_failed / decode_failed: a "
+                             "handoff fell back to co-located serving).",
+                             {"backend", "reason"})),
+      ejections(reg.AddCounter("kvroute_backend_ejections_total",
+                               "Times a backend was ejected by the health checks.",
+                               {"backend"})),
       offloads(reg.AddCounter("kvroute_offloads_total",
                               "Prefill/decode handoffs by connector and outcome (ok, "
                               "prefill_failed, decode_failed, stream_error, client_gone, "
@@ -1185,6 +1241,7 @@ net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
     if (healthy != state_->healthy[i]) {
       state_->healthy[i] = healthy;
       metrics_->health_transitions->Inc({backends[i].name, healthy ? "healthy" : "unhealthy"});
+      if (!healthy) metrics_->ejections->Inc({backends[i].name});
       spdlog::warn("backend {} is now {}", backends[i].name, healthy ? "healthy" : "unhealthy");
     }
     router_->SetHealthy(static_cast<int>(i), healthy);

@@ -49,6 +49,8 @@ struct ProxyMetrics {
   metrics::GaugeVec* connections;
   metrics::GaugeVec* inflight;
   metrics::CounterVec* health_transitions;  // backend, to
+  metrics::CounterVec* retries;           // backend, reason
+  metrics::CounterVec* ejections;         // backend
   metrics::CounterVec* offloads;          // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector

@@ -104,6 +104,8 @@ TEST_P(HandoffFailureTest, DecodeFailureBeforeFirstByteIsRetriedOnA) {
   EXPECT_EQ(Counter(h.server(), "kvroute_offloads_total{connector=\"" + GetParam() +
                                     "\",outcome=\"decode_failed\"}"),
             1);
+  EXPECT_EQ(Counter(h.server(), "kvroute_retries_total{backend=\"gpu0\",reason=\"decode_failed\"}"),
+            1);
 }
 
 TEST_P(HandoffFailureTest, DecodeDyingMidStreamEndsWithErrorEvent) {

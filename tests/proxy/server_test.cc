@@ -283,6 +283,12 @@ TEST(ServerTest, StaleKeepAliveConnectionIsRetriedOnce) {
     EXPECT_EQ(res.result_int(), 200) << i;
   }
   EXPECT_EQ(up.requests(), 3);
+  server->Shutdown();
+  server->Wait();
+  EXPECT_NE(server->registry().Render().find(
+                "kvroute_retries_total{backend=\"gpu0\",reason=\"stale_connection\"} 2\n"),
+            std::string::npos)
+      << server->registry().Render();
 }
 
 TEST(ServerTest, RoundRobinSpreadsAcrossBackends) {
@@ -367,6 +373,8 @@ TEST(ServerTest, HealthFollowsBackends) {
                            R"({"prompt":"x"})");
     EXPECT_EQ(req.result_int(), 503);
     EXPECT_EQ(RequestOnce(server->port(), http::verb::get, "/v1/models").result_int(), 503);
+    EXPECT_NE(server->registry().Render().find("kvroute_backend_ejections_total{backend=\"gpu1\"} 1"),
+              std::string::npos);
   }
 }
 
