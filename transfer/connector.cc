@@ -10,6 +10,16 @@ namespace {
 
 namespace json = boost::json;
 
+// The client's body with `kv_transfer_params` set, as a prefill-only leg
+// (MakePrefillOnly) or as-is for a decode leg.
+std::string WithTransferParams(const json::object& client, json::object params,
+                               bool prefill_only) {
+  json::object body = client;
+  if (prefill_only) MakePrefillOnly(&body);
+  body["kv_transfer_params"] = std::move(params);
+  return json::serialize(body);
+}
+
 // vLLM NixlConnector: sequential; A returns the handle the decode leg needs.
 class NixlConnector : public Connector {
  public:
@@ -18,8 +28,6 @@ class NixlConnector : public Connector {
 
   absl::StatusOr<std::string> PrefillBody(const json::object& client,
                                           const HandoffPlan& plan) const override {
-    json::object body = client;
-    MakePrefillOnly(&body);
     json::object params;
     params["do_remote_decode"] = true;
     params["do_remote_prefill"] = false;
@@ -27,17 +35,15 @@ class NixlConnector : public Connector {
     params["remote_block_ids"] = nullptr;
     params["remote_host"] = nullptr;
     params["remote_port"] = nullptr;
-    body["kv_transfer_params"] = std::move(params);
-    return json::serialize(body);
+    return WithTransferParams(client, std::move(params), /*prefill_only=*/true);
   }
 
   absl::StatusOr<std::string> DecodeBody(
       const json::object& client, const HandoffPlan& plan,
       const std::optional<json::object>& prefill_params) const override {
     if (!prefill_params) return json::serialize(client);  // B prefills itself
-    json::object body = client;
-    body["kv_transfer_params"] = *prefill_params;  // verbatim, opaque
-    return json::serialize(body);
+    // Verbatim, opaque: newer engines add fields kvroute need not know.
+    return WithTransferParams(client, *prefill_params, /*prefill_only=*/false);
   }
 };
 
@@ -50,14 +56,11 @@ class MooncakeConnector : public Connector {
 
   absl::StatusOr<std::string> PrefillBody(const json::object& client,
                                           const HandoffPlan& plan) const override {
-    json::object body = client;
-    MakePrefillOnly(&body);
     json::object params;
     params["do_remote_decode"] = true;
     params["do_remote_prefill"] = false;
     params["transfer_id"] = TransferId(plan);
-    body["kv_transfer_params"] = std::move(params);
-    return json::serialize(body);
+    return WithTransferParams(client, std::move(params), /*prefill_only=*/true);
   }
 
   absl::StatusOr<std::string> DecodeBody(const json::object& client, const HandoffPlan& plan,
@@ -65,7 +68,6 @@ class MooncakeConnector : public Connector {
     if (plan.engine_id.empty()) {
       return absl::FailedPreconditionError("mooncake: prefill instance's engine_id is unknown");
     }
-    json::object body = client;
     json::object params;
     params["do_remote_decode"] = false;
     params["do_remote_prefill"] = true;
@@ -73,8 +75,7 @@ class MooncakeConnector : public Connector {
         absl::StrCat("http://", plan.prefill_host, ":", plan.bootstrap_port);
     params["remote_engine_id"] = plan.engine_id;
     params["transfer_id"] = TransferId(plan);
-    body["kv_transfer_params"] = std::move(params);
-    return json::serialize(body);
+    return WithTransferParams(client, std::move(params), /*prefill_only=*/false);
   }
 
  private:
