@@ -11,6 +11,10 @@ PACKAGES=(
   libcli11-dev libxxhash-dev
   # tests/deploy: a real Prometheus (and promtool) and Node.js for the OpenAI SDK client test.
   prometheus nodejs
+  # Fuzzing and sanitizer stages (issue 7): clang with libFuzzer and the sanitizer runtimes.
+  clang libclang-rt-14-dev
+  # bench/perf (issue 8): the proxies kvroute is compared with, the load generator, profilers.
+  nginx-light haproxy wrk valgrind
   # Debian's npm, unless an npm is already installed (NodeSource's nodejs bundles npm and
   # conflicts with Debian's npm package).
   $(command -v npm >/dev/null 2>&1 || echo npm)
@@ -32,5 +36,12 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Packages such as nginx and haproxy would start their system services on install; the
+# benchmarks start their own instances on loopback, so keep the packaged ones stopped.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
