@@ -26,6 +26,10 @@ namespace {
 
 struct BackendState {
   bool healthy = true;
+  // Bumped when the backend is ejected: its load counters restart at zero,
+  // and requests routed before (which carry the old epoch) no longer touch
+  // them when they end.
+  uint64_t epoch = 0;
   int64_t inflight_requests = 0;
   int64_t inflight_prefill_tokens = 0;
   int64_t decoding_requests = 0;
@@ -56,6 +60,8 @@ struct InflightRequest {
   int32_t est_chunks_prefill = 0;
   uint64_t route_tick = 0;  // shadow clock at routing
   bool first_token = false;
+  uint64_t prefill_epoch = 0;  // BackendState::epoch of each backend at routing
+  uint64_t decode_epoch = 0;
 };
 
 class RouterImpl : public Router {
@@ -184,7 +190,9 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   for (int b = 0; b < n; ++b) {
     const BackendState& s = state_[b];
     BackendSnapshot& v = fleet.backends[b];
-    v.healthy = s.healthy;
+    v.healthy = s.healthy && std::find(features.avoid_backends.begin(),
+                                       features.avoid_backends.end(),
+                                       b) == features.avoid_backends.end();
     v.role = specs_[b].role;
     v.inflight_requests = s.inflight_requests;
     v.inflight_prefill_tokens = s.inflight_prefill_tokens;
@@ -201,8 +209,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   absl::StatusOr<Decision> decided = policy_->Decide(fleet);
   if (!decided.ok()) return decided.status();
   Decision& d = *decided;
-  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) || !state_[d.decode_backend].healthy ||
-      !state_[d.prefill_backend].healthy) {
+  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) ||
+      !fleet.backends[d.decode_backend].healthy || !fleet.backends[d.prefill_backend].healthy) {
     return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
                                             " chose an invalid or unhealthy backend"));
   }
@@ -217,6 +225,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   r.est_chunks_decode = matched_[d.decode_backend];
   r.est_chunks_prefill = matched_[d.prefill_backend];
   r.route_tick = index_.clock();
+  r.prefill_epoch = state_[d.prefill_backend].epoch;
+  r.decode_epoch = state_[d.decode_backend].epoch;
   r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
   const int64_t output_est = features.max_tokens > 0
                                  ? std::min(features.max_tokens, options_.max_output_tokens_est)
@@ -251,31 +261,40 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
   InflightRequest& r = it->second;
   r.first_token = true;
   const Decision& d = r.decision;
+  // A backend ejected since routing had its counters reset: leave them.
   BackendState& p = state_[d.prefill_backend];
-  p.inflight_prefill_tokens -= r.prefill_new_tokens;
-  if (d.mode == DecisionMode::kOffload) {
-    // The prefill leg is over; its instance only serves the KV pull now.
-    p.inflight_requests -= 1;
-    p.inflight_tokens -= d.prompt_tokens_est;
+  if (p.epoch == r.prefill_epoch) {
+    p.inflight_prefill_tokens -= r.prefill_new_tokens;
+    if (d.mode == DecisionMode::kOffload) {
+      // The prefill leg is over; its instance only serves the KV pull now.
+      p.inflight_requests -= 1;
+      p.inflight_tokens -= d.prompt_tokens_est;
+    }
   }
-  state_[d.decode_backend].decoding_requests += 1;
+  BackendState& q = state_[d.decode_backend];
+  if (q.epoch == r.decode_epoch) q.decoding_requests += 1;
 }
 
 void RouterImpl::Release(InflightRequest& r) {
   const Decision& d = r.decision;
   BackendState& p = state_[d.prefill_backend];
   BackendState& q = state_[d.decode_backend];
+  // Counters of a backend ejected since routing were reset at ejection.
+  const bool p_live = p.epoch == r.prefill_epoch;
+  const bool q_live = q.epoch == r.decode_epoch;
   if (r.first_token) {
-    q.decoding_requests -= 1;
-  } else {
+    if (q_live) q.decoding_requests -= 1;
+  } else if (p_live) {
     p.inflight_prefill_tokens -= r.prefill_new_tokens;
     if (d.mode == DecisionMode::kOffload) {
       p.inflight_requests -= 1;
       p.inflight_tokens -= d.prompt_tokens_est;
     }
   }
-  q.inflight_requests -= 1;
-  q.inflight_tokens -= r.total_tokens;
+  if (q_live) {
+    q.inflight_requests -= 1;
+    q.inflight_tokens -= r.total_tokens;
+  }
 }
 
 void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served) {
@@ -375,7 +394,22 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
   if (!Valid(backend)) return;
   absl::MutexLock lock(&mu_);
   BackendState& s = state_[backend];
-  // An instance coming back most likely restarted with an empty cache.
+  if (!healthy && s.healthy) {
+    // Ejected: its requests are failing or will be retried elsewhere, so
+    // the load they reserved must stop steering traffic (it would make the
+    // instance look busy after it returns). New epoch: the requests routed
+    // before leave the reset counters alone when they end.
+    s.epoch += 1;
+    s.inflight_requests = 0;
+    s.inflight_prefill_tokens = 0;
+    s.decoding_requests = 0;
+    s.inflight_tokens = 0;
+  }
+  // An instance coming back most likely restarted with an empty cache
+  // (a vLLM restart loses its prefix cache): drop its shadow rather than
+  // route by phantom hits; engine cached_tokens re-teach it. (Sessions
+  // that lived there moved away while it was out: a session's next turn
+  // breaks affinity to an unhealthy instance and is reassigned.)
   if (healthy && !s.healthy) index_.Clear(backend);
   s.healthy = healthy;
 }

@@ -195,6 +195,10 @@ class Router {
   // The response ended (any way). Releases load; learns from usage.
   virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) = 0;
 
+  // Ejecting a backend (healthy -> false) releases the load of its requests
+  // in flight (they are failing or being retried elsewhere); re-admitting it
+  // drops its shadow cache, since an instance that was out most likely
+  // restarted with an empty prefix cache.
   virtual void SetHealthy(int backend, bool healthy) = 0;
   virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;
 

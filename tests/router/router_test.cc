@@ -2,6 +2,7 @@
 // least_loaded end to end.
 #include "router/router.h"
 
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -98,6 +99,77 @@ TEST(RouterTest, AllUnhealthyIsUnavailable) {
     ASSERT_FALSE(t.ok()) << name;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kUnavailable) << name;
   }
+}
+
+TEST(RouterTest, AvoidBackendsExcludesThemForOneDecision) {
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2"}) {
+    auto r = Make(name, 3);
+    RequestFeatures f = Req(std::string(3000, 'a'), "s1");
+    f.avoid_backends = {0, 2};
+    for (int i = 0; i < 4; ++i) {
+      auto t = r->Route(f, kT0);
+      ASSERT_TRUE(t.ok()) << name;
+      EXPECT_EQ(t->decision.decode_backend, 1) << name;
+      EXPECT_EQ(t->decision.prefill_backend, 1) << name;
+    }
+    // The avoid list is per request: the next one may use every backend.
+    RequestFeatures g = Req("other");
+    std::set<int> seen;
+    for (int i = 0; i < 6; ++i) {
+      auto t = r->Route(g, kT0);
+      ASSERT_TRUE(t.ok());
+      seen.insert(t->decision.decode_backend);
+      r->OnComplete(*t, {.ok = true}, kT0);
+    }
+    if (std::string(name) == "round_robin") {
+      EXPECT_EQ(seen.size(), 3u);
+    }
+    f.avoid_backends = {0, 1, 2};
+    auto none = r->Route(f, kT0);
+    ASSERT_FALSE(none.ok()) << name;
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << name;
+  }
+}
+
+TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
+  auto r = Make("least_loaded", 2);
+  auto a = r->Route(Req("x"), kT0);
+  auto b = r->Route(Req("x"), kT0);
+  auto c = r->Route(Req("x"), kT0);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_EQ(a->decision.decode_backend, 0);
+  ASSERT_EQ(c->decision.decode_backend, 0);
+  r->OnFirstToken(*a, kT0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 2);
+  EXPECT_EQ(r->Report()[0].decoding_requests, 1);
+
+  r->SetHealthy(0, false);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 0);
+  EXPECT_EQ(r->Report()[0].decoding_requests, 0);
+  EXPECT_EQ(r->Report()[0].inflight_tokens, 0);
+  EXPECT_EQ(r->Report()[0].inflight_prefill_tokens, 0);
+  EXPECT_EQ(r->Stats().inflight_requests, 3);  // still routed, not completed
+
+  // The ejected backend's requests end later: its counters stay at zero
+  // instead of going negative, and the healthy backend's are untouched.
+  r->OnFirstToken(*c, kT0);
+  r->OnComplete(*a, {.ok = false}, kT0);
+  r->OnComplete(*c, {.ok = false}, kT0);
+  r->SetHealthy(0, true);
+  const auto rep = r->Report();
+  EXPECT_EQ(rep[0].inflight_requests, 0);
+  EXPECT_EQ(rep[0].decoding_requests, 0);
+  EXPECT_EQ(rep[0].inflight_tokens, 0);
+  EXPECT_EQ(rep[1].inflight_requests, 1);
+  // Requests routed after the return are accounted normally.
+  auto d = r->Route(Req("x"), kT0);
+  ASSERT_EQ(d->decision.decode_backend, 0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 1);
+  r->OnComplete(*d, {.ok = true}, kT0);
+  r->OnComplete(*b, {.ok = true}, kT0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 0);
+  EXPECT_EQ(r->Report()[1].inflight_requests, 0);
+  EXPECT_EQ(r->Stats().inflight_requests, 0);
 }
 
 TEST(RouterTest, LeastLoadedFollowsInflightRequests) {
