@@ -137,6 +137,10 @@ absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
   KV_RETURN_IF_ERROR(r.Seconds("request_timeout_s", &l->request_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("write_timeout_s", &l->write_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("drain_timeout_s", &l->drain_timeout, 0));
+  KV_RETURN_IF_ERROR(r.Integer("max_inflight_requests", &l->max_inflight_requests, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("max_queued_requests", &l->max_queued_requests, 0, 10000000));
+  KV_RETURN_IF_ERROR(r.Seconds("queue_timeout_s", &l->queue_timeout, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_after_s", &l->retry_after, 1));
   return r.Finish();
 }
 
@@ -148,6 +152,9 @@ absl::Status ParseUpstream(const YAML::Node& n, UpstreamOptions* u) {
   KV_RETURN_IF_ERROR(r.Seconds("idle_timeout_s", &u->idle_timeout));
   KV_RETURN_IF_ERROR(r.Integer("max_idle_per_backend", &u->max_idle_per_backend, 0, 100000));
   KV_RETURN_IF_ERROR(r.Integer("max_observed_body", &u->max_observed_body, 0, int64_t{1} << 30));
+  KV_RETURN_IF_ERROR(r.Integer("max_attempts", &u->max_attempts, 1, 16));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_backoff_s", &u->retry_backoff, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_backoff_max_s", &u->retry_backoff_max, 0));
   return r.Finish();
 }
 
@@ -165,6 +172,15 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
   KV_RETURN_IF_ERROR(r.Integer("unhealthy_after", &m->unhealthy_after, 1, 1000));
   KV_RETURN_IF_ERROR(r.Integer("healthy_after", &m->healthy_after, 1, 1000));
   KV_RETURN_IF_ERROR(r.Seconds("scrape_interval_s", &m->scrape_interval));
+  KV_RETURN_IF_ERROR(r.Integer("passive_failures", &m->passive_failures, 1, 100000));
+  KV_RETURN_IF_ERROR(r.Seconds("ejection_s", &m->ejection, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("max_ejection_s", &m->max_ejection, 0));
+  if (m->max_ejection < m->ejection) {
+    return KeyError("health.max_ejection_s",
+                    absl::StrCat("must be at least health.ejection_s (",
+                                 absl::ToDoubleSeconds(m->ejection), "), got ",
+                                 absl::ToDoubleSeconds(m->max_ejection)));
+  }
   return r.Finish();
 }
 

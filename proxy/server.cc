@@ -13,20 +13,34 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proxy/absl_compat.h"
+#include "proxy/admission.h"
+#include "proxy/health.h"
 #include "proxy/features.h"
 #include "proxy/response_observer.h"
 #include "router/prefix_hash.h"
 #include "transfer/connector.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 
 namespace kvroute::proxy {
 
+namespace {
+struct LegState;  // one upstream leg's shared state, defined below
+}  // namespace
+
 struct Server::Worker {
   Worker(std::vector<router::BackendSpec> backends, const UpstreamOptions& options)
-      : ioc(1), guard(net::make_work_guard(ioc)), pool(ioc, std::move(backends), options) {}
+      : ioc(1),
+        guard(net::make_work_guard(ioc)),
+        waiting(backends.size()),
+        pool(ioc, std::move(backends), options) {}
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> guard;
+  // Legs of this worker waiting for a response header, per backend: when the
+  // backend is ejected they are cut short and retried elsewhere. Touched
+  // only on this worker's thread.
+  std::vector<absl::flat_hash_set<LegState*>> waiting;
   UpstreamPool pool;
 };
 
@@ -41,9 +55,9 @@ struct Server::State {
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> inflight{0};
   std::atomic<bool> draining{false};
-  std::vector<int> fail_streak, ok_streak;
-  std::vector<bool> healthy;
-  std::vector<std::chrono::steady_clock::time_point> last_scrape;
+  std::unique_ptr<HealthTracker> health;
+  std::unique_ptr<Admission> admission;
+  std::vector<std::chrono::steady_clock::time_point> last_scrape;  // monitor (worker 0) only
   // Handoffs.
   std::unique_ptr<transfer::Connector> connector;
   std::vector<uint16_t> bootstrap_ports;  // per backend
@@ -102,6 +116,7 @@ struct RelayResult {
   bool client_gone = false;
   bool upstream_failed = false;  // failed before any response header: 502/504
   bool timed_out = false;
+  bool ejected = false;  // cut short because its backend was ejected
   int status = 0;
   std::string error;
   Usage usage;
@@ -119,8 +134,13 @@ struct LegState {
   bool relay_done = false;
   bool client_gone = false;  // set by the client watcher
   bool cancelled = false;    // set by Cancel()
+  bool ejected = false;      // set by Eject(): the backend was taken out
   void Cancel() {
     cancelled = true;
+    if (upstream != nullptr) upstream->cancel();
+  }
+  void Eject() {
+    ejected = true;
     if (upstream != nullptr) upstream->cancel();
   }
   bool aborted() const { return client_gone || cancelled; }
@@ -275,6 +295,11 @@ class Session : public std::enable_shared_from_this<Session> {
                                 keep_alive, std::move(extra));
   }
 
+  std::string RetryAfterValue() const {
+    return std::to_string(std::max<int64_t>(
+        1, absl::ToInt64Seconds(absl::Ceil(cfg_.limits.retry_after, absl::Seconds(1)))));
+  }
+
   net::awaitable<bool> HandleHealth(bool keep_alive) {
     int healthy = 0;
     for (const auto& b : state_.router->Report()) healthy += b.healthy ? 1 : 0;
@@ -381,14 +406,30 @@ class Session : public std::enable_shared_from_this<Session> {
                                        std::string_view route, Clock::time_point t0,
                                        RequestRecord& rec) {
     const bool keep_alive = req.keep_alive();
-    auto reject = [&](int status, std::string msg) -> net::awaitable<bool> {
+    auto reject = [&](int status, std::string msg,
+                      bool retry_after = false) -> net::awaitable<bool> {
       rec.status = status;
       rec.error = msg;
       Headers extra;
       extra.emplace_back("X-Request-Id", rec.id);
+      if (retry_after) extra.emplace_back("Retry-After", RetryAfterValue());
       co_return co_await SendError(status, msg, keep_alive, std::move(extra));
     };
-    if (state_.draining.load()) co_return co_await reject(503, "kvroute is shutting down");
+    if (state_.draining.load()) {
+      co_return co_await reject(503, "kvroute is shutting down", /*retry_after=*/true);
+    }
+    if (!co_await state_.admission->Acquire(cfg_.limits.queue_timeout)) {
+      state_.metrics->admission_rejections->Inc({});
+      co_return co_await reject(
+          429,
+          absl::StrCat("kvroute is at its limit of ", cfg_.limits.max_inflight_requests,
+                       " requests in flight; retry later"),
+          /*retry_after=*/true);
+    }
+    struct SlotGuard {
+      Admission* admission;
+      ~SlotGuard() { admission->Release(); }
+    } slot{state_.admission.get()};
     // Like vLLM's server, the body is read as JSON whatever Content-Type
     // says (curl -d sends form encoding); a non-JSON body is a 400 below.
     absl::StatusOr<router::RequestFeatures> features =
@@ -398,31 +439,7 @@ class Session : public std::enable_shared_from_this<Session> {
     rec.session = features->session_id;
     rec.stream = features->stream;
     const router::Options& ropts = state_.router->options();
-    const auto td0 = Clock::now();
     features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
-    absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
-    state_.metrics->decision_time->Observe({}, Since(td0));
-    if (!ticket.ok()) {
-      // ResourceExhausted: too many requests in flight (429, retry soon);
-      // Unavailable: no healthy backend (503).
-      const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
-      co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()));
-    }
-    rec.t_routed = WallSeconds();
-    const router::Decision& d = ticket->decision;
-    const auto& backends = state_.router->Backends();
-    rec.request_class = std::string(router::ToString(d.request_class));
-    rec.prompt_tokens_est = d.prompt_tokens_est;
-    rec.cached_tokens_est = d.cached_tokens_est;
-    rec.new_tokens_est = d.new_tokens_est;
-    state_.metrics->decisions->Inc(
-        {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
-    if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
-    if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
-    const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
-                         d.prefill_backend != d.decode_backend;
-    rec.decode_backend = backends[d.decode_backend].name;
-    rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
 
     http::request<http::string_body> tmpl{http::verb::post, req.target(), 11};
     for (const auto& field : req) {
@@ -431,37 +448,96 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
-    Decor decor{rec.id, backends[d.decode_backend].name, rec.request_class};
-    const router::RouteTicket& tk = *ticket;
-    auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
-    bool reported = false;
-    auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
-      if (reported) return;
-      reported = true;
-      router::Outcome o;
-      o.served_by = served_by;
-      o.ok = ok;
-      o.prompt_tokens = u.prompt_tokens;
-      o.cached_tokens = u.cached_tokens;
-      o.completion_tokens = u.completion_tokens;
-      o.kv_transferred = transferred;
-      state_.router->OnComplete(tk, o, absl::Now());
-    };
-    complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
-      report(served_by, transferred, status >= 200 && status < 300, u);
-    };
+    const auto& backends = state_.router->Backends();
+    const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
 
+    // Route, serve, and while nothing has reached the client and the
+    // failure was the instance's (connect error, timeout, 5xx), route again
+    // avoiding the instances that failed, after a jittered backoff.
     LegResult leg;
-    if (offload) {
-      leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
-                                  rec.stream, on_first_byte, rec);
-    } else {
-      leg = co_await ServeColocated(tmpl, std::move(body), d.decode_backend, decor, rec.stream,
-                                    on_first_byte);
+    router::Decision d;
+    Decor decor;
+    int attempts = 0;
+    std::string retry_reason;  // why this attempt is a retry; empty on the first
+    for (int attempt = 1;; ++attempt) {
+      const auto td0 = Clock::now();
+      absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
+      state_.metrics->decision_time->Observe({}, Since(td0));
+      if (!ticket.ok()) {
+        if (attempt > 1) break;  // nowhere else to go: answer with the last failure
+        // ResourceExhausted: too many requests in flight (429, retry soon);
+        // Unavailable: no healthy backend (503).
+        const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
+        co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()),
+                                  /*retry_after=*/true);
+      }
+      if (attempt == 1) rec.t_routed = WallSeconds();
+      d = ticket->decision;
+      if (!retry_reason.empty()) {
+        state_.metrics->retries->Inc({backends[d.decode_backend].name, retry_reason});
+      }
+      rec.request_class = std::string(router::ToString(d.request_class));
+      rec.prompt_tokens_est = d.prompt_tokens_est;
+      rec.cached_tokens_est = d.cached_tokens_est;
+      rec.new_tokens_est = d.new_tokens_est;
+      state_.metrics->decisions->Inc(
+          {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
+      if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
+      if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
+      const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
+                           d.prefill_backend != d.decode_backend;
+      rec.decode_backend = backends[d.decode_backend].name;
+      rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
+      decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class};
+
+      const router::RouteTicket& tk = *ticket;
+      auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
+      bool reported = false;
+      auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
+        if (reported) return;
+        reported = true;
+        router::Outcome o;
+        o.served_by = served_by;
+        o.ok = ok;
+        o.prompt_tokens = u.prompt_tokens;
+        o.cached_tokens = u.cached_tokens;
+        o.completion_tokens = u.completion_tokens;
+        o.kv_transferred = transferred;
+        state_.router->OnComplete(tk, o, absl::Now());
+      };
+      complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
+        report(served_by, transferred, status >= 200 && status < 300, u);
+      };
+      if (offload) {
+        leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
+                                    rec.stream, on_first_byte, rec);
+      } else {
+        leg = co_await ServeColocated(tmpl, body, d.decode_backend, decor, rec.stream,
+                                      on_first_byte);
+      }
+      complete_hook_ = nullptr;
+      // Normally reported by the relay before the response's last bytes;
+      // here for responses that never completed.
+      report(leg.served_by, leg.kv_transferred,
+             leg.r.completed && leg.r.status >= 200 && leg.r.status < 300, leg.r.usage);
+      attempts += leg.attempts;
+
+      const RelayResult& r = leg.r;
+      const bool retryable = !r.headers_sent && !r.client_gone && r.upstream_failed;
+      if (!retryable || attempt >= max_attempts || state_.draining.load()) break;
+      features->avoid_backends.push_back(d.decode_backend);
+      if (offload) features->avoid_backends.push_back(d.prefill_backend);
+      retry_reason = RetryReason(r);
+      spdlog::debug("request {}: attempt {} on {} failed ({}); retrying elsewhere", rec.id,
+                    attempt, leg.label, r.error);
+      if (const absl::Duration pause = RetryBackoff(attempt); pause > absl::ZeroDuration()) {
+        net::steady_timer timer(stream_.get_executor(), ToChrono(pause));
+        co_await timer.async_wait(kUseTuple);
+      }
     }
-    complete_hook_ = nullptr;
+
     const RelayResult& r = leg.r;
-    rec.attempts = leg.attempts;
+    rec.attempts = attempts;
     rec.status = r.status;
     rec.error = r.error;
     rec.t_first_token = r.t_first_byte;
@@ -470,23 +546,38 @@ class Session : public std::enable_shared_from_this<Session> {
     rec.completion_tokens = r.usage.completion_tokens;
     ObserveOutcome(route, rec, r, leg, d, t0);
 
-    // Normally reported by the relay before the response's last bytes;
-    // here for responses that never completed.
-    report(leg.served_by, leg.kv_transferred,
-           r.completed && r.status >= 200 && r.status < 300, r.usage);
-
     if (!r.headers_sent) {
       if (r.client_gone) co_return false;
-      const int status = r.timed_out ? 504 : 502;
+      // The engine's own 5xx status when it answered one; else 502/504.
+      const int status = r.status >= 500 ? r.status : r.timed_out ? 504 : 502;
       rec.status = status;
       Headers extra;
       extra.emplace_back("X-Request-Id", rec.id);
       extra.emplace_back("X-Kvroute-Backend", leg.label);
       extra.emplace_back("X-Kvroute-Class", decor.request_class);
       std::string msg = absl::StrCat("backend ", leg.label, ": ", r.error);
+      if (attempts > 1) absl::StrAppend(&msg, " (", attempts, " attempts)");
       co_return co_await SendError(status, msg, keep_alive, std::move(extra));
     }
     co_return r.completed && keep_alive && !state_.draining.load();
+  }
+
+  // Why a failed attempt is retried, as the retries counter labels it.
+  static std::string RetryReason(const RelayResult& r) {
+    if (r.status >= 500) return "5xx";
+    if (r.timed_out) return "timeout";
+    if (absl::StartsWith(r.error, "connect failed")) return "connect";
+    return r.ejected ? "ejected" : "upstream_error";
+  }
+
+  // Full jitter: uniform in [0, min(max, base x 2^(attempt-1))].
+  absl::Duration RetryBackoff(int attempt) const {
+    absl::Duration cap = cfg_.upstream.retry_backoff;
+    for (int i = 1; i < attempt && cap < cfg_.upstream.retry_backoff_max; ++i) cap *= 2;
+    cap = std::min(cap, cfg_.upstream.retry_backoff_max);
+    if (cap <= absl::ZeroDuration()) return absl::ZeroDuration();
+    thread_local absl::BitGen gen;
+    return absl::Nanoseconds(absl::Uniform<int64_t>(gen, 0, absl::ToInt64Nanoseconds(cap) + 1));
   }
 
   // The result of serving one request, co-located or offloaded.
@@ -507,8 +598,11 @@ class Session : public std::enable_shared_from_this<Session> {
     };
   }
 
+  // Serves on one instance. `body` is lent to the upstream request and
+  // handed back, so a retry elsewhere needs no copy. A 5xx answer counts as
+  // a failure before the first byte (the caller may retry it elsewhere).
   net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
-                                           std::string body, int backend, Decor decor,
+                                           std::string& body, int backend, Decor decor,
                                            bool stream, std::function<void()> on_first_byte,
                                            bool kv_transferred = false) {
     LegResult out;
@@ -520,8 +614,10 @@ class Session : public std::enable_shared_from_this<Session> {
     up.body() = std::move(body);
     LegOptions opts;
     opts.on_first_byte = std::move(on_first_byte);
+    opts.fail_on_5xx = true;
     ArmCompletion(opts, backend, kv_transferred);
     out.r = co_await Relay(backend, up, decor, stream, std::move(opts));
+    body = std::move(up.body());
     out.attempts = 1;
     co_return out;
   }
@@ -804,7 +900,25 @@ class Session : public std::enable_shared_from_this<Session> {
     std::unique_ptr<Connection> conn;
     beast::flat_buffer up_buf;
     std::optional<http::response_parser<http::buffer_body>> parser;
-    for (int attempt = 0; attempt < 2 && !leg->aborted(); ++attempt) {
+    // Until the response header arrives the leg can be cut short by an
+    // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
+    class WaitingMark {
+     public:
+      WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
+        set_->insert(leg_);
+      }
+      WaitingMark(const WaitingMark&) = delete;
+      WaitingMark& operator=(const WaitingMark&) = delete;
+      ~WaitingMark() { set_->erase(leg_); }
+
+     private:
+      absl::flat_hash_set<LegState*>* set_;
+      LegState* leg_;
+    };
+    std::optional<WaitingMark> waiting;
+    waiting.emplace(&worker_.waiting[backend], leg.get());
+    auto passive = [&](bool ok) { state_.health->OnRequest(backend, ok, absl::Now()); };
+    for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
       beast::error_code ec;
       bool reused = false;
       if (attempt == 0) {
@@ -813,11 +927,16 @@ class Session : public std::enable_shared_from_this<Session> {
         std::tie(ec, conn) = co_await pool.Connect(backend);
       }
       if (leg->aborted()) break;
-      if (ec) {
+      if (ec && !leg->ejected) {
         r.upstream_failed = true;
         r.timed_out = ec == beast::error::timeout;
         r.error = absl::StrCat("connect failed: ", ec.message());
         state_.metrics->upstream_errors->Inc({spec.name, "connect"});
+        passive(false);
+        break;
+      }
+      if (leg->ejected) {
+        conn.reset();
         break;
       }
       leg->upstream = conn.get();
@@ -830,14 +949,15 @@ class Session : public std::enable_shared_from_this<Session> {
         auto [hec, hn] = co_await http::async_read_header(*conn, up_buf, *parser, kUseTuple);
         if (!hec && !leg->aborted()) break;
         wec = hec ? hec : net::error::operation_aborted;
-        if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted()) {
+        if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() &&
+            !leg->ejected) {
           state_.metrics->retries->Inc({spec.name, "stale_connection"});
           parser.reset();
           leg->upstream = nullptr;
           conn.reset();
           continue;  // stale keep-alive connection: once more on a fresh one
         }
-      } else if (reused && !leg->aborted() && wec != beast::error::timeout) {
+      } else if (reused && !leg->aborted() && !leg->ejected && wec != beast::error::timeout) {
         state_.metrics->retries->Inc({spec.name, "stale_connection"});
         leg->upstream = nullptr;
         conn.reset();
@@ -846,14 +966,23 @@ class Session : public std::enable_shared_from_this<Session> {
       parser.reset();
       leg->upstream = nullptr;
       conn.reset();
-      if (leg->aborted()) break;
+      if (leg->aborted() || leg->ejected) break;
       r.upstream_failed = true;
       r.timed_out = wec == beast::error::timeout;
       r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
       state_.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
+      passive(false);
       break;
     }
-    if (leg->aborted()) note_aborted();
+    waiting.reset();
+    if (leg->aborted()) {
+      note_aborted();
+    } else if (leg->ejected && !parser) {
+      r.upstream_failed = true;
+      r.ejected = true;
+      r.error = "backend was ejected while the request waited for its response";
+      state_.metrics->upstream_errors->Inc({spec.name, "ejected"});
+    }
     if (!parser || r.upstream_failed || leg->aborted()) {
       finish();
       co_return r;
@@ -868,6 +997,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
+    passive(r.status < 500);
     if (opts.fail_on_5xx && r.status >= 500) {
       r.upstream_failed = true;
       r.error = absl::StrCat("backend answered HTTP ", r.status);
@@ -930,6 +1060,7 @@ class Session : public std::enable_shared_from_this<Session> {
           r.timed_out = rec == beast::error::timeout;
           r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
           state_.metrics->stream_errors->Inc({spec.name});
+          passive(false);
         }
         break;
       }
@@ -1049,11 +1180,18 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
                              "Upstream attempts made again before any byte reached the client, "
                              "by the backend retried on and reason (stale_connection: a pooled "
                              "keep-alive connection was dead; prefill_failed / decode_failed: a "
-                             "handoff fell back to co-located serving).",
+                             "handoff fell back to co-located serving; connect, timeout, 5xx, ejected, "
+                             "upstream_error: the previous instance failed the request and it "
+                             "was routed again, avoiding it).",
                              {"backend", "reason"})),
       ejections(reg.AddCounter("kvroute_backend_ejections_total",
-                               "Times a backend was ejected by the health checks.",
-                               {"backend"})),
+                               "Times a backend was taken out of rotation, by reason "
+                               "(health_check, passive_failures, half_open_failure).",
+                               {"backend", "reason"})),
+      admission_rejections(reg.AddCounter(
+          "kvroute_admission_rejections_total",
+          "Completion requests refused with 429 because kvroute was at "
+          "limits.max_inflight_requests and the queue was full or its wait ran out.")),
       offloads(reg.AddCounter("kvroute_offloads_total",
                               "Prefill/decode handoffs by connector and outcome (ok, "
                               "prefill_failed, decode_failed, stream_error, client_gone, "
@@ -1115,9 +1253,11 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
   state_->request_log = &request_log_;
   state_->registry = &registry_;
   const size_t n = router_->Backends().size();
-  state_->fail_streak.assign(n, 0);
-  state_->ok_streak.assign(n, 0);
-  state_->healthy.assign(n, true);
+  state_->health = std::make_unique<HealthTracker>(
+      static_cast<int>(n), config_.monitor,
+      [this](const HealthChange& c) { OnHealthChange(c); });
+  state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
+                                                  config_.limits.max_queued_requests);
   state_->last_scrape.assign(n, std::chrono::steady_clock::time_point{});  // scrape at once
   for (const BackendConfig& b : config_.backends) {
     state_->bootstrap_ports.push_back(b.bootstrap_port != 0 ? b.bootstrap_port
@@ -1195,6 +1335,32 @@ absl::Status Server::Start() {
   return absl::OkStatus();
 }
 
+std::shared_ptr<const std::string> Server::RefusalResponse() {
+  if (!refusal_) {
+    const std::string body = OpenAiErrorBody(
+        503, absl::StrCat("kvroute is at its limit of ", config_.limits.max_connections,
+                          " connections; retry later"));
+    const int64_t retry_after = std::max<int64_t>(
+        1, absl::ToInt64Seconds(absl::Ceil(config_.limits.retry_after, absl::Seconds(1))));
+    refusal_ = std::make_shared<const std::string>(absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: kvroute\r\nContent-Type: "
+        "application/json\r\nRetry-After: ",
+        retry_after, "\r\nConnection: close\r\nContent-Length: ", body.size(), "\r\n\r\n",
+        body));
+  }
+  return refusal_;
+}
+
+net::awaitable<void> Server::RefuseConnection(tcp::socket sock,
+                                              std::shared_ptr<const std::string> response) {
+  beast::tcp_stream stream(std::move(sock));
+  stream.expires_after(std::chrono::seconds(1));
+  co_await net::async_write(stream, net::buffer(*response), kUseTuple);
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.close();
+}
+
 net::awaitable<void> Server::AcceptLoop() {
   size_t next = 0;
   for (;;) {
@@ -1206,8 +1372,8 @@ net::awaitable<void> Server::AcceptLoop() {
       continue;  // e.g. EMFILE: keep serving the connections we have
     }
     if (state_->connections.load() >= static_cast<int64_t>(config_.limits.max_connections)) {
-      beast::error_code ignored;
-      sock.close(ignored);
+      // Over the connection bound: a short 503 with Retry-After, then close.
+      net::co_spawn(w.ioc, RefuseConnection(std::move(sock), RefusalResponse()), net::detached);
       continue;
     }
     beast::error_code ignored;
@@ -1219,32 +1385,37 @@ net::awaitable<void> Server::AcceptLoop() {
   }
 }
 
+BackendHealth Server::health_of(int backend) const { return state_->health->Get(backend); }
+
+void Server::OnHealthChange(const HealthChange& c) {
+  // Runs under the tracker's lock: changes reach the router in order.
+  const std::string& name = router_->Backends()[c.backend].name;
+  router_->SetHealthy(c.backend, c.routable);
+  metrics_->health_transitions->Inc({name, c.routable ? "healthy" : "unhealthy"});
+  if (c.routable) {
+    spdlog::warn("backend {} is back in rotation ({})", name, c.reason);
+    return;
+  }
+  metrics_->ejections->Inc({name, c.reason});
+  spdlog::warn("backend {} ejected ({})", name, c.reason);
+  // Requests waiting on it for a response header go elsewhere now.
+  for (auto& w : workers_) {
+    net::post(w->ioc, [w = w.get(), b = c.backend] {
+      std::vector<LegState*> legs(w->waiting[b].begin(), w->waiting[b].end());
+      for (LegState* leg : legs) leg->Eject();
+    });
+  }
+}
+
 net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
+  state_->health->Tick(absl::Now());
   const auto& backends = router_->Backends();
   for (size_t i = 0; i < backends.size(); ++i) {
     http::request<http::string_body> hreq{http::verb::get, "/health", 11};
     BufferedResponse h = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(hreq),
                                                 config_.monitor.health_timeout, 64 * 1024);
     const bool ok = !h.ec && h.status == 200;
-    int& fails = state_->fail_streak[i];
-    int& oks = state_->ok_streak[i];
-    if (ok) {
-      fails = 0;
-      ++oks;
-    } else {
-      oks = 0;
-      ++fails;
-    }
-    bool healthy = state_->healthy[i];
-    if (healthy && fails >= config_.monitor.unhealthy_after) healthy = false;
-    if (!healthy && oks >= config_.monitor.healthy_after) healthy = true;
-    if (healthy != state_->healthy[i]) {
-      state_->healthy[i] = healthy;
-      metrics_->health_transitions->Inc({backends[i].name, healthy ? "healthy" : "unhealthy"});
-      if (!healthy) metrics_->ejections->Inc({backends[i].name});
-      spdlog::warn("backend {} is now {}", backends[i].name, healthy ? "healthy" : "unhealthy");
-    }
-    router_->SetHealthy(static_cast<int>(i), healthy);
+    state_->health->OnProbe(static_cast<int>(i), ok, absl::Now());
     const auto now = std::chrono::steady_clock::now();
     if (ok && (force_scrape ||
                now - state_->last_scrape[i] >= ToChrono(config_.monitor.scrape_interval))) {

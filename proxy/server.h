@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "proxy/config.h"
+#include "proxy/health.h"
 #include "proxy/http_common.h"
 #include "proxy/metrics.h"
 #include "proxy/request_log.h"
@@ -50,7 +51,8 @@ struct ProxyMetrics {
   metrics::GaugeVec* inflight;
   metrics::CounterVec* health_transitions;  // backend, to
   metrics::CounterVec* retries;           // backend, reason
-  metrics::CounterVec* ejections;         // backend
+  metrics::CounterVec* ejections;         // backend, reason
+  metrics::CounterVec* admission_rejections;
   metrics::CounterVec* offloads;          // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector
@@ -78,6 +80,8 @@ class Server {
   void CheckBackendsNow();
 
   router::Router& router() { return *router_; }
+  // A backend's active-check and circuit-breaker state.
+  BackendHealth health_of(int backend) const;
   metrics::Registry& registry() { return registry_; }
   const Config& config() const { return config_; }
 
@@ -86,11 +90,18 @@ class Server {
 
  private:
   net::awaitable<void> AcceptLoop();
+  // Answers a connection beyond limits.max_connections with 503 and closes it.
+  static net::awaitable<void> RefuseConnection(tcp::socket sock,
+                                               std::shared_ptr<const std::string> response);
+  std::shared_ptr<const std::string> RefusalResponse();  // accept loop only
   net::awaitable<void> MonitorLoop();
   // One round of health checks; /metrics is scraped when `force_scrape` or
   // when a backend's last scrape is older than the scrape interval.
   net::awaitable<void> CheckBackends(Worker& w, bool force_scrape);
   net::awaitable<void> Drain();
+  // A backend's routability changed (HealthTracker callback): tell the
+  // router, count, log, and cut short the requests waiting on an ejected one.
+  void OnHealthChange(const HealthChange& c);
 
   Config config_;
   std::unique_ptr<router::Router> router_;
@@ -103,6 +114,7 @@ class Server {
   uint16_t port_ = 0;
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> threads_;
+  std::shared_ptr<const std::string> refusal_;  // built once by RefusalResponse()
 };
 
 // Parses the engine gauges kvroute uses out of a vLLM /metrics text.
