@@ -119,6 +119,8 @@ std::vector<SmugglingCase> SmugglingCases() {
   };
 }
 
+void PrintTo(const SmugglingCase& c, std::ostream* os) { *os << c.name; }
+
 class SmugglingTest : public ::testing::TestWithParam<SmugglingCase> {};
 
 // Every ambiguous framing gets one 400 (OpenAI-shaped), the connection
