@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -230,6 +233,53 @@ absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
   return r.Finish();
 }
 
+// `key: true|false`; absent leaves *out alone.
+absl::Status ReadBool(MapReader& r, const std::string& key, bool* out) {
+  const YAML::Node* n = r.Find(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false")) {
+    return KeyError(r.Path(key), absl::StrCat("expected true or false, got ", Show(*n)));
+  }
+  *out = n->Scalar() == "true";
+  return absl::OkStatus();
+}
+
+absl::Status ParseAdmin(const YAML::Node& n, AdminOptions* a) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "admin"));
+  MapReader r(n, "admin");
+  std::string token, token_file;
+  KV_RETURN_IF_ERROR(r.String("token", &token));
+  KV_RETURN_IF_ERROR(r.String("token_file", &token_file));
+  KV_RETURN_IF_ERROR(ReadBool(r, "allow_loopback", &a->allow_loopback));
+  KV_RETURN_IF_ERROR(r.Finish());
+  if (!token.empty() && !token_file.empty()) {
+    return KeyError("admin.token_file", "set admin.token or admin.token_file, not both");
+  }
+  std::string key = "admin.token";
+  if (!token_file.empty()) {
+    key = "admin.token_file";
+    std::error_code fec;
+    if (!std::filesystem::is_regular_file(token_file, fec)) {
+      return KeyError(key, absl::StrCat("cannot read '", token_file, "': not a regular file"));
+    }
+    std::ifstream in(token_file);
+    const std::string content((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    if (!in.is_open() || in.bad()) {
+      return KeyError(key, absl::StrCat("cannot read '", token_file, "'"));
+    }
+    token = std::string(absl::StripAsciiWhitespace(content));
+  }
+  // The token itself is never quoted in an error.
+  if ((!token.empty() || !token_file.empty()) && token.size() < kMinAdminTokenChars) {
+    return KeyError(key, absl::StrCat("the token has ", token.size(),
+                                      " characters; at least ", kMinAdminTokenChars,
+                                      " are required"));
+  }
+  a->token = std::move(token);
+  return absl::OkStatus();
+}
+
 absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
   if (!n.IsSequence()) return KeyError("backends", absl::StrCat("expected a list, got ", Show(n)));
   if (n.size() == 0) return KeyError("backends", "the backend list is empty");
@@ -365,6 +415,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   KV_RETURN_IF_ERROR(r.Integer("heavy_threshold", &c.router.thresholds.heavy_threshold, 1,
                                int64_t{1} << 40));
   KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
+  KV_RETURN_IF_ERROR(ReadBool(r, "request_log_prompts", &c.request_log_prompts));
   KV_RETURN_IF_ERROR(r.String("log_level", &c.log_level));
   KV_RETURN_IF_ERROR(r.Integer("threads", &c.threads, 1, 256));
   if (const YAML::Node* n = r.Find("limits")) KV_RETURN_IF_ERROR(ParseLimits(*n, &c.limits));
@@ -372,6 +423,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("health")) KV_RETURN_IF_ERROR(ParseMonitor(*n, &c.monitor));
   if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
+  if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   const YAML::Node* backends = r.Find("backends");
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));

@@ -76,6 +76,16 @@ struct TransferOptions {
   uint16_t bootstrap_port = 8998;
 };
 
+// Access to /admin/* (proxy/admin_auth.h).
+struct AdminOptions {
+  // Bearer token that admits non-loopback clients; empty: none. Set from
+  // `admin.token` or read (trimmed) from `admin.token_file`; at least
+  // kMinAdminTokenChars long.
+  std::string token;
+  bool allow_loopback = true;  // tests turn it off to exercise the token
+};
+inline constexpr size_t kMinAdminTokenChars = 16;
+
 struct BackendConfig {
   std::string name;
   std::string url;  // http://host:port
@@ -88,6 +98,9 @@ struct Config {
   uint16_t listen_port = 8000;
   std::string mode = "baseline";
   std::string request_log;  // empty: no request log
+  // Also write each request's prompt text to the request log. Off by
+  // default: prompts and completions reach no log unless this is set.
+  bool request_log_prompts = false;
   std::string log_level = "info";
   int threads = 2;
   ServerLimits limits;
@@ -95,6 +108,7 @@ struct Config {
   MonitorOptions monitor;
   router::Options router;
   TransferOptions transfer;
+  AdminOptions admin;
   std::vector<BackendConfig> backends;
 };
 

@@ -82,6 +82,7 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Count("status", r.status);
   w.Str("error", r.error);
   w.Count("attempts", r.attempts);
+  if (!r.prompt.empty()) w.Str("prompt", r.prompt);
   return w.Done();
 }
 

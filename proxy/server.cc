@@ -13,9 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proxy/absl_compat.h"
+#include "proxy/admin_auth.h"
 #include "proxy/admission.h"
 #include "proxy/health.h"
 #include "proxy/features.h"
+#include "proxy/request_framing.h"
 #include "proxy/response_observer.h"
 #include "router/prefix_hash.h"
 #include "transfer/connector.h"
@@ -86,6 +88,11 @@ std::string NewRequestId() {
 }
 
 bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
+
+// What a connection closed after an error answer reads and discards before
+// closing (see Session::DrainBeforeClose).
+constexpr size_t kLingerBytes = 1 << 20;
+constexpr auto kLingerTime = std::chrono::seconds(2);
 
 bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
   return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
@@ -187,6 +194,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   net::awaitable<void> Run() {
     auto self = shared_from_this();
+    bool linger = false;  // an error answer went out: drain before closing
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
@@ -201,7 +209,14 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
       auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, kUseTuple);
       if (hec) {
-        co_await ReadFailed(hec);
+        linger = co_await ReadFailed(hec);
+        break;
+      }
+      // Refused before any body byte is read, and the connection closes:
+      // nothing after an ambiguously framed body can be taken for a request.
+      if (absl::Status framing = CheckRequestFraming(parser.get()); !framing.ok()) {
+        co_await SendError(400, std::string(framing.message()), false);
+        linger = true;
         break;
       }
       if (absl::EqualsIgnoreCase(ToAbsl(parser.get()[http::field::expect]),
@@ -213,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
       auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kUseTuple);
       if (bec) {
-        co_await ReadFailed(bec);
+        linger = co_await ReadFailed(bec);
         break;
       }
       http::request<http::string_body> req = parser.release();
@@ -222,13 +237,15 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (linger) co_await DrainBeforeClose();
     stream_.close();
     state_.connections.fetch_sub(1);
     state_.metrics->connections->Add({}, -1);
   }
 
  private:
-  net::awaitable<void> ReadFailed(beast::error_code ec) {
+  // Answers a request that could not be read; returns whether it answered.
+  net::awaitable<bool> ReadFailed(beast::error_code ec) {
     if (ec == http::error::body_limit) {
       co_await SendError(413, absl::StrCat("request body exceeds ", cfg_.limits.max_body_bytes,
                                            " bytes"),
@@ -239,6 +256,26 @@ class Session : public std::enable_shared_from_this<Session> {
                ec != net::error::eof && ec != net::error::connection_reset &&
                ec != net::error::operation_aborted) {
       co_await SendError(400, absl::StrCat("malformed HTTP request: ", ec.message()), false);
+    } else {
+      co_return false;
+    }
+    co_return true;
+  }
+
+  // After an error answer to a request that was not read to its end, the
+  // client may still be sending. Closing a socket with unread bytes makes the
+  // kernel reset the connection, and the reset can destroy the answer before
+  // the client reads it; so, with our side already shut down, read and
+  // discard a bounded amount for a bounded time first (nginx's
+  // lingering_close).
+  net::awaitable<void> DrainBeforeClose() {
+    stream_.expires_after(std::min<Clock::duration>(kLingerTime,
+                                                    ToChrono(cfg_.limits.header_timeout)));
+    char sink[4096];
+    for (size_t drained = 0; drained < kLingerBytes;) {
+      auto [ec, n] = co_await stream_.async_read_some(net::buffer(sink), kUseTuple);
+      if (ec) break;
+      drained += n;
     }
   }
 
@@ -248,6 +285,25 @@ class Session : public std::enable_shared_from_this<Session> {
     if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     const bool keep_alive = req.keep_alive();
     const http::verb m = req.method();
+    if (target == "/admin" || absl::StartsWith(ToAbsl(target), "/admin/")) {
+      switch (CheckAdminAccess(cfg_.admin, IsLoopback(remote_), req[http::field::authorization])) {
+        case AdminAccess::kAllowed:
+          break;
+        case AdminAccess::kUnauthorized: {
+          Headers challenge;
+          challenge.emplace_back("WWW-Authenticate", "Bearer realm=\"kvroute-admin\"");
+          co_return co_await SendError(
+              401, "admin endpoints need Authorization: Bearer <admin.token>", keep_alive,
+              std::move(challenge));
+        }
+        case AdminAccess::kForbidden:
+          co_return co_await SendError(403,
+                                       cfg_.admin.allow_loopback
+                                           ? "admin endpoints answer only on loopback"
+                                           : "admin endpoints are closed: no admin.token is set",
+                                       keep_alive);
+      }
+    }
     for (const RouteSpec& r : kRoutes) {
       if (target != r.path) continue;
       if (m != r.verb && !(r.verb == http::verb::get && m == http::verb::head)) {
@@ -311,11 +367,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                 boost::json::serialize(o), keep_alive);
   }
 
+  // Dispatch() has checked the caller (proxy/admin_auth.h).
   net::awaitable<bool> HandleAdminBackends(const http::request<http::string_body>& req) {
-    if (!IsLoopback(remote_)) {
-      co_return co_await SendError(403, "admin endpoints answer only on loopback",
-                                   req.keep_alive());
-    }
     boost::json::array arr;
     for (const router::BackendReport& b : state_.router->Report()) {
       boost::json::object o;
@@ -436,6 +489,7 @@ class Session : public std::enable_shared_from_this<Session> {
         ExtractFeatures(endpoint, req.body(), req["X-Session-Id"]);
     if (!features.ok()) co_return co_await reject(400, std::string(features.status().message()));
     features->request_id = rec.id;
+    if (cfg_.request_log_prompts) rec.prompt = features->prompt_bytes;
     rec.session = features->session_id;
     rec.stream = features->stream;
     const router::Options& ropts = state_.router->options();
