@@ -94,6 +94,14 @@ void HealthTracker::Tick(absl::Time now) {
   }
 }
 
+void HealthTracker::Resize(int backends) {
+  absl::MutexLock lock(&mu_);
+  if (backends <= static_cast<int>(backends_.size())) return;
+  backends_.resize(backends);
+  probe_failures_.resize(backends, 0);
+  probe_successes_.resize(backends, 0);
+}
+
 bool HealthTracker::Routable(int backend) const {
   absl::MutexLock lock(&mu_);
   if (backend < 0 || backend >= static_cast<int>(backends_.size())) return false;

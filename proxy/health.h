@@ -76,6 +76,9 @@ class HealthTracker {
   // Moves breakers whose ejection has run out to half-open.
   void Tick(absl::Time now);
 
+  // Grows to `backends` (new backends start routable); never shrinks.
+  void Resize(int backends);
+
   bool Routable(int backend) const;
   BackendHealth Get(int backend) const;
   const HealthOptions& options() const { return options_; }

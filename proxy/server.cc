@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
+#include <deque>
 #include <future>
 #include <optional>
 
@@ -41,9 +42,19 @@ struct Server::Worker {
   net::executor_work_guard<net::io_context::executor_type> guard;
   // Legs of this worker waiting for a response header, per backend: when the
   // backend is ejected they are cut short and retried elsewhere. Touched
-  // only on this worker's thread.
-  std::vector<absl::flat_hash_set<LegState*>> waiting;
+  // only on this worker's thread; a deque, so growing keeps references.
+  std::deque<absl::flat_hash_set<LegState*>> waiting;
   UpstreamPool pool;
+
+  // Follows the router's backend slots after a reload (worker thread only).
+  void Sync(const std::vector<router::BackendSpec>& backends) {
+    pool.SetBackends(backends);
+    if (waiting.size() < backends.size()) waiting.resize(backends.size());
+  }
+  // Makes sure slot `backend`, which the router may have added since, is known.
+  void Ensure(router::Router& router, int backend) {
+    if (backend >= 0 && static_cast<size_t>(backend) >= pool.size()) Sync(*router.Backends());
+  }
 };
 
 // Shared by all sessions of a server. Counters are atomics; the monitor's
@@ -62,7 +73,23 @@ struct Server::State {
   std::vector<std::chrono::steady_clock::time_point> last_scrape;  // monitor (worker 0) only
   // Handoffs.
   std::unique_ptr<transfer::Connector> connector;
-  std::vector<uint16_t> bootstrap_ports;  // per backend
+  // Bootstrap port of each configured backend by name (replaced on reload).
+  absl::Mutex bootstrap_mu;
+  absl::flat_hash_map<std::string, uint16_t> bootstrap_ports ABSL_GUARDED_BY(bootstrap_mu);
+  uint16_t default_bootstrap_port = 0;
+  uint16_t BootstrapPort(const std::string& backend) {
+    absl::MutexLock lock(&bootstrap_mu);
+    auto it = bootstrap_ports.find(backend);
+    return it == bootstrap_ports.end() ? default_bootstrap_port : it->second;
+  }
+  void SetBootstrapPorts(const std::vector<BackendConfig>& backends, uint16_t fallback) {
+    absl::MutexLock lock(&bootstrap_mu);
+    default_bootstrap_port = fallback;
+    bootstrap_ports.clear();
+    for (const BackendConfig& b : backends) {
+      bootstrap_ports[b.name] = b.bootstrap_port != 0 ? b.bootstrap_port : fallback;
+    }
+  }
   std::atomic<int64_t> offload_inflight{0};
   absl::Mutex engine_ids_mu;
   absl::flat_hash_map<int, std::string> engine_ids ABSL_GUARDED_BY(engine_ids_mu);
@@ -362,7 +389,9 @@ class Session : public std::enable_shared_from_this<Session> {
     boost::json::object o;
     o["status"] = healthy > 0 ? "ok" : "no healthy backend";
     o["healthy_backends"] = healthy;
-    o["backends"] = state_.router->Backends().size();
+    int configured = 0;
+    for (const auto& b : *state_.router->Backends()) configured += b.retired ? 0 : 1;
+    o["backends"] = configured;
     co_return co_await SendBody(healthy > 0 ? 200 : 503, "application/json",
                                 boost::json::serialize(o), keep_alive);
   }
@@ -374,6 +403,7 @@ class Session : public std::enable_shared_from_this<Session> {
       boost::json::object o;
       o["name"] = b.name;
       o["role"] = router::ToString(b.role);
+      o["retired"] = b.retired;
       o["healthy"] = b.healthy;
       o["inflight_requests"] = b.inflight_requests;
       o["inflight_prefill_tokens"] = b.inflight_prefill_tokens;
@@ -413,6 +443,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::awaitable<bool> HandleModels(const http::request<http::string_body>& req) {
     const int backend = FirstHealthyBackend();
     if (backend < 0) co_return co_await SendError(503, "no healthy backend", req.keep_alive());
+    worker_.Ensure(*state_.router, backend);
     http::request<http::string_body> up{http::verb::get, "/v1/models", 11};
     BufferedResponse r = co_await FetchBuffered(worker_.pool, backend, std::move(up),
                                                 cfg_.upstream.idle_timeout, 4 << 20);
@@ -502,7 +533,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
-    const auto& backends = state_.router->Backends();
     const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
 
     // Route, serve, and while nothing has reached the client and the
@@ -526,6 +556,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                   /*retry_after=*/true);
       }
       if (attempt == 1) rec.t_routed = WallSeconds();
+      const auto fleet = state_.router->Backends();  // includes the decision's slots
+      const auto& backends = *fleet;
       d = ticket->decision;
       if (!retry_reason.empty()) {
         state_.metrics->retries->Inc({backends[d.decode_backend].name, retry_reason});
@@ -662,7 +694,7 @@ class Session : public std::enable_shared_from_this<Session> {
     LegResult out;
     out.served_by = backend;
     out.kv_transferred = kv_transferred;
-    out.label = state_.router->Backends()[backend].name;
+    out.label = (*state_.router->Backends())[backend].name;
     decor.backend_label = out.label;
     http::request<http::string_body> up = tmpl;
     up.body() = std::move(body);
@@ -708,7 +740,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                          std::string& body, int a, int b, Decor decor,
                                          bool stream, std::function<void()> on_first_byte,
                                          RequestRecord& rec) {
-    const auto& backends = state_.router->Backends();
+    const auto fleet = state_.router->Backends();
+    const auto& backends = *fleet;
     const transfer::Connector& connector = *state_.connector;
     const std::string conn_name(connector.name());
     auto count = [&](std::string_view outcome) {
@@ -735,7 +768,7 @@ class Session : public std::enable_shared_from_this<Session> {
     plan.request_id = rec.id;
     plan.prefill_host = backends[a].host;
     plan.prefill_port = backends[a].port;
-    plan.bootstrap_port = state_.bootstrap_ports[a];
+    plan.bootstrap_port = state_.BootstrapPort(backends[a].name);
     {
       thread_local absl::BitGen gen;
       plan.bootstrap_room = absl::Uniform<uint64_t>(gen) & 0x7fffffffffffffffULL;
@@ -907,7 +940,7 @@ class Session : public std::enable_shared_from_this<Session> {
       state_.metrics->tpot->Observe({cls}, decode_s / static_cast<double>(r.usage.completion_tokens - 1));
     }
     if (r.usage.cached_tokens >= 0 && r.usage.prompt_tokens > 0 && leg.served_by >= 0) {
-      const std::string& name = state_.router->Backends()[leg.served_by].name;
+      const std::string name = (*state_.router->Backends())[leg.served_by].name;
       state_.metrics->cached_tokens_est->Inc({name}, static_cast<double>(d.cached_tokens_est));
       state_.metrics->cached_tokens_actual->Inc({name},
                                                 static_cast<double>(r.usage.cached_tokens));
@@ -926,6 +959,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const Decor& decor, bool client_wants_stream,
                                     LegOptions opts) {
     RelayResult r;
+    worker_.Ensure(*state_.router, backend);
     UpstreamPool& pool = worker_.pool;
     const router::BackendSpec& spec = pool.backend(backend);
     const auto t0 = Clock::now();
@@ -1306,18 +1340,13 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
   state_->metrics = metrics_.get();
   state_->request_log = &request_log_;
   state_->registry = &registry_;
-  const size_t n = router_->Backends().size();
+  const size_t n = router_->Backends()->size();
   state_->health = std::make_unique<HealthTracker>(
       static_cast<int>(n), config_.monitor,
       [this](const HealthChange& c) { OnHealthChange(c); });
   state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
                                                   config_.limits.max_queued_requests);
-  state_->last_scrape.assign(n, std::chrono::steady_clock::time_point{});  // scrape at once
-  for (const BackendConfig& b : config_.backends) {
-    state_->bootstrap_ports.push_back(b.bootstrap_port != 0 ? b.bootstrap_port
-                                                            : config_.transfer.bootstrap_port);
-  }
-  state_->bootstrap_ports.resize(n, config_.transfer.bootstrap_port);
+  state_->SetBootstrapPorts(config_.backends, config_.transfer.bootstrap_port);
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.
@@ -1349,7 +1378,9 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
     };
     for (const G& g : kGauges) {
       metrics::RenderGaugeHeader(out, g.name, g.help);
-      for (const auto& b : report) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+      for (const auto& b : report) {
+        if (!b.retired) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+      }
     }
   });
 }
@@ -1365,7 +1396,7 @@ absl::Status Server::Start() {
   }
   const int threads = std::max(1, config_.threads);
   for (int i = 0; i < threads; ++i) {
-    workers_.push_back(std::make_unique<Worker>(router_->Backends(), config_.upstream));
+    workers_.push_back(std::make_unique<Worker>(*router_->Backends(), config_.upstream));
   }
   beast::error_code ec;
   const auto addr = net::ip::make_address(config_.listen_host, ec);
@@ -1443,7 +1474,7 @@ BackendHealth Server::health_of(int backend) const { return state_->health->Get(
 
 void Server::OnHealthChange(const HealthChange& c) {
   // Runs under the tracker's lock: changes reach the router in order.
-  const std::string& name = router_->Backends()[c.backend].name;
+  const std::string name = (*router_->Backends())[c.backend].name;
   router_->SetHealthy(c.backend, c.routable);
   metrics_->health_transitions->Inc({name, c.routable ? "healthy" : "unhealthy"});
   if (c.routable) {
@@ -1455,6 +1486,7 @@ void Server::OnHealthChange(const HealthChange& c) {
   // Requests waiting on it for a response header go elsewhere now.
   for (auto& w : workers_) {
     net::post(w->ioc, [w = w.get(), b = c.backend] {
+      if (static_cast<size_t>(b) >= w->waiting.size()) return;  // slot not synced yet: none wait
       std::vector<LegState*> legs(w->waiting[b].begin(), w->waiting[b].end());
       for (LegState* leg : legs) leg->Eject();
     });
@@ -1463,8 +1495,14 @@ void Server::OnHealthChange(const HealthChange& c) {
 
 net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
   state_->health->Tick(absl::Now());
-  const auto& backends = router_->Backends();
+  const auto fleet = router_->Backends();
+  const auto& backends = *fleet;
+  w.Sync(backends);
+  if (state_->last_scrape.size() < backends.size()) {
+    state_->last_scrape.resize(backends.size(), std::chrono::steady_clock::time_point{});
+  }
   for (size_t i = 0; i < backends.size(); ++i) {
+    if (backends[i].retired) continue;
     http::request<http::string_body> hreq{http::verb::get, "/health", 11};
     BufferedResponse h = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(hreq),
                                                 config_.monitor.health_timeout, 64 * 1024);
@@ -1493,6 +1531,24 @@ net::awaitable<void> Server::MonitorLoop() {
     auto [ec] = co_await timer.async_wait(kUseTuple);
     if (ec) co_return;
   }
+}
+
+absl::Status Server::ReloadBackends(const std::vector<BackendConfig>& backends,
+                                    uint16_t default_bootstrap_port) {
+  absl::MutexLock lock(&reload_mu_);
+  std::vector<router::BackendSpec> specs;
+  for (const BackendConfig& b : backends) specs.push_back(b.spec);
+  if (absl::Status st = router_->UpdateBackends(specs); !st.ok()) return st;
+  const auto fleet = router_->Backends();
+  state_->health->Resize(static_cast<int>(fleet->size()));
+  state_->SetBootstrapPorts(backends, default_bootstrap_port);
+  for (auto& w : workers_) {
+    net::post(w->ioc, [w = w.get(), fleet] { w->Sync(*fleet); });
+  }
+  int retired = 0;
+  for (const auto& b : *fleet) retired += b.retired ? 1 : 0;
+  spdlog::info("backends reloaded: {} configured, {} slots retired", backends.size(), retired);
+  return absl::OkStatus();
 }
 
 void Server::CheckBackendsNow() {

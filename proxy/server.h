@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "proxy/config.h"
 #include "proxy/health.h"
 #include "proxy/http_common.h"
@@ -79,6 +80,14 @@ class Server {
   // returns when it is done (for tests and for start-up).
   void CheckBackendsNow();
 
+  // Applies a new backend list without a restart (SIGHUP): backends kept at
+  // the same address keep their load, shadow cache and connections; new ones
+  // join healthy; removed ones stop receiving requests (those in flight
+  // finish). On error (empty list, pd_sep pools, too many slots) nothing
+  // changes. Thread-safe; reloads are serialised.
+  absl::Status ReloadBackends(const std::vector<BackendConfig>& backends,
+                              uint16_t default_bootstrap_port);
+
   router::Router& router() { return *router_; }
   // A backend's active-check and circuit-breaker state.
   BackendHealth health_of(int backend) const;
@@ -115,6 +124,7 @@ class Server {
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> threads_;
   std::shared_ptr<const std::string> refusal_;  // built once by RefusalResponse()
+  absl::Mutex reload_mu_;
 };
 
 // Parses the engine gauges kvroute uses out of a vLLM /metrics text.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 
 #include "tests/proxy/fake_upstream.h"
 
@@ -678,6 +679,50 @@ TEST(ServerTest, ConnectionsBeyondTheLimitGet503) {
   EXPECT_EQ(acc.rfind("HTTP/1.1 503", 0), 0u) << acc;
   EXPECT_NE(acc.find("Retry-After: 1\r\n"), std::string::npos);
   EXPECT_NE(acc.find("\"code\":503"), std::string::npos);
+}
+
+TEST(ServerTest, ReloadBackendsAddsAndRetiresWithoutRestart) {
+  auto handler = [](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  };
+  FakeUpstream a(handler), b(handler);
+  Config c = TestConfig({a.port()});
+  auto server = StartServer(c);
+  auto serve = [&] {
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    EXPECT_EQ(res.result_int(), 200);
+    return std::string(res["X-Kvroute-Backend"]);
+  };
+  EXPECT_EQ(serve(), "gpu0");
+
+  Config both = TestConfig({a.port(), b.port()});
+  ASSERT_TRUE(server->ReloadBackends(both.backends, 8998).ok());
+  std::set<std::string> seen;
+  for (int i = 0; i < 4; ++i) seen.insert(serve());
+  EXPECT_EQ(seen, (std::set<std::string>{"gpu0", "gpu1"}));
+  EXPECT_GT(b.requests(), 0);
+
+  // An invalid list changes nothing.
+  EXPECT_FALSE(server->ReloadBackends({}, 8998).ok());
+  EXPECT_EQ(server->router().Backends()->size(), 2u);
+
+  Config only_b = TestConfig({b.port()});
+  only_b.backends[0].name = only_b.backends[0].spec.name = "gpu1";
+  ASSERT_TRUE(server->ReloadBackends(only_b.backends, 8998).ok());
+  const int a_before = a.requests();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(serve(), "gpu1");
+  EXPECT_EQ(a.requests(), a_before);
+  server->CheckBackendsNow();  // the monitor skips the retired slot
+  const auto report = server->router().Report();
+  ASSERT_EQ(report.size(), 2u);
+  EXPECT_TRUE(report[0].retired);
+  EXPECT_FALSE(report[1].retired);
+  auto admin = RequestOnce(server->port(), http::verb::get, "/admin/backends");
+  EXPECT_NE(admin.body().find("\"retired\":true"), std::string::npos) << admin.body();
+  auto health = RequestOnce(server->port(), http::verb::get, "/health");
+  EXPECT_NE(health.body().find("\"backends\":1"), std::string::npos) << health.body();
 }
 
 }  // namespace

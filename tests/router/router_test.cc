@@ -172,6 +172,72 @@ TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
   EXPECT_EQ(r->Stats().inflight_requests, 0);
 }
 
+TEST(RouterTest, UpdateBackendsKeepsSlotsAddsAndRetires) {
+  auto r = Make("least_loaded", 2);
+  const std::string prompt(4096, 'p');
+  auto t = r->Route(Req(prompt), kT0);  // gpu0
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->decision.decode_backend, 0);
+  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1024}, kT0);
+  auto held = r->Route(Req("x"), kT0);  // in flight on gpu0 across the reload
+  ASSERT_EQ(held->decision.decode_backend, 0);
+  const int64_t shadow0 = r->Report()[0].shadow_tokens;
+  ASSERT_GT(shadow0, 0);
+  auto before = r->Backends();
+
+  std::vector<BackendSpec> next = Fleet(2);
+  next[0].capacity_tokens = 12345;     // same address: kept, capacity updated
+  next[1].port = 9999;                 // gpu1 moved: a new slot
+  next.push_back({.name = "gpu9", .host = "127.0.0.1", .port = 8109});
+  ASSERT_TRUE(r->UpdateBackends(next).ok());
+
+  auto after = r->Backends();
+  ASSERT_EQ(after->size(), 4u);  // gpu0, retired gpu1, gpu1@9999, gpu9
+  EXPECT_EQ(before->size(), 2u) << "a snapshot handed out never changes";
+  EXPECT_EQ((*after)[0].capacity_tokens, 12345);
+  EXPECT_FALSE((*after)[0].retired);
+  EXPECT_TRUE((*after)[1].retired);
+  EXPECT_EQ((*after)[2].name, "gpu1");
+  EXPECT_EQ((*after)[2].port, 9999);
+  EXPECT_EQ((*after)[3].name, "gpu9");
+  const auto rep = r->Report();
+  EXPECT_EQ(rep[0].shadow_tokens, shadow0) << "kept backends keep their shadow";
+  EXPECT_EQ(rep[0].inflight_requests, 1) << "and their load";
+  EXPECT_TRUE(rep[1].retired);
+  EXPECT_FALSE(rep[1].healthy);
+
+  // The retired slot is never routed and never re-admitted.
+  r->SetHealthy(1, true);
+  std::set<int> seen;
+  for (int i = 0; i < 9; ++i) {
+    auto u = r->Route(Req("y"), kT0);
+    ASSERT_TRUE(u.ok());
+    seen.insert(u->decision.decode_backend);
+  }
+  EXPECT_EQ(seen, (std::set<int>{0, 2, 3}));
+  const int64_t inflight0 = r->Report()[0].inflight_requests;
+  r->OnComplete(*held, {.ok = true}, kT0);  // routed before the reload, still accounted
+  EXPECT_EQ(r->Report()[0].inflight_requests, inflight0 - 1);
+
+  // Invalid lists change nothing.
+  EXPECT_EQ(r->UpdateBackends({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->Backends()->size(), 4u);
+}
+
+TEST(RouterTest, UpdateBackendsIsBoundedBySlots) {
+  auto r = Make("round_robin", 1);
+  std::vector<BackendSpec> next = Fleet(1);
+  for (int i = 0; i < kMaxBackends - 1; ++i) {
+    next.push_back({.name = "n" + std::to_string(i), .host = "h", .port = 1});
+  }
+  ASSERT_TRUE(r->UpdateBackends(next).ok());
+  next.push_back({.name = "one_too_many", .host = "h", .port = 2});
+  absl::Status st = r->UpdateBackends(next);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("slots"), std::string::npos);
+  EXPECT_EQ(r->Backends()->size(), static_cast<size_t>(kMaxBackends));
+}
+
 TEST(RouterTest, LeastLoadedFollowsInflightRequests) {
   auto r = Make("least_loaded", 3);
   auto a = r->Route(Req("x"), kT0);  // all idle: lowest index
