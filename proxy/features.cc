@@ -372,14 +372,21 @@ class BodyScanner {
     const __m128i quote = _mm_set1_epi8('"');
     const __m128i backslash = _mm_set1_epi8('\\');
     const __m128i space = _mm_set1_epi8(0x20);
+    // Signed compare: bytes >= 0x80 are negative, so "< 0x20" also flags
+    // non-ASCII bytes for UTF-8 validation.
+    auto special = [&](const char* at) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+      return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                          _mm_cmplt_epi8(v, space));
+    };
+    while (end_ - p_ >= 64) {  // four blocks per test while nothing is special
+      const __m128i any = _mm_or_si128(_mm_or_si128(special(p_), special(p_ + 16)),
+                                       _mm_or_si128(special(p_ + 32), special(p_ + 48)));
+      if (_mm_movemask_epi8(any) != 0) break;
+      p_ += 64;
+    }
     while (end_ - p_ >= 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
-      // Signed compare: bytes >= 0x80 are negative, so "< 0x20" also flags
-      // non-ASCII bytes for UTF-8 validation.
-      const __m128i special = _mm_or_si128(
-          _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-          _mm_cmplt_epi8(v, space));
-      const int mask = _mm_movemask_epi8(special);
+      const int mask = _mm_movemask_epi8(special(p_));
       if (mask != 0) {
         p_ += __builtin_ctz(static_cast<unsigned>(mask));
         return;
