@@ -133,6 +133,41 @@ def main():
         json.dump(out, f, indent=1)
 
     md = []
+    proxies = [t for t in targets if t not in ("direct", "nginx")]
+    if "nginx" in targets and proxies:
+        md.append("Summary: each cell is req/s · p50 · p99 as a ratio to nginx in the same run "
+                  "(req/s above 1 is better, latency below 1 is better).\n")
+        md.append("| body | conns | nginx req/s, p50, p99 | " +
+                  " | ".join(proxies) + " |")
+        md.append("|---|---:|---:|" + "---:|" * len(proxies))
+        for s in scens:
+            for c in conns:
+                ng = table.get(("nginx", s, c))
+                if ng is None:
+                    continue
+                cells = []
+                for t in proxies:
+                    m = table.get((t, s, c))
+                    cells.append("–" if m is None else
+                                 f"{ratio(m['rps'], ng['rps']):.2f} · "
+                                 f"{ratio(m['p50_us'], ng['p50_us']):.2f} · "
+                                 f"{ratio(m['p99_us'], ng['p99_us']):.2f}")
+                md.append(f"| {SCEN_LABEL[s]} | {c} | {fmt(ng['rps'])}, {fmt(ng['p50_us'])} µs, "
+                          f"{fmt(ng['p99_us'])} µs | " + " | ".join(cells) + " |")
+        md.append("")
+        md.append("Latency added over direct (p50, µs) and proxy CPU per request (ms):\n")
+        md.append("| body | conns | " +
+                  " | ".join(f"{t} added p50, CPU" for t in ["nginx"] + proxies) + " |")
+        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
+        for s in scens:
+            for c in conns:
+                cells = []
+                for t in ["nginx"] + proxies:
+                    m = table.get((t, s, c))
+                    cells.append("–" if m is None else
+                                 f"{fmt(m.get('added_p50_us'))} µs, {fmt(m['cpu_s_per_1k'], 3)} ms")
+                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
+        md.append("")
     md.append("Throughput, latency (wrk, one thread) and proxy CPU; (×) = ratio to nginx in "
               "the same run; added = percentile minus direct's at the same concurrency.\n")
     md.append("| body | conns | target | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs "
