@@ -226,7 +226,9 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = co_await Dispatch(req);
-      if (buffer_.size() == 0 && buffer_.capacity() > kIdleClientBufferBytes) buffer_.shrink_to_fit();
+      if (buffer_.size() == 0 && buffer_.capacity() > kIdleClientBufferBytes) {
+        buffer_.shrink_to_fit();
+      }
       if (!keep_alive || state_.draining.load()) break;
     }
     beast::error_code ec;
