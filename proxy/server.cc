@@ -99,6 +99,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Read sizes: upstream responses are relayed in pieces of up to
+// kRelayChunkBytes; a client's large body is read kMaxClientReadBytes at a
+// time; a request's first read takes up to kFirstReadBytes (a 1k-token
+// request in one recv). The client buffer is released once a request is
+// served, so idle keep-alive connections hold none.
+constexpr size_t kRelayChunkBytes = 16 * 1024;
+constexpr uint64_t kMaxClientReadBytes = 64 * 1024;
+constexpr size_t kFirstReadBytes = 16 * 1024;
+
 double WallSeconds() { return static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6; }
 
 double Since(Clock::time_point t0) {
@@ -120,6 +129,21 @@ bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
 // closing (see Session::DrainBeforeClose).
 constexpr size_t kLingerBytes = 1 << 20;
 constexpr auto kLingerTime = std::chrono::seconds(2);
+
+// A response header's wire bytes.
+std::string SerializedHeader(http::response_serializer<http::empty_body>& sr) {
+  std::string out;
+  beast::error_code ec;
+  while (!ec && !sr.is_header_done()) {
+    sr.next(ec, [&](beast::error_code&, const auto& buffers) {
+      for (const auto b : beast::buffers_range_ref(buffers)) {
+        out.append(static_cast<const char*>(b.data()), b.size());
+      }
+      sr.consume(beast::buffer_bytes(buffers));
+    });
+  }
+  return out;
+}
 
 bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
   return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
@@ -227,9 +251,13 @@ class Session : public std::enable_shared_from_this<Session> {
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
       parser.body_limit(cfg_.limits.max_body_bytes);
       if (buffer_.size() == 0) {
-        // Keep-alive: wait for the next request's first bytes.
-        stream_.expires_after(ToChrono(cfg_.limits.idle_timeout));
-        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kUseTuple);
+        // Keep-alive: wait until the next request's first bytes arrive with
+        // no buffer at all (an idle connection holds no read buffer), then
+        // read them.
+        if (!co_await WaitReadable(cfg_.limits.idle_timeout)) break;
+        stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
+        auto [ec, n] =
+            co_await stream_.async_read_some(buffer_.prepare(kFirstReadBytes), kUseTuple);
         if (ec) break;
         buffer_.commit(n);
       }
@@ -252,6 +280,11 @@ class Session : public std::enable_shared_from_this<Session> {
         auto [cec, cn] = co_await http::async_write(stream_, cont, kUseTuple);
         if (cec) break;
       }
+      // Large bodies: read in kMaxClientReadBytes pieces, not 4 KB ones
+      // (beast reads at most the buffer's free capacity).
+      if (const auto len = parser.content_length(); len && *len > buffer_.capacity()) {
+        buffer_.reserve(static_cast<size_t>(std::min<uint64_t>(*len, kMaxClientReadBytes)));
+      }
       stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
       auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kUseTuple);
       if (bec) {
@@ -260,6 +293,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = co_await Dispatch(req);
+      if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
       if (!keep_alive || state_.draining.load()) break;
     }
     beast::error_code ec;
@@ -271,6 +305,23 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Waits until the client socket is readable (data or EOF); false on
+  // `timeout` or error. Uses no buffer, so idle keep-alive connections cost
+  // only their socket and this session.
+  net::awaitable<bool> WaitReadable(absl::Duration timeout) {
+    net::steady_timer deadline(stream_.get_executor(), ToChrono(timeout));
+    auto expired = std::make_shared<bool>(false);
+    deadline.async_wait([this, expired](beast::error_code ec) {
+      if (ec) return;
+      *expired = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+    });
+    auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
+    deadline.cancel();
+    co_return !ec && !*expired;
+  }
+
   // Answers a request that could not be read; returns whether it answered.
   net::awaitable<bool> ReadFailed(beast::error_code ec) {
     if (ec == http::error::body_limit) {
@@ -987,6 +1038,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::unique_ptr<Connection> conn;
     beast::flat_buffer up_buf;
+    // Beast reads at most the buffer's free capacity (512 B when empty): a
+    // 62 KB stream took 128 recv/send pairs before this.
+    up_buf.reserve(kRelayChunkBytes);
     std::optional<http::response_parser<http::buffer_body>> parser;
     // Until the response header arrives the leg can be cut short by an
     // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
@@ -1006,6 +1060,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::optional<WaitingMark> waiting;
     waiting.emplace(&worker_.waiting[backend], leg.get());
     auto passive = [&](bool ok) { state_.health->OnRequest(backend, ok, absl::Now()); };
+    std::string held_header;  // a client header to send with the first body bytes
     for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
       beast::error_code ec;
       bool reused = false;
@@ -1111,8 +1166,15 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       res.keep_alive(true);
       http::response_serializer<http::empty_body> sr{res};
-      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-      auto [hwec, hwn] = co_await http::async_write_header(stream_, sr, kUseTuple);
+      beast::error_code hwec;
+      if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
+        // A small plain body: its header goes out with the body in one
+        // write (one syscall fewer per request).
+        held_header = SerializedHeader(sr);
+      } else {
+        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+        std::tie(hwec, std::ignore) = co_await http::async_write_header(stream_, sr, kUseTuple);
+      }
       if (hwec) {
         r.client_gone = true;
         r.error = "client write failed";
@@ -1132,7 +1194,7 @@ class Session : public std::enable_shared_from_this<Session> {
       observer.Finish();
       if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
     };
-    char chunk[16384];
+    char chunk[kRelayChunkBytes];
     bool upstream_ok = true;
     while (!parser->is_done()) {
       parser->get().body().data = chunk;
@@ -1166,6 +1228,11 @@ class Session : public std::enable_shared_from_this<Session> {
       if (chunked) {
         std::tie(wec, std::ignore) =
             co_await net::async_write(stream_, http::make_chunk(net::buffer(chunk, n)), kUseTuple);
+      } else if (!held_header.empty()) {
+        const std::array<net::const_buffer, 2> both{net::buffer(held_header),
+                                                     net::buffer(chunk, n)};
+        std::tie(wec, std::ignore) = co_await net::async_write(stream_, both, kUseTuple);
+        held_header.clear();
       } else {
         std::tie(wec, std::ignore) =
             co_await net::async_write(stream_, net::buffer(chunk, n), kUseTuple);
@@ -1177,6 +1244,11 @@ class Session : public std::enable_shared_from_this<Session> {
         state_.metrics->client_disconnects->Inc({});
         break;
       }
+    }
+    if (!held_header.empty() && !r.client_gone) {
+      // No body bytes came: the client gets the header, as it would have.
+      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+      co_await net::async_write(stream_, net::buffer(held_header), kUseTuple);
     }
     observer.Finish();
     r.usage = observer.usage();
