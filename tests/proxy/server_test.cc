@@ -13,6 +13,7 @@
 #include <set>
 
 #include "tests/proxy/fake_upstream.h"
+#include "tests/proxy/proxy_harness.h"
 
 namespace kvroute::proxy {
 namespace {
@@ -33,37 +34,8 @@ std::string Event(int i) {
          std::to_string(i) + "\"}}]}\n\n";
 }
 
-Config TestConfig(const std::vector<uint16_t>& ports) {
-  Config c;
-  c.listen_host = "127.0.0.1";
-  c.listen_port = 0;
-  c.mode = "round_robin";
-  c.router.policy = "round_robin";
-  c.threads = 2;
-  c.monitor.enabled = false;
-  c.limits.drain_timeout = absl::Seconds(30);
-  for (size_t i = 0; i < ports.size(); ++i) {
-    BackendConfig b;
-    b.name = "gpu" + std::to_string(i);
-    b.url = "http://127.0.0.1:" + std::to_string(ports[i]);
-    b.spec.name = b.name;
-    b.spec.host = "127.0.0.1";
-    b.spec.port = ports[i];
-    c.backends.push_back(b);
-  }
-  return c;
-}
-
-std::unique_ptr<Server> StartServer(const Config& c) {
-  std::vector<router::BackendSpec> specs;
-  for (const auto& b : c.backends) specs.push_back(b.spec);
-  auto r = router::Router::Create(c.router, specs);
-  EXPECT_TRUE(r.ok()) << r.status();
-  auto s = std::make_unique<Server>(c, *std::move(r));
-  absl::Status st = s->Start();
-  EXPECT_TRUE(st.ok()) << st;
-  return s;
-}
+using harness::StartServer;
+using harness::TestConfig;
 
 void SetReadTimeout(net::ip::tcp::socket& s, int seconds) {
   timeval tv{seconds, 0};
