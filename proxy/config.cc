@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -137,6 +140,10 @@ absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
   KV_RETURN_IF_ERROR(r.Seconds("request_timeout_s", &l->request_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("write_timeout_s", &l->write_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("drain_timeout_s", &l->drain_timeout, 0));
+  KV_RETURN_IF_ERROR(r.Integer("max_inflight_requests", &l->max_inflight_requests, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("max_queued_requests", &l->max_queued_requests, 0, 10000000));
+  KV_RETURN_IF_ERROR(r.Seconds("queue_timeout_s", &l->queue_timeout, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_after_s", &l->retry_after, 1));
   return r.Finish();
 }
 
@@ -148,6 +155,9 @@ absl::Status ParseUpstream(const YAML::Node& n, UpstreamOptions* u) {
   KV_RETURN_IF_ERROR(r.Seconds("idle_timeout_s", &u->idle_timeout));
   KV_RETURN_IF_ERROR(r.Integer("max_idle_per_backend", &u->max_idle_per_backend, 0, 100000));
   KV_RETURN_IF_ERROR(r.Integer("max_observed_body", &u->max_observed_body, 0, int64_t{1} << 30));
+  KV_RETURN_IF_ERROR(r.Integer("max_attempts", &u->max_attempts, 1, 16));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_backoff_s", &u->retry_backoff, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("retry_backoff_max_s", &u->retry_backoff_max, 0));
   return r.Finish();
 }
 
@@ -165,6 +175,15 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
   KV_RETURN_IF_ERROR(r.Integer("unhealthy_after", &m->unhealthy_after, 1, 1000));
   KV_RETURN_IF_ERROR(r.Integer("healthy_after", &m->healthy_after, 1, 1000));
   KV_RETURN_IF_ERROR(r.Seconds("scrape_interval_s", &m->scrape_interval));
+  KV_RETURN_IF_ERROR(r.Integer("passive_failures", &m->passive_failures, 1, 100000));
+  KV_RETURN_IF_ERROR(r.Seconds("ejection_s", &m->ejection, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("max_ejection_s", &m->max_ejection, 0));
+  if (m->max_ejection < m->ejection) {
+    return KeyError("health.max_ejection_s",
+                    absl::StrCat("must be at least health.ejection_s (",
+                                 absl::ToDoubleSeconds(m->ejection), "), got ",
+                                 absl::ToDoubleSeconds(m->max_ejection)));
+  }
   return r.Finish();
 }
 
@@ -212,6 +231,53 @@ absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
   KV_RETURN_IF_ERROR(r.Integer("max_offload_inflight", &t->max_offload_inflight, 0, 1000000));
   KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &t->bootstrap_port, 1, 65535));
   return r.Finish();
+}
+
+// `key: true|false`; absent leaves *out alone.
+absl::Status ReadBool(MapReader& r, const std::string& key, bool* out) {
+  const YAML::Node* n = r.Find(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false")) {
+    return KeyError(r.Path(key), absl::StrCat("expected true or false, got ", Show(*n)));
+  }
+  *out = n->Scalar() == "true";
+  return absl::OkStatus();
+}
+
+absl::Status ParseAdmin(const YAML::Node& n, AdminOptions* a) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "admin"));
+  MapReader r(n, "admin");
+  std::string token, token_file;
+  KV_RETURN_IF_ERROR(r.String("token", &token));
+  KV_RETURN_IF_ERROR(r.String("token_file", &token_file));
+  KV_RETURN_IF_ERROR(ReadBool(r, "allow_loopback", &a->allow_loopback));
+  KV_RETURN_IF_ERROR(r.Finish());
+  if (!token.empty() && !token_file.empty()) {
+    return KeyError("admin.token_file", "set admin.token or admin.token_file, not both");
+  }
+  std::string key = "admin.token";
+  if (!token_file.empty()) {
+    key = "admin.token_file";
+    std::error_code fec;
+    if (!std::filesystem::is_regular_file(token_file, fec)) {
+      return KeyError(key, absl::StrCat("cannot read '", token_file, "': not a regular file"));
+    }
+    std::ifstream in(token_file);
+    const std::string content((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    if (!in.is_open() || in.bad()) {
+      return KeyError(key, absl::StrCat("cannot read '", token_file, "'"));
+    }
+    token = std::string(absl::StripAsciiWhitespace(content));
+  }
+  // The token itself is never quoted in an error.
+  if ((!token.empty() || !token_file.empty()) && token.size() < kMinAdminTokenChars) {
+    return KeyError(key, absl::StrCat("the token has ", token.size(),
+                                      " characters; at least ", kMinAdminTokenChars,
+                                      " are required"));
+  }
+  a->token = std::move(token);
+  return absl::OkStatus();
 }
 
 absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
@@ -349,6 +415,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   KV_RETURN_IF_ERROR(r.Integer("heavy_threshold", &c.router.thresholds.heavy_threshold, 1,
                                int64_t{1} << 40));
   KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
+  KV_RETURN_IF_ERROR(ReadBool(r, "request_log_prompts", &c.request_log_prompts));
   KV_RETURN_IF_ERROR(r.String("log_level", &c.log_level));
   KV_RETURN_IF_ERROR(r.Integer("threads", &c.threads, 1, 256));
   if (const YAML::Node* n = r.Find("limits")) KV_RETURN_IF_ERROR(ParseLimits(*n, &c.limits));
@@ -356,6 +423,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("health")) KV_RETURN_IF_ERROR(ParseMonitor(*n, &c.monitor));
   if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
+  if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   const YAML::Node* backends = r.Find("backends");
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proxy/health.h"
 #include "router/router.h"
 
 namespace kvroute::proxy {
@@ -28,6 +29,13 @@ struct ServerLimits {
   absl::Duration request_timeout = absl::Seconds(30);  // reading a request's body
   absl::Duration write_timeout = absl::Seconds(30);    // one write to a client
   absl::Duration drain_timeout = absl::Seconds(30);    // SIGTERM: in-flight streams' deadline
+  // Admission: completion requests served at once; beyond it up to
+  // `max_queued_requests` wait up to `queue_timeout` for a slot, then get
+  // 429 with Retry-After (as do requests beyond the queue).
+  size_t max_inflight_requests = 1024;
+  size_t max_queued_requests = 256;
+  absl::Duration queue_timeout = absl::Seconds(1);
+  absl::Duration retry_after = absl::Seconds(1);  // Retry-After on 429/503 overload answers
 };
 
 // How kvroute talks to the instances.
@@ -41,15 +49,21 @@ struct UpstreamOptions {
   size_t max_idle_per_backend = 64;  // per worker thread
   // Non-streaming bodies up to this size are parsed for `usage`.
   size_t max_observed_body = 1024 * 1024;
+  // A request that fails before any response byte reached the client
+  // (connect error, timeout, 5xx) is retried on another instance, up to
+  // `max_attempts` tries in all, after a jittered backoff drawn uniformly
+  // from [0, min(retry_backoff_max, retry_backoff x 2^(retry-1))].
+  int max_attempts = 3;
+  absl::Duration retry_backoff = absl::Milliseconds(25);
+  absl::Duration retry_backoff_max = absl::Milliseconds(250);
 };
 
-// Active health checks and /metrics scraping of the instances.
-struct MonitorOptions {
+// Active health checks, passive ejection (HealthOptions: the thresholds of
+// both) and /metrics scraping of the instances.
+struct MonitorOptions : HealthOptions {
   bool enabled = true;  // tests turn the loop off and call Server::CheckBackendsNow()
   absl::Duration health_interval = absl::Seconds(2);
   absl::Duration health_timeout = absl::Seconds(1);
-  int unhealthy_after = 2;  // consecutive failed checks to eject
-  int healthy_after = 1;    // consecutive good checks to re-admit
   absl::Duration scrape_interval = absl::Seconds(5);
 };
 
@@ -61,6 +75,16 @@ struct TransferOptions {
   // Default bootstrap server port of prefill instances (Mooncake, SGLang).
   uint16_t bootstrap_port = 8998;
 };
+
+// Access to /admin/* (proxy/admin_auth.h).
+struct AdminOptions {
+  // Bearer token that admits non-loopback clients; empty: none. Set from
+  // `admin.token` or read (trimmed) from `admin.token_file`; at least
+  // kMinAdminTokenChars long.
+  std::string token;
+  bool allow_loopback = true;  // tests turn it off to exercise the token
+};
+inline constexpr size_t kMinAdminTokenChars = 16;
 
 struct BackendConfig {
   std::string name;
@@ -74,6 +98,9 @@ struct Config {
   uint16_t listen_port = 8000;
   std::string mode = "baseline";
   std::string request_log;  // empty: no request log
+  // Also write each request's prompt text to the request log. Off by
+  // default: prompts and completions reach no log unless this is set.
+  bool request_log_prompts = false;
   std::string log_level = "info";
   int threads = 2;
   ServerLimits limits;
@@ -81,6 +108,7 @@ struct Config {
   MonitorOptions monitor;
   router::Options router;
   TransferOptions transfer;
+  AdminOptions admin;
   std::vector<BackendConfig> backends;
 };
 

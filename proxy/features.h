@@ -27,4 +27,10 @@ absl::StatusOr<router::RequestFeatures> ExtractFeatures(Endpoint endpoint, std::
                                                         std::string_view session_header,
                                                         const FeatureLimits& limits = {});
 
+// The same through the general DOM parse only (ExtractFeatures takes a
+// one-pass fast path for common bodies); tests compare the two.
+absl::StatusOr<router::RequestFeatures> ExtractFeaturesWithDomForTest(
+    Endpoint endpoint, std::string_view body, std::string_view session_header,
+    const FeatureLimits& limits = {});
+
 }  // namespace kvroute::proxy

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   kvroute::proxy::Server server(config, *std::move(router));
@@ -93,11 +94,35 @@ int main(int argc, char** argv) {
   spdlog::info("mode {} heavy_threshold {} backends {}", config.mode,
                config.router.thresholds.heavy_threshold, config.backends.size());
 
+  // SIGHUP re-reads the config file and applies its backend list (the
+  // other keys need a restart); an invalid file changes nothing.
+  auto reload = [&] {
+    absl::StatusOr<Config> next = kvroute::proxy::LoadConfigFile(config_path);
+    absl::Status st = next.ok() ? server.ReloadBackends(next->backends,
+                                                        next->transfer.bootstrap_port)
+                                : next.status();
+    if (!st.ok()) {
+      spdlog::error("SIGHUP: {} not applied, keeping the running config: {}", config_path,
+                    std::string(st.message()));
+      std::cout << "kvroute: config reload failed: " << st.message() << std::endl;
+      return;
+    }
+    if (log_level.empty()) spdlog::set_level(spdlog::level::from_str(next->log_level));
+    std::cout << "kvroute: config reloaded (" << next->backends.size() << " backends)"
+              << std::endl;
+  };
   std::thread signal_waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    spdlog::info("signal {}: draining", sig);
-    server.Shutdown();
+    for (;;) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (sig == SIGHUP) {
+        reload();
+        continue;
+      }
+      spdlog::info("signal {}: draining", sig);
+      server.Shutdown();
+      return;
+    }
   });
   server.Wait();
   // Wake the waiter if the server stopped on its own.

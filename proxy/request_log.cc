@@ -82,6 +82,7 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Count("status", r.status);
   w.Str("error", r.error);
   w.Count("attempts", r.attempts);
+  if (!r.prompt.empty()) w.Str("prompt", r.prompt);
   return w.Done();
 }
 
@@ -108,6 +109,9 @@ bool RequestLog::is_open() const {
 }
 
 void RequestLog::Write(const RequestRecord& record) {
+  // Without a log, skip formatting the line: it was ~3% of a small
+  // request's instructions.
+  if (!is_open()) return;
   std::string line = RequestRecordToJson(record);
   line.push_back('\n');
   absl::MutexLock lock(&mu_);

@@ -1,5 +1,6 @@
 // The request log: one JSON object per line per finished request
-// (DESIGN.md §4). Prompts and completions are never written.
+// (DESIGN.md §4). Completions are never written; a prompt is written only
+// when the caller fills RequestRecord::prompt (config `request_log_prompts`).
 //
 //   RequestLog log;  absl::Status st = log.Open("/var/log/kvroute/requests.jsonl");
 //   log.Write(record);
@@ -45,6 +46,9 @@ struct RequestRecord {
   int status = 0;
   std::string error;  // empty: none
   int attempts = 0;   // upstream attempts made
+  // The prompt text (features' prompt bytes); empty: not logged, and the
+  // line has no `prompt` field.
+  std::string prompt;
 };
 
 std::string RequestRecordToJson(const RequestRecord& r);

@@ -17,7 +17,12 @@ int64_t IntOr(const json::object& o, std::string_view key) {
 
 bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_transfer_params) {
   boost::system::error_code ec;
-  json::value root = json::parse(json::string_view(text.data(), text.size()), ec);
+  // A completion body or usage event is a few hundred bytes: parse it into
+  // a stack buffer instead of one heap allocation per JSON node (the parse
+  // was 10% of a small request's instructions).
+  unsigned char scratch[4096];
+  json::monotonic_resource mr(scratch, sizeof(scratch));
+  json::value root = json::parse(json::string_view(text.data(), text.size()), ec, &mr);
   if (ec || !root.is_object()) return false;
   const json::object& obj = root.get_object();
   if (kv_transfer_params != nullptr) {
@@ -53,9 +58,13 @@ void ResponseObserver::Feed(std::string_view bytes) {
   // SSE: an event ends at a blank line ("\n\n" from vLLM, "\r\n\r\n" allowed).
   pending_.append(bytes);
   size_t start = 0;
+  // The next CRLF event end, searched again only once passed: searching the
+  // rest of the buffer for it at every event made a 16 KB read of ~60
+  // events cost ~1 MB of scanning.
+  size_t crlf = pending_.find("\r\n\r\n");
   for (;;) {
     const size_t lf = pending_.find("\n\n", start);
-    const size_t crlf = pending_.find("\r\n\r\n", start);
+    if (crlf != std::string::npos && crlf < start) crlf = pending_.find("\r\n\r\n", start);
     if (lf == std::string::npos && crlf == std::string::npos) break;
     const bool use_lf = crlf == std::string::npos || (lf != std::string::npos && lf < crlf);
     const size_t end = use_lf ? lf : crlf;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
+#include <deque>
 #include <future>
 #include <optional>
 
@@ -13,21 +14,47 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proxy/absl_compat.h"
+#include "proxy/admin_auth.h"
+#include "proxy/admission.h"
+#include "proxy/health.h"
 #include "proxy/features.h"
+#include "proxy/request_framing.h"
 #include "proxy/response_observer.h"
 #include "router/prefix_hash.h"
 #include "transfer/connector.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 
 namespace kvroute::proxy {
 
+namespace {
+struct LegState;  // one upstream leg's shared state, defined below
+}  // namespace
+
 struct Server::Worker {
   Worker(std::vector<router::BackendSpec> backends, const UpstreamOptions& options)
-      : ioc(1), guard(net::make_work_guard(ioc)), pool(ioc, std::move(backends), options) {}
+      : ioc(1),
+        guard(net::make_work_guard(ioc)),
+        waiting(backends.size()),
+        pool(ioc, std::move(backends), options) {}
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> guard;
+  // Legs of this worker waiting for a response header, per backend: when the
+  // backend is ejected they are cut short and retried elsewhere. Touched
+  // only on this worker's thread; a deque, so growing keeps references.
+  std::deque<absl::flat_hash_set<LegState*>> waiting;
   UpstreamPool pool;
+
+  // Follows the router's backend slots after a reload (worker thread only).
+  void Sync(const std::vector<router::BackendSpec>& backends) {
+    pool.SetBackends(backends);
+    if (waiting.size() < backends.size()) waiting.resize(backends.size());
+  }
+  // Makes sure slot `backend`, which the router may have added since, is known.
+  void Ensure(router::Router& router, int backend) {
+    if (backend >= 0 && static_cast<size_t>(backend) >= pool.size()) Sync(*router.Backends());
+  }
 };
 
 // Shared by all sessions of a server. Counters are atomics; the monitor's
@@ -41,12 +68,28 @@ struct Server::State {
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> inflight{0};
   std::atomic<bool> draining{false};
-  std::vector<int> fail_streak, ok_streak;
-  std::vector<bool> healthy;
-  std::vector<std::chrono::steady_clock::time_point> last_scrape;
+  std::unique_ptr<HealthTracker> health;
+  std::unique_ptr<Admission> admission;
+  std::vector<std::chrono::steady_clock::time_point> last_scrape;  // monitor (worker 0) only
   // Handoffs.
   std::unique_ptr<transfer::Connector> connector;
-  std::vector<uint16_t> bootstrap_ports;  // per backend
+  // Bootstrap port of each configured backend by name (replaced on reload).
+  absl::Mutex bootstrap_mu;
+  absl::flat_hash_map<std::string, uint16_t> bootstrap_ports ABSL_GUARDED_BY(bootstrap_mu);
+  uint16_t default_bootstrap_port = 0;
+  uint16_t BootstrapPort(const std::string& backend) {
+    absl::MutexLock lock(&bootstrap_mu);
+    auto it = bootstrap_ports.find(backend);
+    return it == bootstrap_ports.end() ? default_bootstrap_port : it->second;
+  }
+  void SetBootstrapPorts(const std::vector<BackendConfig>& backends, uint16_t fallback) {
+    absl::MutexLock lock(&bootstrap_mu);
+    default_bootstrap_port = fallback;
+    bootstrap_ports.clear();
+    for (const BackendConfig& b : backends) {
+      bootstrap_ports[b.name] = b.bootstrap_port != 0 ? b.bootstrap_port : fallback;
+    }
+  }
   std::atomic<int64_t> offload_inflight{0};
   absl::Mutex engine_ids_mu;
   absl::flat_hash_map<int, std::string> engine_ids ABSL_GUARDED_BY(engine_ids_mu);
@@ -55,6 +98,15 @@ struct Server::State {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Read sizes: upstream responses are relayed in pieces of up to
+// kRelayChunkBytes; a client's large body is read kMaxClientReadBytes at a
+// time; a request's first read takes up to kFirstReadBytes (a 1k-token
+// request in one recv). The client buffer is released once a request is
+// served, so idle keep-alive connections hold none.
+constexpr size_t kRelayChunkBytes = 16 * 1024;
+constexpr uint64_t kMaxClientReadBytes = 64 * 1024;
+constexpr size_t kFirstReadBytes = 16 * 1024;
 
 double WallSeconds() { return static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6; }
 
@@ -72,6 +124,26 @@ std::string NewRequestId() {
 }
 
 bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
+
+// What a connection closed after an error answer reads and discards before
+// closing (see Session::DrainBeforeClose).
+constexpr size_t kLingerBytes = 1 << 20;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+
+// A response header's wire bytes.
+std::string SerializedHeader(http::response_serializer<http::empty_body>& sr) {
+  std::string out;
+  beast::error_code ec;
+  while (!ec && !sr.is_header_done()) {
+    sr.next(ec, [&](beast::error_code&, const auto& buffers) {
+      for (const auto b : beast::buffers_range_ref(buffers)) {
+        out.append(static_cast<const char*>(b.data()), b.size());
+      }
+      sr.consume(beast::buffer_bytes(buffers));
+    });
+  }
+  return out;
+}
 
 bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
   return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
@@ -102,6 +174,7 @@ struct RelayResult {
   bool client_gone = false;
   bool upstream_failed = false;  // failed before any response header: 502/504
   bool timed_out = false;
+  bool ejected = false;  // cut short because its backend was ejected
   int status = 0;
   std::string error;
   Usage usage;
@@ -119,8 +192,13 @@ struct LegState {
   bool relay_done = false;
   bool client_gone = false;  // set by the client watcher
   bool cancelled = false;    // set by Cancel()
+  bool ejected = false;      // set by Eject(): the backend was taken out
   void Cancel() {
     cancelled = true;
+    if (upstream != nullptr) upstream->cancel();
+  }
+  void Eject() {
+    ejected = true;
     if (upstream != nullptr) upstream->cancel();
   }
   bool aborted() const { return client_gone || cancelled; }
@@ -167,21 +245,33 @@ class Session : public std::enable_shared_from_this<Session> {
 
   net::awaitable<void> Run() {
     auto self = shared_from_this();
+    bool linger = false;  // an error answer went out: drain before closing
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
       parser.body_limit(cfg_.limits.max_body_bytes);
       if (buffer_.size() == 0) {
-        // Keep-alive: wait for the next request's first bytes.
-        stream_.expires_after(ToChrono(cfg_.limits.idle_timeout));
-        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kUseTuple);
+        // Keep-alive: wait until the next request's first bytes arrive with
+        // no buffer at all (an idle connection holds no read buffer), then
+        // read them.
+        if (!co_await WaitReadable(cfg_.limits.idle_timeout)) break;
+        stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
+        auto [ec, n] =
+            co_await stream_.async_read_some(buffer_.prepare(kFirstReadBytes), kUseTuple);
         if (ec) break;
         buffer_.commit(n);
       }
       stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
       auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, kUseTuple);
       if (hec) {
-        co_await ReadFailed(hec);
+        linger = co_await ReadFailed(hec);
+        break;
+      }
+      // Refused before any body byte is read, and the connection closes:
+      // nothing after an ambiguously framed body can be taken for a request.
+      if (absl::Status framing = CheckRequestFraming(parser.get()); !framing.ok()) {
+        co_await SendError(400, std::string(framing.message()), false);
+        linger = true;
         break;
       }
       if (absl::EqualsIgnoreCase(ToAbsl(parser.get()[http::field::expect]),
@@ -190,25 +280,50 @@ class Session : public std::enable_shared_from_this<Session> {
         auto [cec, cn] = co_await http::async_write(stream_, cont, kUseTuple);
         if (cec) break;
       }
+      // Large bodies: read in kMaxClientReadBytes pieces, not 4 KB ones
+      // (beast reads at most the buffer's free capacity).
+      if (const auto len = parser.content_length(); len && *len > buffer_.capacity()) {
+        buffer_.reserve(static_cast<size_t>(std::min<uint64_t>(*len, kMaxClientReadBytes)));
+      }
       stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
       auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kUseTuple);
       if (bec) {
-        co_await ReadFailed(bec);
+        linger = co_await ReadFailed(bec);
         break;
       }
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = co_await Dispatch(req);
+      if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
       if (!keep_alive || state_.draining.load()) break;
     }
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (linger) co_await DrainBeforeClose();
     stream_.close();
     state_.connections.fetch_sub(1);
     state_.metrics->connections->Add({}, -1);
   }
 
  private:
-  net::awaitable<void> ReadFailed(beast::error_code ec) {
+  // Waits until the client socket is readable (data or EOF); false on
+  // `timeout` or error. Uses no buffer, so idle keep-alive connections cost
+  // only their socket and this session.
+  net::awaitable<bool> WaitReadable(absl::Duration timeout) {
+    net::steady_timer deadline(stream_.get_executor(), ToChrono(timeout));
+    auto expired = std::make_shared<bool>(false);
+    deadline.async_wait([this, expired](beast::error_code ec) {
+      if (ec) return;
+      *expired = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+    });
+    auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
+    deadline.cancel();
+    co_return !ec && !*expired;
+  }
+
+  // Answers a request that could not be read; returns whether it answered.
+  net::awaitable<bool> ReadFailed(beast::error_code ec) {
     if (ec == http::error::body_limit) {
       co_await SendError(413, absl::StrCat("request body exceeds ", cfg_.limits.max_body_bytes,
                                            " bytes"),
@@ -219,6 +334,26 @@ class Session : public std::enable_shared_from_this<Session> {
                ec != net::error::eof && ec != net::error::connection_reset &&
                ec != net::error::operation_aborted) {
       co_await SendError(400, absl::StrCat("malformed HTTP request: ", ec.message()), false);
+    } else {
+      co_return false;
+    }
+    co_return true;
+  }
+
+  // After an error answer to a request that was not read to its end, the
+  // client may still be sending. Closing a socket with unread bytes makes the
+  // kernel reset the connection, and the reset can destroy the answer before
+  // the client reads it; so, with our side already shut down, read and
+  // discard a bounded amount for a bounded time first (nginx's
+  // lingering_close).
+  net::awaitable<void> DrainBeforeClose() {
+    stream_.expires_after(std::min<Clock::duration>(kLingerTime,
+                                                    ToChrono(cfg_.limits.header_timeout)));
+    char sink[4096];
+    for (size_t drained = 0; drained < kLingerBytes;) {
+      auto [ec, n] = co_await stream_.async_read_some(net::buffer(sink), kUseTuple);
+      if (ec) break;
+      drained += n;
     }
   }
 
@@ -228,6 +363,25 @@ class Session : public std::enable_shared_from_this<Session> {
     if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     const bool keep_alive = req.keep_alive();
     const http::verb m = req.method();
+    if (target == "/admin" || absl::StartsWith(ToAbsl(target), "/admin/")) {
+      switch (CheckAdminAccess(cfg_.admin, IsLoopback(remote_), req[http::field::authorization])) {
+        case AdminAccess::kAllowed:
+          break;
+        case AdminAccess::kUnauthorized: {
+          Headers challenge;
+          challenge.emplace_back("WWW-Authenticate", "Bearer realm=\"kvroute-admin\"");
+          co_return co_await SendError(
+              401, "admin endpoints need Authorization: Bearer <admin.token>", keep_alive,
+              std::move(challenge));
+        }
+        case AdminAccess::kForbidden:
+          co_return co_await SendError(403,
+                                       cfg_.admin.allow_loopback
+                                           ? "admin endpoints answer only on loopback"
+                                           : "admin endpoints are closed: no admin.token is set",
+                                       keep_alive);
+      }
+    }
     for (const RouteSpec& r : kRoutes) {
       if (target != r.path) continue;
       if (m != r.verb && !(r.verb == http::verb::get && m == http::verb::head)) {
@@ -275,27 +429,32 @@ class Session : public std::enable_shared_from_this<Session> {
                                 keep_alive, std::move(extra));
   }
 
+  std::string RetryAfterValue() const {
+    return std::to_string(std::max<int64_t>(
+        1, absl::ToInt64Seconds(absl::Ceil(cfg_.limits.retry_after, absl::Seconds(1)))));
+  }
+
   net::awaitable<bool> HandleHealth(bool keep_alive) {
     int healthy = 0;
     for (const auto& b : state_.router->Report()) healthy += b.healthy ? 1 : 0;
     boost::json::object o;
     o["status"] = healthy > 0 ? "ok" : "no healthy backend";
     o["healthy_backends"] = healthy;
-    o["backends"] = state_.router->Backends().size();
+    int configured = 0;
+    for (const auto& b : *state_.router->Backends()) configured += b.retired ? 0 : 1;
+    o["backends"] = configured;
     co_return co_await SendBody(healthy > 0 ? 200 : 503, "application/json",
                                 boost::json::serialize(o), keep_alive);
   }
 
+  // Dispatch() has checked the caller (proxy/admin_auth.h).
   net::awaitable<bool> HandleAdminBackends(const http::request<http::string_body>& req) {
-    if (!IsLoopback(remote_)) {
-      co_return co_await SendError(403, "admin endpoints answer only on loopback",
-                                   req.keep_alive());
-    }
     boost::json::array arr;
     for (const router::BackendReport& b : state_.router->Report()) {
       boost::json::object o;
       o["name"] = b.name;
       o["role"] = router::ToString(b.role);
+      o["retired"] = b.retired;
       o["healthy"] = b.healthy;
       o["inflight_requests"] = b.inflight_requests;
       o["inflight_prefill_tokens"] = b.inflight_prefill_tokens;
@@ -335,6 +494,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::awaitable<bool> HandleModels(const http::request<http::string_body>& req) {
     const int backend = FirstHealthyBackend();
     if (backend < 0) co_return co_await SendError(503, "no healthy backend", req.keep_alive());
+    worker_.Ensure(*state_.router, backend);
     http::request<http::string_body> up{http::verb::get, "/v1/models", 11};
     BufferedResponse r = co_await FetchBuffered(worker_.pool, backend, std::move(up),
                                                 cfg_.upstream.idle_timeout, 4 << 20);
@@ -381,48 +541,41 @@ class Session : public std::enable_shared_from_this<Session> {
                                        std::string_view route, Clock::time_point t0,
                                        RequestRecord& rec) {
     const bool keep_alive = req.keep_alive();
-    auto reject = [&](int status, std::string msg) -> net::awaitable<bool> {
+    auto reject = [&](int status, std::string msg,
+                      bool retry_after = false) -> net::awaitable<bool> {
       rec.status = status;
       rec.error = msg;
       Headers extra;
       extra.emplace_back("X-Request-Id", rec.id);
+      if (retry_after) extra.emplace_back("Retry-After", RetryAfterValue());
       co_return co_await SendError(status, msg, keep_alive, std::move(extra));
     };
-    if (state_.draining.load()) co_return co_await reject(503, "kvroute is shutting down");
+    if (state_.draining.load()) {
+      co_return co_await reject(503, "kvroute is shutting down", /*retry_after=*/true);
+    }
+    if (!co_await state_.admission->Acquire(cfg_.limits.queue_timeout)) {
+      state_.metrics->admission_rejections->Inc({});
+      co_return co_await reject(
+          429,
+          absl::StrCat("kvroute is at its limit of ", cfg_.limits.max_inflight_requests,
+                       " requests in flight; retry later"),
+          /*retry_after=*/true);
+    }
+    struct SlotGuard {
+      Admission* admission;
+      ~SlotGuard() { admission->Release(); }
+    } slot{state_.admission.get()};
     // Like vLLM's server, the body is read as JSON whatever Content-Type
     // says (curl -d sends form encoding); a non-JSON body is a 400 below.
     absl::StatusOr<router::RequestFeatures> features =
         ExtractFeatures(endpoint, req.body(), req["X-Session-Id"]);
     if (!features.ok()) co_return co_await reject(400, std::string(features.status().message()));
     features->request_id = rec.id;
+    if (cfg_.request_log_prompts) rec.prompt = features->prompt_bytes;
     rec.session = features->session_id;
     rec.stream = features->stream;
     const router::Options& ropts = state_.router->options();
-    const auto td0 = Clock::now();
     features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
-    absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
-    state_.metrics->decision_time->Observe({}, Since(td0));
-    if (!ticket.ok()) {
-      // ResourceExhausted: too many requests in flight (429, retry soon);
-      // Unavailable: no healthy backend (503).
-      const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
-      co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()));
-    }
-    rec.t_routed = WallSeconds();
-    const router::Decision& d = ticket->decision;
-    const auto& backends = state_.router->Backends();
-    rec.request_class = std::string(router::ToString(d.request_class));
-    rec.prompt_tokens_est = d.prompt_tokens_est;
-    rec.cached_tokens_est = d.cached_tokens_est;
-    rec.new_tokens_est = d.new_tokens_est;
-    state_.metrics->decisions->Inc(
-        {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
-    if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
-    if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
-    const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
-                         d.prefill_backend != d.decode_backend;
-    rec.decode_backend = backends[d.decode_backend].name;
-    rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
 
     http::request<http::string_body> tmpl{http::verb::post, req.target(), 11};
     for (const auto& field : req) {
@@ -431,37 +584,97 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
-    Decor decor{rec.id, backends[d.decode_backend].name, rec.request_class};
-    const router::RouteTicket& tk = *ticket;
-    auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
-    bool reported = false;
-    auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
-      if (reported) return;
-      reported = true;
-      router::Outcome o;
-      o.served_by = served_by;
-      o.ok = ok;
-      o.prompt_tokens = u.prompt_tokens;
-      o.cached_tokens = u.cached_tokens;
-      o.completion_tokens = u.completion_tokens;
-      o.kv_transferred = transferred;
-      state_.router->OnComplete(tk, o, absl::Now());
-    };
-    complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
-      report(served_by, transferred, status >= 200 && status < 300, u);
-    };
+    const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
 
+    // Route, serve, and while nothing has reached the client and the
+    // failure was the instance's (connect error, timeout, 5xx), route again
+    // avoiding the instances that failed, after a jittered backoff.
     LegResult leg;
-    if (offload) {
-      leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
-                                  rec.stream, on_first_byte, rec);
-    } else {
-      leg = co_await ServeColocated(tmpl, std::move(body), d.decode_backend, decor, rec.stream,
-                                    on_first_byte);
+    router::Decision d;
+    Decor decor;
+    int attempts = 0;
+    std::string retry_reason;  // why this attempt is a retry; empty on the first
+    for (int attempt = 1;; ++attempt) {
+      const auto td0 = Clock::now();
+      absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
+      state_.metrics->decision_time->Observe({}, Since(td0));
+      if (!ticket.ok()) {
+        if (attempt > 1) break;  // nowhere else to go: answer with the last failure
+        // ResourceExhausted: too many requests in flight (429, retry soon);
+        // Unavailable: no healthy backend (503).
+        const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
+        co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()),
+                                  /*retry_after=*/true);
+      }
+      if (attempt == 1) rec.t_routed = WallSeconds();
+      const auto fleet = state_.router->Backends();  // includes the decision's slots
+      const auto& backends = *fleet;
+      d = ticket->decision;
+      if (!retry_reason.empty()) {
+        state_.metrics->retries->Inc({backends[d.decode_backend].name, retry_reason});
+      }
+      rec.request_class = std::string(router::ToString(d.request_class));
+      rec.prompt_tokens_est = d.prompt_tokens_est;
+      rec.cached_tokens_est = d.cached_tokens_est;
+      rec.new_tokens_est = d.new_tokens_est;
+      state_.metrics->decisions->Inc(
+          {cfg_.mode, rec.request_class, std::string(router::ToString(d.mode))});
+      if (d.affinity_hit) state_.metrics->affinity->Inc({"hit"});
+      if (d.affinity_broken) state_.metrics->affinity->Inc({"broken"});
+      const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
+                           d.prefill_backend != d.decode_backend;
+      rec.decode_backend = backends[d.decode_backend].name;
+      rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
+      decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class};
+
+      const router::RouteTicket& tk = *ticket;
+      auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
+      bool reported = false;
+      auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
+        if (reported) return;
+        reported = true;
+        router::Outcome o;
+        o.served_by = served_by;
+        o.ok = ok;
+        o.prompt_tokens = u.prompt_tokens;
+        o.cached_tokens = u.cached_tokens;
+        o.completion_tokens = u.completion_tokens;
+        o.kv_transferred = transferred;
+        state_.router->OnComplete(tk, o, absl::Now());
+      };
+      complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
+        report(served_by, transferred, status >= 200 && status < 300, u);
+      };
+      if (offload) {
+        leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
+                                    rec.stream, on_first_byte, rec);
+      } else {
+        leg = co_await ServeColocated(tmpl, body, d.decode_backend, decor, rec.stream,
+                                      on_first_byte);
+      }
+      complete_hook_ = nullptr;
+      // Normally reported by the relay before the response's last bytes;
+      // here for responses that never completed.
+      report(leg.served_by, leg.kv_transferred,
+             leg.r.completed && leg.r.status >= 200 && leg.r.status < 300, leg.r.usage);
+      attempts += leg.attempts;
+
+      const RelayResult& r = leg.r;
+      const bool retryable = !r.headers_sent && !r.client_gone && r.upstream_failed;
+      if (!retryable || attempt >= max_attempts || state_.draining.load()) break;
+      features->avoid_backends.push_back(d.decode_backend);
+      if (offload) features->avoid_backends.push_back(d.prefill_backend);
+      retry_reason = RetryReason(r);
+      spdlog::debug("request {}: attempt {} on {} failed ({}); retrying elsewhere", rec.id,
+                    attempt, leg.label, r.error);
+      if (const absl::Duration pause = RetryBackoff(attempt); pause > absl::ZeroDuration()) {
+        net::steady_timer timer(stream_.get_executor(), ToChrono(pause));
+        co_await timer.async_wait(kUseTuple);
+      }
     }
-    complete_hook_ = nullptr;
+
     const RelayResult& r = leg.r;
-    rec.attempts = leg.attempts;
+    rec.attempts = attempts;
     rec.status = r.status;
     rec.error = r.error;
     rec.t_first_token = r.t_first_byte;
@@ -470,23 +683,38 @@ class Session : public std::enable_shared_from_this<Session> {
     rec.completion_tokens = r.usage.completion_tokens;
     ObserveOutcome(route, rec, r, leg, d, t0);
 
-    // Normally reported by the relay before the response's last bytes;
-    // here for responses that never completed.
-    report(leg.served_by, leg.kv_transferred,
-           r.completed && r.status >= 200 && r.status < 300, r.usage);
-
     if (!r.headers_sent) {
       if (r.client_gone) co_return false;
-      const int status = r.timed_out ? 504 : 502;
+      // The engine's own 5xx status when it answered one; else 502/504.
+      const int status = r.status >= 500 ? r.status : r.timed_out ? 504 : 502;
       rec.status = status;
       Headers extra;
       extra.emplace_back("X-Request-Id", rec.id);
       extra.emplace_back("X-Kvroute-Backend", leg.label);
       extra.emplace_back("X-Kvroute-Class", decor.request_class);
       std::string msg = absl::StrCat("backend ", leg.label, ": ", r.error);
+      if (attempts > 1) absl::StrAppend(&msg, " (", attempts, " attempts)");
       co_return co_await SendError(status, msg, keep_alive, std::move(extra));
     }
     co_return r.completed && keep_alive && !state_.draining.load();
+  }
+
+  // Why a failed attempt is retried, as the retries counter labels it.
+  static std::string RetryReason(const RelayResult& r) {
+    if (r.status >= 500) return "5xx";
+    if (r.timed_out) return "timeout";
+    if (absl::StartsWith(r.error, "connect failed")) return "connect";
+    return r.ejected ? "ejected" : "upstream_error";
+  }
+
+  // Full jitter: uniform in [0, min(max, base x 2^(attempt-1))].
+  absl::Duration RetryBackoff(int attempt) const {
+    absl::Duration cap = cfg_.upstream.retry_backoff;
+    for (int i = 1; i < attempt && cap < cfg_.upstream.retry_backoff_max; ++i) cap *= 2;
+    cap = std::min(cap, cfg_.upstream.retry_backoff_max);
+    if (cap <= absl::ZeroDuration()) return absl::ZeroDuration();
+    thread_local absl::BitGen gen;
+    return absl::Nanoseconds(absl::Uniform<int64_t>(gen, 0, absl::ToInt64Nanoseconds(cap) + 1));
   }
 
   // The result of serving one request, co-located or offloaded.
@@ -507,21 +735,26 @@ class Session : public std::enable_shared_from_this<Session> {
     };
   }
 
+  // Serves on one instance. `body` is lent to the upstream request and
+  // handed back, so a retry elsewhere needs no copy. A 5xx answer counts as
+  // a failure before the first byte (the caller may retry it elsewhere).
   net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
-                                           std::string body, int backend, Decor decor,
+                                           std::string& body, int backend, Decor decor,
                                            bool stream, std::function<void()> on_first_byte,
                                            bool kv_transferred = false) {
     LegResult out;
     out.served_by = backend;
     out.kv_transferred = kv_transferred;
-    out.label = state_.router->Backends()[backend].name;
+    out.label = (*state_.router->Backends())[backend].name;
     decor.backend_label = out.label;
     http::request<http::string_body> up = tmpl;
     up.body() = std::move(body);
     LegOptions opts;
     opts.on_first_byte = std::move(on_first_byte);
+    opts.fail_on_5xx = true;
     ArmCompletion(opts, backend, kv_transferred);
     out.r = co_await Relay(backend, up, decor, stream, std::move(opts));
+    body = std::move(up.body());
     out.attempts = 1;
     co_return out;
   }
@@ -558,7 +791,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                          std::string& body, int a, int b, Decor decor,
                                          bool stream, std::function<void()> on_first_byte,
                                          RequestRecord& rec) {
-    const auto& backends = state_.router->Backends();
+    const auto fleet = state_.router->Backends();
+    const auto& backends = *fleet;
     const transfer::Connector& connector = *state_.connector;
     const std::string conn_name(connector.name());
     auto count = [&](std::string_view outcome) {
@@ -585,7 +819,7 @@ class Session : public std::enable_shared_from_this<Session> {
     plan.request_id = rec.id;
     plan.prefill_host = backends[a].host;
     plan.prefill_port = backends[a].port;
-    plan.bootstrap_port = state_.bootstrap_ports[a];
+    plan.bootstrap_port = state_.BootstrapPort(backends[a].name);
     {
       thread_local absl::BitGen gen;
       plan.bootstrap_room = absl::Uniform<uint64_t>(gen) & 0x7fffffffffffffffULL;
@@ -757,7 +991,7 @@ class Session : public std::enable_shared_from_this<Session> {
       state_.metrics->tpot->Observe({cls}, decode_s / static_cast<double>(r.usage.completion_tokens - 1));
     }
     if (r.usage.cached_tokens >= 0 && r.usage.prompt_tokens > 0 && leg.served_by >= 0) {
-      const std::string& name = state_.router->Backends()[leg.served_by].name;
+      const std::string name = (*state_.router->Backends())[leg.served_by].name;
       state_.metrics->cached_tokens_est->Inc({name}, static_cast<double>(d.cached_tokens_est));
       state_.metrics->cached_tokens_actual->Inc({name},
                                                 static_cast<double>(r.usage.cached_tokens));
@@ -776,6 +1010,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const Decor& decor, bool client_wants_stream,
                                     LegOptions opts) {
     RelayResult r;
+    worker_.Ensure(*state_.router, backend);
     UpstreamPool& pool = worker_.pool;
     const router::BackendSpec& spec = pool.backend(backend);
     const auto t0 = Clock::now();
@@ -803,8 +1038,30 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::unique_ptr<Connection> conn;
     beast::flat_buffer up_buf;
+    // Beast reads at most the buffer's free capacity (512 B when empty): a
+    // 62 KB stream took 128 recv/send pairs before this.
+    up_buf.reserve(kRelayChunkBytes);
     std::optional<http::response_parser<http::buffer_body>> parser;
-    for (int attempt = 0; attempt < 2 && !leg->aborted(); ++attempt) {
+    // Until the response header arrives the leg can be cut short by an
+    // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
+    class WaitingMark {
+     public:
+      WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
+        set_->insert(leg_);
+      }
+      WaitingMark(const WaitingMark&) = delete;
+      WaitingMark& operator=(const WaitingMark&) = delete;
+      ~WaitingMark() { set_->erase(leg_); }
+
+     private:
+      absl::flat_hash_set<LegState*>* set_;
+      LegState* leg_;
+    };
+    std::optional<WaitingMark> waiting;
+    waiting.emplace(&worker_.waiting[backend], leg.get());
+    auto passive = [&](bool ok) { state_.health->OnRequest(backend, ok, absl::Now()); };
+    std::string held_header;  // a client header to send with the first body bytes
+    for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
       beast::error_code ec;
       bool reused = false;
       if (attempt == 0) {
@@ -813,11 +1070,16 @@ class Session : public std::enable_shared_from_this<Session> {
         std::tie(ec, conn) = co_await pool.Connect(backend);
       }
       if (leg->aborted()) break;
-      if (ec) {
+      if (ec && !leg->ejected) {
         r.upstream_failed = true;
         r.timed_out = ec == beast::error::timeout;
         r.error = absl::StrCat("connect failed: ", ec.message());
         state_.metrics->upstream_errors->Inc({spec.name, "connect"});
+        passive(false);
+        break;
+      }
+      if (leg->ejected) {
+        conn.reset();
         break;
       }
       leg->upstream = conn.get();
@@ -830,14 +1092,15 @@ class Session : public std::enable_shared_from_this<Session> {
         auto [hec, hn] = co_await http::async_read_header(*conn, up_buf, *parser, kUseTuple);
         if (!hec && !leg->aborted()) break;
         wec = hec ? hec : net::error::operation_aborted;
-        if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted()) {
+        if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() &&
+            !leg->ejected) {
           state_.metrics->retries->Inc({spec.name, "stale_connection"});
           parser.reset();
           leg->upstream = nullptr;
           conn.reset();
           continue;  // stale keep-alive connection: once more on a fresh one
         }
-      } else if (reused && !leg->aborted() && wec != beast::error::timeout) {
+      } else if (reused && !leg->aborted() && !leg->ejected && wec != beast::error::timeout) {
         state_.metrics->retries->Inc({spec.name, "stale_connection"});
         leg->upstream = nullptr;
         conn.reset();
@@ -846,14 +1109,23 @@ class Session : public std::enable_shared_from_this<Session> {
       parser.reset();
       leg->upstream = nullptr;
       conn.reset();
-      if (leg->aborted()) break;
+      if (leg->aborted() || leg->ejected) break;
       r.upstream_failed = true;
       r.timed_out = wec == beast::error::timeout;
       r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
       state_.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
+      passive(false);
       break;
     }
-    if (leg->aborted()) note_aborted();
+    waiting.reset();
+    if (leg->aborted()) {
+      note_aborted();
+    } else if (leg->ejected && !parser) {
+      r.upstream_failed = true;
+      r.ejected = true;
+      r.error = "backend was ejected while the request waited for its response";
+      state_.metrics->upstream_errors->Inc({spec.name, "ejected"});
+    }
     if (!parser || r.upstream_failed || leg->aborted()) {
       finish();
       co_return r;
@@ -868,6 +1140,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
+    passive(r.status < 500);
     if (opts.fail_on_5xx && r.status >= 500) {
       r.upstream_failed = true;
       r.error = absl::StrCat("backend answered HTTP ", r.status);
@@ -893,8 +1166,15 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       res.keep_alive(true);
       http::response_serializer<http::empty_body> sr{res};
-      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-      auto [hwec, hwn] = co_await http::async_write_header(stream_, sr, kUseTuple);
+      beast::error_code hwec;
+      if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
+        // A small plain body: its header goes out with the body in one
+        // write (one syscall fewer per request).
+        held_header = SerializedHeader(sr);
+      } else {
+        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+        std::tie(hwec, std::ignore) = co_await http::async_write_header(stream_, sr, kUseTuple);
+      }
       if (hwec) {
         r.client_gone = true;
         r.error = "client write failed";
@@ -914,7 +1194,7 @@ class Session : public std::enable_shared_from_this<Session> {
       observer.Finish();
       if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
     };
-    char chunk[16384];
+    char chunk[kRelayChunkBytes];
     bool upstream_ok = true;
     while (!parser->is_done()) {
       parser->get().body().data = chunk;
@@ -930,6 +1210,7 @@ class Session : public std::enable_shared_from_this<Session> {
           r.timed_out = rec == beast::error::timeout;
           r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
           state_.metrics->stream_errors->Inc({spec.name});
+          passive(false);
         }
         break;
       }
@@ -947,6 +1228,11 @@ class Session : public std::enable_shared_from_this<Session> {
       if (chunked) {
         std::tie(wec, std::ignore) =
             co_await net::async_write(stream_, http::make_chunk(net::buffer(chunk, n)), kUseTuple);
+      } else if (!held_header.empty()) {
+        const std::array<net::const_buffer, 2> both{net::buffer(held_header),
+                                                     net::buffer(chunk, n)};
+        std::tie(wec, std::ignore) = co_await net::async_write(stream_, both, kUseTuple);
+        held_header.clear();
       } else {
         std::tie(wec, std::ignore) =
             co_await net::async_write(stream_, net::buffer(chunk, n), kUseTuple);
@@ -958,6 +1244,11 @@ class Session : public std::enable_shared_from_this<Session> {
         state_.metrics->client_disconnects->Inc({});
         break;
       }
+    }
+    if (!held_header.empty() && !r.client_gone) {
+      // No body bytes came: the client gets the header, as it would have.
+      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
+      co_await net::async_write(stream_, net::buffer(held_header), kUseTuple);
     }
     observer.Finish();
     r.usage = observer.usage();
@@ -1049,11 +1340,18 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
                              "Upstream attempts made again before any byte reached the client, "
                              "by the backend retried on and reason (stale_connection: a pooled "
                              "keep-alive connection was dead; prefill_failed / decode_failed: a "
-                             "handoff fell back to co-located serving).",
+                             "handoff fell back to co-located serving; connect, timeout, 5xx, ejected, "
+                             "upstream_error: the previous instance failed the request and it "
+                             "was routed again, avoiding it).",
                              {"backend", "reason"})),
       ejections(reg.AddCounter("kvroute_backend_ejections_total",
-                               "Times a backend was ejected by the health checks.",
-                               {"backend"})),
+                               "Times a backend was taken out of rotation, by reason "
+                               "(health_check, passive_failures, half_open_failure).",
+                               {"backend", "reason"})),
+      admission_rejections(reg.AddCounter(
+          "kvroute_admission_rejections_total",
+          "Completion requests refused with 429 because kvroute was at "
+          "limits.max_inflight_requests and the queue was full or its wait ran out.")),
       offloads(reg.AddCounter("kvroute_offloads_total",
                               "Prefill/decode handoffs by connector and outcome (ok, "
                               "prefill_failed, decode_failed, stream_error, client_gone, "
@@ -1114,16 +1412,13 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
   state_->metrics = metrics_.get();
   state_->request_log = &request_log_;
   state_->registry = &registry_;
-  const size_t n = router_->Backends().size();
-  state_->fail_streak.assign(n, 0);
-  state_->ok_streak.assign(n, 0);
-  state_->healthy.assign(n, true);
-  state_->last_scrape.assign(n, std::chrono::steady_clock::time_point{});  // scrape at once
-  for (const BackendConfig& b : config_.backends) {
-    state_->bootstrap_ports.push_back(b.bootstrap_port != 0 ? b.bootstrap_port
-                                                            : config_.transfer.bootstrap_port);
-  }
-  state_->bootstrap_ports.resize(n, config_.transfer.bootstrap_port);
+  const size_t n = router_->Backends()->size();
+  state_->health = std::make_unique<HealthTracker>(
+      static_cast<int>(n), config_.monitor,
+      [this](const HealthChange& c) { OnHealthChange(c); });
+  state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
+                                                  config_.limits.max_queued_requests);
+  state_->SetBootstrapPorts(config_.backends, config_.transfer.bootstrap_port);
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.
@@ -1155,7 +1450,9 @@ Server::Server(Config config, std::unique_ptr<router::Router> router)
     };
     for (const G& g : kGauges) {
       metrics::RenderGaugeHeader(out, g.name, g.help);
-      for (const auto& b : report) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+      for (const auto& b : report) {
+        if (!b.retired) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+      }
     }
   });
 }
@@ -1171,7 +1468,7 @@ absl::Status Server::Start() {
   }
   const int threads = std::max(1, config_.threads);
   for (int i = 0; i < threads; ++i) {
-    workers_.push_back(std::make_unique<Worker>(router_->Backends(), config_.upstream));
+    workers_.push_back(std::make_unique<Worker>(*router_->Backends(), config_.upstream));
   }
   beast::error_code ec;
   const auto addr = net::ip::make_address(config_.listen_host, ec);
@@ -1195,6 +1492,32 @@ absl::Status Server::Start() {
   return absl::OkStatus();
 }
 
+std::shared_ptr<const std::string> Server::RefusalResponse() {
+  if (!refusal_) {
+    const std::string body = OpenAiErrorBody(
+        503, absl::StrCat("kvroute is at its limit of ", config_.limits.max_connections,
+                          " connections; retry later"));
+    const int64_t retry_after = std::max<int64_t>(
+        1, absl::ToInt64Seconds(absl::Ceil(config_.limits.retry_after, absl::Seconds(1))));
+    refusal_ = std::make_shared<const std::string>(absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: kvroute\r\nContent-Type: "
+        "application/json\r\nRetry-After: ",
+        retry_after, "\r\nConnection: close\r\nContent-Length: ", body.size(), "\r\n\r\n",
+        body));
+  }
+  return refusal_;
+}
+
+net::awaitable<void> Server::RefuseConnection(tcp::socket sock,
+                                              std::shared_ptr<const std::string> response) {
+  beast::tcp_stream stream(std::move(sock));
+  stream.expires_after(std::chrono::seconds(1));
+  co_await net::async_write(stream, net::buffer(*response), kUseTuple);
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.close();
+}
+
 net::awaitable<void> Server::AcceptLoop() {
   size_t next = 0;
   for (;;) {
@@ -1206,8 +1529,8 @@ net::awaitable<void> Server::AcceptLoop() {
       continue;  // e.g. EMFILE: keep serving the connections we have
     }
     if (state_->connections.load() >= static_cast<int64_t>(config_.limits.max_connections)) {
-      beast::error_code ignored;
-      sock.close(ignored);
+      // Over the connection bound: a short 503 with Retry-After, then close.
+      net::co_spawn(w.ioc, RefuseConnection(std::move(sock), RefusalResponse()), net::detached);
       continue;
     }
     beast::error_code ignored;
@@ -1219,32 +1542,44 @@ net::awaitable<void> Server::AcceptLoop() {
   }
 }
 
+BackendHealth Server::health_of(int backend) const { return state_->health->Get(backend); }
+
+void Server::OnHealthChange(const HealthChange& c) {
+  // Runs under the tracker's lock: changes reach the router in order.
+  const std::string name = (*router_->Backends())[c.backend].name;
+  router_->SetHealthy(c.backend, c.routable);
+  metrics_->health_transitions->Inc({name, c.routable ? "healthy" : "unhealthy"});
+  if (c.routable) {
+    spdlog::warn("backend {} is back in rotation ({})", name, c.reason);
+    return;
+  }
+  metrics_->ejections->Inc({name, c.reason});
+  spdlog::warn("backend {} ejected ({})", name, c.reason);
+  // Requests waiting on it for a response header go elsewhere now.
+  for (auto& w : workers_) {
+    net::post(w->ioc, [w = w.get(), b = c.backend] {
+      if (static_cast<size_t>(b) >= w->waiting.size()) return;  // slot not synced yet: none wait
+      std::vector<LegState*> legs(w->waiting[b].begin(), w->waiting[b].end());
+      for (LegState* leg : legs) leg->Eject();
+    });
+  }
+}
+
 net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
-  const auto& backends = router_->Backends();
+  state_->health->Tick(absl::Now());
+  const auto fleet = router_->Backends();
+  const auto& backends = *fleet;
+  w.Sync(backends);
+  if (state_->last_scrape.size() < backends.size()) {
+    state_->last_scrape.resize(backends.size(), std::chrono::steady_clock::time_point{});
+  }
   for (size_t i = 0; i < backends.size(); ++i) {
+    if (backends[i].retired) continue;
     http::request<http::string_body> hreq{http::verb::get, "/health", 11};
     BufferedResponse h = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(hreq),
                                                 config_.monitor.health_timeout, 64 * 1024);
     const bool ok = !h.ec && h.status == 200;
-    int& fails = state_->fail_streak[i];
-    int& oks = state_->ok_streak[i];
-    if (ok) {
-      fails = 0;
-      ++oks;
-    } else {
-      oks = 0;
-      ++fails;
-    }
-    bool healthy = state_->healthy[i];
-    if (healthy && fails >= config_.monitor.unhealthy_after) healthy = false;
-    if (!healthy && oks >= config_.monitor.healthy_after) healthy = true;
-    if (healthy != state_->healthy[i]) {
-      state_->healthy[i] = healthy;
-      metrics_->health_transitions->Inc({backends[i].name, healthy ? "healthy" : "unhealthy"});
-      if (!healthy) metrics_->ejections->Inc({backends[i].name});
-      spdlog::warn("backend {} is now {}", backends[i].name, healthy ? "healthy" : "unhealthy");
-    }
-    router_->SetHealthy(static_cast<int>(i), healthy);
+    state_->health->OnProbe(static_cast<int>(i), ok, absl::Now());
     const auto now = std::chrono::steady_clock::now();
     if (ok && (force_scrape ||
                now - state_->last_scrape[i] >= ToChrono(config_.monitor.scrape_interval))) {
@@ -1268,6 +1603,24 @@ net::awaitable<void> Server::MonitorLoop() {
     auto [ec] = co_await timer.async_wait(kUseTuple);
     if (ec) co_return;
   }
+}
+
+absl::Status Server::ReloadBackends(const std::vector<BackendConfig>& backends,
+                                    uint16_t default_bootstrap_port) {
+  absl::MutexLock lock(&reload_mu_);
+  std::vector<router::BackendSpec> specs;
+  for (const BackendConfig& b : backends) specs.push_back(b.spec);
+  if (absl::Status st = router_->UpdateBackends(specs); !st.ok()) return st;
+  const auto fleet = router_->Backends();
+  state_->health->Resize(static_cast<int>(fleet->size()));
+  state_->SetBootstrapPorts(backends, default_bootstrap_port);
+  for (auto& w : workers_) {
+    net::post(w->ioc, [w = w.get(), fleet] { w->Sync(*fleet); });
+  }
+  int retired = 0;
+  for (const auto& b : *fleet) retired += b.retired ? 1 : 0;
+  spdlog::info("backends reloaded: {} configured, {} slots retired", backends.size(), retired);
+  return absl::OkStatus();
 }
 
 void Server::CheckBackendsNow() {

@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "proxy/config.h"
+#include "proxy/health.h"
 #include "proxy/http_common.h"
 #include "proxy/metrics.h"
 #include "proxy/request_log.h"
@@ -50,7 +52,8 @@ struct ProxyMetrics {
   metrics::GaugeVec* inflight;
   metrics::CounterVec* health_transitions;  // backend, to
   metrics::CounterVec* retries;           // backend, reason
-  metrics::CounterVec* ejections;         // backend
+  metrics::CounterVec* ejections;         // backend, reason
+  metrics::CounterVec* admission_rejections;
   metrics::CounterVec* offloads;          // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector
@@ -77,7 +80,17 @@ class Server {
   // returns when it is done (for tests and for start-up).
   void CheckBackendsNow();
 
+  // Applies a new backend list without a restart (SIGHUP): backends kept at
+  // the same address keep their load, shadow cache and connections; new ones
+  // join healthy; removed ones stop receiving requests (those in flight
+  // finish). On error (empty list, pd_sep pools, too many slots) nothing
+  // changes. Thread-safe; reloads are serialised.
+  absl::Status ReloadBackends(const std::vector<BackendConfig>& backends,
+                              uint16_t default_bootstrap_port);
+
   router::Router& router() { return *router_; }
+  // A backend's active-check and circuit-breaker state.
+  BackendHealth health_of(int backend) const;
   metrics::Registry& registry() { return registry_; }
   const Config& config() const { return config_; }
 
@@ -86,11 +99,18 @@ class Server {
 
  private:
   net::awaitable<void> AcceptLoop();
+  // Answers a connection beyond limits.max_connections with 503 and closes it.
+  static net::awaitable<void> RefuseConnection(tcp::socket sock,
+                                               std::shared_ptr<const std::string> response);
+  std::shared_ptr<const std::string> RefusalResponse();  // accept loop only
   net::awaitable<void> MonitorLoop();
   // One round of health checks; /metrics is scraped when `force_scrape` or
   // when a backend's last scrape is older than the scrape interval.
   net::awaitable<void> CheckBackends(Worker& w, bool force_scrape);
   net::awaitable<void> Drain();
+  // A backend's routability changed (HealthTracker callback): tell the
+  // router, count, log, and cut short the requests waiting on an ejected one.
+  void OnHealthChange(const HealthChange& c);
 
   Config config_;
   std::unique_ptr<router::Router> router_;
@@ -103,6 +123,8 @@ class Server {
   uint16_t port_ = 0;
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> threads_;
+  std::shared_ptr<const std::string> refusal_;  // built once by RefusalResponse()
+  absl::Mutex reload_mu_;
 };
 
 // Parses the engine gauges kvroute uses out of a vLLM /metrics text.

@@ -4,7 +4,29 @@ namespace kvroute::proxy {
 
 UpstreamPool::UpstreamPool(net::io_context& ioc, std::vector<router::BackendSpec> backends,
                            UpstreamOptions options)
-    : ioc_(ioc), backends_(std::move(backends)), options_(options), idle_(backends_.size()) {}
+    : ioc_(ioc),
+      backends_(backends.begin(), backends.end()),
+      options_(options),
+      idle_(backends_.size()) {}
+
+void UpstreamPool::SetBackends(const std::vector<router::BackendSpec>& backends) {
+  for (size_t i = 0; i < backends.size(); ++i) {
+    if (i >= backends_.size()) {
+      backends_.push_back(backends[i]);
+      idle_.emplace_back();
+      continue;
+    }
+    if (backends[i].retired && !backends_[i].retired) {
+      backends_[i].retired = true;
+      for (auto& conn : idle_[i]) {
+        beast::error_code ec;
+        conn->socket().shutdown(tcp::socket::shutdown_both, ec);
+        conn->close();
+      }
+      idle_[i].clear();
+    }
+  }
+}
 
 net::awaitable<std::tuple<beast::error_code, std::unique_ptr<Connection>>> UpstreamPool::Connect(
     int backend) {

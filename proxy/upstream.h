@@ -17,6 +17,8 @@
 
 #include "proxy/config.h"
 #include "proxy/http_common.h"
+#include <deque>
+
 #include "router/router.h"
 
 namespace kvroute::proxy {
@@ -38,6 +40,11 @@ class UpstreamPool {
   // reusable or the idle list is full.
   void Release(int backend, std::unique_ptr<Connection> conn, bool reusable);
 
+  // Follows a new backend list from the router (a config reload): slots
+  // are only appended, and a retired slot's idle connections are closed.
+  // References returned by backend() stay valid (the slots live in a deque).
+  void SetBackends(const std::vector<router::BackendSpec>& backends);
+
   const router::BackendSpec& backend(int i) const { return backends_[i]; }
   size_t size() const { return backends_.size(); }
   const UpstreamOptions& options() const { return options_; }
@@ -45,9 +52,9 @@ class UpstreamPool {
 
  private:
   net::io_context& ioc_;
-  std::vector<router::BackendSpec> backends_;
+  std::deque<router::BackendSpec> backends_;
   UpstreamOptions options_;
-  std::vector<std::vector<std::unique_ptr<Connection>>> idle_;
+  std::deque<std::vector<std::unique_ptr<Connection>>> idle_;
 };
 
 struct BufferedResponse {

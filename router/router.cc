@@ -26,6 +26,10 @@ namespace {
 
 struct BackendState {
   bool healthy = true;
+  // Bumped when the backend is ejected: its load counters restart at zero,
+  // and requests routed before (which carry the old epoch) no longer touch
+  // them when they end.
+  uint64_t epoch = 0;
   int64_t inflight_requests = 0;
   int64_t inflight_prefill_tokens = 0;
   int64_t decoding_requests = 0;
@@ -56,25 +60,31 @@ struct InflightRequest {
   int32_t est_chunks_prefill = 0;
   uint64_t route_tick = 0;  // shadow clock at routing
   bool first_token = false;
+  uint64_t prefill_epoch = 0;  // BackendState::epoch of each backend at routing
+  uint64_t decode_epoch = 0;
 };
 
 class RouterImpl : public Router {
  public:
   RouterImpl(Options options, std::vector<BackendSpec> backends, std::unique_ptr<Policy> policy)
       : options_(std::move(options)),
-        specs_(std::move(backends)),
         policy_(std::move(policy)),
-        index_(static_cast<int>(specs_.size())),
+        index_(static_cast<int>(backends.size())),
         sessions_(options_.max_sessions, options_.session_ttl),
         ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
                 options_.max_models),
-        state_(specs_.size()),
-        matched_(specs_.size()) {
+        state_(backends.size()),
+        matched_(backends.size()) {
     absl::MutexLock lock(&mu_);
+    specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(backends));
     ApplyCapacities();
   }
 
-  const std::vector<BackendSpec>& Backends() const override { return specs_; }
+  std::shared_ptr<const std::vector<BackendSpec>> Backends() const override {
+    absl::MutexLock lock(&mu_);
+    return specs_;
+  }
+  absl::Status UpdateBackends(const std::vector<BackendSpec>& backends) override;
   const Options& options() const override { return options_; }
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
@@ -90,7 +100,9 @@ class RouterImpl : public Router {
   }
 
  private:
-  bool Valid(int b) const { return b >= 0 && b < static_cast<int>(specs_.size()); }
+  bool Valid(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return b >= 0 && b < static_cast<int>(specs_->size());
+  }
   int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t CapacityChunks(int b, double fraction) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,10 +113,11 @@ class RouterImpl : public Router {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  const std::vector<BackendSpec> specs_;
-  const std::unique_ptr<Policy> policy_;
-
   mutable absl::Mutex mu_;
+  // Backend slots; replaced (never modified) by UpdateBackends, so a
+  // snapshot handed out stays valid.
+  std::shared_ptr<const std::vector<BackendSpec>> specs_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Policy> policy_ ABSL_GUARDED_BY(mu_);
   ShadowIndex index_ ABSL_GUARDED_BY(mu_);
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   BytesPerTokenModel ratios_ ABSL_GUARDED_BY(mu_);
@@ -121,7 +134,7 @@ class RouterImpl : public Router {
 
 int64_t RouterImpl::NominalCapacityTokens(int b) const {
   if (state_[b].gauges.capacity_tokens > 0) return state_[b].gauges.capacity_tokens;
-  if (specs_[b].capacity_tokens > 0) return specs_[b].capacity_tokens;
+  if ((*specs_)[b].capacity_tokens > 0) return (*specs_)[b].capacity_tokens;
   return std::max<int64_t>(1, options_.default_capacity_tokens);
 }
 
@@ -137,7 +150,7 @@ void RouterImpl::ApplyCapacity(int b) {
 
 void RouterImpl::ApplyCapacities() {
   capacity_ratio_ = ratios_.FleetWide();
-  for (int b = 0; b < static_cast<int>(specs_.size()); ++b) ApplyCapacity(b);
+  for (int b = 0; b < static_cast<int>(specs_->size()); ++b) ApplyCapacity(b);
 }
 
 int64_t RouterImpl::ChunksToTokens(int64_t chunks, double bytes_per_token) const {
@@ -160,7 +173,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
         absl::StrCat("router: ", inflight_.size(), " requests in flight (max_inflight_requests)"));
   }
   const double bpt = ratios_.For(features.model);
-  const int n = static_cast<int>(specs_.size());
+  const int n = static_cast<int>(specs_->size());
   index_.Match(*chain, absl::MakeSpan(matched_));
 
   FleetSnapshot& fleet = snapshot_;
@@ -184,8 +197,10 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   for (int b = 0; b < n; ++b) {
     const BackendState& s = state_[b];
     BackendSnapshot& v = fleet.backends[b];
-    v.healthy = s.healthy;
-    v.role = specs_[b].role;
+    v.healthy = s.healthy && std::find(features.avoid_backends.begin(),
+                                       features.avoid_backends.end(),
+                                       b) == features.avoid_backends.end();
+    v.role = (*specs_)[b].role;
     v.inflight_requests = s.inflight_requests;
     v.inflight_prefill_tokens = s.inflight_prefill_tokens;
     v.decoding_requests = s.decoding_requests;
@@ -201,8 +216,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   absl::StatusOr<Decision> decided = policy_->Decide(fleet);
   if (!decided.ok()) return decided.status();
   Decision& d = *decided;
-  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) || !state_[d.decode_backend].healthy ||
-      !state_[d.prefill_backend].healthy) {
+  if (!Valid(d.decode_backend) || !Valid(d.prefill_backend) ||
+      !fleet.backends[d.decode_backend].healthy || !fleet.backends[d.prefill_backend].healthy) {
     return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
                                             " chose an invalid or unhealthy backend"));
   }
@@ -217,6 +232,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   r.est_chunks_decode = matched_[d.decode_backend];
   r.est_chunks_prefill = matched_[d.prefill_backend];
   r.route_tick = index_.clock();
+  r.prefill_epoch = state_[d.prefill_backend].epoch;
+  r.decode_epoch = state_[d.decode_backend].epoch;
   r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
   const int64_t output_est = features.max_tokens > 0
                                  ? std::min(features.max_tokens, options_.max_output_tokens_est)
@@ -251,31 +268,40 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
   InflightRequest& r = it->second;
   r.first_token = true;
   const Decision& d = r.decision;
+  // A backend ejected since routing had its counters reset: leave them.
   BackendState& p = state_[d.prefill_backend];
-  p.inflight_prefill_tokens -= r.prefill_new_tokens;
-  if (d.mode == DecisionMode::kOffload) {
-    // The prefill leg is over; its instance only serves the KV pull now.
-    p.inflight_requests -= 1;
-    p.inflight_tokens -= d.prompt_tokens_est;
+  if (p.epoch == r.prefill_epoch) {
+    p.inflight_prefill_tokens -= r.prefill_new_tokens;
+    if (d.mode == DecisionMode::kOffload) {
+      // The prefill leg is over; its instance only serves the KV pull now.
+      p.inflight_requests -= 1;
+      p.inflight_tokens -= d.prompt_tokens_est;
+    }
   }
-  state_[d.decode_backend].decoding_requests += 1;
+  BackendState& q = state_[d.decode_backend];
+  if (q.epoch == r.decode_epoch) q.decoding_requests += 1;
 }
 
 void RouterImpl::Release(InflightRequest& r) {
   const Decision& d = r.decision;
   BackendState& p = state_[d.prefill_backend];
   BackendState& q = state_[d.decode_backend];
+  // Counters of a backend ejected since routing were reset at ejection.
+  const bool p_live = p.epoch == r.prefill_epoch;
+  const bool q_live = q.epoch == r.decode_epoch;
   if (r.first_token) {
-    q.decoding_requests -= 1;
-  } else {
+    if (q_live) q.decoding_requests -= 1;
+  } else if (p_live) {
     p.inflight_prefill_tokens -= r.prefill_new_tokens;
     if (d.mode == DecisionMode::kOffload) {
       p.inflight_requests -= 1;
       p.inflight_tokens -= d.prompt_tokens_est;
     }
   }
-  q.inflight_requests -= 1;
-  q.inflight_tokens -= r.total_tokens;
+  if (q_live) {
+    q.inflight_requests -= 1;
+    q.inflight_tokens -= r.total_tokens;
+  }
 }
 
 void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served) {
@@ -354,7 +380,8 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   // prefilled. A stream cut short did cache it; the next truth for that
   // prefix corrects the resulting under-estimate, a phantom entry would
   // mislead routing until then.
-  if (!outcome.ok) return;
+  // (A backend retired by a reload while this ran teaches nothing.)
+  if (!outcome.ok || (*specs_)[served].retired) return;
   if (outcome.cached_tokens >= 0 && !CachedTokensMayIncludeTransfer(d, outcome) &&
       (served == d.decode_backend || served == d.prefill_backend)) {
     LearnFromTruth(r, outcome, served);
@@ -366,23 +393,39 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
         r.session, served, r.chain.back(), static_cast<int64_t>(r.chain.size()),
         outcome.prompt_tokens + std::max<int64_t>(0, outcome.completion_tokens));
   }
-  if (outcome.kv_transferred.value_or(false) && d.prefill_backend != served) {
+  if (outcome.kv_transferred.value_or(false) && d.prefill_backend != served &&
+      !(*specs_)[d.prefill_backend].retired) {
     index_.Insert(d.prefill_backend, r.chain);
   }
 }
 
 void RouterImpl::SetHealthy(int backend, bool healthy) {
-  if (!Valid(backend)) return;
   absl::MutexLock lock(&mu_);
+  if (!Valid(backend) || (*specs_)[backend].retired) return;
   BackendState& s = state_[backend];
-  // An instance coming back most likely restarted with an empty cache.
+  if (!healthy && s.healthy) {
+    // Ejected: its requests are failing or will be retried elsewhere, so
+    // the load they reserved must stop steering traffic (it would make the
+    // instance look busy after it returns). New epoch: the requests routed
+    // before leave the reset counters alone when they end.
+    s.epoch += 1;
+    s.inflight_requests = 0;
+    s.inflight_prefill_tokens = 0;
+    s.decoding_requests = 0;
+    s.inflight_tokens = 0;
+  }
+  // An instance coming back most likely restarted with an empty cache
+  // (a vLLM restart loses its prefix cache): drop its shadow rather than
+  // route by phantom hits; engine cached_tokens re-teach it. (Sessions
+  // that lived there moved away while it was out: a session's next turn
+  // breaks affinity to an unhealthy instance and is reassigned.)
   if (healthy && !s.healthy) index_.Clear(backend);
   s.healthy = healthy;
 }
 
 void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
-  if (!Valid(backend)) return;
   absl::MutexLock lock(&mu_);
+  if (!Valid(backend)) return;
   BackendState& s = state_[backend];
   const bool capacity_changed =
       g.capacity_tokens > 0 && g.capacity_tokens != s.gauges.capacity_tokens;
@@ -393,16 +436,75 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   if (capacity_changed) ApplyCapacity(backend);
 }
 
+absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends) {
+  if (backends.empty()) return absl::InvalidArgumentError("backends: the list is empty");
+  // Validate the new list as Create would (pd_sep needs both pools).
+  absl::StatusOr<std::unique_ptr<Policy>> policy = MakePolicy(options_, backends);
+  if (!policy.ok()) return policy.status();
+
+  absl::MutexLock lock(&mu_);
+  std::vector<BackendSpec> next = *specs_;
+  std::vector<bool> listed(next.size(), false);
+  std::vector<int> added;
+  for (const BackendSpec& want : backends) {
+    int slot = -1;
+    for (int b = 0; b < static_cast<int>(next.size()); ++b) {
+      if (!next[b].retired && next[b].name == want.name) slot = b;
+    }
+    if (slot >= 0 && next[slot].host == want.host && next[slot].port == want.port) {
+      // Same instance: keep its slot, load and shadow; take the new role
+      // and capacity.
+      next[slot].role = want.role;
+      next[slot].capacity_tokens = want.capacity_tokens;
+      listed[slot] = true;
+      continue;
+    }
+    // A new name, or a known name at a new address (another instance with
+    // its own cache): a new slot. A moved name's old slot is retired below.
+    if (static_cast<int>(next.size()) >= kMaxBackends) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backends: the router has used all ", kMaxBackends,
+                       " backend slots (removed backends keep theirs until restart)"));
+    }
+    BackendSpec s = want;
+    s.retired = false;
+    next.push_back(std::move(s));
+    listed.push_back(true);
+    added.push_back(static_cast<int>(next.size()) - 1);
+  }
+  // Backends no longer listed (or moved) are retired: never routed again;
+  // their slot stays so the indices held by requests in flight stay valid.
+  for (int b = 0; b < static_cast<int>(next.size()); ++b) {
+    if (listed[b] || next[b].retired) continue;
+    next[b].retired = true;
+    BackendState& s = state_[b];
+    s.healthy = false;
+    s.epoch += 1;
+    s.inflight_requests = s.inflight_prefill_tokens = s.decoding_requests = s.inflight_tokens = 0;
+    index_.Clear(b);
+  }
+  const int n = static_cast<int>(next.size());
+  index_.AddInstances(n - index_.num_instances());
+  state_.resize(n);
+  matched_.resize(n);
+  snapshot_.backends.resize(n);
+  specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(next));
+  policy_ = *std::move(policy);
+  for (int b : added) ApplyCapacity(b);
+  return absl::OkStatus();
+}
+
 std::vector<BackendReport> RouterImpl::Report() const {
   absl::MutexLock lock(&mu_);
   std::vector<BackendReport> out;
-  out.reserve(specs_.size());
+  out.reserve(specs_->size());
   const double bpt = ratios_.FleetWide();
-  for (int b = 0; b < static_cast<int>(specs_.size()); ++b) {
+  for (int b = 0; b < static_cast<int>(specs_->size()); ++b) {
     const BackendState& s = state_[b];
     BackendReport r;
-    r.name = specs_[b].name;
-    r.role = specs_[b].role;
+    r.name = (*specs_)[b].name;
+    r.role = (*specs_)[b].role;
+    r.retired = (*specs_)[b].retired;
     r.healthy = s.healthy;
     r.inflight_requests = s.inflight_requests;
     r.inflight_prefill_tokens = s.inflight_prefill_tokens;

@@ -43,6 +43,10 @@ struct BackendSpec {
   uint16_t port = 0;
   BackendRole role = BackendRole::kBoth;
   int64_t capacity_tokens = 0;
+  // Set by Router::UpdateBackends on a backend dropped from the list: its
+  // slot stays (indices held by requests in flight remain valid) but it is
+  // never routed, health-checked or re-admitted again.
+  bool retired = false;
 };
 
 // Router options. Owned by the router module; only proxy's config loader
@@ -110,6 +114,7 @@ inline constexpr int kMaxBackends = 256;
 struct BackendReport {
   std::string name;
   BackendRole role = BackendRole::kBoth;
+  bool retired = false;  // removed by a config reload
   bool healthy = true;
   int64_t inflight_requests = 0;
   int64_t inflight_prefill_tokens = 0;
@@ -181,7 +186,19 @@ class Router {
   static absl::StatusOr<std::unique_ptr<Router>> Create(Options options,
                                                         std::vector<BackendSpec> backends);
 
-  virtual const std::vector<BackendSpec>& Backends() const = 0;
+  // The backend slots in index order (Decision's backend fields index it).
+  // A snapshot: UpdateBackends publishes a new vector and never changes one
+  // handed out; slots are only ever appended, so an index stays valid.
+  virtual std::shared_ptr<const std::vector<BackendSpec>> Backends() const = 0;
+  // Applies a new backend list (a config reload), matching by name: a
+  // backend at the same host:port keeps its slot, load and shadow cache
+  // (role and capacity are updated); a new name, or a known name at a new
+  // address, gets a new slot (healthy, empty cache); a backend no longer
+  // listed is retired (its in-flight load released, its shadow dropped).
+  // InvalidArgument, changing nothing, when the list is empty, fails the
+  // policy's checks (pd_sep pools), or would need more than kMaxBackends
+  // slots in all.
+  virtual absl::Status UpdateBackends(const std::vector<BackendSpec>& backends) = 0;
   virtual const Options& options() const = 0;
 
   // Decides where `features` goes and reserves its load. Unavailable when no
@@ -195,6 +212,10 @@ class Router {
   // The response ended (any way). Releases load; learns from usage.
   virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) = 0;
 
+  // Ejecting a backend (healthy -> false) releases the load of its requests
+  // in flight (they are failing or being retried elsewhere); re-admitting it
+  // drops its shadow cache, since an instance that was out most likely
+  // restarted with an empty prefix cache.
   virtual void SetHealthy(int backend, bool healthy) = 0;
   virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;
 

@@ -9,6 +9,13 @@ ShadowIndex::ShadowIndex(int num_instances)
     : lrus_(static_cast<size_t>(std::clamp(num_instances, 1, kMaxInstances))),
       words_((static_cast<int>(lrus_.size()) + 63) / 64) {}
 
+void ShadowIndex::AddInstances(int count) {
+  if (count <= 0) return;
+  const size_t n = std::min<size_t>(lrus_.size() + static_cast<size_t>(count), kMaxInstances);
+  lrus_.resize(n);
+  words_ = (static_cast<int>(n) + 63) / 64;
+}
+
 void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
   Lru& lru = lrus_[instance];
   lru.capacity = std::max<int64_t>(1, chunks);

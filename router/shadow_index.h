@@ -63,6 +63,9 @@ class ShadowIndex {
   // monotone). Returns how many were dropped.
   int64_t EvictThrough(int instance, uint64_t tick);
   void Clear(int instance);
+  // Appends `count` empty instances (capacity 1 until SetCapacity), up to
+  // kMaxInstances in all.
+  void AddInstances(int count);
 
   int64_t distinct_chunks() const { return static_cast<int64_t>(holders_.size()); }
   int64_t replicas() const;

@@ -43,6 +43,10 @@ struct RequestFeatures {
   // Chained chunk hashes of `prompt_bytes` (router/prefix_hash.h), computed
   // once by the proxy so the router never hashes on its lock.
   std::vector<uint64_t> chunk_hashes;
+  // Backends this request must not be sent to (the proxy's retry after an
+  // instance failed it before its first byte). Treated as unhealthy for
+  // this one decision.
+  std::vector<int> avoid_backends;
 };
 
 // The router's answer for one request. Backend fields are indices into the

@@ -39,9 +39,12 @@ mode: pd_sep
 threads: 4
 request_log: /tmp/x.jsonl
 log_level: debug
-limits: {max_body_bytes: 2048, header_timeout_s: 1.5, max_connections: 10}
-upstream: {connect_timeout_s: 0.5, first_byte_timeout_s: 100}
-health: {interval_s: 1, unhealthy_after: 3, enabled: false}
+limits: {max_body_bytes: 2048, header_timeout_s: 1.5, max_connections: 10,
+         max_inflight_requests: 7, max_queued_requests: 0, queue_timeout_s: 0.2, retry_after_s: 4}
+upstream: {connect_timeout_s: 0.5, first_byte_timeout_s: 100, max_attempts: 2,
+           retry_backoff_s: 0.01, retry_backoff_max_s: 0.1}
+health: {interval_s: 1, unhealthy_after: 3, enabled: false, passive_failures: 9,
+         ejection_s: 2, max_ejection_s: 30}
 router: {chunk_bytes: 128, bytes_per_token: 3.5, overload_factor: 3, warm_new_tokens: 4000}
 backends:
   - {name: p0, url: "http://10.0.0.1:8100/", role: prefill, capacity_tokens: 1000}
@@ -55,6 +58,16 @@ backends:
   EXPECT_EQ(c->upstream.connect_timeout, absl::Milliseconds(500));
   EXPECT_FALSE(c->monitor.enabled);
   EXPECT_EQ(c->monitor.unhealthy_after, 3);
+  EXPECT_EQ(c->limits.max_inflight_requests, 7u);
+  EXPECT_EQ(c->limits.max_queued_requests, 0u);
+  EXPECT_EQ(c->limits.queue_timeout, absl::Milliseconds(200));
+  EXPECT_EQ(c->limits.retry_after, absl::Seconds(4));
+  EXPECT_EQ(c->upstream.max_attempts, 2);
+  EXPECT_EQ(c->upstream.retry_backoff, absl::Milliseconds(10));
+  EXPECT_EQ(c->upstream.retry_backoff_max, absl::Milliseconds(100));
+  EXPECT_EQ(c->monitor.passive_failures, 9);
+  EXPECT_EQ(c->monitor.ejection, absl::Seconds(2));
+  EXPECT_EQ(c->monitor.max_ejection, absl::Seconds(30));
   EXPECT_EQ(c->router.chunk_bytes, 128u);
   EXPECT_DOUBLE_EQ(c->router.default_bytes_per_token, 3.5);
   EXPECT_EQ(c->router.thresholds.warm_new_tokens, 4000);
@@ -122,6 +135,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "log_level: unknown level 'loud'"},
         BadCase{"pd_sep_without_pools", "mode: pd_sep\nbackends: [{name: a, url: http://h:1}]",
                 "mode pd_sep needs"},
+        BadCase{"zero_attempts",
+                "upstream: {max_attempts: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "upstream.max_attempts: value 0 is out of range"},
+        BadCase{"ejection_cap_below_base",
+                "health: {ejection_s: 10, max_ejection_s: 5}\nbackends: [{name: a, url: http://h:1}]",
+                "health.max_ejection_s: must be at least health.ejection_s"},
+        BadCase{"retry_after_zero",
+                "limits: {retry_after_s: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "limits.retry_after_s: value 0 is out of range"},
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });

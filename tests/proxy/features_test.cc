@@ -132,5 +132,124 @@ TEST(FeaturesTest, HugeMessagesArrayRefused) {
   EXPECT_NE(std::string(f.status().message()).find("at most 10"), std::string::npos);
 }
 
+
+// ExtractFeatures takes a one-pass fast path for common bodies and falls
+// back to the DOM parse for everything else; both must agree on every body,
+// valid or not (same features, same status and message).
+void ExpectSameAsDom(Endpoint endpoint, const std::string& body, std::string_view session = "") {
+  auto fast = ExtractFeatures(endpoint, body, session);
+  auto dom = ExtractFeaturesWithDomForTest(endpoint, body, session);
+  ASSERT_EQ(fast.ok(), dom.ok()) << body;
+  if (!fast.ok()) {
+    EXPECT_EQ(fast.status(), dom.status()) << body;
+    return;
+  }
+  EXPECT_EQ(fast->model, dom->model) << body;
+  EXPECT_EQ(fast->session_id, dom->session_id) << body;
+  EXPECT_EQ(fast->stream, dom->stream) << body;
+  EXPECT_EQ(fast->max_tokens, dom->max_tokens) << body;
+  EXPECT_EQ(fast->prompt_bytes, dom->prompt_bytes) << body;
+}
+
+TEST(FeaturesFastPathTest, AgreesWithDomOnCatalogue) {
+  const std::pair<Endpoint, std::string> cases[] = {
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"Once upon a time","max_tokens":16})"},
+      {Endpoint::kCompletions, R"( { "prompt" : "a\nb\t\"q\"\\ \/ \u00e9\u4e2d\u0001" } )"},
+      {Endpoint::kCompletions, "{\"prompt\":\"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80\"}"},
+      {Endpoint::kCompletions, R"({"prompt":"\ud83d\ude00 pair"})"},
+      {Endpoint::kCompletions, R"({"prompt":"\ud83d lone"})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":null,"max_completion_tokens":5})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_completion_tokens":null,"max_tokens":0})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_completion_tokens":3,"max_tokens":"z"})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":10000001})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":10000000})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":-0})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":1e2})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":18446744073709551615})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","max_tokens":01})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":[1,-2.5e-3,0.0,1E+9,true,false,null,{}]})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":1e999})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":-})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":1.})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":.5})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","t":tru})"},
+      {Endpoint::kCompletions, R"({"prompt":"x",})"},
+      {Endpoint::kCompletions, R"({"prompt":"x"} x)"},
+      {Endpoint::kCompletions, R"({"prompt":"x"}   )"},
+      {Endpoint::kCompletions, R"({"prompt":"a","prompt":"b"})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stream":true,"stream":false})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","stream":null,"session_id":null})"},
+      {Endpoint::kCompletions, R"({"prompt":"x","session_id":"s\u0041"})"},
+      {Endpoint::kCompletions, R"({"pr\u006fmpt":"x"})"},
+      {Endpoint::kCompletions, R"({"prompt":"bad \x escape"})"},
+      {Endpoint::kCompletions, "{\"prompt\":\"ctl \x01 char\"}"},
+      {Endpoint::kCompletions, "{\"prompt\":\"overlong \xc0\xaf\"}"},
+      {Endpoint::kCompletions, "{\"prompt\":\"surrogate \xed\xa0\x80\"}"},
+      {Endpoint::kCompletions, "{\"prompt\":\"too big \xf4\x90\x80\x80\"}"},
+      {Endpoint::kCompletions, "{\"prompt\":\"cut \xe4\xb8\"}"},
+      {Endpoint::kCompletions, R"({"prompt":"x","messages":[1]})"},
+      {Endpoint::kCompletions, R"({"prompt":[1,2,3]})"},
+      {Endpoint::kCompletions, R"({"prompt":"\u0000"})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"hi"}],"prompt":5})"},
+      {Endpoint::kChat, R"({"messages":[{"content":"c first","role":"user","name":"n"}]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"assistant","content":null},{"role":"user"}]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a","content":"b"}]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"assistant","content":null,"tool_calls":[]}]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":[{"type":"text","text":"t"}]}]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"},]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":1,"content":"a"}]})"},
+      {Endpoint::kChat, R"({"messages":[{}]})"},
+      {Endpoint::kChat, R"({"messages":[]})"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"messages":[]})"},
+      {Endpoint::kChat, R"({"model":null,"messages":[{"role":"user","content":"a"}]})"},
+      {Endpoint::kChat, R"({"model":"m\"q","messages":[{"role":"r\n","content":"a\\b"}]})"},
+  };
+  for (const auto& [endpoint, body] : cases) ExpectSameAsDom(endpoint, body);
+  ExpectSameAsDom(Endpoint::kCompletions, R"({"prompt":"x","session_id":"b"})", "hdr");
+  ExpectSameAsDom(Endpoint::kCompletions, R"({"prompt":"x","session_id":7})", "hdr");
+}
+
+TEST(FeaturesFastPathTest, AgreesWithDomOnNesting) {
+  for (int depth : {1, 5, 30, 60, 61, 62, 63, 64, 65, 200}) {
+    std::string body = "{\"prompt\":\"x\",\"a\":" + std::string(depth, '[') +
+                       std::string(depth, ']') + "}";
+    ExpectSameAsDom(Endpoint::kCompletions, body);
+    std::string objs = "{\"prompt\":\"x\",\"a\":";
+    for (int i = 0; i < depth; ++i) objs.append("{\"k\":");
+    objs.append("1");
+    objs.append(static_cast<size_t>(depth) + 1, '}');
+    ExpectSameAsDom(Endpoint::kCompletions, objs);
+  }
+}
+
+// Every truncation and many single-byte corruptions of realistic bodies.
+TEST(FeaturesFastPathTest, AgreesWithDomOnMutations) {
+  const std::pair<Endpoint, std::string> seeds[] = {
+      {Endpoint::kCompletions,
+       R"({"model":"Qwen/Qwen3","prompt":"line one\nline \"two\" caf\u00e9 )"
+       "\xe4\xb8\xad"
+       R"(","max_tokens":128,"temperature":0.7,"stream":false,"stop":["\n\n"]})"},
+      {Endpoint::kChat,
+       R"({"model":"m","stream":true,"stream_options":{"include_usage":true},)"
+       R"("messages":[{"role":"system","content":"You are\thelpful."},)"
+       R"({"role":"user","content":"Write \"code\"\\n","name":"u"}],"max_completion_tokens":9,)"
+       R"("session_id":"s-1"})"},
+  };
+  const char replacements[] = {'"', '\\', '{', '}', '[', ']', ',', ':', ' ', 'a', '0', '-',
+                               'e', 'n', 'u', '\x01', '\x7f', '\x80', '\xc3', '\xff'};
+  for (const auto& [endpoint, seed] : seeds) {
+    ExpectSameAsDom(endpoint, seed);
+    for (size_t n = 0; n < seed.size(); ++n) ExpectSameAsDom(endpoint, seed.substr(0, n));
+    for (size_t i = 0; i < seed.size(); ++i) {
+      for (char r : replacements) {
+        std::string m = seed;
+        m[i] = r;
+        ExpectSameAsDom(endpoint, m);
+      }
+      ExpectSameAsDom(endpoint, seed.substr(0, i) + seed.substr(i + 1));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvroute::proxy

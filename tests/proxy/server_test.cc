@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 
 #include "tests/proxy/fake_upstream.h"
 
@@ -373,7 +374,7 @@ TEST(ServerTest, HealthFollowsBackends) {
                            R"({"prompt":"x"})");
     EXPECT_EQ(req.result_int(), 503);
     EXPECT_EQ(RequestOnce(server->port(), http::verb::get, "/v1/models").result_int(), 503);
-    EXPECT_NE(server->registry().Render().find("kvroute_backend_ejections_total{backend=\"gpu1\"} 1"),
+    EXPECT_NE(server->registry().Render().find("kvroute_backend_ejections_total{backend=\"gpu1\",reason=\"health_check\"} 1"),
               std::string::npos);
   }
 }
@@ -465,6 +466,263 @@ TEST(ServerTest, ShutdownDrainsInFlightStream) {
   EXPECT_EQ(res.result_int(), 200);
   EXPECT_NE(res.body().find("data: [DONE]"), std::string::npos);
   server->Wait();
+}
+
+
+// --- Faults: retries on another instance, passive ejection, admission. ---
+
+bool AnswerHealth(const http::request<http::string_body>& req, tcp::socket& s, int status) {
+  http::response<http::string_body> res{static_cast<http::status>(status), 11};
+  res.prepare_payload();
+  beast::error_code ec;
+  http::write(s, res, ec);
+  return true;
+}
+
+std::string Rendered(Server& server) { return server.registry().Render(); }
+
+TEST(ServerTest, FailedBeforeFirstByteIsRetriedOnAnotherInstance) {
+  FakeUpstream bad([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, R"({"error":"engine dead"})", 503);
+    return true;
+  });
+  FakeUpstream good([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  // The first instance answers 503, or refuses the connection.
+  const std::vector<std::pair<uint16_t, std::string>> cases = {{bad.port(), "5xx"},
+                                                               {ClosedPort(), "connect"}};
+  for (const auto& [first, reason] : cases) {
+    Config c = TestConfig({first, good.port()});
+    c.upstream.retry_backoff = absl::ZeroDuration();
+    auto server = StartServer(c);
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+    EXPECT_EQ(res.result_int(), 200) << reason;
+    EXPECT_EQ(res.body(), kJsonResponse);
+    EXPECT_EQ(res["X-Kvroute-Backend"], "gpu1");
+    server->Shutdown();
+    server->Wait();
+    const std::string m = Rendered(*server);
+    EXPECT_NE(m.find("kvroute_retries_total{backend=\"gpu1\",reason=\"" + reason + "\"} 1\n"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("status=\"200\"} 1\n"), std::string::npos) << m;
+    // The router's load was released for every attempt.
+    for (const auto& b : server->router().Report()) EXPECT_EQ(b.inflight_requests, 0) << b.name;
+  }
+  EXPECT_EQ(bad.requests(), 1);
+  EXPECT_EQ(good.requests(), 2);
+}
+
+TEST(ServerTest, RetriesAreBoundedAndTheLastFailureIsAnswered) {
+  auto handler = [](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, R"({"error":"overloaded"})", 503);
+    return true;
+  };
+  FakeUpstream a(handler), b(handler), c3(handler);
+  Config c = TestConfig({a.port(), b.port(), c3.port()});
+  c.upstream.max_attempts = 2;
+  c.upstream.retry_backoff = absl::ZeroDuration();
+  c.monitor.passive_failures = 100;
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(res.result_int(), 503);
+  EXPECT_NE(res.body().find("(2 attempts)"), std::string::npos) << res.body();
+  EXPECT_EQ(a.requests() + b.requests() + c3.requests(), 2);
+}
+
+TEST(ServerTest, ClientErrorsAreNotRetried) {
+  auto handler = [](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, R"({"error":{"message":"bad model"}})", 404);
+    return true;
+  };
+  FakeUpstream a(handler), b(handler);
+  auto server = StartServer(TestConfig({a.port(), b.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_EQ(a.requests() + b.requests(), 1);
+}
+
+TEST(ServerTest, StreamThatStartedIsNeverRetried) {
+  FakeUpstream breaks([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, Event(0));
+    return false;
+  });
+  FakeUpstream good([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  auto server = StartServer(TestConfig({breaks.port(), good.port()}));
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_NE(res.body().find("data: {\"error\""), std::string::npos);
+  EXPECT_EQ(good.requests(), 0);
+}
+
+TEST(ServerTest, ConsecutiveFailuresEjectPassivelyAndHalfOpenReadmits) {
+  std::atomic<bool> broken{true};
+  FakeUpstream flaky([&](const auto& req, auto& s) {
+    if (req.target() == "/health") return AnswerHealth(req, s, 200);
+    FakeUpstream::WriteJson(s, broken ? R"({"error":"x"})" : kJsonResponse, broken ? 500 : 200);
+    return true;
+  });
+  FakeUpstream good([](const auto& req, auto& s) {
+    if (req.target() == "/health") return AnswerHealth(req, s, 200);
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  Config c = TestConfig({flaky.port(), good.port()});
+  c.upstream.retry_backoff = absl::ZeroDuration();
+  c.monitor.passive_failures = 2;
+  c.monitor.ejection = absl::ZeroDuration();  // half-open at the next monitor round
+  auto server = StartServer(c);
+  for (int i = 0; i < 6; ++i) {
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    EXPECT_EQ(res.result_int(), 200) << i;
+  }
+  EXPECT_EQ(flaky.requests(), 2);  // ejected after two failures, then skipped
+  EXPECT_FALSE(server->router().Report()[0].healthy);
+  std::string m = Rendered(*server);
+  EXPECT_NE(m.find("kvroute_backend_ejections_total{backend=\"gpu0\",reason=\"passive_failures\"} 1"),
+            std::string::npos) << m;
+  // The active checks pass; once the ejection ran out the breaker is
+  // half-open, and one good request closes it.
+  broken = false;
+  server->CheckBackendsNow();
+  EXPECT_TRUE(server->router().Report()[0].healthy);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                          R"({"prompt":"x"})").result_int(), 200);
+  }
+  EXPECT_GT(flaky.requests(), 2);  // back in rotation
+  EXPECT_EQ(server->health_of(0).breaker, BreakerState::kClosed);
+}
+
+TEST(ServerTest, EjectionSendsWaitingRequestsElsewhere) {
+  std::promise<void> arrived, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  std::atomic<bool> once{false};
+  FakeUpstream hung([&, release_f](const auto& req, auto& s) {
+    if (req.target() == "/health") return AnswerHealth(req, s, 500);
+    if (!once.exchange(true)) arrived.set_value();
+    release_f.wait();  // never answers while the test runs
+    return false;
+  });
+  FakeUpstream good([](const auto& req, auto& s) {
+    if (req.target() == "/health") return AnswerHealth(req, s, 200);
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  Config c = TestConfig({hung.port(), good.port()});
+  c.monitor.unhealthy_after = 1;
+  c.upstream.first_byte_timeout = absl::Seconds(20);  // far beyond the test's own time
+  c.upstream.retry_backoff = absl::ZeroDuration();
+  auto server = StartServer(c);
+  auto client = std::async(std::launch::async, [&] {
+    return RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  });
+  arrived.get_future().wait();  // the request waits on gpu0
+  server->CheckBackendsNow();   // gpu0 fails its check: ejected
+  auto res = client.get();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res["X-Kvroute-Backend"], "gpu1");
+  server->Shutdown();
+  server->Wait();
+  const std::string m = Rendered(*server);
+  EXPECT_NE(m.find("kvroute_retries_total{backend=\"gpu1\",reason=\"ejected\"} 1"),
+            std::string::npos) << m;
+  release.set_value();
+}
+
+TEST(ServerTest, OverAdmissionLimitIs429WithRetryAfter) {
+  std::promise<void> arrived, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  FakeUpstream up([&, release_f](const auto& req, auto& s) {
+    arrived.set_value();
+    release_f.wait();
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  Config c = TestConfig({up.port()});
+  c.limits.max_inflight_requests = 1;
+  c.limits.max_queued_requests = 1;
+  c.limits.queue_timeout = absl::Milliseconds(50);
+  c.limits.retry_after = absl::Seconds(3);
+  auto server = StartServer(c);
+  auto first = std::async(std::launch::async, [&] {
+    return RequestOnce(server->port(), http::verb::post, "/v1/completions", R"({"prompt":"x"})");
+  });
+  arrived.get_future().wait();
+  // Queued, then refused when its wait runs out.
+  auto second = RequestOnce(server->port(), http::verb::post, "/v1/completions", R"({"prompt":"y"})");
+  EXPECT_EQ(second.result_int(), 429);
+  EXPECT_EQ(second["Retry-After"], "3");
+  EXPECT_NE(second.body().find("\"code\":429"), std::string::npos);
+  release.set_value();
+  EXPECT_EQ(first.get().result_int(), 200);
+  EXPECT_EQ(up.requests(), 1);
+  EXPECT_NE(Rendered(*server).find("kvroute_admission_rejections_total 1"), std::string::npos);
+}
+
+TEST(ServerTest, ConnectionsBeyondTheLimitGet503) {
+  Config c = TestConfig({ClosedPort()});
+  c.limits.max_connections = 1;
+  auto server = StartServer(c);
+  net::io_context ioc;
+  auto held = kvroute::testing::Connect(ioc, server->port());
+  auto refused = kvroute::testing::Connect(ioc, server->port());
+  SetReadTimeout(refused, 10);
+  std::string acc;
+  ReadUntil(refused, acc, "}}");
+  EXPECT_EQ(acc.rfind("HTTP/1.1 503", 0), 0u) << acc;
+  EXPECT_NE(acc.find("Retry-After: 1\r\n"), std::string::npos);
+  EXPECT_NE(acc.find("\"code\":503"), std::string::npos);
+}
+
+TEST(ServerTest, ReloadBackendsAddsAndRetiresWithoutRestart) {
+  auto handler = [](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  };
+  FakeUpstream a(handler), b(handler);
+  Config c = TestConfig({a.port()});
+  auto server = StartServer(c);
+  auto serve = [&] {
+    auto res = RequestOnce(server->port(), http::verb::post, "/v1/completions",
+                           R"({"prompt":"x"})");
+    EXPECT_EQ(res.result_int(), 200);
+    return std::string(res["X-Kvroute-Backend"]);
+  };
+  EXPECT_EQ(serve(), "gpu0");
+
+  Config both = TestConfig({a.port(), b.port()});
+  ASSERT_TRUE(server->ReloadBackends(both.backends, 8998).ok());
+  std::set<std::string> seen;
+  for (int i = 0; i < 4; ++i) seen.insert(serve());
+  EXPECT_EQ(seen, (std::set<std::string>{"gpu0", "gpu1"}));
+  EXPECT_GT(b.requests(), 0);
+
+  // An invalid list changes nothing.
+  EXPECT_FALSE(server->ReloadBackends({}, 8998).ok());
+  EXPECT_EQ(server->router().Backends()->size(), 2u);
+
+  Config only_b = TestConfig({b.port()});
+  only_b.backends[0].name = only_b.backends[0].spec.name = "gpu1";
+  ASSERT_TRUE(server->ReloadBackends(only_b.backends, 8998).ok());
+  const int a_before = a.requests();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(serve(), "gpu1");
+  EXPECT_EQ(a.requests(), a_before);
+  server->CheckBackendsNow();  // the monitor skips the retired slot
+  const auto report = server->router().Report();
+  ASSERT_EQ(report.size(), 2u);
+  EXPECT_TRUE(report[0].retired);
+  EXPECT_FALSE(report[1].retired);
+  auto admin = RequestOnce(server->port(), http::verb::get, "/admin/backends");
+  EXPECT_NE(admin.body().find("\"retired\":true"), std::string::npos) << admin.body();
+  auto health = RequestOnce(server->port(), http::verb::get, "/health");
+  EXPECT_NE(health.body().find("\"backends\":1"), std::string::npos) << health.body();
 }
 
 }  // namespace

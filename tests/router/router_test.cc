@@ -2,6 +2,7 @@
 // least_loaded end to end.
 #include "router/router.h"
 
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -98,6 +99,143 @@ TEST(RouterTest, AllUnhealthyIsUnavailable) {
     ASSERT_FALSE(t.ok()) << name;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kUnavailable) << name;
   }
+}
+
+TEST(RouterTest, AvoidBackendsExcludesThemForOneDecision) {
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2"}) {
+    auto r = Make(name, 3);
+    RequestFeatures f = Req(std::string(3000, 'a'), "s1");
+    f.avoid_backends = {0, 2};
+    for (int i = 0; i < 4; ++i) {
+      auto t = r->Route(f, kT0);
+      ASSERT_TRUE(t.ok()) << name;
+      EXPECT_EQ(t->decision.decode_backend, 1) << name;
+      EXPECT_EQ(t->decision.prefill_backend, 1) << name;
+    }
+    // The avoid list is per request: the next one may use every backend.
+    RequestFeatures g = Req("other");
+    std::set<int> seen;
+    for (int i = 0; i < 6; ++i) {
+      auto t = r->Route(g, kT0);
+      ASSERT_TRUE(t.ok());
+      seen.insert(t->decision.decode_backend);
+      r->OnComplete(*t, {.ok = true}, kT0);
+    }
+    if (std::string(name) == "round_robin") {
+      EXPECT_EQ(seen.size(), 3u);
+    }
+    f.avoid_backends = {0, 1, 2};
+    auto none = r->Route(f, kT0);
+    ASSERT_FALSE(none.ok()) << name;
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << name;
+  }
+}
+
+TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
+  auto r = Make("least_loaded", 2);
+  auto a = r->Route(Req("x"), kT0);
+  auto b = r->Route(Req("x"), kT0);
+  auto c = r->Route(Req("x"), kT0);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_EQ(a->decision.decode_backend, 0);
+  ASSERT_EQ(c->decision.decode_backend, 0);
+  r->OnFirstToken(*a, kT0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 2);
+  EXPECT_EQ(r->Report()[0].decoding_requests, 1);
+
+  r->SetHealthy(0, false);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 0);
+  EXPECT_EQ(r->Report()[0].decoding_requests, 0);
+  EXPECT_EQ(r->Report()[0].inflight_tokens, 0);
+  EXPECT_EQ(r->Report()[0].inflight_prefill_tokens, 0);
+  EXPECT_EQ(r->Stats().inflight_requests, 3);  // still routed, not completed
+
+  // The ejected backend's requests end later: its counters stay at zero
+  // instead of going negative, and the healthy backend's are untouched.
+  r->OnFirstToken(*c, kT0);
+  r->OnComplete(*a, {.ok = false}, kT0);
+  r->OnComplete(*c, {.ok = false}, kT0);
+  r->SetHealthy(0, true);
+  const auto rep = r->Report();
+  EXPECT_EQ(rep[0].inflight_requests, 0);
+  EXPECT_EQ(rep[0].decoding_requests, 0);
+  EXPECT_EQ(rep[0].inflight_tokens, 0);
+  EXPECT_EQ(rep[1].inflight_requests, 1);
+  // Requests routed after the return are accounted normally.
+  auto d = r->Route(Req("x"), kT0);
+  ASSERT_EQ(d->decision.decode_backend, 0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 1);
+  r->OnComplete(*d, {.ok = true}, kT0);
+  r->OnComplete(*b, {.ok = true}, kT0);
+  EXPECT_EQ(r->Report()[0].inflight_requests, 0);
+  EXPECT_EQ(r->Report()[1].inflight_requests, 0);
+  EXPECT_EQ(r->Stats().inflight_requests, 0);
+}
+
+TEST(RouterTest, UpdateBackendsKeepsSlotsAddsAndRetires) {
+  auto r = Make("least_loaded", 2);
+  const std::string prompt(4096, 'p');
+  auto t = r->Route(Req(prompt), kT0);  // gpu0
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->decision.decode_backend, 0);
+  r->OnComplete(*t, {.ok = true, .prompt_tokens = 1024}, kT0);
+  auto held = r->Route(Req("x"), kT0);  // in flight on gpu0 across the reload
+  ASSERT_EQ(held->decision.decode_backend, 0);
+  const int64_t shadow0 = r->Report()[0].shadow_tokens;
+  ASSERT_GT(shadow0, 0);
+  auto before = r->Backends();
+
+  std::vector<BackendSpec> next = Fleet(2);
+  next[0].capacity_tokens = 12345;     // same address: kept, capacity updated
+  next[1].port = 9999;                 // gpu1 moved: a new slot
+  next.push_back({.name = "gpu9", .host = "127.0.0.1", .port = 8109});
+  ASSERT_TRUE(r->UpdateBackends(next).ok());
+
+  auto after = r->Backends();
+  ASSERT_EQ(after->size(), 4u);  // gpu0, retired gpu1, gpu1@9999, gpu9
+  EXPECT_EQ(before->size(), 2u) << "a snapshot handed out never changes";
+  EXPECT_EQ((*after)[0].capacity_tokens, 12345);
+  EXPECT_FALSE((*after)[0].retired);
+  EXPECT_TRUE((*after)[1].retired);
+  EXPECT_EQ((*after)[2].name, "gpu1");
+  EXPECT_EQ((*after)[2].port, 9999);
+  EXPECT_EQ((*after)[3].name, "gpu9");
+  const auto rep = r->Report();
+  EXPECT_EQ(rep[0].shadow_tokens, shadow0) << "kept backends keep their shadow";
+  EXPECT_EQ(rep[0].inflight_requests, 1) << "and their load";
+  EXPECT_TRUE(rep[1].retired);
+  EXPECT_FALSE(rep[1].healthy);
+
+  // The retired slot is never routed and never re-admitted.
+  r->SetHealthy(1, true);
+  std::set<int> seen;
+  for (int i = 0; i < 9; ++i) {
+    auto u = r->Route(Req("y"), kT0);
+    ASSERT_TRUE(u.ok());
+    seen.insert(u->decision.decode_backend);
+  }
+  EXPECT_EQ(seen, (std::set<int>{0, 2, 3}));
+  const int64_t inflight0 = r->Report()[0].inflight_requests;
+  r->OnComplete(*held, {.ok = true}, kT0);  // routed before the reload, still accounted
+  EXPECT_EQ(r->Report()[0].inflight_requests, inflight0 - 1);
+
+  // Invalid lists change nothing.
+  EXPECT_EQ(r->UpdateBackends({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->Backends()->size(), 4u);
+}
+
+TEST(RouterTest, UpdateBackendsIsBoundedBySlots) {
+  auto r = Make("round_robin", 1);
+  std::vector<BackendSpec> next = Fleet(1);
+  for (int i = 0; i < kMaxBackends - 1; ++i) {
+    next.push_back({.name = "n" + std::to_string(i), .host = "h", .port = 1});
+  }
+  ASSERT_TRUE(r->UpdateBackends(next).ok());
+  next.push_back({.name = "one_too_many", .host = "h", .port = 2});
+  absl::Status st = r->UpdateBackends(next);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("slots"), std::string::npos);
+  EXPECT_EQ(r->Backends()->size(), static_cast<size_t>(kMaxBackends));
 }
 
 TEST(RouterTest, LeastLoadedFollowsInflightRequests) {

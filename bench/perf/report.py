@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Turns bench/perf's results.jsonl into results.json and results.md.
+
+  report.py results.jsonl environment.txt results.json results.md
+
+Every ratio is against nginx measured in the same run. "added" is a
+latency percentile minus the same percentile measured direct to the upstream
+at the same concurrency.
+"""
+import json
+import sys
+
+TARGET_ORDER = ["direct", "nginx", "haproxy", "kvroute-rr", "kvroute-v2"]
+SCEN_ORDER = ["small", "32k", "128k", "sse1", "sse256"]
+SCEN_LABEL = {"small": "1k tokens (4 KiB)", "32k": "32k tokens (128 KiB)",
+              "128k": "128k tokens (512 KiB)", "sse1": "stream, 1 event",
+              "sse256": "stream, 256 events"}
+SSE_EVENTS = {"sse1": 1, "sse256": 256}
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                rows[(r["target"], r["scenario"], r["conns"])] = r
+    return rows
+
+
+def metrics(r, direct):
+    w = r["wrk"]
+    req = w["requests"]
+    m = {
+        "requests": req,
+        "rps": req / w["duration_us"] * 1e6 if w["duration_us"] else 0.0,
+        "p50_us": w["lat_p50_us"], "p90_us": w["lat_p90_us"], "p99_us": w["lat_p99_us"],
+        "mean_us": w["lat_mean_us"],
+        "errors": w["errors_status"] + w["errors_read"] + w["errors_write"] +
+                  w["errors_connect"] + w["errors_timeout"],
+        "cpu_s": r["cpu_s"],
+        "cpu_s_per_1k": (r["cpu_s"] / req * 1000) if (r["cpu_s"] is not None and req) else None,
+    }
+    if direct is not None:
+        dw = direct["wrk"]
+        m["added_p50_us"] = w["lat_p50_us"] - dw["lat_p50_us"]
+        m["added_p99_us"] = w["lat_p99_us"] - dw["lat_p99_us"]
+    return m
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def fmt_ratio(v):
+    return "" if v is None else f" ({v:.2f}×)"
+
+
+def main():
+    rows = load(sys.argv[1])
+    env = open(sys.argv[2]).read()
+    targets = [t for t in TARGET_ORDER if any(k[0] == t for k in rows)]
+    scens = [s for s in SCEN_ORDER if any(k[1] == s for k in rows)]
+    conns = sorted({k[2] for k in rows})
+    out = {"environment": env, "runs": []}
+    table = {}
+    for s in scens:
+        for c in conns:
+            direct = rows.get(("direct", s, c))
+            for t in targets:
+                r = rows.get((t, s, c))
+                if r is None:
+                    continue
+                m = metrics(r, direct if t != "direct" else None)
+                table[(t, s, c)] = m
+    for (t, s, c), m in table.items():
+        ng = table.get(("nginx", s, c))
+        rec = {"target": t, "scenario": s, "conns": c, **m}
+        if ng is not None:
+            rec["vs_nginx"] = {
+                "rps": ratio(m["rps"], ng["rps"]),
+                "p50": ratio(m["p50_us"], ng["p50_us"]),
+                "p99": ratio(m["p99_us"], ng["p99_us"]),
+                "added_p50": ratio(m.get("added_p50_us"), ng.get("added_p50_us")),
+                "cpu_per_1k": ratio(m["cpu_s_per_1k"], ng["cpu_s_per_1k"]),
+            }
+        out["runs"].append(rec)
+
+    # Streaming: time added to the first event (the 1-event stream's added
+    # p50) and per event (slope between the 1- and 256-event streams).
+    streaming = {}
+    for t in targets:
+        if t == "direct":
+            continue
+        for c in conns:
+            a, b = table.get((t, "sse1", c)), table.get((t, "sse256", c))
+            if a is None or b is None or "added_p50_us" not in a:
+                continue
+            per_event = (b["added_p50_us"] - a["added_p50_us"]) / (256 - 1)
+            streaming.setdefault(t, {})[c] = {"added_first_event_us": a["added_p50_us"],
+                                              "added_per_event_us": per_event}
+    out["streaming"] = streaming
+
+    # The issue's targets, checked on kvroute v2.
+    checks = []
+    cmax, cmin = max(conns), min(conns)
+    v2s, ngs = table.get(("kvroute-v2", "small", cmax)), table.get(("nginx", "small", cmax))
+    if v2s and ngs:
+        checks.append(("v2 throughput ≥ nginx, 1k tokens, c=%d" % cmax,
+                       f"{v2s['rps'] / ngs['rps']:.2f}× nginx", v2s["rps"] >= ngs["rps"]))
+    v2 = table.get(("kvroute-v2", "small", cmin))
+    if v2 and "added_p50_us" in v2:
+        checks.append(("v2 added p50 ≤ 100 µs, 1k tokens, c=%d" % cmin,
+                       f"{v2['added_p50_us']} µs", v2["added_p50_us"] <= 100))
+    v2 = table.get(("kvroute-v2", "128k", cmin))
+    if v2 and "added_p50_us" in v2:
+        checks.append(("v2 added p50 ≤ 1 ms, 128k tokens, c=%d" % cmin,
+                       f"{v2['added_p50_us']} µs", v2["added_p50_us"] <= 1000))
+    st = streaming.get("kvroute-v2", {}).get(cmin)
+    if st:
+        checks.append(("v2 streaming adds ≤ 10 µs per event, c=%d" % cmin,
+                       f"{st['added_per_event_us']:.1f} µs", st["added_per_event_us"] <= 10))
+    out["targets"] = [{"check": n, "measured": v, "met": ok} for n, v, ok in checks]
+    with open(sys.argv[3], "w") as f:
+        json.dump(out, f, indent=1)
+
+    md = []
+    proxies = [t for t in targets if t not in ("direct", "nginx")]
+    if "nginx" in targets and proxies:
+        md.append("Summary: each cell is req/s · p50 · p99 as a ratio to nginx in the same run "
+                  "(req/s above 1 is better, latency below 1 is better).\n")
+        md.append("| body | conns | nginx req/s, p50, p99 | " +
+                  " | ".join(proxies) + " |")
+        md.append("|---|---:|---:|" + "---:|" * len(proxies))
+        for s in scens:
+            for c in conns:
+                ng = table.get(("nginx", s, c))
+                if ng is None:
+                    continue
+                cells = []
+                for t in proxies:
+                    m = table.get((t, s, c))
+                    cells.append("–" if m is None else
+                                 f"{ratio(m['rps'], ng['rps']):.2f} · "
+                                 f"{ratio(m['p50_us'], ng['p50_us']):.2f} · "
+                                 f"{ratio(m['p99_us'], ng['p99_us']):.2f}")
+                md.append(f"| {SCEN_LABEL[s]} | {c} | {fmt(ng['rps'])}, {fmt(ng['p50_us'])} µs, "
+                          f"{fmt(ng['p99_us'])} µs | " + " | ".join(cells) + " |")
+        md.append("")
+        md.append("Latency added over direct (p50, µs) and proxy CPU per request (ms):\n")
+        md.append("| body | conns | " +
+                  " | ".join(f"{t} added p50, CPU" for t in ["nginx"] + proxies) + " |")
+        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
+        for s in scens:
+            for c in conns:
+                cells = []
+                for t in ["nginx"] + proxies:
+                    m = table.get((t, s, c))
+                    cells.append("–" if m is None else
+                                 f"{fmt(m.get('added_p50_us'))} µs, {fmt(m['cpu_s_per_1k'], 3)} ms")
+                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
+        md.append("")
+    md.append("Throughput, latency (wrk, one thread) and proxy CPU; (×) = ratio to nginx in "
+              "the same run; added = percentile minus direct's at the same concurrency.\n")
+    md.append("| body | conns | target | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs "
+              "| CPU s / 1k req |")
+    md.append("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for s in scens:
+        for c in conns:
+            ng = table.get(("nginx", s, c))
+            for t in targets:
+                m = table.get((t, s, c))
+                if m is None:
+                    continue
+                r = (lambda k, nk=None: ratio(m.get(k), ng.get(nk or k)) if ng and t != "nginx"
+                     else None)
+                md.append(
+                    f"| {SCEN_LABEL[s]} | {c} | {t} | {fmt(m['rps'])}{fmt_ratio(r('rps'))} "
+                    f"| {fmt(m['p50_us'])}{fmt_ratio(r('p50_us'))} "
+                    f"| {fmt(m['p99_us'])}{fmt_ratio(r('p99_us'))} "
+                    f"| {fmt(m.get('added_p50_us'))}{fmt_ratio(r('added_p50_us'))} "
+                    f"| {fmt(m.get('added_p99_us'))} "
+                    f"| {fmt(m['cpu_s_per_1k'], 3)}{fmt_ratio(r('cpu_s_per_1k'))} |"
+                    + (" errors: %d" % m["errors"] if m["errors"] else ""))
+    if streaming:
+        md.append("")
+        md.append("Streaming (p50, added over direct): to the first event = the 1-event "
+                  "stream's added p50; per event = (256-event − 1-event) / 255.\n")
+        md.append("| target | conns | added to first event µs | added per event µs |")
+        md.append("|---|---:|---:|---:|")
+        for t in targets:
+            for c in conns:
+                st = streaming.get(t, {}).get(c)
+                if st:
+                    md.append(f"| {t} | {c} | {st['added_first_event_us']} "
+                              f"| {st['added_per_event_us']:.2f} |")
+    if checks:
+        md.append("")
+        md.append("| issue target | measured | met |")
+        md.append("|---|---:|---|")
+        for n, v, ok in checks:
+            md.append(f"| {n} | {v} | {'yes' if ok else '**no**'} |")
+    with open(sys.argv[4], "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# bench/perf/run.sh: proxy overhead of kvroute side by side with nginx and
+# HAProxy, in one run, with one load generator and one fast upstream.
+#
+#   bash bench/perf/run.sh                      # ~6 minutes with the defaults
+#   DURATION=2 CONNS="1 16" bash bench/perf/run.sh
+#
+# Targets: direct (wrk -> upstream), nginx, haproxy, kvroute round_robin,
+# kvroute v2 (shadow index warmed by a warm-up run of the same body).
+# Scenarios (see gen_fixtures.py): 1k / 32k / 128k-token prompts to
+# /v1/completions, and a 1k-token streamed chat answered by 1 or 256 SSE
+# content events.
+#
+# Upstream: one nginx worker (two ports = two "instances") answering every
+# request with a fixed vLLM-shaped file; kvroute health-checks /health and
+# scrapes /metrics on it. Pinning (2 cores): the proxy under test on core
+# PROXY_CPU, wrk and the upstream on core CLIENT_CPU; every proxy gets one
+# worker (nginx worker_processes 1, HAProxy nbthread 1, kvroute threads 1).
+#
+# Environment (defaults in brackets):
+#   BUILD_DIR   [build-rel]       where build-rel/proxy/kvroute is
+#   OUT         [/tmp/kvroute-perf-<time>]  results.json, results.md, raw logs
+#   DURATION    [5]   seconds per measured wrk run
+#   WARMUP      [1]   seconds of unmeasured load before each run
+#   CONNS       ["1 16"]          wrk connections (one thread)
+#   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]
+#   SCENARIOS   ["small 32k 128k sse1 sse256"]
+#   PORT_BASE   [18400]  ports PORT_BASE+1,+2 upstream, +10.. proxies
+#   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off
+#   KVROUTE_THREADS [1]
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-build-rel}"
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$repo/$BUILD_DIR" ;; esac
+KVROUTE="${KVROUTE:-$BUILD_DIR/proxy/kvroute}"
+OUT="${OUT:-/tmp/kvroute-perf-$(date +%Y%m%d-%H%M%S)}"
+DURATION="${DURATION:-5}"
+WARMUP="${WARMUP:-1}"
+CONNS="${CONNS:-1 16}"
+TARGETS="${TARGETS:-direct nginx haproxy kvroute-rr kvroute-v2}"
+SCENARIOS="${SCENARIOS:-small 32k 128k sse1 sse256}"
+PORT_BASE="${PORT_BASE:-18400}"
+PROXY_CPU="${PROXY_CPU:-1}"
+CLIENT_CPU="${CLIENT_CPU:-0}"
+PIN="${PIN:-1}"
+KVROUTE_THREADS="${KVROUTE_THREADS:-1}"
+
+UP0=$((PORT_BASE + 1))
+UP1=$((PORT_BASE + 2))
+
+for tool in wrk nginx haproxy python3 curl taskset; do
+  command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing (bash deploy/install-deps.sh)" >&2; exit 1; }
+done
+if [[ " $TARGETS " == *" kvroute"* && ! -x "$KVROUTE" ]]; then
+  echo "run.sh: $KVROUTE not built; build it with:" >&2
+  echo "  cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVROUTE_BUILD_TESTS=OFF -DKVROUTE_BUILD_BENCH=OFF && cmake --build build-rel --target kvroute" >&2
+  exit 1
+fi
+
+mkdir -p "$OUT/run" "$OUT/fix" "$OUT/raw"
+RUN="$OUT/run"
+FIX="$OUT/fix"
+python3 "$here/gen_fixtures.py" "$FIX"
+
+# Command prefixes (arrays, so that `$!` of a background job is the
+# process itself: taskset execs its command).
+PIN_PROXY=(); PIN_CLIENT=()
+if [[ "$PIN" == 1 ]]; then PIN_PROXY=(taskset -c "$PROXY_CPU"); PIN_CLIENT=(taskset -c "$CLIENT_CPU"); fi
+
+render() {  # render TEMPLATE OUTPUT PORT MODE
+  sed -e "s#@RUN@#$RUN#g; s#@FIX@#$FIX#g; s#@UP0@#$UP0#g; s#@UP1@#$UP1#g" \
+      -e "s#@PORT@#$3#g; s#@MODE@#${4:-}#g; s#@THREADS@#$KVROUTE_THREADS#g" "$1" > "$2"
+}
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do
+    [[ -n "$p" ]] && kill "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+wait_http() {  # wait_http URL: until it answers 200 (10 s at most)
+  for _ in $(seq 1 100); do
+    if [[ "$(curl -s -o /dev/null -w '%{http_code}' "$1" 2>/dev/null)" == 200 ]]; then return 0; fi
+    sleep 0.1
+  done
+  echo "run.sh: $1 never answered 200" >&2
+  return 1
+}
+
+# CPU ticks (utime + stime) of a process and its children, threads included.
+cpu_ticks() {
+  local total=0 p
+  for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+    if [[ -r /proc/$p/stat ]]; then
+      # Fields 14 and 15 after the ")" that closes the command name.
+      total=$((total + $(sed -e 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    fi
+  done
+  echo "$total"
+}
+
+scenario() {  # sets BODY PATHQ RESP for a scenario name
+  case "$1" in
+    small)  BODY=body-1k.json;   PATHQ=/v1/completions;      RESP=json-1k.json ;;
+    32k)    BODY=body-32k.json;  PATHQ=/v1/completions;      RESP=json-32k.json ;;
+    128k)   BODY=body-128k.json; PATHQ=/v1/completions;      RESP=json-128k.json ;;
+    sse1)   BODY=body-chat.json; PATHQ=/v1/chat/completions; RESP=sse-1.sse ;;
+    sse256) BODY=body-chat.json; PATHQ=/v1/chat/completions; RESP=sse-256.sse ;;
+    *) echo "run.sh: unknown scenario $1" >&2; exit 1 ;;
+  esac
+}
+
+run_wrk() {  # run_wrk URL CONNS SECONDS LOGFILE
+  BENCH_BODY="$FIX/$BODY" BENCH_PATH="$PATHQ" BENCH_RESPONSE="$RESP" \
+    "${PIN_CLIENT[@]}" wrk -t1 -c"$2" -d"${3}s" --timeout 10s -s "$here/post.lua" "$1" > "$4" 2>&1
+}
+
+# --- upstream -----------------------------------------------------------------
+render "$here/templates/upstream-nginx.conf" "$RUN/upstream-nginx.conf" 0
+"${PIN_CLIENT[@]}" nginx -c "$RUN/upstream-nginx.conf" -p "$RUN" -g 'daemon off;' > "$RUN/upstream-nginx.out" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$UP0/health"
+wait_http "http://127.0.0.1:$UP1/health"
+
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
+  echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  echo "DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS"
+} > "$OUT/environment.txt"
+
+port_of() {
+  case "$1" in
+    direct) echo "$UP0" ;; nginx) echo $((PORT_BASE + 10)) ;; haproxy) echo $((PORT_BASE + 11)) ;;
+    kvroute-rr) echo $((PORT_BASE + 12)) ;; kvroute-v2) echo $((PORT_BASE + 13)) ;;
+    *) echo "run.sh: unknown target $1" >&2; exit 1 ;;
+  esac
+}
+
+start_target() {  # sets TPID ("" for direct)
+  local t="$1" port; port="$(port_of "$t")"
+  TPID=""
+  case "$t" in
+    direct) return 0 ;;
+    nginx)
+      render "$here/templates/proxy-nginx.conf" "$RUN/proxy-nginx.conf" "$port"
+      "${PIN_PROXY[@]}" nginx -c "$RUN/proxy-nginx.conf" -p "$RUN" -g 'daemon off;' > "$RUN/proxy-nginx.out" 2>&1 &
+      TPID=$! ;;
+    haproxy)
+      render "$here/templates/haproxy.cfg" "$RUN/haproxy.cfg" "$port"
+      "${PIN_PROXY[@]}" haproxy -db -f "$RUN/haproxy.cfg" > "$RUN/haproxy.log" 2>&1 &
+      TPID=$! ;;
+    kvroute-rr|kvroute-v2)
+      local mode=round_robin; [[ "$t" == kvroute-v2 ]] && mode=v2
+      render "$here/templates/kvroute.yaml" "$RUN/$t.yaml" "$port" "$mode"
+      "${PIN_PROXY[@]}" "$KVROUTE" --config "$RUN/$t.yaml" > "$RUN/$t.log" 2>&1 &
+      TPID=$! ;;
+  esac
+  PIDS+=("$TPID")
+  # kvroute answers /health itself once a backend is healthy; nginx and
+  # HAProxy relay the upstream's.
+  wait_http "http://127.0.0.1:$port/health"
+}
+
+stop_target() {
+  [[ -z "$TPID" ]] && return 0
+  kill "$TPID" 2>/dev/null || true
+  wait "$TPID" 2>/dev/null || true
+}
+
+TCK="$(getconf CLK_TCK)"
+echo "bench/perf: results in $OUT (each run ${DURATION}s after ${WARMUP}s warm-up)"
+for t in $TARGETS; do
+  start_target "$t"
+  url="http://127.0.0.1:$(port_of "$t")"
+  for s in $SCENARIOS; do
+    scenario "$s"
+    for c in $CONNS; do
+      run_wrk "$url" "$c" "$WARMUP" "$OUT/raw/$t-$s-c$c.warmup.txt"
+      c0=0; [[ -n "$TPID" ]] && c0="$(cpu_ticks "$TPID")"
+      run_wrk "$url" "$c" "$DURATION" "$OUT/raw/$t-$s-c$c.txt"
+      c1=0; [[ -n "$TPID" ]] && c1="$(cpu_ticks "$TPID")"
+      line="$(grep '^BENCH_JSON ' "$OUT/raw/$t-$s-c$c.txt" | sed 's/^BENCH_JSON //')"
+      if [[ -z "$line" ]]; then
+        echo "run.sh: wrk failed for $t $s c=$c:" >&2; cat "$OUT/raw/$t-$s-c$c.txt" >&2; exit 1
+      fi
+      cpu_s="null"; [[ -n "$TPID" ]] && cpu_s="$(awk -v a="$c0" -v b="$c1" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
+      echo "{\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"wrk\":$line}" >> "$RESULTS"
+      printf '  %-11s %-7s c=%-3s %s\n' "$t" "$s" "$c" \
+        "$(python3 -c 'import json,sys; w=json.loads(sys.argv[1]); print("%8.0f req/s  p50 %6d us  p99 %6d us  errors %d" % (w["requests"]/w["duration_us"]*1e6, w["lat_p50_us"], w["lat_p99_us"], w["errors_status"]+w["errors_read"]+w["errors_connect"]+w["errors_timeout"]))' "$line")"
+    done
+  done
+  stop_target
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/environment.txt"
+
+python3 "$here/report.py" "$RESULTS" "$OUT/environment.txt" "$OUT/results.json" "$OUT/results.md"
+cat "$OUT/results.md"
+echo "bench/perf: $OUT/results.md, $OUT/results.json"
