@@ -8,9 +8,10 @@
 // reached by small inputs. Any other first byte: chat, default limits. No '\n'
 // at all: the whole input is a chat body with no session header.
 //
-// Checks, beyond "no crash, no sanitizer report": a non-empty session header
-// is the session id; an accepted body respects the limits it was checked
-// against.
+// Checks, beyond "no crash, no sanitizer report": the one-pass fast path and
+// the DOM parse (ExtractFeaturesWithDomForTest) agree on every input (same
+// features, or the same status and message); a non-empty session header is
+// the session id; an accepted body respects the limits it was checked against.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -53,6 +54,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   absl::StatusOr<kvroute::router::RequestFeatures> f =
       ExtractFeatures(endpoint, body, session_header, limits);
+  absl::StatusOr<kvroute::router::RequestFeatures> dom =
+      kvroute::proxy::ExtractFeaturesWithDomForTest(endpoint, body, session_header, limits);
+  Check(f.ok() == dom.ok(), "fast path and DOM accept the same bodies");
+  if (!f.ok()) {
+    Check(f.status() == dom.status(), "fast path and DOM give the same error");
+  } else {
+    Check(f->model == dom->model && f->session_id == dom->session_id &&
+              f->stream == dom->stream && f->max_tokens == dom->max_tokens &&
+              f->prompt_bytes == dom->prompt_bytes,
+          "fast path and DOM extract the same features");
+  }
   if (!f.ok()) {
     Check(f.status().code() == absl::StatusCode::kInvalidArgument, "errors are InvalidArgument");
     Check(!f.status().message().empty(), "errors carry a message");
