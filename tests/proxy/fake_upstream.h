@@ -40,11 +40,18 @@ class FakeUpstream {
       s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port_), ec);
     }
     accept_thread_.join();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& s : sockets_) {
-      s->shutdown(tcp::socket::shutdown_both, ec);
+    // Connection threads close their own sockets under mu_ (Serve), so the
+    // shutdowns here never touch a socket that is being closed; the threads
+    // are joined without mu_, which they may still need.
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : sockets_) {
+        s->shutdown(tcp::socket::shutdown_both, ec);
+      }
+      threads.swap(conn_threads_);
     }
-    for (auto& t : conn_threads_) t.join();
+    for (auto& t : threads) t.join();
   }
 
   uint16_t port() const { return port_; }
@@ -114,6 +121,7 @@ class FakeUpstream {
         received_.push_back(req);
       }
       if (!handler_(req, s)) {
+        std::lock_guard<std::mutex> lock(mu_);  // ~FakeUpstream shuts sockets down
         s.shutdown(tcp::socket::shutdown_both, ec);
         s.close(ec);
         return;

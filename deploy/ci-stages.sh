@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzz stages of .ci/run (issue 7), each in its own clang build directory.
+#
+#   deploy/ci-stages.sh [asan] [tsan] [fuzz]     (no argument: all three, in that order)
+#
+#   asan  build-asan: every target with -fsanitize=address,undefined (+ libFuzzer coverage
+#         instrumentation, so the fuzz stage reuses the build); the whole ctest suite.
+#   tsan  build-tsan: -fsanitize=thread; only the tests that run threads against each other
+#         (TSAN_TESTS below), built and run by themselves.
+#   fuzz  build-asan: the libFuzzer targets of tests/fuzz, each for KVROUTE_FUZZ_SECONDS
+#         (default 60) from its checked-in seed corpus; a crash, leak, sanitizer report,
+#         timeout or broken invariant fails the stage and leaves the input under
+#         build-asan/fuzz/.
+#
+# Sanitizer builds use -O1 -gline-tables-only: fast enough to build and run on two cores,
+# with file:line in every report. Every report aborts the process (halt_on_error,
+# -fno-sanitize-recover), so ctest sees it as a failed test. Each stage prints its duration.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=$(nproc)
+FUZZ_SECONDS=${KVROUTE_FUZZ_SECONDS:-60}
+
+# The tests that exercise concurrency: the proxy server (worker threads sharing the router,
+# metrics and upstream pools, against fake upstream threads), the end-to-end tests (the
+# proxy in front of a simulated fleet on its own threads), the simulator's fleet threads
+# (FleetThreadsTest and the wire tests), and the router (shared by all proxy workers).
+TSAN_TESTS=(proxy_server_test kvroute_sim_integration_test sim_wire_test router_test)
+
+CLANG_CONFIG=(
+  -G Ninja
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
+  # Warnings are the gcc build's job (deploy/test.sh, -Werror); a clang-only warning must
+  # not hide what the sanitizers say.
+  -DKVROUTE_WERROR=OFF
+)
+
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1:suppressions=$ROOT/sanitize/asan.supp"
+export LSAN_OPTIONS="suppressions=$ROOT/sanitize/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$ROOT/sanitize/ubsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/sanitize/tsan.supp"
+
+log() { echo "== ci-stages: $*"; }
+
+stage_asan() {
+  cmake -S . -B build-asan "${CLANG_CONFIG[@]}" \
+    -DKVROUTE_SANITIZE=address,undefined -DKVROUTE_FUZZ=ON
+  cmake --build build-asan -j "$JOBS"
+  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600)
+}
+
+stage_tsan() {
+  cmake -S . -B build-tsan "${CLANG_CONFIG[@]}" \
+    -DKVROUTE_SANITIZE=thread -DKVROUTE_BUILD_BENCH=OFF
+  cmake --build build-tsan -j "$JOBS" --target "${TSAN_TESTS[@]}"
+  local labels
+  labels="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
+  (cd build-tsan && ctest --output-on-failure -j "$JOBS" --timeout 600 -L "$labels")
+}
+
+stage_fuzz() {
+  cmake -S . -B build-asan "${CLANG_CONFIG[@]}" \
+    -DKVROUTE_SANITIZE=address,undefined -DKVROUTE_FUZZ=ON
+  local targets=(features_fuzz response_observer_fuzz config_fuzz)
+  cmake --build build-asan -j "$JOBS" --target "${targets[@]}"
+  for t in "${targets[@]}"; do
+    local seeds=tests/fuzz/corpus/${t%_fuzz}
+    local work=build-asan/fuzz/${t}
+    mkdir -p "$work/corpus"
+    log "fuzz $t for ${FUZZ_SECONDS}s from $seeds"
+    # New inputs go to the scratch corpus (first directory); the seeds are only read.
+    "build-asan/tests/fuzz/$t" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
+      -max_len=65536 -print_final_stats=1 -dict="tests/fuzz/dict/${t%_fuzz}.dict" \
+      -artifact_prefix="$work/" "$work/corpus" "$seeds" >"$work/fuzz.log" 2>&1 || {
+      tail -n 150 "$work/fuzz.log"
+      log "fuzz $t FAILED (log: $work/fuzz.log); reproduce: build-asan/tests/fuzz/$t $work/<crash-file>"
+      return 1
+    }
+    grep -E '^(stat::|Done )' "$work/fuzz.log" || true
+  done
+}
+
+stages=("$@")
+if [ ${#stages[@]} -eq 0 ]; then stages=(asan tsan fuzz); fi
+for s in "${stages[@]}"; do
+  case "$s" in
+    asan | tsan | fuzz) ;;
+    *) echo "usage: $0 [asan] [tsan] [fuzz]" >&2; exit 2 ;;
+  esac
+done
+for s in "${stages[@]}"; do
+  start=$(date +%s)
+  log "stage $s"
+  "stage_$s"
+  log "stage $s passed in $(($(date +%s) - start))s"
+done
