@@ -528,7 +528,15 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
   }
   if (faults().hang) {
     // Read, never answered; the timer is cancelled when the fault is cleared or on Stop.
+    {
+      absl::MutexLock lock(&mu_);
+      ++gauges_.num_hung;
+    }
     co_await hang_timer_.async_wait(kNoThrow);
+    {
+      absl::MutexLock lock(&mu_);
+      --gauges_.num_hung;
+    }
     co_return false;
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {

@@ -58,6 +58,7 @@ struct InstanceGauges {
   int num_waiting = 0;
   uint64_t steps = 0;
   double virtual_now = 0;
+  int num_hung = 0;  // requests read and parked by the `hang` fault right now
 };
 
 class Instance : public KvHolder {

@@ -237,7 +237,9 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
       kInstances, "baseline",
       [](proxy::Config& c) {
         c.upstream.max_attempts = 4;  // three faulty instances, then a good one
-        c.upstream.first_byte_timeout = absl::Seconds(2);
+        // Longer than two rounds of health checks (2 x health_timeout): a request parked on
+        // the hung instance is cut by its ejection, never by this timeout.
+        c.upstream.first_byte_timeout = absl::Seconds(5);
         c.upstream.idle_timeout = absl::Seconds(10);
         c.upstream.retry_backoff = absl::Milliseconds(5);
         c.upstream.retry_backoff_max = absl::Milliseconds(20);
@@ -278,6 +280,8 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
   };
   std::vector<std::thread> clients;
   std::thread probe;
+  std::thread pinned;
+  std::string pinned_session;
   std::promise<std::string> probe_backend;  // the probe stream's instance, once it streams
   // Whatever way the test leaves (a failed ASSERT included), the load runs out and every
   // thread is joined before the fleet and the server go away.
@@ -290,6 +294,7 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
       if (t.joinable()) t.join();
     }
     if (probe.joinable()) probe.join();
+    if (pinned.joinable()) pinned.join();
   }};
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
@@ -317,8 +322,9 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
   }
 
   // Phase 1, after 40 completions: a long stream (the probe) is running on some instance;
-  // kill exactly that one, so at least one stream is cut mid-way. Then hang, errors and
-  // slowness on three others.
+  // that one is killed, so at least one stream is cut mid-way. The one that hangs serves a
+  // pinned session whose next turn, sent after the hang, goes there by affinity and waits
+  // until the ejection below cuts it short. Errors and slowness go to two others.
   gate.WaitCompleted(40);
   probe = std::thread([&] {
     json::object body;
@@ -338,26 +344,54 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
     if (!told) probe_backend.set_value("");
     record(std::move(s));
   });
+  auto index_of = [&](const std::string& name) {
+    for (int i = 0; i < kInstances; ++i) {
+      if (h.BackendName(i) == name) return i;
+    }
+    return -1;
+  };
   const std::string killed_name = probe_backend.get_future().get();
-  ASSERT_FALSE(killed_name.empty()) << "the probe stream never started";
-  int killed = -1;
-  for (int i = 0; i < kInstances; ++i) {
-    if (h.BackendName(i) == killed_name) killed = i;
+  const int killed = index_of(killed_name);
+  ASSERT_GE(killed, 0) << "the probe stream never started: '" << killed_name << "'";
+  json::array pinned_messages;
+  int hung = -1;
+  for (int attempt = 0; attempt < kInstances && (hung < 0 || hung == killed); ++attempt) {
+    pinned_session = absl::StrCat("pinned-", attempt);
+    pinned_messages.clear();
+    pinned_messages.push_back(Msg("user", Text(500, 777 + attempt)));
+    Seen first = Send(port, absl::StrCat(pinned_session, "-turn1"),
+                      ChatBody(h.model(), pinned_messages, false), false, pinned_session);
+    hung = index_of(first.backend);
+    if (first.status == 200) pinned_messages.push_back(Msg("assistant", AssistantText(first.body)));
+    record(std::move(first));
   }
-  ASSERT_GE(killed, 0) << killed_name;
+  ASSERT_TRUE(hung >= 0 && hung != killed) << "no pinned session away from " << killed_name;
   std::vector<int> others;
   for (int i = 0; i < kInstances; ++i) {
-    if (i != killed) others.push_back(i);
+    if (i != killed && i != hung) others.push_back(i);
   }
-  const int hung = others[0], erroring = others[1], slow = others[2];
+  const int erroring = others[0], slow = others[1];
   h.fleet().SetFaults(killed, Killed());
   h.fleet().SetFaults(hung, Hung());
   h.fleet().SetFaults(erroring, Erroring());
   h.fleet().SetFaults(slow, Slow());
+  pinned_messages.push_back(Msg("user", Text(300, 778)));
+  pinned = std::thread([&, messages = pinned_messages] {
+    record(Send(port, absl::StrCat(pinned_session, "-turn2"),
+                ChatBody(h.model(), messages, false), false, pinned_session));
+  });
   gate.SetBudget(180);
 
-  // Phase 2: active checks see the dead and the hung instance (unhealthy_after = 2).
-  gate.WaitCompleted(120);
+  // Phase 2: once a request is parked on the hung instance (bounded polling, no sleeping),
+  // active checks see the dead and the hung instance (unhealthy_after = 2) and eject them.
+  int parked = 0;
+  const auto parked_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (parked == 0 && std::chrono::steady_clock::now() < parked_deadline) {
+    parked = h.fleet().gauges(hung).num_hung;
+    std::this_thread::yield();
+  }
+  ASSERT_GT(parked, 0) << "nothing reached the hung instance " << h.BackendName(hung);
+  gate.WaitCompleted(80);
   h.server().CheckBackendsNow();
   h.server().CheckBackendsNow();
   EXPECT_FALSE(h.server().health_of(killed).active_up);
@@ -379,7 +413,7 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
   EXPECT_EQ(alive.result_int(), 200);
 
   // --- What the clients saw -----------------------------------------------------------
-  ASSERT_EQ(seen.size(), static_cast<size_t>(kTotal + 1));
+  ASSERT_GE(seen.size(), static_cast<size_t>(kTotal + 3));  // + probe + pinned turns
   std::map<int, int> by_status;
   int cut_streams = 0;
   std::set<std::string> ids;
@@ -442,6 +476,8 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
   EXPECT_EQ(Sum(m, "kvroute_retries_total", {{"reason", "ejected"}}),
             Sum(m, "kvroute_upstream_errors_total", {{"kind", "ejected"}}));
   EXPECT_GE(extra_attempts, 1) << "the faults never made kvroute retry";
+  EXPECT_GE(Sum(m, "kvroute_retries_total", {{"reason", "ejected"}}), 1)
+      << "the ejection of the hung instance cut no waiting request";
   // Only the faulty instances failed attempts.
   for (int i = 0; i < kInstances; ++i) {
     if (i == killed || i == hung || i == erroring) continue;

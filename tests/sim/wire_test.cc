@@ -558,6 +558,14 @@ TEST_F(WireTest, FaultHangNeverAnswersUntilCleared) {
   socket.connect({net::ip::make_address("127.0.0.1"), ports_[0]});
   const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
   net::write(socket, net::buffer(request));
+  // The request is parked (bounded polling, no sleeping).
+  int hung = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (hung != 1 && std::chrono::steady_clock::now() < deadline) {
+    hung = fleet_->gauges(0).num_hung;
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(hung, 1);
   // Nothing may arrive while the fault is on. (A broken hang answers at once; a slow machine
   // can only make this check weaker, never fail it.)
   std::string got;
