@@ -10,11 +10,10 @@
 //
 // Deterministic by construction: fixed seeds, faults injected when the clients have completed
 // a given number of requests (a budget gates how many they may start), health checks driven
-// by Server::CheckBackendsNow() (the monitor loop is off), no sleeps.
+// by Server::CheckBackendsNow() (the monitor loop is off), no sleeps. About 4 s.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -455,11 +454,17 @@ TEST(ChaosTest, KillHangErrorsAndSlownessLoseNothingAndCountersAddUp) {
   }
   EXPECT_EQ(Sum(m, "kvroute_requests_total"), static_cast<double>(seen.size()));
   ASSERT_EQ(log.size(), seen.size());
+  std::map<std::string, std::string> backend_seen;  // request id -> X-Kvroute-Backend
+  for (const Seen& s : seen) backend_seen[s.id] = s.backend;
   int64_t extra_attempts = 0;
   std::set<std::string> log_ids;
   for (const json::object& l : log) {
-    log_ids.insert(std::string(l.at("id").as_string()));
+    const std::string id(l.at("id").as_string());
+    log_ids.insert(id);
     EXPECT_EQ(l.at("status").to_number<int>(), 200) << json::serialize(l);
+    // The instance that served it (the last attempt's) is the one the client was told.
+    EXPECT_EQ(std::string(l.at("decode_backend").as_string()), backend_seen[id])
+        << json::serialize(l);
     extra_attempts += l.at("attempts").to_number<int64_t>() - 1;
   }
   EXPECT_EQ(log_ids, ids);
