@@ -29,10 +29,11 @@ absl::StatusOr<Faults> ApplyFaultsJson(const Faults& base, const json::object& b
   }
   for (const auto& [key, value] : body) {
     if (key == "clear" || key == "instance") continue;
-    if (key == "unhealthy" || key == "refuse_connections" || key == "hang") {
+    if (key == "unhealthy" || key == "refuse_connections" || key == "hang" || key == "killed") {
       if (!value.is_bool()) return Bad(key, value);
       (key == "unhealthy" ? f.unhealthy
        : key == "hang"    ? f.hang
+       : key == "killed"  ? f.killed
                           : f.refuse_connections) = value.as_bool();
     } else if (key == "error_rate") {
       const std::optional<double> r = AsNumber(value);
@@ -61,6 +62,7 @@ json::object FaultsToJson(const Faults& faults) {
   json::object o;
   o["unhealthy"] = faults.unhealthy;
   o["refuse_connections"] = faults.refuse_connections;
+  o["killed"] = faults.killed;
   o["error_rate"] = faults.error_rate;
   o["hang"] = faults.hang;
   o["die_after_events"] = faults.die_after_events;

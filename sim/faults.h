@@ -6,6 +6,10 @@
 //    "clear": true,
 //    "unhealthy": true,           // GET /health answers 503
 //    "refuse_connections": true,  // the listening socket is closed: connections are refused
+//    "killed": true,              // as if the process died: the listening socket is closed,
+//                                 // every open connection is reset (RST) and requests in
+//                                 // flight are dropped; clearing it is a restart on the
+//                                 // same port (the engine's prefix cache is kept)
 //    "error_rate": 0.5,           // completion requests answer 500 with this probability
 //    "hang": true,                // requests are read but never answered (until cleared)
 //    "die_after_events": 3,       // streams are cut after 3 SSE events (no [DONE]);
@@ -23,6 +27,7 @@ namespace sim {
 struct Faults {
   bool unhealthy = false;
   bool refuse_connections = false;
+  bool killed = false;
   double error_rate = 0;
   bool hang = false;
   int die_after_events = -1;  // < 0: off

@@ -28,7 +28,7 @@ struct Instance::Pending {
   net::steady_timer notify;
   std::deque<TokenEvent> events;
   bool done = false;
-  bool aborted = false;  // instance stopping
+  bool aborted = false;  // instance stopping or killed
   RequestInfo info;
   // Decode leg: where its KV comes from, released once pulled.
   std::optional<KvHandle> kv_source;
@@ -180,10 +180,15 @@ void Instance::ApplyFaultEffects() {
   if (!f.hang) hang_timer_.cancel();
   if (stopping_) return;
   boost::system::error_code ec;
-  if (f.refuse_connections && accepting_) {
+  const bool refuse = f.refuse_connections || f.killed;
+  if (refuse && accepting_) {
     accepting_ = false;
     acceptor_.close(ec);
-  } else if (!f.refuse_connections && !accepting_) {
+  }
+  if (f.killed && !killed_) ResetConnections();
+  killed_ = f.killed;
+  if (refuse) return;
+  if (!accepting_) {
     const tcp::endpoint ep(net::ip::make_address(options_.host, ec), port_);
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
@@ -197,6 +202,26 @@ void Instance::ApplyFaultEffects() {
     accepting_ = true;
     net::co_spawn(strand_, AcceptLoop(), net::detached);
   }
+}
+
+void Instance::ResetConnections() {
+  // SO_LINGER 0 makes close() send RST, as the kernel does for a process that dies with
+  // connections open: peers see ECONNRESET, not an orderly end of stream.
+  boost::system::error_code ec;
+  for (Stream* s : streams_) {
+    s->socket().set_option(net::socket_base::linger(true, 0), ec);
+    s->socket().close(ec);
+  }
+  for (auto& [handle, p] : pendings_) {
+    p->aborted = true;
+    p->Notify();
+  }
+  for (Pending* p : pairing_) {
+    p->aborted = true;
+    p->Notify();
+  }
+  Log()->info("instance {}: killed: {} connections reset, {} requests dropped", options_.index,
+              streams_.size(), pendings_.size() + pairing_.size());
 }
 
 double Instance::VirtualNow() const {
@@ -503,7 +528,15 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
   }
   if (faults().hang) {
     // Read, never answered; the timer is cancelled when the fault is cleared or on Stop.
+    {
+      absl::MutexLock lock(&mu_);
+      ++gauges_.num_hung;
+    }
     co_await hang_timer_.async_wait(kNoThrow);
+    {
+      absl::MutexLock lock(&mu_);
+      --gauges_.num_hung;
+    }
     co_return false;
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {

@@ -58,6 +58,7 @@ struct InstanceGauges {
   int num_waiting = 0;
   uint64_t steps = 0;
   double virtual_now = 0;
+  int num_hung = 0;  // requests read and parked by the `hang` fault right now
 };
 
 class Instance : public KvHolder {
@@ -116,6 +117,8 @@ class Instance : public KvHolder {
   std::string ModelsJson() const;
 
   void ApplyFaultEffects();  // on the strand
+  // The `killed` fault: resets every open connection and drops every request in flight.
+  void ResetConnections();  // on the strand
   void Wake();
   void Deliver(const StepResult& step);
   void UpdateGauges(double lag_s);
@@ -139,6 +142,7 @@ class Instance : public KvHolder {
   bool stopping_ = false;
   bool idle_ = false;
   bool accepting_ = false;
+  bool killed_ = false;  // the `killed` fault has been applied (reset once per kill)
   std::mt19937_64 rng_;
   uint64_t next_request_seq_ = 0;
   absl::flat_hash_map<RequestHandle, std::shared_ptr<Pending>> pendings_;

@@ -96,12 +96,14 @@ class FleetHarness {
  public:
   FleetHarness(int instances, const std::string& mode,
                std::function<void(proxy::Config&)> tweak_config = {},
-               std::function<void(sim::Profile&)> tweak_profile = {}) {
+               std::function<void(sim::Profile&)> tweak_profile = {},
+               std::function<void(sim::FleetOptions&)> tweak_fleet = {}) {
     sim::FleetOptions fo;
     fo.instances = instances;
     fo.time_scale = 0;
     fo.seed = 7;
     if (tweak_profile) tweak_profile(fo.profile);
+    if (tweak_fleet) tweak_fleet(fo);
     model_ = fo.profile.model_name;
     fleet_ = std::make_unique<sim::Fleet>(fo);
     auto ports = fleet_->Start();

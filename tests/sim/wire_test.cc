@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "sim/fleet.h"
 #include "sim/tokenizer.h"
@@ -557,6 +558,14 @@ TEST_F(WireTest, FaultHangNeverAnswersUntilCleared) {
   socket.connect({net::ip::make_address("127.0.0.1"), ports_[0]});
   const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
   net::write(socket, net::buffer(request));
+  // The request is parked (bounded polling, no sleeping).
+  int hung = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (hung != 1 && std::chrono::steady_clock::now() < deadline) {
+    hung = fleet_->gauges(0).num_hung;
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(hung, 1);
   // Nothing may arrive while the fault is on. (A broken hang answers at once; a slow machine
   // can only make this check weaker, never fail it.)
   std::string got;
@@ -620,6 +629,71 @@ TEST(FleetRealTimeTest, RealTimeDriverReleasesStepsAndExportsItsScale) {
             prefill_step + 4 * (0.01 + 1e-3) - 1e-9);
   EXPECT_GE(MetricValue(m, "kvroute_sim_scheduler_lag_seconds"), 0);
   EXPECT_GE(fleet.gauges(0).steps, 5u);
+}
+
+TEST(FleetKillTest, KillResetsOpenConnectionsDropsRequestsAndRestartsOnThePort) {
+  namespace net = boost::asio;
+  FleetOptions opts;
+  opts.instances = 2;
+  opts.time_scale = 1;  // a 1,000-token stream lasts seconds: it is surely in flight
+  opts.profile = TinyProfile();
+  Fleet fleet(opts);
+  auto started = fleet.Start();
+  ASSERT_TRUE(started.ok());
+  const std::vector<uint16_t> ports = *started;
+
+  // An idle keep-alive connection, and a stream that has delivered its first event.
+  net::io_context io;
+  net::ip::tcp::socket idle(io);
+  idle.connect({net::ip::make_address("127.0.0.1"), ports[0]});
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  net::write(idle, net::buffer(health));
+  char buf[4096];
+  ASSERT_GT(idle.read_some(net::buffer(buf)), 0u);  // "HTTP/1.1 200 OK ..."
+  net::ip::tcp::socket streaming(io);
+  streaming.connect({net::ip::make_address("127.0.0.1"), ports[0]});
+  const std::string body = CompletionBody("hello world", 1000, /*stream=*/true);
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  net::write(streaming, net::buffer(request));
+  std::string got;
+  boost::system::error_code ec;
+  while (got.find("data: ") == std::string::npos && !ec) {
+    got.append(buf, streaming.read_some(net::buffer(buf), ec));
+  }
+  ASSERT_FALSE(ec) << ec.message();
+
+  Faults killed;
+  killed.killed = true;
+  fleet.SetFaults(0, killed);
+  // Both connections are reset (RST), never ended in order; the stream gets no [DONE].
+  while (!ec) got.append(buf, streaming.read_some(net::buffer(buf), ec));
+  EXPECT_EQ(ec, net::error::connection_reset) << ec.message();
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos);
+  ec = {};
+  idle.read_some(net::buffer(buf), ec);
+  EXPECT_EQ(ec, net::error::connection_reset) << ec.message();
+  EXPECT_EQ(Get(ports[0], "/health").ec, net::error::connection_refused);
+  EXPECT_EQ(Get(ports[1], "/health").status, 200) << "the peer is unaffected";
+  EXPECT_EQ(Get(ports[1], "/sim/faults").Json().as_object().at("killed"), false);
+  // The dropped request left the engine (the gauges follow at the engine's next loop turn;
+  // bounded polling, no sleeping).
+  int running = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (running != 0 && std::chrono::steady_clock::now() < deadline) {
+    running = fleet.gauges(0).num_running;
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(running, 0);
+
+  // Clearing the fault restarts the instance on the same port.
+  ASSERT_EQ(Post(ports[1], "/sim/faults", R"({"instance": 0, "killed": false})").status, 200);
+  testing::HttpResult ok;
+  for (int i = 0; i < 1000 && ok.status != 200; ++i) ok = Get(ports[0], "/health");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(Post(ports[0], "/v1/completions", CompletionBody("hello world", 2)).status, 200);
 }
 
 TEST(FleetThreadsTest, ConcurrentHandoffsAcrossThreads) {
