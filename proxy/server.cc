@@ -1566,7 +1566,6 @@ void Server::OnHealthChange(const HealthChange& c) {
 }
 
 net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
-  state_->health->Tick(absl::Now());
   const auto fleet = router_->Backends();
   const auto& backends = *fleet;
   w.Sync(backends);
@@ -1592,6 +1591,10 @@ net::awaitable<void> Server::CheckBackends(Worker& w, bool force_scrape) {
       }
     }
   }
+  // Breakers whose ejection ran out turn half-open only after this round's
+  // probes: an instance that also fails its checks stays out instead of
+  // flapping in for the moment between the two.
+  state_->health->Tick(absl::Now());
 }
 
 net::awaitable<void> Server::MonitorLoop() {

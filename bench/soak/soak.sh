@@ -131,12 +131,12 @@ PIDS+=("$KV_PID")
 wait_http "http://127.0.0.1:$KVROUTE_PORT/health"
 
 CSV="$OUT/soak.csv"
-echo "t_s,phase,rss_kb,fds" >"$CSV"
+echo "t_s,phase,rss_kb,fds,shadow_tokens,capacity_tokens" >"$CSV"
 T0=$(date +%s)
 sample() {  # PHASE
-  read -r rss nfd < <(python3 "$TOOLS" sample "$KV_PID")
-  echo "$(($(date +%s) - T0)),$1,$rss,$nfd" >>"$CSV"
-  echo "   t=$(($(date +%s) - T0))s $1: RSS ${rss} KiB, ${nfd} fds"
+  read -r rss nfd shadow capacity < <(python3 "$TOOLS" sample "$KV_PID" "$KVROUTE_PORT")
+  echo "$(($(date +%s) - T0)),$1,$rss,$nfd,$shadow,$capacity" >>"$CSV"
+  echo "   t=$(($(date +%s) - T0))s $1: RSS ${rss} KiB, ${nfd} fds, shadow index ${shadow}/${capacity} tokens"
 }
 
 echo "== soak: kvroute pid $KV_PID (mode $MODE), 8 instances on $BASE_PORT.., output in $OUT"
