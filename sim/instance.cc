@@ -131,6 +131,18 @@ void Instance::Start() {
   });
 }
 
+// Wakes every request waiting on the engine or on a KV handoff pairing, aborted.
+void Instance::AbortWaitingRequests() {
+  for (auto& [handle, p] : pendings_) {
+    p->aborted = true;
+    p->Notify();
+  }
+  for (Pending* p : pairing_) {
+    p->aborted = true;
+    p->Notify();
+  }
+}
+
 void Instance::Stop() {
   net::dispatch(strand_, [this] {
     if (stopping_) return;
@@ -141,14 +153,7 @@ void Instance::Stop() {
     step_timer_.cancel();
     hang_timer_.cancel();
     for (Stream* s : streams_) s->socket().close(ec);
-    for (auto& [handle, p] : pendings_) {
-      p->aborted = true;
-      p->Notify();
-    }
-    for (Pending* p : pairing_) {
-      p->aborted = true;
-      p->Notify();
-    }
+    AbortWaitingRequests();
   });
 }
 
@@ -212,14 +217,7 @@ void Instance::ResetConnections() {
     s->socket().set_option(net::socket_base::linger(true, 0), ec);
     s->socket().close(ec);
   }
-  for (auto& [handle, p] : pendings_) {
-    p->aborted = true;
-    p->Notify();
-  }
-  for (Pending* p : pairing_) {
-    p->aborted = true;
-    p->Notify();
-  }
+  AbortWaitingRequests();
   Log()->info("instance {}: killed: {} connections reset, {} requests dropped", options_.index,
               streams_.size(), pendings_.size() + pairing_.size());
 }

@@ -94,6 +94,8 @@ class Instance : public KvHolder {
   int instance_index() const override { return options_.index; }
 
  private:
+  // Stop and the `killed` fault: wakes every waiting request, aborted.
+  void AbortWaitingRequests();
   struct Pending;
   using Stream = boost::beast::tcp_stream;
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
