@@ -6,6 +6,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "absl/synchronization/mutex.h"
 #include "proxy/config.h"
 #include "proxy/server.h"
 #include "router/router.h"
@@ -16,6 +17,10 @@ constexpr int kConfigError = 2;
 
 int main(int argc, char** argv) {
   using kvroute::proxy::Config;
+  // Debian's abseil is built with assertions on, so every absl::Mutex lock
+  // also feeds its lock-order graph (deadlock detection): a few percent of
+  // a request's CPU in the daemon. The tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"kvroute: cache-aware routing proxy for a fleet of vLLM instances"};
   std::string config_path, mode, listen, request_log, log_level;
   int64_t heavy_threshold = -1;

@@ -17,6 +17,7 @@
 #include "proxy/admin_auth.h"
 #include "proxy/admission.h"
 #include "proxy/health.h"
+#include "proxy/eager_io.h"
 #include "proxy/features.h"
 #include "proxy/request_framing.h"
 #include "proxy/response_observer.h"
@@ -207,15 +208,20 @@ struct LegState {
 // Waits until the client's socket is readable. Readable with nothing to read
 // means the client closed: cancel the upstream exchange so the engine stops
 // generating. Readable with data means a pipelined request: stop watching.
-net::awaitable<void> WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
-  auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kUseTuple);
-  if (st->relay_done || ec == net::error::operation_aborted) co_return;
-  beast::error_code aec;
-  const size_t avail = ec ? 0 : sock.available(aec);
-  if (ec || aec || avail == 0) {
-    st->client_gone = true;
-    if (st->upstream != nullptr) st->upstream->cancel();
-  }
+// A plain handler, not a coroutine, and not cancelled when the leg ends
+// (a cancellation is one more trip through the scheduler per request): it
+// completes, doing nothing, when the client sends its next request or
+// closes, or when the connection closes.
+void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
+  sock.async_wait(tcp::socket::wait_read, [&sock, st = std::move(st)](beast::error_code ec) {
+    if (st->relay_done || ec == net::error::operation_aborted) return;
+    beast::error_code aec;
+    const size_t avail = ec ? 0 : sock.available(aec);
+    if (ec || aec || avail == 0) {
+      st->client_gone = true;
+      if (st->upstream != nullptr) st->upstream->cancel();
+    }
+  });
 }
 
 // How Relay() treats a leg.
@@ -255,14 +261,12 @@ class Session : public std::enable_shared_from_this<Session> {
         // no buffer at all (an idle connection holds no read buffer), then
         // read them.
         if (!co_await WaitReadable(cfg_.limits.idle_timeout)) break;
-        stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
-        auto [ec, n] =
-            co_await stream_.async_read_some(buffer_.prepare(kFirstReadBytes), kUseTuple);
-        if (ec) break;
-        buffer_.commit(n);
+        buffer_.reserve(kFirstReadBytes);  // the first read takes up to this much
       }
       stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
-      auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, kUseTuple);
+      auto [hec, hn] = co_await EagerRead(stream_, buffer_, [&](beast::error_code& e) {
+        return http::read_header(stream_.socket(), buffer_, parser, e);
+      });
       if (hec) {
         linger = co_await ReadFailed(hec);
         break;
@@ -277,8 +281,8 @@ class Session : public std::enable_shared_from_this<Session> {
       if (absl::EqualsIgnoreCase(ToAbsl(parser.get()[http::field::expect]),
                                  "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
-        auto [cec, cn] = co_await http::async_write(stream_, cont, kUseTuple);
-        if (cec) break;
+        http::response_serializer<http::empty_body> csr{cont};
+        if (co_await EagerWriteMessage(stream_, csr)) break;
       }
       // Large bodies: read in kMaxClientReadBytes pieces, not 4 KB ones
       // (beast reads at most the buffer's free capacity).
@@ -286,7 +290,9 @@ class Session : public std::enable_shared_from_this<Session> {
         buffer_.reserve(static_cast<size_t>(std::min<uint64_t>(*len, kMaxClientReadBytes)));
       }
       stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
-      auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kUseTuple);
+      auto [bec, bn] = co_await EagerRead(stream_, buffer_, [&](beast::error_code& e) {
+        return http::read(stream_.socket(), buffer_, parser, e);
+      });
       if (bec) {
         linger = co_await ReadFailed(bec);
         break;
@@ -296,6 +302,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
       if (!keep_alive || state_.draining.load()) break;
     }
+    idle_.timer.cancel();  // releases the session its handler holds
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (linger) co_await DrainBeforeClose();
@@ -308,18 +315,36 @@ class Session : public std::enable_shared_from_this<Session> {
   // Waits until the client socket is readable (data or EOF); false on
   // `timeout` or error. Uses no buffer, so idle keep-alive connections cost
   // only their socket and this session.
+  //
+  // The idle timeout is a deadline checked by one long-lived timer, not a
+  // timer armed and cancelled around every wait: the timer, when it fires,
+  // cuts the wait if its deadline has passed, else re-arms itself for the
+  // current deadline; a wait with no timer pending arms it.
   net::awaitable<bool> WaitReadable(absl::Duration timeout) {
-    net::steady_timer deadline(stream_.get_executor(), ToChrono(timeout));
-    auto expired = std::make_shared<bool>(false);
-    deadline.async_wait([this, expired](beast::error_code ec) {
-      if (ec) return;
-      *expired = true;
-      beast::error_code ignored;
-      stream_.socket().cancel(ignored);
-    });
+    idle_.deadline = Clock::now() + ToChrono(timeout);
+    idle_.expired = false;
+    idle_.waiting = true;
+    if (!idle_.armed) ArmIdleTimer();
     auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
-    deadline.cancel();
-    co_return !ec && !*expired;
+    idle_.waiting = false;
+    co_return !ec && !idle_.expired;
+  }
+
+  void ArmIdleTimer() {
+    idle_.armed = true;
+    idle_.timer.expires_at(idle_.deadline);
+    idle_.timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      IdleWatch& idle = self->idle_;
+      idle.armed = false;
+      if (ec || !idle.waiting) return;  // session over, or busy: a wait re-arms
+      if (Clock::now() < idle.deadline) {
+        self->ArmIdleTimer();
+        return;
+      }
+      idle.expired = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
   }
 
   // Answers a request that could not be read; returns whether it answered.
@@ -419,7 +444,8 @@ class Session : public std::enable_shared_from_this<Session> {
     res.body() = std::move(body);
     res.prepare_payload();
     stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-    auto [ec, n] = co_await http::async_write(stream_, res, kUseTuple);
+    http::response_serializer<http::string_body> sr{res};
+    const beast::error_code ec = co_await EagerWriteMessage(stream_, sr);
     co_return !ec && res.keep_alive();
   }
 
@@ -1020,15 +1046,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
     if (opts.watch_client) {
-      net::co_spawn(stream_.get_executor(), WatchClient(stream_.socket(), leg), net::detached);
+      WatchClient(stream_.socket(), leg);
     }
     auto finish = [&] {
       leg->relay_done = true;
       leg->upstream = nullptr;
-      if (opts.watch_client) {
-        beast::error_code ec;
-        stream_.socket().cancel(ec);
-      }
     };
     auto note_aborted = [&] {
       r.client_gone = leg->client_gone;
@@ -1084,12 +1106,19 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       leg->upstream = conn.get();
       conn->expires_after(ToChrono(pool.options().first_byte_timeout));
-      auto [wec, wn] = co_await http::async_write(*conn, up, kUseTuple);
+      http::request_serializer<http::string_body> usr{up};
+      beast::error_code wec = co_await EagerWriteMessage(*conn, usr);
       if (!wec) {
         parser.emplace();
         parser->body_limit(boost::none);
         up_buf.clear();
-        auto [hec, hn] = co_await http::async_read_header(*conn, up_buf, *parser, kUseTuple);
+        // Nothing can have arrived yet: wait first, then parse.
+        auto [hec, hn] = co_await EagerRead(
+            *conn, up_buf,
+            [&](beast::error_code& e) {
+              return http::read_header(conn->socket(), up_buf, *parser, e);
+            },
+            /*try_first=*/false);
         if (!hec && !leg->aborted()) break;
         wec = hec ? hec : net::error::operation_aborted;
         if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() &&
@@ -1173,7 +1202,8 @@ class Session : public std::enable_shared_from_this<Session> {
         held_header = SerializedHeader(sr);
       } else {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        std::tie(hwec, std::ignore) = co_await http::async_write_header(stream_, sr, kUseTuple);
+        const std::string header = SerializedHeader(sr);
+        hwec = co_await EagerWrite(stream_, net::buffer(header));
       }
       if (hwec) {
         r.client_gone = true;
@@ -1200,7 +1230,9 @@ class Session : public std::enable_shared_from_this<Session> {
       parser->get().body().data = chunk;
       parser->get().body().size = sizeof(chunk);
       conn->expires_after(ToChrono(pool.options().idle_timeout));
-      auto [rec, rn] = co_await http::async_read_some(*conn, up_buf, *parser, kUseTuple);
+      auto [rec, rn] = co_await EagerRead(*conn, up_buf, [&](beast::error_code& e) {
+        return http::read_some(conn->socket(), up_buf, *parser, e);
+      });
       const size_t n = sizeof(chunk) - parser->get().body().size;
       if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
         upstream_ok = false;
@@ -1226,16 +1258,14 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
       beast::error_code wec;
       if (chunked) {
-        std::tie(wec, std::ignore) =
-            co_await net::async_write(stream_, http::make_chunk(net::buffer(chunk, n)), kUseTuple);
+        wec = co_await EagerWrite(stream_, http::make_chunk(net::buffer(chunk, n)));
       } else if (!held_header.empty()) {
         const std::array<net::const_buffer, 2> both{net::buffer(held_header),
                                                      net::buffer(chunk, n)};
-        std::tie(wec, std::ignore) = co_await net::async_write(stream_, both, kUseTuple);
+        wec = co_await EagerWrite(stream_, both);
         held_header.clear();
       } else {
-        std::tie(wec, std::ignore) =
-            co_await net::async_write(stream_, net::buffer(chunk, n), kUseTuple);
+        wec = co_await EagerWrite(stream_, net::buffer(chunk, n));
       }
       if (wec) {
         upstream_ok = false;
@@ -1248,7 +1278,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!held_header.empty() && !r.client_gone) {
       // No body bytes came: the client gets the header, as it would have.
       stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-      co_await net::async_write(stream_, net::buffer(held_header), kUseTuple);
+      co_await EagerWrite(stream_, net::buffer(held_header));
     }
     observer.Finish();
     r.usage = observer.usage();
@@ -1258,8 +1288,7 @@ class Session : public std::enable_shared_from_this<Session> {
       fire_hook();
       if (chunked && opts.to_client) {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
-        if (lec) r.completed = false;
+        if (co_await EagerWrite(stream_, http::make_chunk_last())) r.completed = false;
       }
       const bool reusable = parser->keep_alive();
       leg->upstream = nullptr;
@@ -1272,8 +1301,8 @@ class Session : public std::enable_shared_from_this<Session> {
         const std::string event =
             absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        co_await net::async_write(stream_, http::make_chunk(net::buffer(event)), kUseTuple);
-        co_await net::async_write(stream_, http::make_chunk_last(), kUseTuple);
+        co_await EagerWrite(stream_, http::make_chunk(net::buffer(event)));
+        co_await EagerWrite(stream_, http::make_chunk_last());
       }
     }
     finish();
@@ -1289,6 +1318,14 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   tcp::endpoint remote_;
+  struct IdleWatch {
+    explicit IdleWatch(const net::any_io_executor& ex) : timer(ex) {}
+    net::steady_timer timer;
+    Clock::time_point deadline{};
+    bool armed = false;    // the timer has a wait pending
+    bool waiting = false;  // WaitReadable is waiting
+    bool expired = false;  // the wait was cut by the deadline
+  } idle_{stream_.get_executor()};
 };
 
 }  // namespace

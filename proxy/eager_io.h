@@ -1,0 +1,99 @@
+// Eager I/O on a beast::tcp_stream: every read or write is first tried at
+// once on the non-blocking socket, and only when the socket would block does
+// it wait through the reactor (under the stream's timeout, set by the caller
+// with expires_after as for Beast's own async algorithms).
+//
+// Why: an Asio operation that completes at once still posts its completion
+// through the scheduler, and every trip through the scheduler polls epoll.
+// Most operations of a proxied request complete at once (the request is in
+// the socket when it becomes readable, and writes fit in the socket buffer),
+// so a request served only with async operations cost 7 epoll_wait calls
+// and the per-operation machinery of composed operations and timers.
+//
+//   stream.expires_after(timeout);             // a deadline for what follows
+//   auto [ec, n] = co_await EagerRead(stream, buffer, [&](beast::error_code& e) {
+//     return http::read_header(stream.socket(), buffer, parser, e);
+//   });
+//   ec = co_await EagerWrite(stream, buffers);
+//   ec = co_await EagerWriteMessage(stream, serializer);
+//
+// (No header-only variant: Beast's synchronous write_header loses track of a
+// partly written header when the socket would block; serialize the header
+// and EagerWrite it.)
+//
+// Thread-safety: as the stream's (one strand or thread at a time).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <tuple>
+
+#include "proxy/http_common.h"
+
+namespace kvroute::proxy {
+
+// Puts the socket in non-blocking mode for the synchronous attempts.
+inline void MakeNonBlocking(beast::tcp_stream& stream) {
+  if (!stream.socket().non_blocking()) {
+    beast::error_code ignored;
+    stream.socket().non_blocking(true, ignored);
+  }
+}
+
+// Runs `sync_read(ec)` (a synchronous Beast read on stream.socket() that
+// reads into `buffer`, returning bytes consumed) until it completes with
+// anything but would_block; while it would block, waits for more bytes with
+// one async read into `buffer`. `try_first` = false skips the first
+// synchronous attempt when no bytes can have arrived yet (a response just
+// asked for). Returns the last error and the bytes the sync reads consumed.
+template <class SyncRead>
+net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(beast::tcp_stream& stream,
+                                                                 beast::flat_buffer& buffer,
+                                                                 SyncRead sync_read,
+                                                                 bool try_first = true) {
+  MakeNonBlocking(stream);
+  size_t consumed = 0;
+  for (bool attempt = try_first;; attempt = true) {
+    if (attempt) {
+      beast::error_code ec;
+      consumed += sync_read(ec);
+      if (ec != net::error::would_block) co_return std::make_tuple(ec, consumed);
+    }
+    // At least 512 bytes, else the buffer's spare capacity (as Beast reads).
+    const size_t room = std::max<size_t>(512, buffer.capacity() - buffer.size());
+    auto [rec, n] = co_await stream.async_read_some(
+        buffer.prepare(std::min(room, buffer.max_size() - buffer.size())), kUseTuple);
+    buffer.commit(n);
+    // End of stream: the synchronous read sees it again and ends the message
+    // (or reports it) as Beast would.
+    if (rec && rec != net::error::eof) co_return std::make_tuple(rec, consumed);
+  }
+}
+
+// Writes all of `buffers`: at once when the socket takes them, else the rest
+// through the reactor.
+template <class ConstBufferSequence>
+net::awaitable<beast::error_code> EagerWrite(beast::tcp_stream& stream,
+                                             const ConstBufferSequence& buffers) {
+  MakeNonBlocking(stream);
+  beast::error_code ec;
+  const size_t n = net::write(stream.socket(), buffers, ec);
+  if (ec != net::error::would_block) co_return ec;
+  beast::buffers_suffix<ConstBufferSequence> rest(buffers);
+  rest.consume(n);
+  auto [wec, wn] = co_await net::async_write(stream, rest, kUseTuple);
+  co_return wec;
+}
+
+// Writes an HTTP message (or what is left of it) through its serializer.
+template <class Serializer>
+net::awaitable<beast::error_code> EagerWriteMessage(beast::tcp_stream& stream, Serializer& sr) {
+  MakeNonBlocking(stream);
+  beast::error_code ec;
+  http::write(stream.socket(), sr, ec);
+  if (ec != net::error::would_block) co_return ec;
+  auto [wec, wn] = co_await http::async_write(stream, sr, kUseTuple);
+  co_return wec;
+}
+
+}  // namespace kvroute::proxy
