@@ -1,6 +1,7 @@
 #include "proxy/response_observer.h"
 
 #include <boost/json.hpp>
+#include <optional>
 
 namespace kvroute::proxy {
 namespace {
@@ -13,9 +14,64 @@ int64_t IntOr(const json::object& o, std::string_view key) {
   if (v->is_uint64()) return static_cast<int64_t>(v->get_uint64());
   return -1;
 }
+
+bool UsageFromObject(const json::object& obj, Usage* out) {
+  const json::value* usage = obj.if_contains("usage");
+  if (usage == nullptr || !usage->is_object()) return false;
+  const json::object& u = usage->get_object();
+  out->prompt_tokens = IntOr(u, "prompt_tokens");
+  out->completion_tokens = IntOr(u, "completion_tokens");
+  if (const json::value* d = u.if_contains("prompt_tokens_details"); d && d->is_object()) {
+    out->cached_tokens = IntOr(d->get_object(), "cached_tokens");
+  }
+  return true;
+}
+
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The usage of a body whose last top-level member is "usage" (as vLLM and
+// SGLang write it), from that member alone: the completion's text before it
+// is not parsed. Returns nullopt when the text is not of that shape, and the
+// caller parses the whole body. Unlike the whole-body parse, this does not
+// notice an invalid body before the usage member (an engine's own bug).
+// `"usage"` followed by ':' can only be a key
+// (inside a JSON string the quotes would be escaped); it must occur once,
+// and be followed by one JSON value and the root's closing brace only.
+std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
+  constexpr std::string_view kKey = "\"usage\"";
+  const size_t at = text.rfind(kKey);
+  if (at == std::string_view::npos || text.find(kKey) != at) return std::nullopt;
+  size_t i = at + kKey.size();
+  while (i < text.size() && IsJsonSpace(text[i])) ++i;
+  if (i >= text.size() || text[i] != ':') return std::nullopt;
+  ++i;
+  size_t first = 0;
+  while (first < text.size() && IsJsonSpace(text[first])) ++first;
+  if (first >= at || text[first] != '{') return std::nullopt;
+  unsigned char scratch[1024];
+  json::monotonic_resource mr(scratch, sizeof(scratch));
+  json::stream_parser p;
+  p.reset(&mr);
+  boost::system::error_code ec;
+  const size_t used = p.write_some(text.data() + i, text.size() - i, ec);
+  if (ec || !p.done()) return std::nullopt;
+  size_t j = i + used;
+  while (j < text.size() && IsJsonSpace(text[j])) ++j;
+  if (j >= text.size() || text[j] != '}') return std::nullopt;
+  for (++j; j < text.size(); ++j) {
+    if (!IsJsonSpace(text[j])) return std::nullopt;
+  }
+  json::object holder(&mr);
+  holder.emplace("usage", p.release());
+  return UsageFromObject(holder, out);
+}
 }  // namespace
 
 bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_transfer_params) {
+  if (kv_transfer_params == nullptr ||
+      text.find("\"kv_transfer_params\"") == std::string_view::npos) {
+    if (std::optional<bool> fast = UsageFromTail(text, out)) return *fast;
+  }
   boost::system::error_code ec;
   // A completion body or usage event is a few hundred bytes: parse it into
   // a stack buffer instead of one heap allocation per JSON node (the parse
@@ -30,15 +86,7 @@ bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_trans
       *kv_transfer_params = json::serialize(*p);
     }
   }
-  const json::value* usage = obj.if_contains("usage");
-  if (usage == nullptr || !usage->is_object()) return false;
-  const json::object& u = usage->get_object();
-  out->prompt_tokens = IntOr(u, "prompt_tokens");
-  out->completion_tokens = IntOr(u, "completion_tokens");
-  if (const json::value* d = u.if_contains("prompt_tokens_details"); d && d->is_object()) {
-    out->cached_tokens = IntOr(d->get_object(), "cached_tokens");
-  }
-  return true;
+  return UsageFromObject(obj, out);
 }
 
 ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes)

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "proxy/server.h"
 
 namespace kvroute::proxy {
@@ -83,6 +88,109 @@ TEST(EngineMetricsTest, OlderGaugeNameAndMissingInfo) {
   EXPECT_DOUBLE_EQ(g.kv_cache_usage_perc, 0.5);
   EXPECT_EQ(g.capacity_tokens, 0);
   EXPECT_EQ(g.num_requests_running, -1);
+}
+
+// The whole-body reading of a body's usage, written independently of the
+// fast path (which reads only a final "usage" member).
+std::optional<Usage> OracleUsage(std::string_view text) {
+  boost::system::error_code ec;
+  boost::json::value root = boost::json::parse(text, ec);
+  if (ec || !root.is_object()) return std::nullopt;
+  const boost::json::value* u = root.get_object().if_contains("usage");
+  if (u == nullptr || !u->is_object()) return std::nullopt;
+  auto num = [](const boost::json::object& o, std::string_view k) -> int64_t {
+    const boost::json::value* v = o.if_contains(k);
+    if (v == nullptr) return -1;
+    if (v->is_int64()) return v->get_int64();
+    if (v->is_uint64()) return static_cast<int64_t>(v->get_uint64());
+    return -1;
+  };
+  Usage out;
+  out.prompt_tokens = num(u->get_object(), "prompt_tokens");
+  out.completion_tokens = num(u->get_object(), "completion_tokens");
+  if (const auto* d = u->get_object().if_contains("prompt_tokens_details"); d && d->is_object()) {
+    out.cached_tokens = num(d->get_object(), "cached_tokens");
+  }
+  return out;
+}
+
+void ExpectSameAsOracle(std::string_view text) {
+  SCOPED_TRACE(std::string(text));
+  Usage got;
+  const bool found = ParseUsageFromJson(text, &got, nullptr);
+  const std::optional<Usage> want = OracleUsage(text);
+  ASSERT_EQ(found, want.has_value());
+  if (!found) return;
+  EXPECT_EQ(got.prompt_tokens, want->prompt_tokens);
+  EXPECT_EQ(got.cached_tokens, want->cached_tokens);
+  EXPECT_EQ(got.completion_tokens, want->completion_tokens);
+}
+
+const char kVllmBody[] =
+    "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\","
+    "\"choices\":[{\"index\":0,\"text\":\"the \\\"usage\\\": {} of \\u00e9 words\\n\","
+    "\"logprobs\":null,\"finish_reason\":\"length\"}],"
+    "\"usage\":{\"prompt_tokens\":1024,\"total_tokens\":1040,\"completion_tokens\":16,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":1008}}}";
+
+TEST(UsageFastPathTest, AgreesWithWholeBodyParseOnACatalogue) {
+  const std::vector<std::string> bodies = {
+      kVllmBody,
+      // SGLang-style spacing and a usage without details.
+      "{ \"id\" : \"x\" , \"usage\" : { \"prompt_tokens\" : 7 , \"completion_tokens\" : 1 } }\n",
+      // usage not last: the whole body decides.
+      "{\"usage\":{\"prompt_tokens\":3},\"id\":\"x\"}",
+      // usage null, a number, an array.
+      "{\"id\":\"x\",\"usage\":null}",
+      "{\"id\":\"x\",\"usage\":5}",
+      "{\"id\":\"x\",\"usage\":[1,2]}",
+      // a nested "usage" key only.
+      "{\"choices\":[{\"usage\":{\"prompt_tokens\":5}}]}",
+      "{\"a\":{\"usage\":{\"prompt_tokens\":5}}}",
+      // a key "usage" inside the usage object.
+      "{\"usage\":{\"usage\":{\"prompt_tokens\":5},\"prompt_tokens\":2}}",
+      // two top-level usage members.
+      "{\"usage\":{\"prompt_tokens\":1},\"usage\":{\"prompt_tokens\":2}}",
+      // "usage" as a string value, and in escaped text.
+      "{\"object\":\"usage\",\"x\":{\"prompt_tokens\":1}}",
+      "{\"t\":\"\\\"usage\\\":{\\\"prompt_tokens\\\":9}\"}",
+      // huge and negative numbers, floats.
+      "{\"usage\":{\"prompt_tokens\":18446744073709551615,\"completion_tokens\":-3}}",
+      "{\"usage\":{\"prompt_tokens\":1.5,\"completion_tokens\":1e3}}",
+      // trailing garbage, a second document, a bare array.
+      "{\"usage\":{\"prompt_tokens\":1}} x",
+      "{\"usage\":{\"prompt_tokens\":1}}{}",
+      "[{\"usage\":{\"prompt_tokens\":1}}]",
+      "",
+      "{}",
+  };
+  for (const std::string& b : bodies) ExpectSameAsOracle(b);
+}
+
+TEST(UsageFastPathTest, AgreesOnEveryTruncationAndOnValidCorruptions) {
+  const std::string body = kVllmBody;
+  for (size_t n = 0; n <= body.size(); ++n) ExpectSameAsOracle(body.substr(0, n));
+  // Single-byte changes: wherever the result is still valid JSON the two
+  // readings agree; in the usage member and after it they agree always.
+  const size_t usage_at = body.rfind("\"usage\"");
+  for (size_t i = 0; i < body.size(); ++i) {
+    for (char c : std::string("{}[]\",:0 a\\")) {
+      std::string b = body;
+      b[i] = c;
+      boost::system::error_code ec;
+      (void)boost::json::parse(b, ec);
+      if (!ec || i >= usage_at) ExpectSameAsOracle(b);
+    }
+  }
+}
+
+TEST(UsageFastPathTest, TransferParamsStillComeFromTheWholeBody) {
+  Usage u;
+  std::string params;
+  ASSERT_TRUE(ParseUsageFromJson(
+      "{\"kv_transfer_params\":{\"a\":1},\"usage\":{\"prompt_tokens\":4}}", &u, &params));
+  EXPECT_EQ(u.prompt_tokens, 4);
+  EXPECT_EQ(params, "{\"a\":1}");
 }
 
 }  // namespace
