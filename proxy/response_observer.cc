@@ -29,14 +29,15 @@ bool UsageFromObject(const json::object& obj, Usage* out) {
 
 bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// The usage of a body whose last top-level member is "usage" (as vLLM and
-// SGLang write it), from that member alone: the completion's text before it
-// is not parsed. Returns nullopt when the text is not of that shape, and the
+// The usage of a body from its top-level "usage" member and the members
+// after it (vLLM and SGLang write usage last, or followed only by
+// kv_transfer_params): the completion's text before it is not parsed. Returns nullopt when the text is not of that shape, and the
 // caller parses the whole body. Unlike the whole-body parse, this does not
 // notice an invalid body before the usage member (an engine's own bug).
 // `"usage"` followed by ':' can only be a key
 // (inside a JSON string the quotes would be escaped); it must occur once,
-// and be followed by one JSON value and the root's closing brace only.
+// and be followed by one JSON value, then valid members, then the root's
+// closing brace.
 std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   constexpr std::string_view kKey = "\"usage\"";
   const size_t at = text.rfind(kKey);
@@ -57,8 +58,24 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   if (ec || !p.done()) return std::nullopt;
   size_t j = i + used;
   while (j < text.size() && IsJsonSpace(text[j])) ++j;
-  if (j >= text.size() || text[j] != '}') return std::nullopt;
-  for (++j; j < text.size(); ++j) {
+  if (j < text.size() && text[j] == ',') {
+    // Members after usage (vLLM ends with "kv_transfer_params"): checked as
+    // the members of an object of their own.
+    size_t k = j + 1;
+    while (k < text.size() && IsJsonSpace(text[k])) ++k;
+    if (k >= text.size() || text[k] != '"') return std::nullopt;  // "{..., }"
+    json::stream_parser rest;
+    rest.reset(&mr);
+    rest.write_some("{", 1, ec);
+    const size_t n = rest.write_some(text.data() + j + 1, text.size() - j - 1, ec);
+    if (ec || !rest.done()) return std::nullopt;
+    j += 1 + n;
+  } else if (j < text.size() && text[j] == '}') {
+    ++j;
+  } else {
+    return std::nullopt;
+  }
+  for (; j < text.size(); ++j) {
     if (!IsJsonSpace(text[j])) return std::nullopt;
   }
   json::object holder(&mr);

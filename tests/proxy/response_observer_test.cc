@@ -131,15 +131,21 @@ const char kVllmBody[] =
     "\"choices\":[{\"index\":0,\"text\":\"the \\\"usage\\\": {} of \\u00e9 words\\n\","
     "\"logprobs\":null,\"finish_reason\":\"length\"}],"
     "\"usage\":{\"prompt_tokens\":1024,\"total_tokens\":1040,\"completion_tokens\":16,"
-    "\"prompt_tokens_details\":{\"cached_tokens\":1008}}}";
+    "\"prompt_tokens_details\":{\"cached_tokens\":1008}},\"kv_transfer_params\":null}";
 
 TEST(UsageFastPathTest, AgreesWithWholeBodyParseOnACatalogue) {
   const std::vector<std::string> bodies = {
       kVllmBody,
       // SGLang-style spacing and a usage without details.
       "{ \"id\" : \"x\" , \"usage\" : { \"prompt_tokens\" : 7 , \"completion_tokens\" : 1 } }\n",
-      // usage not last: the whole body decides.
+      // usage followed by other members (vLLM ends with kv_transfer_params).
       "{\"usage\":{\"prompt_tokens\":3},\"id\":\"x\"}",
+      "{\"usage\":{\"prompt_tokens\":3},\"kv_transfer_params\":null}",
+      "{\"usage\":{\"prompt_tokens\":3} , \"a\":[1,{\"b\":2}], \"c\":\"}\"} ",
+      "{\"usage\":{\"prompt_tokens\":3},\"a\":1,}",
+      "{\"usage\":{\"prompt_tokens\":3},\"a\":1}}",
+      "{\"usage\":{\"prompt_tokens\":3},}",
+      "{\"usage\":{\"prompt_tokens\":3},\"a\"}",
       // usage null, a number, an array.
       "{\"id\":\"x\",\"usage\":null}",
       "{\"id\":\"x\",\"usage\":5}",
