@@ -106,8 +106,12 @@ bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_trans
   return UsageFromObject(obj, out);
 }
 
-ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes)
-    : sse_(sse), max_json_body_(max_json_body), max_event_bytes_(max_event_bytes) {}
+ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes,
+                                   bool keep_transfer_params)
+    : sse_(sse),
+      max_json_body_(max_json_body),
+      max_event_bytes_(max_event_bytes),
+      keep_transfer_params_(keep_transfer_params) {}
 
 void ResponseObserver::Feed(std::string_view bytes) {
   if (!sse_) {
@@ -166,7 +170,7 @@ void ResponseObserver::Finish() {
   if (sse_) {
     if (!pending_.empty()) OnEvent(pending_);
   } else if (!overflow_ && !pending_.empty()) {
-    ParseUsageFromJson(pending_, &usage_, &kv_transfer_params_);
+    ParseUsageFromJson(pending_, &usage_, keep_transfer_params_ ? &kv_transfer_params_ : nullptr);
   }
   pending_.clear();
 }

@@ -27,7 +27,10 @@ struct Usage {
 
 class ResponseObserver {
  public:
-  ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes = 1 << 20);
+  // `keep_transfer_params`: also keep a JSON body's kv_transfer_params
+  // (then the whole body is parsed; without it, only its usage member).
+  ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes = 1 << 20,
+                   bool keep_transfer_params = false);
 
   void Feed(std::string_view bytes);
   void Finish();
@@ -36,7 +39,7 @@ class ResponseObserver {
   bool saw_done() const { return saw_done_; }
   int64_t events() const { return events_; }
   // The parsed non-streaming body's `kv_transfer_params`, serialised; empty
-  // when absent (used by the transfer module's prefill leg).
+  // when absent or not kept.
   const std::string& kv_transfer_params() const { return kv_transfer_params_; }
 
  private:
@@ -46,6 +49,7 @@ class ResponseObserver {
   bool sse_;
   size_t max_json_body_;
   size_t max_event_bytes_;
+  bool keep_transfer_params_;
   std::string pending_;  // SSE: the incomplete event; JSON: the body so far
   bool overflow_ = false;
   Usage usage_;

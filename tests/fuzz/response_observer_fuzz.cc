@@ -11,11 +11,15 @@
 //
 // Checks, beyond "no crash, no sanitizer report": with the default bounds,
 // where no event or body is cut short, feeding the bytes in pieces gives the
-// same events, [DONE] flag, usage and kv_transfer_params as one Feed().
+// same events, [DONE] flag, usage and kv_transfer_params as one Feed(); and a
+// JSON body that is valid JSON gives the same usage whether it is read whole
+// (keeping kv_transfer_params) or from its usage member alone.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+
+#include <boost/json.hpp>
 
 #include "proxy/response_observer.h"
 
@@ -56,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t max_json_body = tiny_bounds ? 64 : 1 << 20;
   const size_t max_event_bytes = tiny_bounds ? 32 : 1 << 20;
 
-  ResponseObserver pieces(sse, max_json_body, max_event_bytes);
+  ResponseObserver pieces(sse, max_json_body, max_event_bytes, /*keep_transfer_params=*/true);
   size_t pos = 0;
   for (size_t i = 0; pos < response.size(); ++i) {
     size_t len = response.size() - pos;
@@ -67,11 +71,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   pieces.Finish();
 
-  ResponseObserver whole(sse, max_json_body, max_event_bytes);
+  ResponseObserver whole(sse, max_json_body, max_event_bytes, /*keep_transfer_params=*/true);
   whole.Feed(response);
   whole.Finish();
   if (!tiny_bounds && response.size() <= max_json_body) {
     Check(SameObservation(pieces, whole), "pieces and one Feed() observe the same");
+  }
+  if (!sse && !tiny_bounds) {
+    ResponseObserver fast(sse, max_json_body, max_event_bytes);
+    fast.Feed(response);
+    fast.Finish();
+    boost::system::error_code ec;
+    (void)boost::json::parse(boost::json::string_view(response.data(), response.size()), ec);
+    if (!ec) {
+      Check(fast.usage().prompt_tokens == whole.usage().prompt_tokens &&
+                fast.usage().cached_tokens == whole.usage().cached_tokens &&
+                fast.usage().completion_tokens == whole.usage().completion_tokens,
+            "usage from the usage member equals usage from the whole body");
+    }
   }
   Check(pieces.events() >= 0, "event count is not negative");
   return 0;

@@ -52,7 +52,7 @@ TEST(ResponseObserverTest, CrLfEvents) {
 }
 
 TEST(ResponseObserverTest, JsonBodyUsageAndTransferParams) {
-  ResponseObserver obs(false, 1 << 20);
+  ResponseObserver obs(false, 1 << 20, 1 << 20, /*keep_transfer_params=*/true);
   obs.Feed("{\"id\":\"x\",\"kv_transfer_params\":{\"remote_engine_id\":\"e\"},");
   obs.Feed("\"usage\":{\"prompt_tokens\":9,\"prompt_tokens_details\":{\"cached_tokens\":4}}}");
   obs.Finish();
