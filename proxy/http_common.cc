@@ -53,6 +53,54 @@ bool IsHopByHopOrFraming(std::string_view name) {
   return false;
 }
 
+bool IsHopByHopOrFraming(http::field name) {
+  switch (name) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_authenticate:
+    case http::field::proxy_authorization:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+    case http::field::host:
+    case http::field::content_length:
+    case http::field::expect:
+    case http::field::proxy_connection:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void EraseHopByHopAndFraming(http::fields& fields) {
+  for (auto it = fields.begin(); it != fields.end();) {
+    if (IsHopByHopOrFraming(it->name())) {
+      it = fields.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+namespace {
+template <class Writer>
+void AppendWriterBytes(const Writer& w, std::string* out) {
+  const auto buffers = w.get();
+  const size_t at = out->size();
+  out->resize(at + net::buffer_size(buffers));
+  net::buffer_copy(net::buffer(out->data() + at, out->size() - at), buffers);
+}
+}  // namespace
+
+void AppendHeaderBytes(const http::request_header<>& h, std::string* out) {
+  AppendWriterBytes(http::fields::writer(h, h.version(), h.method()), out);
+}
+
+void AppendHeaderBytes(const http::response_header<>& h, std::string* out) {
+  AppendWriterBytes(http::fields::writer(h, h.version(), h.result_int()), out);
+}
+
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
 }

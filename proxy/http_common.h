@@ -29,6 +29,18 @@ std::string_view ErrorTypeForStatus(int status);
 // True for headers a proxy must not forward (RFC 9110 §7.6.1) plus the ones
 // kvroute sets itself (Host, Content-Length).
 bool IsHopByHopOrFraming(std::string_view name);
+// The same for a parsed field: every such name is one Beast knows, so the
+// enum decides (http::field::unknown is never hop-by-hop).
+bool IsHopByHopOrFraming(http::field name);
+
+// Removes the fields IsHopByHopOrFraming names, keeping the others in order.
+void EraseHopByHopAndFraming(http::fields& fields);
+
+// The wire bytes of a header (start line, fields, blank line) as Beast's
+// serializer writes them, appended to `out`. Faster than running a
+// serializer for the header alone.
+void AppendHeaderBytes(const http::request_header<>& h, std::string* out);
+void AppendHeaderBytes(const http::response_header<>& h, std::string* out);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 

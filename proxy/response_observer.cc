@@ -51,11 +51,13 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   if (first >= at || text[first] != '{') return std::nullopt;
   unsigned char scratch[1024];
   json::monotonic_resource mr(scratch, sizeof(scratch));
-  json::stream_parser p;
+  unsigned char stack[256];  // the parser's own stack, off the heap too
+  json::stream_parser p({}, {}, stack, sizeof(stack));
   p.reset(&mr);
   boost::system::error_code ec;
   const size_t used = p.write_some(text.data() + i, text.size() - i, ec);
   if (ec || !p.done()) return std::nullopt;
+  json::value usage = p.release();
   size_t j = i + used;
   while (j < text.size() && IsJsonSpace(text[j])) ++j;
   if (j < text.size() && text[j] == ',') {
@@ -64,7 +66,8 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
     size_t k = j + 1;
     while (k < text.size() && IsJsonSpace(text[k])) ++k;
     if (k >= text.size() || text[k] != '"') return std::nullopt;  // "{..., }"
-    json::stream_parser rest;
+    unsigned char rest_stack[256];
+    json::stream_parser rest({}, {}, rest_stack, sizeof(rest_stack));
     rest.reset(&mr);
     rest.write_some("{", 1, ec);
     const size_t n = rest.write_some(text.data() + j + 1, text.size() - j - 1, ec);
@@ -79,7 +82,7 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
     if (!IsJsonSpace(text[j])) return std::nullopt;
   }
   json::object holder(&mr);
-  holder.emplace("usage", p.release());
+  holder.emplace("usage", std::move(usage));
   return UsageFromObject(holder, out);
 }
 }  // namespace

@@ -118,10 +118,7 @@ double Since(Clock::time_point t0) {
 std::string NewRequestId() {
   thread_local absl::BitGen gen;
   const uint64_t a = absl::Uniform<uint64_t>(gen), b = absl::Uniform<uint64_t>(gen);
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "kvr-%016llx%016llx", static_cast<unsigned long long>(a),
-                static_cast<unsigned long long>(b));
-  return buf;
+  return absl::StrCat("kvr-", absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
 }
 
 bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
@@ -130,21 +127,6 @@ bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }
 // closing (see Session::DrainBeforeClose).
 constexpr size_t kLingerBytes = 1 << 20;
 constexpr auto kLingerTime = std::chrono::seconds(2);
-
-// A response header's wire bytes.
-std::string SerializedHeader(http::response_serializer<http::empty_body>& sr) {
-  std::string out;
-  beast::error_code ec;
-  while (!ec && !sr.is_header_done()) {
-    sr.next(ec, [&](beast::error_code&, const auto& buffers) {
-      for (const auto b : beast::buffers_range_ref(buffers)) {
-        out.append(static_cast<const char*>(b.data()), b.size());
-      }
-      sr.consume(beast::buffer_bytes(buffers));
-    });
-  }
-  return out;
-}
 
 bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
   return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
@@ -603,11 +585,12 @@ class Session : public std::enable_shared_from_this<Session> {
     const router::Options& ropts = state_.router->options();
     features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
 
-    http::request<http::string_body> tmpl{http::verb::post, req.target(), 11};
-    for (const auto& field : req) {
-      if (IsHopByHopOrFraming(field.name_string())) continue;
-      tmpl.set(field.name_string(), field.value());
-    }
+    // The upstream request is the client's, edited in place: hop-by-hop and
+    // framing fields out, kvroute's request id in (copying the fields into
+    // a new message cost a few percent of a small request).
+    http::request<http::string_body>& tmpl = req;
+    EraseHopByHopAndFraming(tmpl.base());
+    tmpl.version(11);
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
     const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
@@ -764,7 +747,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Serves on one instance. `body` is lent to the upstream request and
   // handed back, so a retry elsewhere needs no copy. A 5xx answer counts as
   // a failure before the first byte (the caller may retry it elsewhere).
-  net::awaitable<LegResult> ServeColocated(const http::request<http::string_body>& tmpl,
+  net::awaitable<LegResult> ServeColocated(http::request<http::string_body>& tmpl,
                                            std::string& body, int backend, Decor decor,
                                            bool stream, std::function<void()> on_first_byte,
                                            bool kv_transferred = false) {
@@ -773,14 +756,13 @@ class Session : public std::enable_shared_from_this<Session> {
     out.kv_transferred = kv_transferred;
     out.label = (*state_.router->Backends())[backend].name;
     decor.backend_label = out.label;
-    http::request<http::string_body> up = tmpl;
-    up.body() = std::move(body);
+    tmpl.body() = std::move(body);  // Relay sets Host and the framing per leg
     LegOptions opts;
     opts.on_first_byte = std::move(on_first_byte);
     opts.fail_on_5xx = true;
     ArmCompletion(opts, backend, kv_transferred);
-    out.r = co_await Relay(backend, up, decor, stream, std::move(opts));
-    body = std::move(up.body());
+    out.r = co_await Relay(backend, tmpl, decor, stream, std::move(opts));
+    body = std::move(tmpl.body());
     out.attempts = 1;
     co_return out;
   }
@@ -813,7 +795,7 @@ class Session : public std::enable_shared_from_this<Session> {
   //   prefill leg fails or times out   -> co-located on B
   //   decode leg fails before a byte   -> co-located on A (it holds the KV)
   //   decode leg fails after a byte    -> SSE error event (no retry)
-  net::awaitable<LegResult> ServeOffload(const http::request<http::string_body>& tmpl,
+  net::awaitable<LegResult> ServeOffload(http::request<http::string_body>& tmpl,
                                          std::string& body, int a, int b, Decor decor,
                                          bool stream, std::function<void()> on_first_byte,
                                          RequestRecord& rec) {
@@ -1043,6 +1025,10 @@ class Session : public std::enable_shared_from_this<Session> {
     up.set(http::field::host, absl::StrCat(spec.host, ":", spec.port));
     up.keep_alive(true);
     up.prepare_payload();
+    std::string up_header;  // the request's header bytes, written with its body
+    AppendHeaderBytes(up.base(), &up_header);
+    const std::array<net::const_buffer, 2> up_bytes{net::buffer(up_header),
+                                                     net::buffer(up.body())};
 
     std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
     if (opts.watch_client) {
@@ -1106,8 +1092,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       leg->upstream = conn.get();
       conn->expires_after(ToChrono(pool.options().first_byte_timeout));
-      http::request_serializer<http::string_body> usr{up};
-      beast::error_code wec = co_await EagerWriteMessage(*conn, usr);
+      beast::error_code wec = co_await EagerWrite(*conn, up_bytes);
       if (!wec) {
         parser.emplace();
         parser->body_limit(boost::none);
@@ -1180,29 +1165,30 @@ class Session : public std::enable_shared_from_this<Session> {
       co_return r;
     }
     if (opts.to_client) {
-      http::response<http::empty_body> res{uh.result(), 11};
-      for (const auto& field : uh) {
-        if (IsHopByHopOrFraming(field.name_string())) continue;
-        res.set(field.name_string(), field.value());
-      }
+      // The engine's header edited in place (the parser no longer reads
+      // it): hop-by-hop and framing fields out, kvroute's in, Beast's
+      // standard reason phrase.
+      http::response_header<>& res = uh.base();
+      EraseHopByHopAndFraming(res);
+      res.version(11);
+      res.reason({});
       res.set("X-Request-Id", decor.request_id);
       res.set("X-Kvroute-Backend", decor.backend_label);
       if (!decor.request_class.empty()) res.set("X-Kvroute-Class", decor.request_class);
       if (chunked) {
-        res.chunked(true);
+        res.set(http::field::transfer_encoding, "chunked");
       } else {
         res.set(http::field::content_length, std::to_string(*length));
       }
-      res.keep_alive(true);
-      http::response_serializer<http::empty_body> sr{res};
       beast::error_code hwec;
       if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
         // A small plain body: its header goes out with the body in one
         // write (one syscall fewer per request).
-        held_header = SerializedHeader(sr);
+        AppendHeaderBytes(res, &held_header);
       } else {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        const std::string header = SerializedHeader(sr);
+        std::string header;
+        AppendHeaderBytes(res, &header);
         hwec = co_await EagerWrite(stream_, net::buffer(header));
       }
       if (hwec) {
