@@ -33,21 +33,23 @@
 namespace kvroute::proxy {
 
 // Puts the socket in non-blocking mode for the synchronous attempts.
-inline void MakeNonBlocking(beast::tcp_stream& stream) {
-  if (!stream.socket().non_blocking()) {
+inline void MakeNonBlocking(tcp::socket& socket) {
+  if (!socket.non_blocking()) {
     beast::error_code ignored;
-    stream.socket().non_blocking(true, ignored);
+    socket.non_blocking(true, ignored);
   }
 }
+inline void MakeNonBlocking(beast::tcp_stream& stream) { MakeNonBlocking(stream.socket()); }
 
-// Runs `sync_read(ec)` (a synchronous Beast read on stream.socket() that
+// Runs `sync_read(ec)` (a synchronous Beast read on the stream's socket that
 // reads into `buffer`, returning bytes consumed) until it completes with
 // anything but would_block; while it would block, waits for more bytes with
-// one async read into `buffer`. `try_first` = false skips the first
+// one async read into `buffer` (a tcp_stream applies its timeout; a bare
+// socket's waits are timed by a Watchdog). `try_first` = false skips the first
 // synchronous attempt when no bytes can have arrived yet (a response just
 // asked for). Returns the last error and the bytes the sync reads consumed.
-template <class SyncRead>
-net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(beast::tcp_stream& stream,
+template <class AsyncReadStream, class SyncRead>
+net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(AsyncReadStream& stream,
                                                                  beast::flat_buffer& buffer,
                                                                  SyncRead sync_read,
                                                                  bool try_first = true) {

@@ -21,6 +21,7 @@
 #include "proxy/features.h"
 #include "proxy/request_framing.h"
 #include "proxy/response_observer.h"
+#include "proxy/watchdog.h"
 #include "router/prefix_hash.h"
 #include "transfer/connector.h"
 #include "absl/container/flat_hash_map.h"
@@ -187,22 +188,31 @@ struct LegState {
   bool aborted() const { return client_gone || cancelled; }
 };
 
-// Waits until the client's socket is readable. Readable with nothing to read
+// Waits until the client's socket is readable. Readable at end of stream
 // means the client closed: cancel the upstream exchange so the engine stops
 // generating. Readable with data means a pipelined request: stop watching.
+// Readable with nothing there is a stale readiness event (bytes the eager
+// reads took while the event was queued): wait again. Peeking tells these
+// apart; FIONREAD (available()) says 0 for both of the last two.
 // A plain handler, not a coroutine, and not cancelled when the leg ends
 // (a cancellation is one more trip through the scheduler per request): it
 // completes, doing nothing, when the client sends its next request or
 // closes, or when the connection closes.
 void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
-  sock.async_wait(tcp::socket::wait_read, [&sock, st = std::move(st)](beast::error_code ec) {
+  sock.async_wait(tcp::socket::wait_read, [&sock, st = std::move(st)](beast::error_code ec) mutable {
     if (st->relay_done || ec == net::error::operation_aborted) return;
-    beast::error_code aec;
-    const size_t avail = ec ? 0 : sock.available(aec);
-    if (ec || aec || avail == 0) {
-      st->client_gone = true;
-      if (st->upstream != nullptr) st->upstream->cancel();
+    if (!ec) {
+      if (!sock.non_blocking()) sock.non_blocking(true, ec);
+      char byte;
+      sock.receive(net::buffer(&byte, 1), tcp::socket::message_peek, ec);
+      if (!ec) return;  // a pipelined request: stop watching
+      if (ec == net::error::would_block || ec == net::error::try_again) {
+        WatchClient(sock, std::move(st));  // nothing there after all
+        return;
+      }
     }
+    st->client_gone = true;  // end of stream, reset or another error
+    if (st->upstream != nullptr) st->upstream->cancel();
   });
 }
 
@@ -284,7 +294,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
       if (!keep_alive || state_.draining.load()) break;
     }
-    idle_.timer.cancel();  // releases the session its handler holds
+    watchdog_->Stop();  // releases its timer's handler
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (linger) co_await DrainBeforeClose();
@@ -297,36 +307,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Waits until the client socket is readable (data or EOF); false on
   // `timeout` or error. Uses no buffer, so idle keep-alive connections cost
   // only their socket and this session.
-  //
-  // The idle timeout is a deadline checked by one long-lived timer, not a
-  // timer armed and cancelled around every wait: the timer, when it fires,
-  // cuts the wait if its deadline has passed, else re-arms itself for the
-  // current deadline; a wait with no timer pending arms it.
+  // The idle timeout is kept by the session's watchdog (no timer armed and
+  // cancelled per wait).
   net::awaitable<bool> WaitReadable(absl::Duration timeout) {
-    idle_.deadline = Clock::now() + ToChrono(timeout);
-    idle_.expired = false;
-    idle_.waiting = true;
-    if (!idle_.armed) ArmIdleTimer();
+    Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(timeout), &stream_.socket());
     auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
-    idle_.waiting = false;
-    co_return !ec && !idle_.expired;
-  }
-
-  void ArmIdleTimer() {
-    idle_.armed = true;
-    idle_.timer.expires_at(idle_.deadline);
-    idle_.timer.async_wait([self = shared_from_this()](beast::error_code ec) {
-      IdleWatch& idle = self->idle_;
-      idle.armed = false;
-      if (ec || !idle.waiting) return;  // session over, or busy: a wait re-arms
-      if (Clock::now() < idle.deadline) {
-        self->ArmIdleTimer();
-        return;
-      }
-      idle.expired = true;
-      beast::error_code ignored;
-      self->stream_.socket().cancel(ignored);
-    });
+    co_return !ec && !wait.expired();
   }
 
   // Answers a request that could not be read; returns whether it answered.
@@ -1098,12 +1084,16 @@ class Session : public std::enable_shared_from_this<Session> {
         parser->body_limit(boost::none);
         up_buf.clear();
         // Nothing can have arrived yet: wait first, then parse.
+        Watchdog::Scoped wait(*watchdog_,
+                              Clock::now() + ToChrono(pool.options().first_byte_timeout),
+                              &conn->socket());
         auto [hec, hn] = co_await EagerRead(
-            *conn, up_buf,
+            conn->socket(), up_buf,
             [&](beast::error_code& e) {
               return http::read_header(conn->socket(), up_buf, *parser, e);
             },
             /*try_first=*/false);
+        if (wait.expired()) hec = beast::error::timeout;
         if (!hec && !leg->aborted()) break;
         wec = hec ? hec : net::error::operation_aborted;
         if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() &&
@@ -1215,10 +1205,12 @@ class Session : public std::enable_shared_from_this<Session> {
     while (!parser->is_done()) {
       parser->get().body().data = chunk;
       parser->get().body().size = sizeof(chunk);
-      conn->expires_after(ToChrono(pool.options().idle_timeout));
-      auto [rec, rn] = co_await EagerRead(*conn, up_buf, [&](beast::error_code& e) {
+      Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(pool.options().idle_timeout),
+                            &conn->socket());
+      auto [rec, rn] = co_await EagerRead(conn->socket(), up_buf, [&](beast::error_code& e) {
         return http::read_some(conn->socket(), up_buf, *parser, e);
       });
+      if (wait.expired()) rec = beast::error::timeout;
       const size_t n = sizeof(chunk) - parser->get().body().size;
       if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
         upstream_ok = false;
@@ -1304,14 +1296,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   tcp::endpoint remote_;
-  struct IdleWatch {
-    explicit IdleWatch(const net::any_io_executor& ex) : timer(ex) {}
-    net::steady_timer timer;
-    Clock::time_point deadline{};
-    bool armed = false;    // the timer has a wait pending
-    bool waiting = false;  // WaitReadable is waiting
-    bool expired = false;  // the wait was cut by the deadline
-  } idle_{stream_.get_executor()};
+  // Deadlines of the idle wait and of the upstream waits (see watchdog.h).
+  std::shared_ptr<Watchdog> watchdog_ = std::make_shared<Watchdog>(stream_.get_executor());
 };
 
 }  // namespace
