@@ -49,13 +49,17 @@ Family::Family(std::string name, std::string help, std::string type,
 
 std::string Family::Key(Labels values) const {
   std::string key;
+  AppendKey(values, &key);
+  return key;
+}
+
+void Family::AppendKey(Labels values, std::string* key) const {
   bool first = true;
   for (std::string_view v : values) {
-    if (!first) key.push_back(kSep);
+    if (!first) key->push_back(kSep);
     first = false;
-    key.append(v);
+    key->append(v);
   }
-  return key;
 }
 
 std::string Family::LabelText(const std::string& key, std::string_view extra_name,
@@ -84,11 +88,23 @@ ScalarVec::ScalarVec(std::string name, std::string help, std::string type,
                      std::vector<std::string> labels)
     : Family(std::move(name), std::move(help), std::move(type), std::move(labels)) {}
 
+namespace {
+// The series key of `values` in a per-thread buffer: updates on the request
+// path allocate nothing once their series exists.
+const std::string& ScratchKey(const Family& f, Labels values) {
+  thread_local std::string key;
+  key.clear();
+  f.AppendKey(values, &key);
+  return key;
+}
+}  // namespace
+
 void ScalarVec::Update(Labels values, double v, bool add) {
-  std::string key = Key(values);
+  const std::string& key = ScratchKey(*this, values);
   absl::MutexLock lock(&mu_);
-  double& cell = series_[key];
-  cell = add ? cell + v : v;
+  auto it = series_.find(key);
+  if (it == series_.end()) it = series_.emplace(key, 0.0).first;
+  it->second = add ? it->second + v : v;
 }
 
 double ScalarVec::Value(Labels values) const {
@@ -122,11 +138,13 @@ HistogramVec::HistogramVec(std::string name, std::string help, std::vector<std::
       bounds_(std::move(bounds)) {}
 
 void HistogramVec::Observe(Labels values, double v) {
-  std::string key = Key(values);
+  const std::string& key = ScratchKey(*this, values);
   size_t b = 0;
   while (b < bounds_.size() && v > bounds_[b]) ++b;
   absl::MutexLock lock(&mu_);
-  Series& s = series_[key];
+  auto it = series_.find(key);
+  if (it == series_.end()) it = series_.try_emplace(key).first;
+  Series& s = it->second;
   if (s.buckets.empty()) s.buckets.assign(bounds_.size() + 1, 0);
   s.buckets[b]++;
   s.sum += v;

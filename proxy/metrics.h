@@ -39,6 +39,8 @@ class Family {
   virtual ~Family() = default;
   virtual void Render(std::string* out) const = 0;
   const std::string& name() const { return name_; }
+  // Appends the series key of `values` (the joined label values).
+  void AppendKey(Labels values, std::string* key) const;
 
  protected:
   std::string Key(Labels values) const;  // joined label values
