@@ -44,4 +44,48 @@ void AppendHeaderBytes(const http::response_header<>& h, std::string* out);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 
+// A request body read into a std::string, like http::string_body, but
+// appended as it arrives instead of resized and then copied over: string_body
+// zero-fills every byte before copying it (a 4 KiB body's memset was 5% of a
+// small request's instructions). Serialized as string_body.
+struct RequestBody {
+  using value_type = std::string;
+  static std::uint64_t size(const value_type& body) { return body.size(); }
+
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>& length, beast::error_code& ec) {
+      if (length) {
+        if (*length > body_.max_size()) {
+          ec = http::error::buffer_overflow;
+          return;
+        }
+        body_.reserve(static_cast<size_t>(*length));
+      }
+      ec = {};
+    }
+    template <class ConstBufferSequence>
+    size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
+      size_t n = 0;
+      for (const net::const_buffer b : beast::buffers_range_ref(buffers)) {
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      ec = {};
+      return n;
+    }
+    void finish(beast::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+
+  using writer = http::string_body::writer;
+};
+
+// A request read from a client (and, edited, sent upstream).
+using ClientRequest = http::request<RequestBody>;
+
 }  // namespace kvroute::proxy

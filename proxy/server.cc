@@ -245,7 +245,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     bool linger = false;  // an error answer went out: drain before closing
     for (;;) {
-      http::request_parser<http::string_body> parser;
+      http::request_parser<RequestBody> parser;
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
       parser.body_limit(cfg_.limits.max_body_bytes);
       if (buffer_.size() == 0) {
@@ -289,7 +289,7 @@ class Session : public std::enable_shared_from_this<Session> {
         linger = co_await ReadFailed(bec);
         break;
       }
-      http::request<http::string_body> req = parser.release();
+      ClientRequest req = parser.release();
       const bool keep_alive = co_await Dispatch(req);
       if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
       if (!keep_alive || state_.draining.load()) break;
@@ -351,7 +351,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Routes one request; returns whether the connection may be kept alive.
-  net::awaitable<bool> Dispatch(http::request<http::string_body>& req) {
+  net::awaitable<bool> Dispatch(ClientRequest& req) {
     std::string_view target = req.target();
     if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     const bool keep_alive = req.keep_alive();
@@ -442,7 +442,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Dispatch() has checked the caller (proxy/admin_auth.h).
-  net::awaitable<bool> HandleAdminBackends(const http::request<http::string_body>& req) {
+  net::awaitable<bool> HandleAdminBackends(const ClientRequest& req) {
     boost::json::array arr;
     for (const router::BackendReport& b : state_.router->Report()) {
       boost::json::object o;
@@ -485,7 +485,7 @@ class Session : public std::enable_shared_from_this<Session> {
     return -1;
   }
 
-  net::awaitable<bool> HandleModels(const http::request<http::string_body>& req) {
+  net::awaitable<bool> HandleModels(const ClientRequest& req) {
     const int backend = FirstHealthyBackend();
     if (backend < 0) co_return co_await SendError(503, "no healthy backend", req.keep_alive());
     worker_.Ensure(*state_.router, backend);
@@ -506,7 +506,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                 std::move(extra));
   }
 
-  net::awaitable<bool> HandleCompletion(http::request<http::string_body>& req, Endpoint endpoint,
+  net::awaitable<bool> HandleCompletion(ClientRequest& req, Endpoint endpoint,
                                         std::string_view route) {
     const auto t0 = Clock::now();
     RequestRecord rec;
@@ -531,7 +531,7 @@ class Session : public std::enable_shared_from_this<Session> {
     co_return keep_alive;
   }
 
-  net::awaitable<bool> ServeCompletion(http::request<http::string_body>& req, Endpoint endpoint,
+  net::awaitable<bool> ServeCompletion(ClientRequest& req, Endpoint endpoint,
                                        std::string_view route, Clock::time_point t0,
                                        RequestRecord& rec) {
     const bool keep_alive = req.keep_alive();
@@ -574,7 +574,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // The upstream request is the client's, edited in place: hop-by-hop and
     // framing fields out, kvroute's request id in (copying the fields into
     // a new message cost a few percent of a small request).
-    http::request<http::string_body>& tmpl = req;
+    ClientRequest& tmpl = req;
     EraseHopByHopAndFraming(tmpl.base());
     tmpl.version(11);
     tmpl.set("X-Request-Id", rec.id);
@@ -733,7 +733,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Serves on one instance. `body` is lent to the upstream request and
   // handed back, so a retry elsewhere needs no copy. A 5xx answer counts as
   // a failure before the first byte (the caller may retry it elsewhere).
-  net::awaitable<LegResult> ServeColocated(http::request<http::string_body>& tmpl,
+  net::awaitable<LegResult> ServeColocated(ClientRequest& tmpl,
                                            std::string& body, int backend, Decor decor,
                                            bool stream, std::function<void()> on_first_byte,
                                            bool kv_transferred = false) {
@@ -781,7 +781,7 @@ class Session : public std::enable_shared_from_this<Session> {
   //   prefill leg fails or times out   -> co-located on B
   //   decode leg fails before a byte   -> co-located on A (it holds the KV)
   //   decode leg fails after a byte    -> SSE error event (no retry)
-  net::awaitable<LegResult> ServeOffload(http::request<http::string_body>& tmpl,
+  net::awaitable<LegResult> ServeOffload(ClientRequest& tmpl,
                                          std::string& body, int a, int b, Decor decor,
                                          bool stream, std::function<void()> on_first_byte,
                                          RequestRecord& rec) {
@@ -839,7 +839,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     if (connector.sequential()) {
       std::string captured;
-      http::request<http::string_body> pre = tmpl;
+      ClientRequest pre = tmpl;
       pre.body() = *std::move(prefill_body);
       LegOptions po;
       po.to_client = false;
@@ -869,7 +869,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!params) count("no_kv_params");  // B prefills by itself
         out.kv_transferred = params.has_value();
         absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, params);
-        http::request<http::string_body> dec = tmpl;
+        ClientRequest dec = tmpl;
         dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
         LegOptions dopts;
         dopts.on_first_byte = on_first_byte;
@@ -891,7 +891,7 @@ class Session : public std::enable_shared_from_this<Session> {
         net::steady_timer timer;
       };
       auto join = std::make_shared<Join>(stream_.get_executor());
-      auto pre = std::make_shared<http::request<http::string_body>>(tmpl);
+      auto pre = std::make_shared<ClientRequest>(tmpl);
       pre->body() = *std::move(prefill_body);
       auto self = shared_from_this();
       net::co_spawn(
@@ -913,7 +913,7 @@ class Session : public std::enable_shared_from_this<Session> {
             join->timer.cancel();
           },
           net::detached);
-      http::request<http::string_body> dec = tmpl;
+      ClientRequest dec = tmpl;
       dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
       LegOptions dopts;
       dopts.on_first_byte = on_first_byte;
@@ -1000,7 +1000,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // arrives (or captures it, for a prefill leg). Retries once on a fresh
   // connection when a reused keep-alive connection turns out to be dead
   // before any response byte.
-  net::awaitable<RelayResult> Relay(int backend, http::request<http::string_body>& up,
+  net::awaitable<RelayResult> Relay(int backend, ClientRequest& up,
                                     const Decor& decor, bool client_wants_stream,
                                     LegOptions opts) {
     RelayResult r;
