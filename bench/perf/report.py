@@ -41,6 +41,11 @@ def metrics(r, direct):
         "cpu_s": r["cpu_s"],
         "cpu_s_per_1k": (r["cpu_s"] / req * 1000) if (r["cpu_s"] is not None and req) else None,
     }
+    # User-space and kernel CPU per request (µs), from utime and stime.
+    user = r.get("cpu_user_s")
+    if user is not None and r["cpu_s"] is not None and req:
+        m["cpu_user_us"] = user / req * 1e6
+        m["cpu_sys_us"] = (r["cpu_s"] - user) / req * 1e6
     if direct is not None:
         dw = direct["wrk"]
         m["added_p50_us"] = w["lat_p50_us"] - dw["lat_p50_us"]
@@ -166,6 +171,22 @@ def main():
                     m = table.get((t, s, c))
                     cells.append("–" if m is None else
                                  f"{fmt(m.get('added_p50_us'))} µs, {fmt(m['cpu_s_per_1k'], 3)} ms")
+                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
+        md.append("")
+    if any("cpu_user_us" in m for m in table.values()):
+        md.append("Proxy CPU per request split into user space and kernel (µs, from the "
+                  "process's utime and stime; clock ticks of 10 ms, so rows of few requests "
+                  "are coarse):\n")
+        md.append("| body | conns | " + " | ".join(f"{t} user / kernel" for t in ["nginx"] + proxies)
+                  + " |")
+        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
+        for s in scens:
+            for c in conns:
+                cells = []
+                for t in ["nginx"] + proxies:
+                    m = table.get((t, s, c))
+                    cells.append("–" if m is None or "cpu_user_us" not in m else
+                                 f"{fmt(m['cpu_user_us'], 1)} / {fmt(m['cpu_sys_us'], 1)}")
                 md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
         md.append("")
     md.append("Throughput, latency (wrk, one thread) and proxy CPU; (×) = ratio to nginx in "

@@ -92,16 +92,17 @@ wait_http() {  # wait_http URL: until it answers 200 (10 s at most)
   return 1
 }
 
-# CPU ticks (utime + stime) of a process and its children, threads included.
+# CPU ticks of a process and its children, threads included: "utime+stime utime".
 cpu_ticks() {
-  local total=0 p
+  local total=0 user=0 p
   for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
     if [[ -r /proc/$p/stat ]]; then
       # Fields 14 and 15 after the ")" that closes the command name.
       total=$((total + $(sed -e 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+      user=$((user + $(sed -e 's/^.*) //' "/proc/$p/stat" | awk '{print $12}')))
     fi
   done
-  echo "$total"
+  echo "$total $user"
 }
 
 scenario() {  # sets BODY PATHQ RESP for a scenario name
@@ -186,15 +187,19 @@ for t in $TARGETS; do
     scenario "$s"
     for c in $CONNS; do
       run_wrk "$url" "$c" "$WARMUP" "$OUT/raw/$t-$s-c$c.warmup.txt"
-      c0=0; [[ -n "$TPID" ]] && c0="$(cpu_ticks "$TPID")"
+      c0="0 0"; [[ -n "$TPID" ]] && c0="$(cpu_ticks "$TPID")"
       run_wrk "$url" "$c" "$DURATION" "$OUT/raw/$t-$s-c$c.txt"
-      c1=0; [[ -n "$TPID" ]] && c1="$(cpu_ticks "$TPID")"
+      c1="0 0"; [[ -n "$TPID" ]] && c1="$(cpu_ticks "$TPID")"
       line="$(grep '^BENCH_JSON ' "$OUT/raw/$t-$s-c$c.txt" | sed 's/^BENCH_JSON //')"
       if [[ -z "$line" ]]; then
         echo "run.sh: wrk failed for $t $s c=$c:" >&2; cat "$OUT/raw/$t-$s-c$c.txt" >&2; exit 1
       fi
-      cpu_s="null"; [[ -n "$TPID" ]] && cpu_s="$(awk -v a="$c0" -v b="$c1" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
-      echo "{\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"wrk\":$line}" >> "$RESULTS"
+      cpu_s="null"; cpu_user_s="null"
+      if [[ -n "$TPID" ]]; then
+        cpu_s="$(awk -v a="${c0% *}" -v b="${c1% *}" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
+        cpu_user_s="$(awk -v a="${c0#* }" -v b="${c1#* }" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
+      fi
+      echo "{\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"cpu_user_s\":$cpu_user_s,\"wrk\":$line}" >> "$RESULTS"
       printf '  %-11s %-7s c=%-3s %s\n' "$t" "$s" "$c" \
         "$(python3 -c 'import json,sys; w=json.loads(sys.argv[1]); print("%8.0f req/s  p50 %6d us  p99 %6d us  errors %d" % (w["requests"]/w["duration_us"]*1e6, w["lat_p50_us"], w["lat_p99_us"], w["errors_status"]+w["errors_read"]+w["errors_connect"]+w["errors_timeout"]))' "$line")"
     done
