@@ -31,59 +31,41 @@ bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 
 // The usage of a body from its top-level "usage" member and the members
 // after it (vLLM and SGLang write usage last, or followed only by
-// kv_transfer_params): the completion's text before it is not parsed. Returns nullopt when the text is not of that shape, and the
-// caller parses the whole body. Unlike the whole-body parse, this does not
-// notice an invalid body before the usage member (an engine's own bug).
-// `"usage"` followed by ':' can only be a key
-// (inside a JSON string the quotes would be escaped); it must occur once,
-// and be followed by one JSON value, then valid members, then the root's
-// closing brace.
+// kv_transfer_params): the completion's text before it is not parsed.
+// Returns nullopt when the text is not of that shape, and the caller parses
+// the whole body. Unlike the whole-body parse, this does not notice an
+// invalid body before the usage member (an engine's own bug).
+//
+// `"usage"` followed by ':' can only be a key (inside a JSON string the
+// quotes would be escaped). From its last occurrence, "{" + the rest of the
+// text must parse as one object that ends the text: then that occurrence is
+// a member of the root object (a nested one leaves its parents' closing
+// brackets after the object), and, being the last, it is the one a
+// whole-body parse keeps (Boost.JSON keeps the last of duplicate keys).
 std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   constexpr std::string_view kKey = "\"usage\"";
   const size_t at = text.rfind(kKey);
-  if (at == std::string_view::npos || text.find(kKey) != at) return std::nullopt;
-  size_t i = at + kKey.size();
-  while (i < text.size() && IsJsonSpace(text[i])) ++i;
-  if (i >= text.size() || text[i] != ':') return std::nullopt;
-  ++i;
+  if (at == std::string_view::npos) return std::nullopt;
   size_t first = 0;
-  while (first < text.size() && IsJsonSpace(text[first])) ++first;
+  while (first < at && IsJsonSpace(text[first])) ++first;
   if (first >= at || text[first] != '{') return std::nullopt;
+  size_t before = at;
+  while (before > first && IsJsonSpace(text[before - 1])) --before;
+  if (text[before - 1] != ',' && text[before - 1] != '{') return std::nullopt;
   unsigned char scratch[1024];
   json::monotonic_resource mr(scratch, sizeof(scratch));
   unsigned char stack[256];  // the parser's own stack, off the heap too
   json::stream_parser p({}, {}, stack, sizeof(stack));
   p.reset(&mr);
   boost::system::error_code ec;
-  const size_t used = p.write_some(text.data() + i, text.size() - i, ec);
+  p.write_some("{", 1, ec);
+  const size_t used = ec ? 0 : p.write_some(text.data() + at, text.size() - at, ec);
   if (ec || !p.done()) return std::nullopt;
-  json::value usage = p.release();
-  size_t j = i + used;
-  while (j < text.size() && IsJsonSpace(text[j])) ++j;
-  if (j < text.size() && text[j] == ',') {
-    // Members after usage (vLLM ends with "kv_transfer_params"): checked as
-    // the members of an object of their own.
-    size_t k = j + 1;
-    while (k < text.size() && IsJsonSpace(text[k])) ++k;
-    if (k >= text.size() || text[k] != '"') return std::nullopt;  // "{..., }"
-    unsigned char rest_stack[256];
-    json::stream_parser rest({}, {}, rest_stack, sizeof(rest_stack));
-    rest.reset(&mr);
-    rest.write_some("{", 1, ec);
-    const size_t n = rest.write_some(text.data() + j + 1, text.size() - j - 1, ec);
-    if (ec || !rest.done()) return std::nullopt;
-    j += 1 + n;
-  } else if (j < text.size() && text[j] == '}') {
-    ++j;
-  } else {
-    return std::nullopt;
-  }
-  for (; j < text.size(); ++j) {
+  for (size_t j = at + used; j < text.size(); ++j) {
     if (!IsJsonSpace(text[j])) return std::nullopt;
   }
-  json::object holder(&mr);
-  holder.emplace("usage", std::move(usage));
-  return UsageFromObject(holder, out);
+  const json::value root = p.release();
+  return UsageFromObject(root.get_object(), out);
 }
 }  // namespace
 

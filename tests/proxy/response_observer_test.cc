@@ -155,8 +155,12 @@ TEST(UsageFastPathTest, AgreesWithWholeBodyParseOnACatalogue) {
       "{\"a\":{\"usage\":{\"prompt_tokens\":5}}}",
       // a key "usage" inside the usage object.
       "{\"usage\":{\"usage\":{\"prompt_tokens\":5},\"prompt_tokens\":2}}",
-      // two top-level usage members.
+      // two top-level usage members (the last one counts), a nested usage
+      // after the top-level one, a missing comma before usage.
       "{\"usage\":{\"prompt_tokens\":1},\"usage\":{\"prompt_tokens\":2}}",
+      "{\"usage\":{\"prompt_tokens\":1},\"b\":{\"usage\":{\"prompt_tokens\":5}}}",
+      "{\"a\":1 \"usage\":{\"prompt_tokens\":2}}",
+      "{\"usage\":{\"prompt_tokens\":1}}}",
       // "usage" as a string value, and in escaped text.
       "{\"object\":\"usage\",\"x\":{\"prompt_tokens\":1}}",
       "{\"t\":\"\\\"usage\\\":{\\\"prompt_tokens\\\":9}\"}",
