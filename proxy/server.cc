@@ -19,6 +19,7 @@
 #include "proxy/health.h"
 #include "proxy/eager_io.h"
 #include "proxy/features.h"
+#include "proxy/relay_parser.h"
 #include "proxy/request_framing.h"
 #include "proxy/response_observer.h"
 #include "proxy/watchdog.h"
@@ -1035,7 +1036,11 @@ class Session : public std::enable_shared_from_this<Session> {
     // Beast reads at most the buffer's free capacity (512 B when empty): a
     // 62 KB stream took 128 recv/send pairs before this.
     up_buf.reserve(kRelayChunkBytes);
-    std::optional<http::response_parser<http::buffer_body>> parser;
+    // The engine's response: parsed without a field map, its forwarded
+    // fields kept as wire lines (relay_parser.h).
+    std::optional<RelayResponseParser> parser;
+    std::vector<std::string_view> own_fields = {"X-Request-Id", "X-Kvroute-Backend"};
+    if (!decor.request_class.empty()) own_fields.push_back("X-Kvroute-Class");
     // Until the response header arrives the leg can be cut short by an
     // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
     class WaitingMark {
@@ -1080,7 +1085,7 @@ class Session : public std::enable_shared_from_this<Session> {
       conn->expires_after(ToChrono(pool.options().first_byte_timeout));
       beast::error_code wec = co_await EagerWrite(*conn, up_bytes);
       if (!wec) {
-        parser.emplace();
+        parser.emplace(own_fields);
         parser->body_limit(boost::none);
         up_buf.clear();
         // Nothing can have arrived yet: wait first, then parse.
@@ -1136,12 +1141,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     // Response header from the engine: relay it with kvroute's headers.
-    auto& uh = parser->get();
-    r.status = uh.result_int();
+    r.status = parser->status();
     r.t_first_byte = WallSeconds();
     r.ttfb_s = Since(t0);
-    const std::string_view up_ctype = uh[http::field::content_type];
-    r.sse = ContainsIgnoreCase(up_ctype, "text/event-stream");
+    r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
     passive(r.status < 500);
@@ -1155,30 +1158,18 @@ class Session : public std::enable_shared_from_this<Session> {
       co_return r;
     }
     if (opts.to_client) {
-      // The engine's header edited in place (the parser no longer reads
-      // it): hop-by-hop and framing fields out, kvroute's in, Beast's
-      // standard reason phrase.
-      http::response_header<>& res = uh.base();
-      EraseHopByHopAndFraming(res);
-      res.version(11);
-      res.reason({});
-      res.set("X-Request-Id", decor.request_id);
-      res.set("X-Kvroute-Backend", decor.backend_label);
-      if (!decor.request_class.empty()) res.set("X-Kvroute-Class", decor.request_class);
-      if (chunked) {
-        res.set(http::field::transfer_encoding, "chunked");
-      } else {
-        res.set(http::field::content_length, std::to_string(*length));
-      }
+      // The engine's forwarded fields, then kvroute's, then the framing.
+      std::vector<std::pair<std::string_view, std::string_view>> extra = {
+          {"X-Request-Id", decor.request_id}, {"X-Kvroute-Backend", decor.backend_label}};
+      if (!decor.request_class.empty()) extra.emplace_back("X-Kvroute-Class", decor.request_class);
+      std::string header = parser->ClientHeader(extra, length);
       beast::error_code hwec;
       if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
         // A small plain body: its header goes out with the body in one
         // write (one syscall fewer per request).
-        AppendHeaderBytes(res, &held_header);
+        held_header = std::move(header);
       } else {
         stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        std::string header;
-        AppendHeaderBytes(res, &header);
         hwec = co_await EagerWrite(stream_, net::buffer(header));
       }
       if (hwec) {
@@ -1203,15 +1194,14 @@ class Session : public std::enable_shared_from_this<Session> {
     char chunk[kRelayChunkBytes];
     bool upstream_ok = true;
     while (!parser->is_done()) {
-      parser->get().body().data = chunk;
-      parser->get().body().size = sizeof(chunk);
+      parser->set_body_buffer(chunk, sizeof(chunk));
       Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(pool.options().idle_timeout),
                             &conn->socket());
       auto [rec, rn] = co_await EagerRead(conn->socket(), up_buf, [&](beast::error_code& e) {
         return http::read_some(conn->socket(), up_buf, *parser, e);
       });
       if (wait.expired()) rec = beast::error::timeout;
-      const size_t n = sizeof(chunk) - parser->get().body().size;
+      const size_t n = sizeof(chunk) - parser->body_left();
       if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
         upstream_ok = false;
         if (leg->aborted()) {

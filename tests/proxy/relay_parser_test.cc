@@ -1,0 +1,143 @@
+// RelayResponseParser against Beast's own parser and serializer: the header
+// kvroute sends the client is byte for byte what a field map edited the same
+// way (hop-by-hop and framing fields out, kvroute's fields set, Beast's
+// reason phrase) serializes to; and the body arrives whole through small
+// buffers, plain or chunked.
+#include "proxy/relay_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvroute::proxy {
+namespace {
+
+using Extra = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// What the relay sent before RelayResponseParser: Beast's response parser,
+// the header edited in place, written by Beast's fields writer.
+std::string BeastHeader(std::string_view wire, const Extra& extra) {
+  http::response_parser<http::empty_body> p;
+  p.eager(false);
+  beast::error_code ec;
+  p.put(net::buffer(wire.data(), wire.size()), ec);
+  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  const boost::optional<uint64_t> length = p.content_length();
+  http::response_header<>& h = p.get().base();
+  EraseHopByHopAndFraming(h);
+  h.version(11);
+  h.reason({});
+  for (const auto& [name, value] : extra) h.set(name, value);
+  if (length) {
+    h.set(http::field::content_length, std::to_string(*length));
+  } else {
+    h.set(http::field::transfer_encoding, "chunked");
+  }
+  std::string out;
+  AppendHeaderBytes(h, &out);
+  return out;
+}
+
+std::string RelayHeader(std::string_view wire, const Extra& extra) {
+  std::vector<std::string_view> own;
+  for (const auto& [name, value] : extra) own.push_back(name);
+  RelayResponseParser p(own);
+  p.eager(false);
+  beast::error_code ec;
+  p.put(net::buffer(wire.data(), wire.size()), ec);
+  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  return p.ClientHeader(extra, p.content_length());
+}
+
+TEST(RelayResponseParserTest, HeaderMatchesBeastsEditedFieldMap) {
+  const Extra extra = {{"X-Request-Id", "kvr-1"}, {"X-Kvroute-Backend", "gpu0"},
+                       {"X-Kvroute-Class", "WARM"}};
+  const std::vector<std::string> responses = {
+      // vLLM (uvicorn), JSON body.
+      "HTTP/1.1 200 OK\r\ndate: Sun, 22 Nov 2026 06:00:00 GMT\r\nserver: uvicorn\r\n"
+      "content-length: 512\r\ncontent-type: application/json\r\n\r\n",
+      // SSE, chunked, with hop-by-hop fields and an engine's own request id.
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+      "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+      "x-request-id: engine-7\r\nCache-Control: no-cache\r\n\r\n",
+      // Other statuses, odd reasons, repeated and custom fields, odd case.
+      "HTTP/1.1 404 Nope\r\nX-Custom: a\r\nx-custom: b\r\nCONTENT-LENGTH: 0\r\n\r\n",
+      "HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nProxy-Connection: close\r\n"
+      "Content-Length: 10\r\nTrailer: x\r\nUpgrade: h2c\r\nTE: trailers\r\n\r\n",
+      "HTTP/1.1 299 Whatever\r\nContent-Type: application/json\r\nX-Kvroute-Class: HEAVY\r\n"
+      "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 3\r\n\r\n",
+      // No framing at all (body to end of stream).
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
+  };
+  for (const std::string& r : responses) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(RelayHeader(r, extra), BeastHeader(r, extra));
+    const Extra fewer(extra.begin(), extra.begin() + 2);  // no class: its field is relayed
+    EXPECT_EQ(RelayHeader(r, fewer), BeastHeader(r, fewer));
+  }
+}
+
+TEST(RelayResponseParserTest, StatusAndContentType) {
+  RelayResponseParser p;
+  beast::error_code ec;
+  const std::string wire =
+      "HTTP/1.1 201 Created\r\nContent-Type: text/event-stream\r\nContent-Length: 0\r\n\r\n";
+  p.put(net::buffer(wire), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.status(), 201);
+  EXPECT_EQ(p.content_type(), "text/event-stream");
+  EXPECT_TRUE(p.is_done());
+}
+
+// Feeds `wire` a byte at a time into buffers of `chunk` bytes; returns the body.
+std::string BodyThroughSmallBuffers(const std::string& wire, size_t chunk) {
+  RelayResponseParser p;
+  p.eager(true);
+  std::string body;
+  std::vector<char> buf(chunk);
+  p.set_body_buffer(buf.data(), buf.size());
+  size_t pos = 0;
+  std::string pending;
+  while (!p.is_done()) {
+    if (pos < wire.size()) pending.push_back(wire[pos++]);
+    beast::error_code ec;
+    const size_t used = p.put(net::buffer(pending), ec);
+    pending.erase(0, used);
+    if (ec == http::error::need_buffer || p.body_left() == 0 || p.is_done()) {
+      body.append(buf.data(), buf.size() - p.body_left());
+      p.set_body_buffer(buf.data(), buf.size());
+      continue;
+    }
+    if (ec && ec != http::error::need_more) {
+      ADD_FAILURE() << ec.message();
+      break;
+    }
+    if (pos >= wire.size() && pending.empty() && !p.is_done()) {
+      ADD_FAILURE() << "ran out of input";
+      break;
+    }
+  }
+  return body;
+}
+
+TEST(RelayResponseParserTest, BodyArrivesWholeThroughSmallBuffers) {
+  const std::string payload = "data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n";
+  const std::string plain = "HTTP/1.1 200 OK\r\nContent-Length: " +
+                            std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (size_t i = 0; i < payload.size(); i += 7) {
+    const std::string piece = payload.substr(i, 7);
+    char size[16];
+    std::snprintf(size, sizeof(size), "%zx", piece.size());
+    chunked += std::string(size) + "\r\n" + piece + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  for (size_t chunk : {1, 3, 16, 4096}) {
+    EXPECT_EQ(BodyThroughSmallBuffers(plain, chunk), payload) << chunk;
+    EXPECT_EQ(BodyThroughSmallBuffers(chunked, chunk), payload) << chunk;
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::proxy
