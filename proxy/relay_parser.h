@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "proxy/absl_compat.h"
 #include "proxy/http_common.h"
 
@@ -38,7 +39,9 @@ class RelayResponseParser : public http::basic_parser<false> {
   // `own_fields`: names (any case) not forwarded because kvroute sets them;
   // hop-by-hop and framing fields are never forwarded.
   explicit RelayResponseParser(std::vector<std::string_view> own_fields = {})
-      : own_fields_(std::move(own_fields)) {}
+      : own_fields_(std::move(own_fields)) {
+    forwarded_.reserve(512);
+  }
 
   int status() const { return status_; }
   std::string_view content_type() const { return content_type_; }
@@ -96,10 +99,8 @@ class RelayResponseParser : public http::basic_parser<false> {
         return;
       }
     }
-    forwarded_.append(name_string.data(), name_string.size())
-        .append(": ")
-        .append(value.data(), value.size())
-        .append("\r\n");
+    absl::StrAppend(&forwarded_, absl::string_view(name_string.data(), name_string.size()), ": ",
+                    absl::string_view(value.data(), value.size()), "\r\n");
   }
   void on_header_impl(beast::error_code& ec) override { ec = {}; }
   void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code& ec) override {

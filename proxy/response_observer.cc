@@ -1,6 +1,7 @@
 #include "proxy/response_observer.h"
 
 #include <boost/json.hpp>
+#include <cstring>
 #include <optional>
 
 namespace kvroute::proxy {
@@ -42,9 +43,22 @@ bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 // a member of the root object (a nested one leaves its parents' closing
 // brackets after the object), and, being the last, it is the one a
 // whole-body parse keeps (Boost.JSON keeps the last of duplicate keys).
-std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
+// The last `"usage"` in `text`: backwards over quotes with memrchr (the
+// key is near the end; string_view::rfind compares at every position).
+size_t RFindUsageKey(std::string_view text) {
   constexpr std::string_view kKey = "\"usage\"";
-  const size_t at = text.rfind(kKey);
+  for (size_t end = text.size(); end > 0;) {
+    const void* q = memrchr(text.data(), '"', end);
+    if (q == nullptr) break;
+    const size_t pos = static_cast<size_t>(static_cast<const char*>(q) - text.data());
+    if (text.substr(pos, kKey.size()) == kKey) return pos;
+    end = pos;
+  }
+  return std::string_view::npos;
+}
+
+std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
+  const size_t at = RFindUsageKey(text);
   if (at == std::string_view::npos) return std::nullopt;
   size_t first = 0;
   while (first < at && IsJsonSpace(text[first])) ++first;
@@ -58,8 +72,19 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   json::stream_parser p({}, {}, stack, sizeof(stack));
   p.reset(&mr);
   boost::system::error_code ec;
-  p.write_some("{", 1, ec);
-  const size_t used = ec ? 0 : p.write_some(text.data() + at, text.size() - at, ec);
+  // "{" and the tail in one buffer when it is small (one parser call).
+  char joined[512];
+  size_t used = 0;
+  const std::string_view tail = text.substr(at);
+  if (tail.size() < sizeof(joined)) {
+    joined[0] = '{';
+    std::memcpy(joined + 1, tail.data(), tail.size());
+    used = p.write_some(joined, tail.size() + 1, ec);
+    used = used > 0 ? used - 1 : 0;
+  } else {
+    p.write_some("{", 1, ec);
+    if (!ec) used = p.write_some(tail.data(), tail.size(), ec);
+  }
   if (ec || !p.done()) return std::nullopt;
   for (size_t j = at + used; j < text.size(); ++j) {
     if (!IsJsonSpace(text[j])) return std::nullopt;
