@@ -43,14 +43,8 @@ std::string OpenAiErrorBody(int status, std::string_view message, std::string_vi
 }
 
 bool IsHopByHopOrFraming(std::string_view name) {
-  static constexpr std::string_view kNames[] = {
-      "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-      "trailer",    "transfer-encoding", "upgrade", "host", "content-length", "expect",
-      "proxy-connection"};
-  for (std::string_view n : kNames) {
-    if (absl::EqualsIgnoreCase(ToAbsl(name), ToAbsl(n))) return true;
-  }
-  return false;
+  // Every such name is one Beast knows (its lookup ignores case).
+  return IsHopByHopOrFraming(http::string_to_field(name));
 }
 
 bool IsHopByHopOrFraming(http::field name) {

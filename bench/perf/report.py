@@ -139,6 +139,20 @@ def main():
 
     md = []
     proxies = [t for t in targets if t not in ("direct", "nginx")]
+
+    def per_proxy_table(md, title, column, cell):
+        """A row per body and concurrency, a column per target (nginx first)."""
+        md.append(title + "\n")
+        md.append("| body | conns | " + " | ".join(f"{t} {column}" for t in ["nginx"] + proxies)
+                  + " |")
+        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
+        for s in scens:
+            for c in conns:
+                m_of = [table.get((t, s, c)) for t in ["nginx"] + proxies]
+                cells = ["–" if m is None else cell(m) for m in m_of]
+                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
+        md.append("")
+
     if "nginx" in targets and proxies:
         md.append("Summary: each cell is req/s · p50 · p99 as a ratio to nginx in the same run "
                   "(req/s above 1 is better, latency below 1 is better).\n")
@@ -160,35 +174,15 @@ def main():
                 md.append(f"| {SCEN_LABEL[s]} | {c} | {fmt(ng['rps'])}, {fmt(ng['p50_us'])} µs, "
                           f"{fmt(ng['p99_us'])} µs | " + " | ".join(cells) + " |")
         md.append("")
-        md.append("Latency added over direct (p50, µs) and proxy CPU per request (ms):\n")
-        md.append("| body | conns | " +
-                  " | ".join(f"{t} added p50, CPU" for t in ["nginx"] + proxies) + " |")
-        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
-        for s in scens:
-            for c in conns:
-                cells = []
-                for t in ["nginx"] + proxies:
-                    m = table.get((t, s, c))
-                    cells.append("–" if m is None else
-                                 f"{fmt(m.get('added_p50_us'))} µs, {fmt(m['cpu_s_per_1k'], 3)} ms")
-                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
-        md.append("")
+        per_proxy_table(md, "Latency added over direct (p50, µs) and proxy CPU per request (ms):",
+                        "added p50, CPU",
+                        lambda m: f"{fmt(m.get('added_p50_us'))} µs, {fmt(m['cpu_s_per_1k'], 3)} ms")
     if any("cpu_user_us" in m for m in table.values()):
-        md.append("Proxy CPU per request split into user space and kernel (µs, from the "
-                  "process's utime and stime; clock ticks of 10 ms, so rows of few requests "
-                  "are coarse):\n")
-        md.append("| body | conns | " + " | ".join(f"{t} user / kernel" for t in ["nginx"] + proxies)
-                  + " |")
-        md.append("|---|---:|" + "---:|" * (len(proxies) + 1))
-        for s in scens:
-            for c in conns:
-                cells = []
-                for t in ["nginx"] + proxies:
-                    m = table.get((t, s, c))
-                    cells.append("–" if m is None or "cpu_user_us" not in m else
-                                 f"{fmt(m['cpu_user_us'], 1)} / {fmt(m['cpu_sys_us'], 1)}")
-                md.append(f"| {SCEN_LABEL[s]} | {c} | " + " | ".join(cells) + " |")
-        md.append("")
+        per_proxy_table(md, "Proxy CPU per request split into user space and kernel (µs, from the "
+                        "process's utime and stime; clock ticks of 10 ms, so rows of few requests "
+                        "are coarse):", "user / kernel",
+                        lambda m: ("–" if "cpu_user_us" not in m else
+                                   f"{fmt(m['cpu_user_us'], 1)} / {fmt(m['cpu_sys_us'], 1)}"))
     md.append("Throughput, latency (wrk, one thread) and proxy CPU; (×) = ratio to nginx in "
               "the same run; added = percentile minus direct's at the same concurrency.\n")
     md.append("| body | conns | target | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs "

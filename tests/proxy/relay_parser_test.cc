@@ -78,6 +78,19 @@ TEST(RelayResponseParserTest, HeaderMatchesBeastsEditedFieldMap) {
   }
 }
 
+TEST(HopByHopTest, NamesInAnyCaseAndTheirEnumsAgree) {
+  for (std::string_view name :
+       {"Connection", "keep-alive", "PROXY-AUTHENTICATE", "Proxy-Authorization", "te", "Trailer",
+        "transfer-encoding", "Upgrade", "host", "Content-Length", "expect", "Proxy-Connection"}) {
+    EXPECT_TRUE(IsHopByHopOrFraming(name)) << name;
+    EXPECT_TRUE(IsHopByHopOrFraming(http::string_to_field(name))) << name;
+  }
+  for (std::string_view name : {"Content-Type", "X-Request-Id", "Server", "Date", "Trailers",
+                                "Connections", "", "x-custom"}) {
+    EXPECT_FALSE(IsHopByHopOrFraming(name)) << name;
+  }
+}
+
 TEST(RelayResponseParserTest, StatusAndContentType) {
   RelayResponseParser p;
   beast::error_code ec;
