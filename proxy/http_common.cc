@@ -77,22 +77,12 @@ void EraseHopByHopAndFraming(http::fields& fields) {
   }
 }
 
-namespace {
-template <class Writer>
-void AppendWriterBytes(const Writer& w, std::string* out) {
+void AppendHeaderBytes(const http::request_header<>& h, std::string* out) {
+  const http::fields::writer w(h, h.version(), h.method());
   const auto buffers = w.get();
   const size_t at = out->size();
   out->resize(at + net::buffer_size(buffers));
   net::buffer_copy(net::buffer(out->data() + at, out->size() - at), buffers);
-}
-}  // namespace
-
-void AppendHeaderBytes(const http::request_header<>& h, std::string* out) {
-  AppendWriterBytes(http::fields::writer(h, h.version(), h.method()), out);
-}
-
-void AppendHeaderBytes(const http::response_header<>& h, std::string* out) {
-  AppendWriterBytes(http::fields::writer(h, h.version(), h.result_int()), out);
 }
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {

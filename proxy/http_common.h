@@ -36,11 +36,10 @@ bool IsHopByHopOrFraming(http::field name);
 // Removes the fields IsHopByHopOrFraming names, keeping the others in order.
 void EraseHopByHopAndFraming(http::fields& fields);
 
-// The wire bytes of a header (start line, fields, blank line) as Beast's
-// serializer writes them, appended to `out`. Faster than running a
+// The wire bytes of a request header (request line, fields, blank line) as
+// Beast's serializer writes them, appended to `out`. Faster than running a
 // serializer for the header alone.
 void AppendHeaderBytes(const http::request_header<>& h, std::string* out);
-void AppendHeaderBytes(const http::response_header<>& h, std::string* out);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 

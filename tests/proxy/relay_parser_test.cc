@@ -34,8 +34,10 @@ std::string BeastHeader(std::string_view wire, const Extra& extra) {
   } else {
     h.set(http::field::transfer_encoding, "chunked");
   }
-  std::string out;
-  AppendHeaderBytes(h, &out);
+  // Beast's fields writer: the bytes its serializer writes for the header.
+  const http::fields::writer w(h, h.version(), h.result_int());
+  std::string out(net::buffer_size(w.get()), '\0');
+  net::buffer_copy(net::buffer(out), w.get());
   return out;
 }
 
