@@ -1,6 +1,7 @@
 #include "proxy/response_observer.h"
 
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 #include <cstring>
 #include <optional>
 
@@ -57,6 +58,124 @@ size_t RFindUsageKey(std::string_view text) {
   return std::string_view::npos;
 }
 
+// A Boost.JSON SAX handler that keeps the usage members of the root object
+// as UsageFromObject reads them from a DOM (the last of duplicate keys wins;
+// a count that is not an integer is -1; a details member that is not an
+// object leaves cached_tokens as it was), without building the DOM: the DOM
+// was half of the instructions of relaying a small completion.
+class UsageHandler {
+ public:
+  static constexpr std::size_t max_object_size = std::size_t(-1);
+  static constexpr std::size_t max_array_size = std::size_t(-1);
+  static constexpr std::size_t max_key_size = std::size_t(-1);
+  static constexpr std::size_t max_string_size = std::size_t(-1);
+  using error_code = boost::system::error_code;
+  using string_view = json::string_view;
+
+  // Writes the usage into `out` as UsageFromObject would; false when the
+  // root has no usage object.
+  bool Result(Usage* out) const {
+    if (!found_) return false;
+    out->prompt_tokens = prompt_;
+    out->completion_tokens = completion_;
+    if (details_) out->cached_tokens = cached_;
+    return true;
+  }
+
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_object_begin(error_code&) { return Open(Value(-1, true)); }
+  bool on_object_end(std::size_t, error_code&) { return Close(); }
+  bool on_array_begin(error_code&) { return Open(Value(-1, false)); }
+  bool on_array_end(std::size_t, error_code&) { return Close(); }
+  bool on_key_part(string_view s, std::size_t, error_code&) { return AddKeyPart(s); }
+  bool on_key(string_view s, std::size_t, error_code&) {
+    AddKeyPart(s);
+    key_ = Classify();
+    key_len_ = 0;
+    return true;
+  }
+  bool on_string_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_string(string_view, std::size_t, error_code&) { return Scalar(-1); }
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(int64_t v, string_view, error_code&) { return Scalar(v); }
+  bool on_uint64(uint64_t v, string_view, error_code&) { return Scalar(static_cast<int64_t>(v)); }
+  bool on_double(double, string_view, error_code&) { return Scalar(-1); }
+  bool on_bool(bool, error_code&) { return Scalar(-1); }
+  bool on_null(error_code&) { return Scalar(-1); }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+
+ private:
+  enum class Key { kOther, kUsage, kPromptTokens, kCompletionTokens, kDetails, kCachedTokens };
+  enum class Opens { kNothing, kUsage, kDetails };
+
+  bool AddKeyPart(string_view s) {
+    if (key_len_ + s.size() <= sizeof(key_buf_)) std::memcpy(key_buf_ + key_len_, s.data(), s.size());
+    key_len_ += s.size();
+    return true;
+  }
+  Key Classify() const {
+    if (key_len_ > sizeof(key_buf_)) return Key::kOther;
+    const std::string_view k(key_buf_, key_len_);
+    if (k == "usage") return Key::kUsage;
+    if (k == "prompt_tokens") return Key::kPromptTokens;
+    if (k == "completion_tokens") return Key::kCompletionTokens;
+    if (k == "prompt_tokens_details") return Key::kDetails;
+    if (k == "cached_tokens") return Key::kCachedTokens;
+    return Key::kOther;
+  }
+
+  // A value (a scalar's integer or -1, or a container) at depth_ under
+  // key_; returns what it opens, if a container.
+  Opens Value(int64_t integer, bool is_object) {
+    if (depth_ == 1 && key_ == Key::kUsage) {
+      found_ = is_object;
+      prompt_ = completion_ = -1;
+      details_ = false;
+      return is_object ? Opens::kUsage : Opens::kNothing;
+    }
+    if (depth_ == 2 && in_usage_) {
+      if (key_ == Key::kPromptTokens) prompt_ = integer;
+      if (key_ == Key::kCompletionTokens) completion_ = integer;
+      if (key_ == Key::kDetails) {
+        details_ = is_object;
+        cached_ = -1;
+        return is_object ? Opens::kDetails : Opens::kNothing;
+      }
+    } else if (depth_ == 3 && in_details_ && key_ == Key::kCachedTokens) {
+      cached_ = integer;
+    }
+    return Opens::kNothing;
+  }
+  bool Scalar(int64_t integer) {
+    Value(integer, false);
+    return true;
+  }
+  bool Open(Opens opens) {
+    ++depth_;
+    if (opens == Opens::kUsage) in_usage_ = true;
+    if (opens == Opens::kDetails) in_details_ = true;
+    return true;
+  }
+  bool Close() {
+    if (depth_ == 2) in_usage_ = false;
+    if (depth_ == 3) in_details_ = false;
+    --depth_;
+    return true;
+  }
+
+  int depth_ = 0;  // open containers; the root object is depth 1
+  Key key_ = Key::kOther;
+  char key_buf_[24];
+  size_t key_len_ = 0;
+  bool in_usage_ = false;    // the open depth-2 container is the usage object
+  bool in_details_ = false;  // the open depth-3 container is its details
+  bool found_ = false;
+  bool details_ = false;
+  int64_t prompt_ = -1, completion_ = -1, cached_ = -1;
+};
+
 std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   const size_t at = RFindUsageKey(text);
   if (at == std::string_view::npos) return std::nullopt;
@@ -66,31 +185,24 @@ std::optional<bool> UsageFromTail(std::string_view text, Usage* out) {
   size_t before = at;
   while (before > first && IsJsonSpace(text[before - 1])) --before;
   if (text[before - 1] != ',' && text[before - 1] != '{') return std::nullopt;
-  unsigned char scratch[1024];
-  json::monotonic_resource mr(scratch, sizeof(scratch));
-  unsigned char stack[256];  // the parser's own stack, off the heap too
-  json::stream_parser p({}, {}, stack, sizeof(stack));
-  p.reset(&mr);
-  boost::system::error_code ec;
-  // "{" and the tail in one buffer when it is small (one parser call).
-  char joined[512];
-  size_t used = 0;
+  // "{" and the tail in one buffer, parsed in one call (a parser that
+  // suspends between two writes allocates its state stack).
   const std::string_view tail = text.substr(at);
-  if (tail.size() < sizeof(joined)) {
-    joined[0] = '{';
-    std::memcpy(joined + 1, tail.data(), tail.size());
-    used = p.write_some(joined, tail.size() + 1, ec);
-    used = used > 0 ? used - 1 : 0;
-  } else {
-    p.write_some("{", 1, ec);
-    if (!ec) used = p.write_some(tail.data(), tail.size(), ec);
+  char joined[512];
+  std::string big;
+  char* buf = joined;
+  if (tail.size() + 1 > sizeof(joined)) {
+    big.resize(tail.size() + 1);
+    buf = big.data();
   }
-  if (ec || !p.done()) return std::nullopt;
-  for (size_t j = at + used; j < text.size(); ++j) {
-    if (!IsJsonSpace(text[j])) return std::nullopt;
-  }
-  const json::value root = p.release();
-  return UsageFromObject(root.get_object(), out);
+  buf[0] = '{';
+  std::memcpy(buf + 1, tail.data(), tail.size());
+  json::basic_parser<UsageHandler> p({});
+  boost::system::error_code ec;
+  // Stops after the object and the whitespace after it.
+  const size_t used = p.write_some(false, buf, tail.size() + 1, ec);
+  if (ec || !p.done() || used != tail.size() + 1) return std::nullopt;
+  return p.handler().Result(out);
 }
 }  // namespace
 

@@ -164,6 +164,19 @@ TEST(UsageFastPathTest, AgreesWithWholeBodyParseOnACatalogue) {
       // "usage" as a string value, and in escaped text.
       "{\"object\":\"usage\",\"x\":{\"prompt_tokens\":1}}",
       "{\"t\":\"\\\"usage\\\":{\\\"prompt_tokens\\\":9}\"}",
+      // Repeated, escaped, long and nested keys inside the usage object
+      // (the fast path reads it with a SAX handler, the oracle from a DOM).
+      "{\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":4},\"prompt_tokens_details\":5}}",
+      "{\"usage\":{\"prompt_tokens_details\":7,\"prompt_tokens_details\":{\"x\":1}}}",
+      "{\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":4,\"cached_tokens\":6}}}",
+      "{\"usage\":{\"\\u0070rompt_tokens\":8,\"completion_tokens\":[1],"
+      "\"prompt_tokens_details\":{\"x\":{\"cached_tokens\":3},\"cached_tokens\":true}}}",
+      "{\"usage\":{\"prompt_tokens_details\":{\"x\":[{\"cached_tokens\":3}]}}}",
+      "{\"usage\":{\"prompt_tokens_and_more_than_24_chars\":1,\"prompt_tokens\":2}}",
+      "{\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":{\"prompt_tokens\":9}},"
+      "\"prompt_tokens\":4}",
+      "{\"usage\":{\"prompt_tokens\":1},\"usage\":{\"completion_tokens\":2}}",
+      "{\"usage\":{\"prompt_tokens\":1},\"usage\":[{\"prompt_tokens\":3}]}",
       // huge and negative numbers, floats.
       "{\"usage\":{\"prompt_tokens\":18446744073709551615,\"completion_tokens\":-3}}",
       "{\"usage\":{\"prompt_tokens\":1.5,\"completion_tokens\":1e3}}",
