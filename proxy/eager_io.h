@@ -1,7 +1,9 @@
 // Eager I/O on a beast::tcp_stream: every read or write is first tried at
 // once on the non-blocking socket, and only when the socket would block does
-// it wait through the reactor (under the stream's timeout, set by the caller
-// with expires_after as for Beast's own async algorithms).
+// it wait through the reactor, under the timeout given (applied to the
+// stream with expires_after only then: arming the stream's two timers read
+// the clock twice and cost a timer-queue update per call, for waits that
+// mostly never happen).
 //
 // Why: an Asio operation that completes at once still posts its completion
 // through the scheduler, and every trip through the scheduler polls epoll.
@@ -10,12 +12,14 @@
 // so a request served only with async operations cost 7 epoll_wait calls
 // and the per-operation machinery of composed operations and timers.
 //
-//   stream.expires_after(timeout);             // a deadline for what follows
 //   auto [ec, n] = co_await EagerRead(stream, buffer, [&](beast::error_code& e) {
 //     return http::read_header(stream.socket(), buffer, parser, e);
-//   });
-//   ec = co_await EagerWrite(stream, buffers);
-//   ec = co_await EagerWriteMessage(stream, serializer);
+//   }, /*try_first=*/true, timeout);
+//   ec = co_await EagerWrite(stream, buffers, timeout);
+//   ec = co_await EagerWriteMessage(stream, serializer, timeout);
+//
+// The timeout bounds the whole call from its first wait, as a deadline set
+// with expires_after before a Beast algorithm bounds the algorithm.
 //
 // (No header-only variant: Beast's synchronous write_header loses track of a
 // partly written header when the socket would block; serialize the header
@@ -25,12 +29,17 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include "proxy/http_common.h"
 
 namespace kvroute::proxy {
+
+using EagerTimeout = std::chrono::steady_clock::duration;
 
 // Puts the socket in non-blocking mode for the synchronous attempts.
 inline void MakeNonBlocking(tcp::socket& socket) {
@@ -47,19 +56,25 @@ inline void MakeNonBlocking(beast::tcp_stream& stream) { MakeNonBlocking(stream.
 // one async read into `buffer` (a tcp_stream applies its timeout; a bare
 // socket's waits are timed by a Watchdog). `try_first` = false skips the first
 // synchronous attempt when no bytes can have arrived yet (a response just
-// asked for). Returns the last error and the bytes the sync reads consumed.
+// asked for). `timeout` (a tcp_stream's; none for a bare socket) bounds all
+// the waits together. Returns the last error and the bytes the sync reads
+// consumed.
 template <class AsyncReadStream, class SyncRead>
-net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(AsyncReadStream& stream,
-                                                                 beast::flat_buffer& buffer,
-                                                                 SyncRead sync_read,
-                                                                 bool try_first = true) {
+net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(
+    AsyncReadStream& stream, beast::flat_buffer& buffer, SyncRead sync_read,
+    bool try_first = true, std::optional<EagerTimeout> timeout = std::nullopt) {
   MakeNonBlocking(stream);
   size_t consumed = 0;
+  bool deadline_set = false;
   for (bool attempt = try_first;; attempt = true) {
     if (attempt) {
       beast::error_code ec;
       consumed += sync_read(ec);
       if (ec != net::error::would_block) co_return std::make_tuple(ec, consumed);
+    }
+    if constexpr (std::is_same_v<AsyncReadStream, beast::tcp_stream>) {
+      if (timeout && !deadline_set) stream.expires_after(*timeout);
+      deadline_set = true;
     }
     // At least 512 bytes, else the buffer's spare capacity (as Beast reads).
     const size_t room = std::max<size_t>(512, buffer.capacity() - buffer.size());
@@ -76,11 +91,13 @@ net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(AsyncReadStream&
 // through the reactor.
 template <class ConstBufferSequence>
 net::awaitable<beast::error_code> EagerWrite(beast::tcp_stream& stream,
-                                             const ConstBufferSequence& buffers) {
+                                             const ConstBufferSequence& buffers,
+                                             EagerTimeout timeout) {
   MakeNonBlocking(stream);
   beast::error_code ec;
   const size_t n = net::write(stream.socket(), buffers, ec);
   if (ec != net::error::would_block) co_return ec;
+  stream.expires_after(timeout);
   beast::buffers_suffix<ConstBufferSequence> rest(buffers);
   rest.consume(n);
   auto [wec, wn] = co_await net::async_write(stream, rest, kUseTuple);
@@ -89,11 +106,13 @@ net::awaitable<beast::error_code> EagerWrite(beast::tcp_stream& stream,
 
 // Writes an HTTP message (or what is left of it) through its serializer.
 template <class Serializer>
-net::awaitable<beast::error_code> EagerWriteMessage(beast::tcp_stream& stream, Serializer& sr) {
+net::awaitable<beast::error_code> EagerWriteMessage(beast::tcp_stream& stream, Serializer& sr,
+                                                    EagerTimeout timeout) {
   MakeNonBlocking(stream);
   beast::error_code ec;
   http::write(stream.socket(), sr, ec);
   if (ec != net::error::would_block) co_return ec;
+  stream.expires_after(timeout);
   auto [wec, wn] = co_await http::async_write(stream, sr, kUseTuple);
   co_return wec;
 }

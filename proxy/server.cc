@@ -17,6 +17,7 @@
 #include "proxy/admin_auth.h"
 #include "proxy/admission.h"
 #include "proxy/health.h"
+#include "proxy/buffer_stash.h"
 #include "proxy/eager_io.h"
 #include "proxy/features.h"
 #include "proxy/relay_parser.h"
@@ -41,6 +42,11 @@ struct Server::Worker {
         guard(net::make_work_guard(ioc)),
         waiting(backends.size()),
         pool(ioc, std::move(backends), options) {}
+  // Spare read and relay buffers (up to the client read size, 64 KiB) and
+  // request body strings (up to 1 MiB) of this worker's sessions. Declared
+  // first: coroutine frames destroyed with `ioc` still give buffers back.
+  BufferStash<beast::flat_buffer> read_buffers{32, 64 * 1024};
+  BufferStash<std::string> bodies{8, 1 << 20};
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> guard;
   // Legs of this worker waiting for a response header, per backend: when the
@@ -254,12 +260,16 @@ class Session : public std::enable_shared_from_this<Session> {
         // no buffer at all (an idle connection holds no read buffer), then
         // read them.
         if (!co_await WaitReadable(cfg_.limits.idle_timeout)) break;
+        buffer_ = worker_.read_buffers.Take();
         buffer_.reserve(kFirstReadBytes);  // the first read takes up to this much
       }
-      stream_.expires_after(ToChrono(cfg_.limits.header_timeout));
-      auto [hec, hn] = co_await EagerRead(stream_, buffer_, [&](beast::error_code& e) {
-        return http::read_header(stream_.socket(), buffer_, parser, e);
-      });
+      parser.get().body() = worker_.bodies.Take();  // its capacity is kept
+      auto [hec, hn] = co_await EagerRead(
+          stream_, buffer_,
+          [&](beast::error_code& e) {
+            return http::read_header(stream_.socket(), buffer_, parser, e);
+          },
+          /*try_first=*/true, ToChrono(cfg_.limits.header_timeout));
       if (hec) {
         linger = co_await ReadFailed(hec);
         break;
@@ -275,26 +285,29 @@ class Session : public std::enable_shared_from_this<Session> {
                                  "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         http::response_serializer<http::empty_body> csr{cont};
-        if (co_await EagerWriteMessage(stream_, csr)) break;
+        if (co_await EagerWriteMessage(stream_, csr, ToChrono(cfg_.limits.write_timeout))) break;
       }
       // Large bodies: read in kMaxClientReadBytes pieces, not 4 KB ones
       // (beast reads at most the buffer's free capacity).
       if (const auto len = parser.content_length(); len && *len > buffer_.capacity()) {
         buffer_.reserve(static_cast<size_t>(std::min<uint64_t>(*len, kMaxClientReadBytes)));
       }
-      stream_.expires_after(ToChrono(cfg_.limits.request_timeout));
-      auto [bec, bn] = co_await EagerRead(stream_, buffer_, [&](beast::error_code& e) {
-        return http::read(stream_.socket(), buffer_, parser, e);
-      });
+      auto [bec, bn] = co_await EagerRead(
+          stream_, buffer_,
+          [&](beast::error_code& e) { return http::read(stream_.socket(), buffer_, parser, e); },
+          /*try_first=*/true, ToChrono(cfg_.limits.request_timeout));
       if (bec) {
         linger = co_await ReadFailed(bec);
         break;
       }
       ClientRequest req = parser.release();
       const bool keep_alive = co_await Dispatch(req);
-      if (buffer_.size() == 0) buffer_.shrink_to_fit();  // idle: no buffer held
+      worker_.bodies.Give(std::move(req.body()));
+      // Idle: the read buffer goes back to the worker; the connection holds none.
+      if (buffer_.size() == 0) worker_.read_buffers.Give(std::move(buffer_));
       if (!keep_alive || state_.draining.load()) break;
     }
+    worker_.read_buffers.Give(std::move(buffer_));
     watchdog_->Stop();  // releases its timer's handler
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -412,9 +425,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res.keep_alive(keep_alive && !state_.draining.load());
     res.body() = std::move(body);
     res.prepare_payload();
-    stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
     http::response_serializer<http::string_body> sr{res};
-    const beast::error_code ec = co_await EagerWriteMessage(stream_, sr);
+    const beast::error_code ec =
+        co_await EagerWriteMessage(stream_, sr, ToChrono(cfg_.limits.write_timeout));
     co_return !ec && res.keep_alive();
   }
 
@@ -1005,6 +1018,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const Decor& decor, bool client_wants_stream,
                                     LegOptions opts) {
     RelayResult r;
+    const auto write_timeout = ToChrono(cfg_.limits.write_timeout);  // of each client write
     worker_.Ensure(*state_.router, backend);
     UpstreamPool& pool = worker_.pool;
     const router::BackendSpec& spec = pool.backend(backend);
@@ -1032,7 +1046,8 @@ class Session : public std::enable_shared_from_this<Session> {
     };
 
     std::unique_ptr<Connection> conn;
-    beast::flat_buffer up_buf;
+    BufferStash<beast::flat_buffer>::Lease up_buf_lease(worker_.read_buffers);
+    beast::flat_buffer& up_buf = *up_buf_lease;
     // Beast reads at most the buffer's free capacity (512 B when empty): a
     // 62 KB stream took 128 recv/send pairs before this.
     up_buf.reserve(kRelayChunkBytes);
@@ -1082,8 +1097,8 @@ class Session : public std::enable_shared_from_this<Session> {
         break;
       }
       leg->upstream = conn.get();
-      conn->expires_after(ToChrono(pool.options().first_byte_timeout));
-      beast::error_code wec = co_await EagerWrite(*conn, up_bytes);
+      beast::error_code wec =
+          co_await EagerWrite(*conn, up_bytes, ToChrono(pool.options().first_byte_timeout));
       if (!wec) {
         parser.emplace(own_fields);
         parser->body_limit(boost::none);
@@ -1169,8 +1184,7 @@ class Session : public std::enable_shared_from_this<Session> {
         // write (one syscall fewer per request).
         held_header = std::move(header);
       } else {
-        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        hwec = co_await EagerWrite(stream_, net::buffer(header));
+        hwec = co_await EagerWrite(stream_, net::buffer(header), write_timeout);
       }
       if (hwec) {
         r.client_gone = true;
@@ -1191,17 +1205,20 @@ class Session : public std::enable_shared_from_this<Session> {
       observer.Finish();
       if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
     };
-    char chunk[kRelayChunkBytes];
+    // The body's bytes land here (a stashed buffer: in the coroutine frame,
+    // it made the frame 16 KiB larger, allocated per request).
+    BufferStash<beast::flat_buffer>::Lease chunk_lease(worker_.read_buffers);
+    char* const chunk = static_cast<char*>(chunk_lease->prepare(kRelayChunkBytes).data());
     bool upstream_ok = true;
     while (!parser->is_done()) {
-      parser->set_body_buffer(chunk, sizeof(chunk));
+      parser->set_body_buffer(chunk, kRelayChunkBytes);
       Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(pool.options().idle_timeout),
                             &conn->socket());
       auto [rec, rn] = co_await EagerRead(conn->socket(), up_buf, [&](beast::error_code& e) {
         return http::read_some(conn->socket(), up_buf, *parser, e);
       });
       if (wait.expired()) rec = beast::error::timeout;
-      const size_t n = sizeof(chunk) - parser->body_left();
+      const size_t n = kRelayChunkBytes - parser->body_left();
       if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
         upstream_ok = false;
         if (leg->aborted()) {
@@ -1223,17 +1240,16 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         continue;
       }
-      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
       beast::error_code wec;
       if (chunked) {
-        wec = co_await EagerWrite(stream_, http::make_chunk(net::buffer(chunk, n)));
+        wec = co_await EagerWrite(stream_, http::make_chunk(net::buffer(chunk, n)), write_timeout);
       } else if (!held_header.empty()) {
         const std::array<net::const_buffer, 2> both{net::buffer(held_header),
                                                      net::buffer(chunk, n)};
-        wec = co_await EagerWrite(stream_, both);
+        wec = co_await EagerWrite(stream_, both, write_timeout);
         held_header.clear();
       } else {
-        wec = co_await EagerWrite(stream_, net::buffer(chunk, n));
+        wec = co_await EagerWrite(stream_, net::buffer(chunk, n), write_timeout);
       }
       if (wec) {
         upstream_ok = false;
@@ -1245,8 +1261,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (!held_header.empty() && !r.client_gone) {
       // No body bytes came: the client gets the header, as it would have.
-      stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-      co_await EagerWrite(stream_, net::buffer(held_header));
+      co_await EagerWrite(stream_, net::buffer(held_header), write_timeout);
     }
     observer.Finish();
     r.usage = observer.usage();
@@ -1255,8 +1270,9 @@ class Session : public std::enable_shared_from_this<Session> {
       r.completed = true;
       fire_hook();
       if (chunked && opts.to_client) {
-        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        if (co_await EagerWrite(stream_, http::make_chunk_last())) r.completed = false;
+        if (co_await EagerWrite(stream_, http::make_chunk_last(), write_timeout)) {
+          r.completed = false;
+        }
       }
       const bool reusable = parser->keep_alive();
       leg->upstream = nullptr;
@@ -1268,9 +1284,8 @@ class Session : public std::enable_shared_from_this<Session> {
         // Tell the client the stream ended abnormally instead of truncating.
         const std::string event =
             absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
-        stream_.expires_after(ToChrono(cfg_.limits.write_timeout));
-        co_await EagerWrite(stream_, http::make_chunk(net::buffer(event)));
-        co_await EagerWrite(stream_, http::make_chunk_last());
+        co_await EagerWrite(stream_, http::make_chunk(net::buffer(event)), write_timeout);
+        co_await EagerWrite(stream_, http::make_chunk_last(), write_timeout);
       }
     }
     finish();
