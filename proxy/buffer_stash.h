@@ -9,10 +9,10 @@
 //   stash.Give(std::move(b));              // kept, or freed if over a bound
 //
 // Bounded both ways: at most `max_items` buffers, none larger than
-// `max_capacity` (a larger one is freed), so a worker holds at most their
-// product however many connections it has. An idle keep-alive connection
-// gives its read buffer back and holds none. Not thread-safe: one per worker
-// thread, used only on it.
+// `max_capacity` (a larger one is freed; one under kMinCapacity too), so a
+// worker holds at most their product however many connections it has. An
+// idle keep-alive connection gives its read buffer back and holds none. Not
+// thread-safe: one per worker thread, used only on it.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +42,8 @@ class BufferStash {
   // Takes `b` back, emptied; frees it instead when the stash is full or
   // `b` is larger than the bound.
   void Give(Buffer&& b) {
-    if (free_.size() >= max_items_ || b.capacity() > max_capacity_ || b.capacity() == 0) {
+    if (free_.size() >= max_items_ || b.capacity() > max_capacity_ ||
+        b.capacity() < kMinCapacity) {
       Buffer dropped = std::move(b);  // the caller's buffer holds nothing after Give
       return;
     }
@@ -51,6 +52,10 @@ class BufferStash {
   }
 
   size_t size() const { return free_.size(); }
+
+  // Smaller buffers (an empty flat buffer, a string in its inline storage)
+  // hold nothing worth keeping.
+  static constexpr size_t kMinCapacity = 64;
 
   // Gives a buffer back when it goes out of scope (every return path of a
   // coroutine).

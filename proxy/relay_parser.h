@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -29,6 +30,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "proxy/absl_compat.h"
 #include "proxy/http_common.h"
 
@@ -36,10 +38,13 @@ namespace kvroute::proxy {
 
 class RelayResponseParser : public http::basic_parser<false> {
  public:
-  // `own_fields`: names (any case) not forwarded because kvroute sets them;
-  // hop-by-hop and framing fields are never forwarded.
-  explicit RelayResponseParser(std::vector<std::string_view> own_fields = {})
-      : own_fields_(std::move(own_fields)) {
+  // `own_fields`: names (any case) not forwarded because kvroute sets them,
+  // at most kMaxOwnFields; the names must outlive the parser. Hop-by-hop and
+  // framing fields are never forwarded.
+  static constexpr size_t kMaxOwnFields = 4;
+  explicit RelayResponseParser(absl::Span<const std::string_view> own_fields = {})
+      : own_count_(std::min(own_fields.size(), kMaxOwnFields)) {
+    std::copy_n(own_fields.begin(), own_count_, own_fields_.begin());
     forwarded_.reserve(512);
   }
 
@@ -50,7 +55,7 @@ class RelayResponseParser : public http::basic_parser<false> {
 
   // The header for the client: status line, forwarded fields, `extra`, then
   // Content-Length (when `content_length` is set) or chunked framing.
-  std::string ClientHeader(const std::vector<std::pair<std::string_view, std::string_view>>& extra,
+  std::string ClientHeader(absl::Span<const std::pair<std::string_view, std::string_view>> extra,
                            const boost::optional<uint64_t>& content_length) const {
     std::string h;
     h.reserve(forwarded_.size() + 160);
@@ -93,7 +98,8 @@ class RelayResponseParser : public http::basic_parser<false> {
     ec = {};
     if (name == http::field::content_type) content_type_.assign(value.data(), value.size());
     if (IsHopByHopOrFraming(name)) return;
-    for (beast::string_view own : own_fields_) {
+    for (size_t i = 0; i < own_count_; ++i) {
+      const std::string_view own = own_fields_[i];
       if (absl::EqualsIgnoreCase(absl::string_view(name_string.data(), name_string.size()),
                                  ToAbsl(own))) {
         return;
@@ -134,7 +140,8 @@ class RelayResponseParser : public http::basic_parser<false> {
     return n;
   }
 
-  std::vector<std::string_view> own_fields_;
+  std::array<std::string_view, kMaxOwnFields> own_fields_;
+  size_t own_count_;
   int status_ = 0;
   std::string content_type_;
   std::string forwarded_;

@@ -593,6 +593,12 @@ class Session : public std::enable_shared_from_this<Session> {
     tmpl.version(11);
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
+    // Back into the request at the end, for the worker's stash (Run).
+    struct BodyBack {
+      std::string& from;
+      std::string& to;
+      ~BodyBack() { to = std::move(from); }
+    } body_back{body, req.body()};
     const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
 
     // Route, serve, and while nothing has reached the client and the
@@ -1054,8 +1060,10 @@ class Session : public std::enable_shared_from_this<Session> {
     // The engine's response: parsed without a field map, its forwarded
     // fields kept as wire lines (relay_parser.h).
     std::optional<RelayResponseParser> parser;
-    std::vector<std::string_view> own_fields = {"X-Request-Id", "X-Kvroute-Backend"};
-    if (!decor.request_class.empty()) own_fields.push_back("X-Kvroute-Class");
+    static constexpr std::string_view kOwnFields[] = {"X-Request-Id", "X-Kvroute-Backend",
+                                                      "X-Kvroute-Class"};
+    const size_t own_count = decor.request_class.empty() ? 2 : 3;
+    const absl::Span<const std::string_view> own_fields(kOwnFields, own_count);
     // Until the response header arrives the leg can be cut short by an
     // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
     class WaitingMark {
@@ -1174,10 +1182,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (opts.to_client) {
       // The engine's forwarded fields, then kvroute's, then the framing.
-      std::vector<std::pair<std::string_view, std::string_view>> extra = {
-          {"X-Request-Id", decor.request_id}, {"X-Kvroute-Backend", decor.backend_label}};
-      if (!decor.request_class.empty()) extra.emplace_back("X-Kvroute-Class", decor.request_class);
-      std::string header = parser->ClientHeader(extra, length);
+      const std::array<std::pair<std::string_view, std::string_view>, 3> extra = {{
+          {kOwnFields[0], decor.request_id},
+          {kOwnFields[1], decor.backend_label},
+          {kOwnFields[2], decor.request_class},
+      }};
+      std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count), length);
       beast::error_code hwec;
       if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
         // A small plain body: its header goes out with the body in one

@@ -58,7 +58,7 @@ for s in $SCENARIOS; do
     sse256) BODY=body-chat.json; PATHQ=/v1/chat/completions; RESP=sse-256.sse ;;
   esac
   render "$here/templates/kvroute.yaml" "$RUN/kvroute.yaml"
-  valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.$s" \
+  valgrind --tool=callgrind ${VALGRIND_ARGS:-} --callgrind-out-file="$OUT/callgrind.out.$s" \
     "$KVROUTE" --config "$RUN/kvroute.yaml" > "$RUN/kvroute-$s.log" 2>&1 &
   KPID=$!
   PIDS+=("$KPID")

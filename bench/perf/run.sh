@@ -22,6 +22,8 @@
 #   OUT         [/tmp/kvroute-perf-<time>]  results.json, results.md, raw logs
 #   DURATION    [5]   seconds per measured wrk run
 #   WARMUP      [1]   seconds of unmeasured load before each run
+#   ROUNDS      [1]   measure every target this many times, in turn; the
+#                     report gives medians over the rounds (report.py)
 #   CONNS       ["1 16"]          wrk connections (one thread)
 #   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]
 #   SCENARIOS   ["small 32k 128k sse1 sse256"]
@@ -38,6 +40,7 @@ KVROUTE="${KVROUTE:-$BUILD_DIR/proxy/kvroute}"
 OUT="${OUT:-/tmp/kvroute-perf-$(date +%Y%m%d-%H%M%S)}"
 DURATION="${DURATION:-5}"
 WARMUP="${WARMUP:-1}"
+ROUNDS="${ROUNDS:-1}"
 CONNS="${CONNS:-1 16}"
 TARGETS="${TARGETS:-direct nginx haproxy kvroute-rr kvroute-v2}"
 SCENARIOS="${SCENARIOS:-small 32k 128k sse1 sse256}"
@@ -136,7 +139,7 @@ RESULTS="$OUT/results.jsonl"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
   echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
-  echo "DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS"
+  echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS"
 } > "$OUT/environment.txt"
 
 port_of() {
@@ -180,31 +183,34 @@ stop_target() {
 
 TCK="$(getconf CLK_TCK)"
 echo "bench/perf: results in $OUT (each run ${DURATION}s after ${WARMUP}s warm-up)"
+for round in $(seq 1 "$ROUNDS"); do
+[[ "$ROUNDS" -gt 1 ]] && echo "round $round of $ROUNDS"
 for t in $TARGETS; do
   start_target "$t"
   url="http://127.0.0.1:$(port_of "$t")"
   for s in $SCENARIOS; do
     scenario "$s"
     for c in $CONNS; do
-      run_wrk "$url" "$c" "$WARMUP" "$OUT/raw/$t-$s-c$c.warmup.txt"
+      run_wrk "$url" "$c" "$WARMUP" "$OUT/raw/$t-$s-c$c-r$round.warmup.txt"
       c0="0 0"; [[ -n "$TPID" ]] && c0="$(cpu_ticks "$TPID")"
-      run_wrk "$url" "$c" "$DURATION" "$OUT/raw/$t-$s-c$c.txt"
+      run_wrk "$url" "$c" "$DURATION" "$OUT/raw/$t-$s-c$c-r$round.txt"
       c1="0 0"; [[ -n "$TPID" ]] && c1="$(cpu_ticks "$TPID")"
-      line="$(grep '^BENCH_JSON ' "$OUT/raw/$t-$s-c$c.txt" | sed 's/^BENCH_JSON //')"
+      line="$(grep '^BENCH_JSON ' "$OUT/raw/$t-$s-c$c-r$round.txt" | sed 's/^BENCH_JSON //')"
       if [[ -z "$line" ]]; then
-        echo "run.sh: wrk failed for $t $s c=$c:" >&2; cat "$OUT/raw/$t-$s-c$c.txt" >&2; exit 1
+        echo "run.sh: wrk failed for $t $s c=$c:" >&2; cat "$OUT/raw/$t-$s-c$c-r$round.txt" >&2; exit 1
       fi
       cpu_s="null"; cpu_user_s="null"
       if [[ -n "$TPID" ]]; then
         cpu_s="$(awk -v a="${c0% *}" -v b="${c1% *}" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
         cpu_user_s="$(awk -v a="${c0#* }" -v b="${c1#* }" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
       fi
-      echo "{\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"cpu_user_s\":$cpu_user_s,\"wrk\":$line}" >> "$RESULTS"
+      echo "{\"round\":$round,\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"cpu_user_s\":$cpu_user_s,\"wrk\":$line}" >> "$RESULTS"
       printf '  %-11s %-7s c=%-3s %s\n' "$t" "$s" "$c" \
         "$(python3 -c 'import json,sys; w=json.loads(sys.argv[1]); print("%8.0f req/s  p50 %6d us  p99 %6d us  errors %d" % (w["requests"]/w["duration_us"]*1e6, w["lat_p50_us"], w["lat_p99_us"], w["errors_status"]+w["errors_read"]+w["errors_connect"]+w["errors_timeout"]))' "$line")"
     done
   done
   stop_target
+done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/environment.txt"
 

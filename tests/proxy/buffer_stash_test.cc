@@ -43,7 +43,11 @@ TEST(BufferStashTest, FreesWhatIsOverEitherBound) {
   std::string s = stash.Take();
   EXPECT_TRUE(s.empty());
   EXPECT_GE(s.capacity(), 500u);
-  // An empty flat buffer (no memory) is not kept.
+  // A string in its inline storage and an empty flat buffer hold nothing
+  // worth keeping.
+  ASSERT_EQ(stash.size(), 1u);
+  stash.Give(std::string("short"));
+  EXPECT_EQ(stash.size(), 1u);
   BufferStash<beast::flat_buffer> buffers(2, 1000);
   buffers.Give(beast::flat_buffer());
   EXPECT_EQ(buffers.size(), 0u);
