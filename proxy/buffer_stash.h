@@ -3,16 +3,17 @@
 // its read buffers, relay buffer and body string every time: those were five
 // allocations of 4-64 KiB per request, each a trip through malloc's bins.
 //
-//   BufferStash<beast::flat_buffer> stash(/*max_items=*/16, /*max_capacity=*/64 << 10);
+//   BufferStash<beast::flat_buffer> stash(/*max_items=*/64, /*max_capacity=*/64 << 10,
+//                                         /*max_bytes=*/2 << 20);
 //   beast::flat_buffer b = stash.Take();   // empty, with its old capacity
 //   ...
 //   stash.Give(std::move(b));              // kept, or freed if over a bound
 //
-// Bounded both ways: at most `max_items` buffers, none larger than
-// `max_capacity` (a larger one is freed; one under kMinCapacity too), so a
-// worker holds at most their product however many connections it has. An
-// idle keep-alive connection gives its read buffer back and holds none. Not
-// thread-safe: one per worker thread, used only on it.
+// Bounded: at most `max_items` buffers of at most `max_bytes` together, none
+// larger than `max_capacity` (a larger one is freed; one under kMinCapacity
+// too), however many connections the worker has. An idle keep-alive
+// connection gives its read buffer back and holds none. Not thread-safe: one
+// per worker thread, used only on it.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,8 @@ namespace kvroute::proxy {
 template <class Buffer>
 class BufferStash {
  public:
-  BufferStash(size_t max_items, size_t max_capacity)
-      : max_items_(max_items), max_capacity_(max_capacity) {
+  BufferStash(size_t max_items, size_t max_capacity, size_t max_bytes)
+      : max_items_(max_items), max_capacity_(max_capacity), max_bytes_(max_bytes) {
     free_.reserve(max_items);
   }
   BufferStash(const BufferStash&) = delete;
@@ -36,22 +37,26 @@ class BufferStash {
     if (free_.empty()) return Buffer();
     Buffer b = std::move(free_.back());
     free_.pop_back();
+    bytes_ -= b.capacity();
     return b;
   }
 
-  // Takes `b` back, emptied; frees it instead when the stash is full or
-  // `b` is larger than the bound.
+  // Takes `b` back, emptied; frees it instead when it is out of bounds or
+  // would put the stash over one.
   void Give(Buffer&& b) {
-    if (free_.size() >= max_items_ || b.capacity() > max_capacity_ ||
-        b.capacity() < kMinCapacity) {
+    const size_t capacity = b.capacity();
+    if (free_.size() >= max_items_ || capacity > max_capacity_ || capacity < kMinCapacity ||
+        bytes_ + capacity > max_bytes_) {
       Buffer dropped = std::move(b);  // the caller's buffer holds nothing after Give
       return;
     }
     b.clear();
     free_.push_back(std::move(b));
+    bytes_ += capacity;
   }
 
   size_t size() const { return free_.size(); }
+  size_t bytes() const { return bytes_; }  // the stashed buffers' capacity
 
   // Smaller buffers (an empty flat buffer, a string in its inline storage)
   // hold nothing worth keeping.
@@ -76,6 +81,8 @@ class BufferStash {
  private:
   size_t max_items_;
   size_t max_capacity_;
+  size_t max_bytes_;
+  size_t bytes_ = 0;
   std::vector<Buffer> free_;
 };
 

@@ -42,11 +42,12 @@ struct Server::Worker {
         guard(net::make_work_guard(ioc)),
         waiting(backends.size()),
         pool(ioc, std::move(backends), options) {}
-  // Spare read and relay buffers (up to the client read size, 64 KiB) and
-  // request body strings (up to 1 MiB) of this worker's sessions. Declared
-  // first: coroutine frames destroyed with `ioc` still give buffers back.
-  BufferStash<beast::flat_buffer> read_buffers{32, 64 * 1024};
-  BufferStash<std::string> bodies{8, 1 << 20};
+  // Spare read and relay buffers (each up to the client read size, 64 KiB)
+  // and request body strings (each up to 1 MiB) of this worker's sessions,
+  // at most 2 and 4 MiB in all. Declared first: coroutine frames destroyed
+  // with `ioc` still give buffers back.
+  BufferStash<beast::flat_buffer> read_buffers{128, 64 * 1024, 2 << 20};
+  BufferStash<std::string> bodies{64, 1 << 20, 4 << 20};
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> guard;
   // Legs of this worker waiting for a response header, per backend: when the

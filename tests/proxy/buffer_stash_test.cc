@@ -11,7 +11,7 @@ namespace {
 namespace beast = boost::beast;
 
 TEST(BufferStashTest, ReusesAGivenBufferEmptyWithItsCapacity) {
-  BufferStash<beast::flat_buffer> stash(4, 1 << 16);
+  BufferStash<beast::flat_buffer> stash(4, 1 << 16, 1 << 20);
   beast::flat_buffer b = stash.Take();
   EXPECT_EQ(b.capacity(), 0u);
   b.reserve(4096);
@@ -28,7 +28,7 @@ TEST(BufferStashTest, ReusesAGivenBufferEmptyWithItsCapacity) {
 }
 
 TEST(BufferStashTest, FreesWhatIsOverEitherBound) {
-  BufferStash<std::string> stash(2, 1000);
+  BufferStash<std::string> stash(2, 1000, 1 << 20);
   std::string big(2000, 'x');
   stash.Give(std::move(big));
   EXPECT_EQ(stash.size(), 0u);
@@ -48,13 +48,34 @@ TEST(BufferStashTest, FreesWhatIsOverEitherBound) {
   ASSERT_EQ(stash.size(), 1u);
   stash.Give(std::string("short"));
   EXPECT_EQ(stash.size(), 1u);
-  BufferStash<beast::flat_buffer> buffers(2, 1000);
+  BufferStash<beast::flat_buffer> buffers(2, 1000, 1 << 20);
   buffers.Give(beast::flat_buffer());
   EXPECT_EQ(buffers.size(), 0u);
 }
 
+TEST(BufferStashTest, KeepsAtMostMaxBytesInAll) {
+  BufferStash<std::string> stash(10, 1000, 1500);
+  auto sized = [](size_t n) {
+    std::string s;
+    s.reserve(n);
+    return s;
+  };
+  stash.Give(sized(600));
+  stash.Give(sized(600));
+  EXPECT_EQ(stash.size(), 2u);
+  const size_t held = stash.bytes();
+  EXPECT_GE(held, 1200u);
+  stash.Give(sized(600));  // over 1500 bytes together: freed
+  EXPECT_EQ(stash.size(), 2u);
+  EXPECT_EQ(stash.bytes(), held);
+  std::string s = stash.Take();
+  EXPECT_EQ(stash.bytes(), held - s.capacity());
+  stash.Give(std::move(s));
+  EXPECT_EQ(stash.bytes(), held);
+}
+
 TEST(BufferStashTest, LeaseGivesTheBufferBackOnEveryExit) {
-  BufferStash<beast::flat_buffer> stash(4, 1 << 16);
+  BufferStash<beast::flat_buffer> stash(4, 1 << 16, 1 << 20);
   auto use = [&](bool early) {
     BufferStash<beast::flat_buffer>::Lease lease(stash);
     lease->reserve(1024);
