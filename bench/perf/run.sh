@@ -25,7 +25,9 @@
 #   ROUNDS      [1]   measure every target this many times, in turn; the
 #                     report gives medians over the rounds (report.py)
 #   CONNS       ["1 16"]          wrk connections (one thread)
-#   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]
+#   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]; also
+#               kvroute-v2-pgo: v2 from the PGO build (bench/perf/pgo.sh)
+#   KVROUTE_PGO [build-pgo/proxy/kvroute]
 #   SCENARIOS   ["small 32k 128k sse1 sse256"]
 #   PORT_BASE   [18400]  ports PORT_BASE+1,+2 upstream, +10.. proxies
 #   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off
@@ -37,6 +39,7 @@ repo="$(cd "$here/../.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-build-rel}"
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$repo/$BUILD_DIR" ;; esac
 KVROUTE="${KVROUTE:-$BUILD_DIR/proxy/kvroute}"
+KVROUTE_PGO="${KVROUTE_PGO:-$repo/build-pgo/proxy/kvroute}"
 OUT="${OUT:-/tmp/kvroute-perf-$(date +%Y%m%d-%H%M%S)}"
 DURATION="${DURATION:-5}"
 WARMUP="${WARMUP:-1}"
@@ -59,6 +62,10 @@ done
 if [[ " $TARGETS " == *" kvroute"* && ! -x "$KVROUTE" ]]; then
   echo "run.sh: $KVROUTE not built; build it with:" >&2
   echo "  cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVROUTE_BUILD_TESTS=OFF -DKVROUTE_BUILD_BENCH=OFF && cmake --build build-rel --target kvroute" >&2
+  exit 1
+fi
+if [[ " $TARGETS " == *" kvroute-v2-pgo "* && ! -x "$KVROUTE_PGO" ]]; then
+  echo "run.sh: $KVROUTE_PGO not built; build it with: bash bench/perf/pgo.sh" >&2
   exit 1
 fi
 
@@ -139,6 +146,7 @@ RESULTS="$OUT/results.jsonl"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
   echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  [[ " $TARGETS " == *" kvroute-v2-pgo "* ]] && echo "kvroute PGO build: $KVROUTE_PGO"
   echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS"
 } > "$OUT/environment.txt"
 
@@ -146,6 +154,7 @@ port_of() {
   case "$1" in
     direct) echo "$UP0" ;; nginx) echo $((PORT_BASE + 10)) ;; haproxy) echo $((PORT_BASE + 11)) ;;
     kvroute-rr) echo $((PORT_BASE + 12)) ;; kvroute-v2) echo $((PORT_BASE + 13)) ;;
+    kvroute-v2-pgo) echo $((PORT_BASE + 14)) ;;
     *) echo "run.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }
@@ -163,10 +172,11 @@ start_target() {  # sets TPID ("" for direct)
       render "$here/templates/haproxy.cfg" "$RUN/haproxy.cfg" "$port"
       "${PIN_PROXY[@]}" haproxy -db -f "$RUN/haproxy.cfg" > "$RUN/haproxy.log" 2>&1 &
       TPID=$! ;;
-    kvroute-rr|kvroute-v2)
-      local mode=round_robin; [[ "$t" == kvroute-v2 ]] && mode=v2
+    kvroute-rr|kvroute-v2|kvroute-v2-pgo)
+      local mode=round_robin bin="$KVROUTE"; [[ "$t" == kvroute-v2* ]] && mode=v2
+      [[ "$t" == kvroute-v2-pgo ]] && bin="$KVROUTE_PGO"
       render "$here/templates/kvroute.yaml" "$RUN/$t.yaml" "$port" "$mode"
-      "${PIN_PROXY[@]}" "$KVROUTE" --config "$RUN/$t.yaml" > "$RUN/$t.log" 2>&1 &
+      "${PIN_PROXY[@]}" "$bin" --config "$RUN/$t.yaml" > "$RUN/$t.log" 2>&1 &
       TPID=$! ;;
   esac
   PIDS+=("$TPID")
