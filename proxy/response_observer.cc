@@ -111,7 +111,9 @@ class UsageHandler {
   enum class Opens { kNothing, kUsage, kDetails };
 
   bool AddKeyPart(string_view s) {
-    if (key_len_ + s.size() <= sizeof(key_buf_)) std::memcpy(key_buf_ + key_len_, s.data(), s.size());
+    if (key_len_ + s.size() <= sizeof(key_buf_)) {
+      std::memcpy(key_buf_ + key_len_, s.data(), s.size());
+    }
     key_len_ += s.size();
     return true;
   }

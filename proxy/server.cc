@@ -7,6 +7,7 @@
 #include <future>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -595,11 +596,7 @@ class Session : public std::enable_shared_from_this<Session> {
     tmpl.set("X-Request-Id", rec.id);
     std::string body = std::move(req.body());
     // Back into the request at the end, for the worker's stash (Run).
-    struct BodyBack {
-      std::string& from;
-      std::string& to;
-      ~BodyBack() { to = std::move(from); }
-    } body_back{body, req.body()};
+    absl::Cleanup body_back = [&body, &req] { req.body() = std::move(body); };
     const int max_attempts = std::max(1, cfg_.upstream.max_attempts);
 
     // Route, serve, and while nothing has reached the client and the
@@ -1188,7 +1185,8 @@ class Session : public std::enable_shared_from_this<Session> {
           {kOwnFields[1], decor.backend_label},
           {kOwnFields[2], decor.request_class},
       }};
-      std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count), length);
+      std::string header =
+          parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count), length);
       beast::error_code hwec;
       if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
         // A small plain body: its header goes out with the body in one
