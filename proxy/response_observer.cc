@@ -61,8 +61,8 @@ size_t RFindUsageKey(std::string_view text) {
 // A Boost.JSON SAX handler that keeps the usage members of the root object
 // as UsageFromObject reads them from a DOM (the last of duplicate keys wins;
 // a count that is not an integer is -1; a details member that is not an
-// object leaves cached_tokens as it was), without building the DOM: the DOM
-// was half of the instructions of relaying a small completion.
+// object leaves cached_tokens as it was), without building the DOM (a DOM
+// of the ~180-byte tail cost ~4 k instructions per small completion).
 class UsageHandler {
  public:
   static constexpr std::size_t max_object_size = std::size_t(-1);

@@ -3,7 +3,7 @@
 # daemon, for bench/perf/run.sh to compare with the plain Release build.
 #
 #   bash bench/perf/pgo.sh                        # -> build-pgo/proxy/kvroute
-#   KVROUTE=build-pgo/proxy/kvroute bash bench/perf/run.sh
+#   TARGETS="nginx kvroute-v2 kvroute-v2-pgo" bash bench/perf/run.sh  # side by side
 #
 # Three steps in one build directory (GCC finds a profile by the object's
 # path, so the instrumented and the optimized build must share it):
@@ -43,7 +43,7 @@ echo "pgo.sh: 2/3 training (bench/perf/run.sh workload, ${TRAIN_SECONDS}s per ru
 KVROUTE="$PGO_BUILD_DIR/proxy/kvroute" TARGETS="kvroute-v2 kvroute-rr" \
   SCENARIOS="small 32k 128k sse1 sse256" DURATION="$TRAIN_SECONDS" WARMUP=1 \
   OUT="$PGO_BUILD_DIR/train" bash "$here/run.sh" > "$PGO_BUILD_DIR/pgo-train.log" 2>&1
-n="$(find "$profile" -name '*.gcda' | wc -l)"
+n="$(find "$profile" -name '*.gcda' 2>/dev/null | wc -l)"
 if [[ "$n" -eq 0 ]]; then
   echo "pgo.sh: the training wrote no profile (see $PGO_BUILD_DIR/pgo-train.log)" >&2
   exit 1
