@@ -9,6 +9,8 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev libxxhash-dev
+  # The kvroute daemon's allocator (tcmalloc; CMake KVROUTE_MALLOC).
+  libgoogle-perftools-dev
   # tests/deploy: a real Prometheus (and promtool) and Node.js for the OpenAI SDK client test.
   prometheus nodejs
   # Fuzzing and sanitizer stages (issue 7): clang with libFuzzer and the sanitizer runtimes.
