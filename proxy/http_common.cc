@@ -67,22 +67,28 @@ bool IsHopByHopOrFraming(http::field name) {
   }
 }
 
-void EraseHopByHopAndFraming(http::fields& fields) {
-  for (auto it = fields.begin(); it != fields.end();) {
-    if (IsHopByHopOrFraming(it->name())) {
-      it = fields.erase(it);
-    } else {
-      ++it;
-    }
+void AppendUpstreamHeader(const http::request_header<>& h, std::string_view request_id,
+                          std::string_view host, uint64_t content_length, std::string* out) {
+  const std::string_view method = h.method_string();
+  const std::string_view target = h.target();
+  out->append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
+  for (const auto& f : h) {
+    if (IsHopByHopOrFraming(f.name())) continue;
+    const std::string_view name = f.name_string();
+    if (absl::EqualsIgnoreCase(ToAbsl(name), "X-Request-Id")) continue;
+    const std::string_view value = f.value();
+    out->append(name).append(": ").append(value).append("\r\n");
   }
-}
-
-void AppendHeaderBytes(const http::request_header<>& h, std::string* out) {
-  const http::fields::writer w(h, h.version(), h.method());
-  const auto buffers = w.get();
-  const size_t at = out->size();
-  out->resize(at + net::buffer_size(buffers));
-  net::buffer_copy(net::buffer(out->data() + at, out->size() - at), buffers);
+  out->append("X-Request-Id: ").append(request_id);
+  out->append("\r\nHost: ").append(host);
+  out->append("\r\n");
+  // As prepare_payload: a length for a body, and for the methods that take one.
+  const http::verb m = h.method();
+  if (content_length > 0 || m == http::verb::post || m == http::verb::put ||
+      m == http::verb::options) {
+    out->append("Content-Length: ").append(std::to_string(content_length)).append("\r\n");
+  }
+  out->append("\r\n");
 }
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {

@@ -33,13 +33,15 @@ bool IsHopByHopOrFraming(std::string_view name);
 // enum decides (http::field::unknown is never hop-by-hop).
 bool IsHopByHopOrFraming(http::field name);
 
-// Removes the fields IsHopByHopOrFraming names, keeping the others in order.
-void EraseHopByHopAndFraming(http::fields& fields);
-
-// The wire bytes of a request header (request line, fields, blank line) as
-// Beast's serializer writes them, appended to `out`. Faster than running a
-// serializer for the header alone.
-void AppendHeaderBytes(const http::request_header<>& h, std::string* out);
+// The header kvroute sends an engine for a client's request `h`, appended to
+// `out`: the request line as HTTP/1.1; the client's fields in order, without
+// the hop-by-hop and framing ones and without X-Request-Id; then
+// X-Request-Id: `request_id`, Host: `host`, Content-Length: `content_length`.
+// Byte for byte what Beast's serializer wrote for `h` edited that way (fields
+// erased, set, prepare_payload), without editing the map (the edits and the
+// serializer cost ~3 k instructions of a small request).
+void AppendUpstreamHeader(const http::request_header<>& h, std::string_view request_id,
+                          std::string_view host, uint64_t content_length, std::string* out);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 

@@ -1,8 +1,8 @@
-// RelayResponseParser against Beast's own parser and serializer: the header
-// kvroute sends the client is byte for byte what a field map edited the same
-// way (hop-by-hop and framing fields out, kvroute's fields set, Beast's
-// reason phrase) serializes to; and the body arrives whole through small
-// buffers, plain or chunked.
+// RelayResponseParser and AppendUpstreamHeader against Beast's own parser
+// and serializer: the headers kvroute sends the client and the engine are
+// byte for byte what a field map edited the same way (hop-by-hop and framing
+// fields out, kvroute's fields set, Beast's reason phrase) serializes to; and
+// a response body arrives whole through small buffers, plain or chunked.
 #include "proxy/relay_parser.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,18 @@ namespace kvroute::proxy {
 namespace {
 
 using Extra = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// The fields IsHopByHopOrFraming names, erased from a parsed header as the
+// proxy once did before serializing it.
+void EraseHopByHopAndFraming(http::fields& fields) {
+  for (auto it = fields.begin(); it != fields.end();) {
+    if (IsHopByHopOrFraming(it->name())) {
+      it = fields.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 // What the relay sent before RelayResponseParser: Beast's response parser,
 // the header edited in place, written by Beast's fields writer.
@@ -77,6 +89,73 @@ TEST(RelayResponseParserTest, HeaderMatchesBeastsEditedFieldMap) {
     EXPECT_EQ(RelayHeader(r, extra), BeastHeader(r, extra));
     const Extra fewer(extra.begin(), extra.begin() + 2);  // no class: its field is relayed
     EXPECT_EQ(RelayHeader(r, fewer), BeastHeader(r, fewer));
+  }
+}
+
+// What Relay sent an engine before AppendUpstreamHeader: the client's
+// request parsed by Beast, its field map edited, its header serialized.
+std::string BeastUpstreamHeader(std::string_view wire, std::string_view id,
+                                std::string_view host, std::string_view body) {
+  http::request_parser<http::string_body> p;
+  beast::error_code ec;
+  p.put(net::buffer(wire.data(), wire.size()), ec);
+  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  http::request<http::string_body> req = p.release();
+  EraseHopByHopAndFraming(req.base());
+  req.version(11);
+  req.set("X-Request-Id", id);
+  req.body() = std::string(body);
+  req.set(http::field::host, host);
+  req.keep_alive(true);
+  req.prepare_payload();
+  const http::fields::writer w(req.base(), req.version(), req.method());
+  std::string out(net::buffer_size(w.get()), '\0');
+  net::buffer_copy(net::buffer(out), w.get());
+  return out;
+}
+
+std::string UpstreamHeader(std::string_view wire, std::string_view id, std::string_view host,
+                           std::string_view body) {
+  http::request_parser<http::empty_body> p;
+  p.eager(false);
+  beast::error_code ec;
+  p.put(net::buffer(wire.data(), wire.size()), ec);
+  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  std::string out;
+  AppendUpstreamHeader(p.get().base(), id, host, body.size(), &out);
+  return out;
+}
+
+TEST(UpstreamHeaderTest, MatchesBeastsEditedFieldMap) {
+  const std::vector<std::string> requests = {
+      // curl, JSON body.
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost:8000\r\nUser-Agent: curl/7.88.1\r\n"
+      "Accept: */*\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n",
+      // The OpenAI SDK: keep-alive, a client request id in another case,
+      // a session header, custom fields repeated.
+      "POST /v1/chat/completions HTTP/1.1\r\nhost: kvroute\r\nconnection: keep-alive\r\n"
+      "x-request-id: client-7\r\nX-Session-Id: job-1\r\nX-Stainless-Lang: js\r\n"
+      "X-Custom: a\r\nx-custom: b\r\nauthorization: Bearer k\r\n"
+      "content-type: application/json\r\ncontent-length: 2\r\n\r\n",
+      // Chunked upload with Expect and other hop-by-hop fields; HTTP/1.0.
+      "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n"
+      "TE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nProxy-Connection: close\r\n"
+      "Keep-Alive: timeout=5\r\nProxy-Authorization: Basic x\r\n\r\n",
+      "POST /v1/completions HTTP/1.0\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+      // No fields at all; other methods (a length only with a body, or for PUT
+      // and OPTIONS).
+      "POST /v1/completions HTTP/1.1\r\n\r\n",
+      "GET /v1/models HTTP/1.1\r\nAccept: application/json\r\n\r\n",
+      "PUT /x HTTP/1.1\r\n\r\n",
+      "OPTIONS * HTTP/1.1\r\n\r\n",
+      "DELETE /x?y=1 HTTP/1.1\r\nX-Request-Id: a\r\nX-REQUEST-ID: b\r\n\r\n",
+  };
+  for (const std::string& r : requests) {
+    SCOPED_TRACE(r);
+    for (std::string_view body : {std::string_view(), std::string_view("{\"prompt\":\"x\"}")}) {
+      EXPECT_EQ(UpstreamHeader(r, "kvr-1", "127.0.0.1:8001", body),
+                BeastUpstreamHeader(r, "kvr-1", "127.0.0.1:8001", body));
+    }
   }
 }
 
