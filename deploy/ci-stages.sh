@@ -25,9 +25,10 @@ FUZZ_SECONDS=${KVROUTE_FUZZ_SECONDS:-60}
 # metrics and upstream pools, against fake upstream threads), the end-to-end tests (the
 # proxy in front of a simulated fleet on its own threads), the simulator's fleet threads
 # (FleetThreadsTest and the wire tests), the router (shared by all proxy workers), and the
-# admission, health and hostile-client tests (floods and slow clients against the server).
-TSAN_TESTS=(proxy_server_test proxy_hostile_test proxy_health_test kvroute_sim_integration_test
-            sim_wire_test router_test)
+# admission, health and hostile-client tests (floods and slow clients against the server),
+# and the metrics (atomic series updated from every worker, remembered per thread).
+TSAN_TESTS=(proxy_server_test proxy_hostile_test proxy_health_test proxy_metrics_test
+            kvroute_sim_integration_test sim_wire_test router_test)
 
 CLANG_CONFIG=(
   -G Ninja

@@ -1,5 +1,7 @@
 #include "proxy/metrics.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -40,12 +42,17 @@ std::string FormatValue(double v) {
   return buf;
 }
 
+namespace {
+std::atomic<uint64_t> next_family_id{1};
+}  // namespace
+
 Family::Family(std::string name, std::string help, std::string type,
                std::vector<std::string> labels)
     : name_(std::move(name)),
       help_(std::move(help)),
       type_(std::move(type)),
-      label_names_(std::move(labels)) {}
+      label_names_(std::move(labels)),
+      id_(next_family_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 std::string Family::Key(Labels values) const {
   std::string key;
@@ -89,29 +96,64 @@ ScalarVec::ScalarVec(std::string name, std::string help, std::string type,
     : Family(std::move(name), std::move(help), std::move(type), std::move(labels)) {}
 
 namespace {
-// The series key of `values` in a per-thread buffer: updates on the request
-// path allocate nothing once their series exists.
-const std::string& ScratchKey(const Family& f, Labels values) {
-  thread_local std::string key;
-  key.clear();
-  f.AppendKey(values, &key);
-  return key;
-}
+// Each thread's recent series: kCacheSets sets of kCacheWays entries, a
+// family's entries in set id % kCacheSets. An entry is valid for its family
+// id only, and ids are never reused, so entries of a destroyed family are
+// never matched again. A request updates ~11 series of ~25 families; their
+// mutexes and map lookups were ~5% of a small request's instructions.
+constexpr size_t kCacheSets = 64;
+constexpr size_t kCacheWays = 8;
+struct CacheEntry {
+  uint64_t family = 0;
+  std::string key;
+  void* series = nullptr;
+};
+struct CacheSet {
+  std::array<CacheEntry, kCacheWays> ways;
+  size_t next = 0;  // the way replaced next (round robin)
+};
 }  // namespace
 
+void* Family::Series(Labels values, Lookup lookup) {
+  thread_local std::string key;
+  thread_local std::array<CacheSet, kCacheSets> cache;
+  key.clear();
+  AppendKey(values, &key);
+  CacheSet& set = cache[id_ % kCacheSets];
+  for (CacheEntry& e : set.ways) {
+    if (e.family == id_ && e.key == key) return e.series;
+  }
+  void* series = lookup(this, key);
+  CacheEntry& e = set.ways[set.next];
+  set.next = (set.next + 1) % kCacheWays;
+  e.family = id_;
+  e.key = key;
+  e.series = series;
+  return series;
+}
+
+ScalarVec::Cell* ScalarVec::Find(Labels values) {
+  return static_cast<Cell*>(Series(values, [](Family* f, const std::string& key) -> void* {
+    auto* self = static_cast<ScalarVec*>(f);
+    absl::MutexLock lock(&self->mu_);
+    return &self->series_.try_emplace(key, 0.0).first->second;
+  }));
+}
+
 void ScalarVec::Update(Labels values, double v, bool add) {
-  const std::string& key = ScratchKey(*this, values);
-  absl::MutexLock lock(&mu_);
-  auto it = series_.find(key);
-  if (it == series_.end()) it = series_.emplace(key, 0.0).first;
-  it->second = add ? it->second + v : v;
+  Cell* cell = Find(values);
+  if (add) {
+    cell->fetch_add(v, std::memory_order_relaxed);
+  } else {
+    cell->store(v, std::memory_order_relaxed);
+  }
 }
 
 double ScalarVec::Value(Labels values) const {
   std::string key = Key(values);
   absl::MutexLock lock(&mu_);
   auto it = series_.find(key);
-  return it == series_.end() ? 0 : it->second;
+  return it == series_.end() ? 0 : it->second.load(std::memory_order_relaxed);
 }
 
 void ScalarVec::Render(std::string* out) const {
@@ -122,7 +164,8 @@ void ScalarVec::Render(std::string* out) const {
     return;
   }
   for (const auto& [key, v] : series_) {
-    absl::StrAppend(out, name_, LabelText(key), " ", FormatValue(v), "\n");
+    absl::StrAppend(out, name_, LabelText(key), " ",
+                    FormatValue(v.load(std::memory_order_relaxed)), "\n");
   }
 }
 
@@ -137,39 +180,51 @@ HistogramVec::HistogramVec(std::string name, std::string help, std::vector<std::
     : Family(std::move(name), std::move(help), "histogram", std::move(labels)),
       bounds_(std::move(bounds)) {}
 
+HistogramVec::Cells* HistogramVec::Find(Labels values) {
+  return static_cast<Cells*>(Series(values, [](Family* f, const std::string& key) -> void* {
+    auto* self = static_cast<HistogramVec*>(f);
+    absl::MutexLock lock(&self->mu_);
+    return &self->series_.try_emplace(key, self->bounds_.size() + 1).first->second;
+  }));
+}
+
 void HistogramVec::Observe(Labels values, double v) {
-  const std::string& key = ScratchKey(*this, values);
   size_t b = 0;
   while (b < bounds_.size() && v > bounds_[b]) ++b;
-  absl::MutexLock lock(&mu_);
-  auto it = series_.find(key);
-  if (it == series_.end()) it = series_.try_emplace(key).first;
-  Series& s = it->second;
-  if (s.buckets.empty()) s.buckets.assign(bounds_.size() + 1, 0);
-  s.buckets[b]++;
-  s.sum += v;
-  s.count++;
+  Cells* s = Find(values);
+  s->buckets[b].fetch_add(1, std::memory_order_relaxed);
+  s->sum.fetch_add(v, std::memory_order_relaxed);
+  // Last, released: a render that reads this count (acquire) sees the bucket
+  // and the sum it counts.
+  s->count.fetch_add(1, std::memory_order_release);
 }
 
 uint64_t HistogramVec::Count(Labels values) const {
   std::string key = Key(values);
   absl::MutexLock lock(&mu_);
   auto it = series_.find(key);
-  return it == series_.end() ? 0 : it->second.count;
+  return it == series_.end() ? 0 : it->second.count.load(std::memory_order_acquire);
 }
 
 void HistogramVec::Render(std::string* out) const {
   RenderHeader(out);
   absl::MutexLock lock(&mu_);
   for (const auto& [key, s] : series_) {
+    // The count first: every observation it counts is in the buckets read
+    // after it. Observations in flight may add to the buckets and not yet to
+    // the count; the +Inf bucket is the count, as the text format requires.
+    const uint64_t count = s.count.load(std::memory_order_acquire);
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= bounds_.size(); ++i) {
-      cumulative += s.buckets[i];
+      cumulative = i < bounds_.size()
+                       ? std::min(count, cumulative + s.buckets[i].load(std::memory_order_relaxed))
+                       : count;
       const std::string le = i < bounds_.size() ? FormatValue(bounds_[i]) : "+Inf";
       absl::StrAppend(out, name_, "_bucket", LabelText(key, "le", le), " ", cumulative, "\n");
     }
-    absl::StrAppend(out, name_, "_sum", LabelText(key), " ", FormatValue(s.sum), "\n");
-    absl::StrAppend(out, name_, "_count", LabelText(key), " ", s.count, "\n");
+    absl::StrAppend(out, name_, "_sum", LabelText(key), " ",
+                    FormatValue(s.sum.load(std::memory_order_relaxed)), "\n");
+    absl::StrAppend(out, name_, "_count", LabelText(key), " ", count, "\n");
   }
 }
 

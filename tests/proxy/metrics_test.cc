@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+#include <vector>
+
 namespace kvroute::proxy::metrics {
 namespace {
 
@@ -42,6 +46,55 @@ TEST(MetricsTest, HistogramBucketsAreCumulative) {
   EXPECT_NE(text.find("lat_seconds_sum{class=\"WARM\"} 5.55\n"), std::string::npos);
   EXPECT_NE(text.find("lat_seconds_count{class=\"WARM\"} 3\n"), std::string::npos);
   EXPECT_EQ(h->Count({"WARM"}), 3u);
+}
+
+// Each thread remembers its recent series per family (8 per family): more
+// label sets than that, several families, and several threads at once still
+// count every update once, in its own series.
+TEST(MetricsTest, ManySeriesAndThreadsCountExactly) {
+  Registry reg;
+  CounterVec* c = reg.AddCounter("c_total", "C.", {"k"});
+  GaugeVec* g = reg.AddGauge("g", "G.", {"k"});
+  HistogramVec* h = reg.AddHistogram("h_seconds", "H.", {"k"}, {1});
+  constexpr int kThreads = 4, kKeys = 20, kRounds = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) {
+        for (int k = 0; k < kKeys; ++k) {
+          const std::string key = "key-" + std::to_string(k);
+          c->Inc({key}, k);
+          g->Add({key}, 1);
+          h->Observe({key}, k % 2 == 0 ? 0.5 : 2);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = "key-" + std::to_string(k);
+    EXPECT_EQ(c->Value({key}), double{kThreads} * kRounds * k) << key;
+    EXPECT_EQ(g->Value({key}), double{kThreads} * kRounds) << key;
+    EXPECT_EQ(h->Count({key}), uint64_t{kThreads} * kRounds) << key;
+  }
+  const std::string text = reg.Render();
+  EXPECT_NE(text.find("h_seconds_bucket{k=\"key-3\",le=\"1\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("h_seconds_bucket{k=\"key-4\",le=\"1\"} 200\n"), std::string::npos);
+  EXPECT_NE(text.find("h_seconds_bucket{k=\"key-4\",le=\"+Inf\"} 200\n"), std::string::npos);
+}
+
+// A thread's remembered series belong to their family: a new registry with
+// the same family names starts from zero.
+TEST(MetricsTest, NewFamiliesDoNotSeeOldSeries) {
+  for (int i = 0; i < 3; ++i) {
+    Registry reg;
+    CounterVec* c = reg.AddCounter("c_total", "C.", {"k"});
+    HistogramVec* h = reg.AddHistogram("h_seconds", "H.", {"k"}, {1});
+    c->Inc({"a"});
+    h->Observe({"a"}, 0.5);
+    EXPECT_EQ(c->Value({"a"}), 1);
+    EXPECT_EQ(h->Count({"a"}), 1u);
+  }
 }
 
 TEST(MetricsTest, LabelValuesAreEscaped) {
