@@ -32,6 +32,9 @@
 #   PORT_BASE   [18400]  ports PORT_BASE+1,+2 upstream, +10.. proxies
 #   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off
 #   KVROUTE_THREADS [1]
+#   PROXY_ENV   [""]  environment assignments for every proxy under test
+#               alike (nginx, HAProxy, kvroute; not the upstream or wrk),
+#               e.g. "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F" (README)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -52,6 +55,7 @@ PROXY_CPU="${PROXY_CPU:-1}"
 CLIENT_CPU="${CLIENT_CPU:-0}"
 PIN="${PIN:-1}"
 KVROUTE_THREADS="${KVROUTE_THREADS:-1}"
+PROXY_ENV="${PROXY_ENV:-}"
 
 UP0=$((PORT_BASE + 1))
 UP1=$((PORT_BASE + 2))
@@ -78,6 +82,8 @@ python3 "$here/gen_fixtures.py" "$FIX"
 # process itself: taskset execs its command).
 PIN_PROXY=(); PIN_CLIENT=()
 if [[ "$PIN" == 1 ]]; then PIN_PROXY=(taskset -c "$PROXY_CPU"); PIN_CLIENT=(taskset -c "$CLIENT_CPU"); fi
+# env execs its command too; PROXY_ENV's words are assignments (no spaces inside).
+if [[ -n "$PROXY_ENV" ]]; then read -r -a proxy_env <<< "$PROXY_ENV"; PIN_PROXY=(env "${proxy_env[@]}" "${PIN_PROXY[@]}"); fi
 
 render() {  # render TEMPLATE OUTPUT PORT MODE
   sed -e "s#@RUN@#$RUN#g; s#@FIX@#$FIX#g; s#@UP0@#$UP0#g; s#@UP1@#$UP1#g" \
@@ -147,7 +153,7 @@ RESULTS="$OUT/results.jsonl"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
   echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
   [[ " $TARGETS " == *" kvroute-v2-pgo "* ]] && echo "kvroute PGO build: $KVROUTE_PGO"
-  echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS"
+  echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS PROXY_ENV=\"$PROXY_ENV\""
 } > "$OUT/environment.txt"
 
 port_of() {
