@@ -68,7 +68,8 @@ bool IsHopByHopOrFraming(http::field name) {
 }
 
 void AppendUpstreamHeader(const http::request_header<>& h, std::string_view request_id,
-                          std::string_view host, uint64_t content_length, std::string* out) {
+                          std::string_view host, uint16_t port, uint64_t content_length,
+                          std::string* out) {
   const std::string_view method = h.method_string();
   const std::string_view target = h.target();
   out->append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
@@ -80,7 +81,7 @@ void AppendUpstreamHeader(const http::request_header<>& h, std::string_view requ
     out->append(name).append(": ").append(value).append("\r\n");
   }
   out->append("X-Request-Id: ").append(request_id);
-  out->append("\r\nHost: ").append(host);
+  out->append("\r\nHost: ").append(host).append(":").append(std::to_string(port));
   out->append("\r\n");
   // As prepare_payload: a length for a body, and for the methods that take one.
   const http::verb m = h.method();

@@ -36,12 +36,13 @@ bool IsHopByHopOrFraming(http::field name);
 // The header kvroute sends an engine for a client's request `h`, appended to
 // `out`: the request line as HTTP/1.1; the client's fields in order, without
 // the hop-by-hop and framing ones and without X-Request-Id; then
-// X-Request-Id: `request_id`, Host: `host`, Content-Length: `content_length`.
+// X-Request-Id: `request_id`, Host: `host`:`port`, Content-Length: `content_length`.
 // Byte for byte what Beast's serializer wrote for `h` edited that way (fields
 // erased, set, prepare_payload), without editing the map (the edits and the
 // serializer cost ~3 k instructions of a small request).
 void AppendUpstreamHeader(const http::request_header<>& h, std::string_view request_id,
-                          std::string_view host, uint64_t content_length, std::string* out);
+                          std::string_view host, uint16_t port, uint64_t content_length,
+                          std::string* out);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 

@@ -1029,8 +1029,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // backend's Host, the body's length (no edits to the field map).
     std::string up_header;
     up_header.reserve(256);
-    AppendUpstreamHeader(up.base(), decor.request_id, absl::StrCat(spec.host, ":", spec.port),
-                         up.body().size(), &up_header);
+    AppendUpstreamHeader(up.base(), decor.request_id, spec.host, spec.port, up.body().size(),
+                         &up_header);
     const std::array<net::const_buffer, 2> up_bytes{net::buffer(up_header),
                                                      net::buffer(up.body())};
 

@@ -115,14 +115,14 @@ std::string BeastUpstreamHeader(std::string_view wire, std::string_view id,
 }
 
 std::string UpstreamHeader(std::string_view wire, std::string_view id, std::string_view host,
-                           std::string_view body) {
+                           uint16_t port, std::string_view body) {
   http::request_parser<http::empty_body> p;
   p.eager(false);
   beast::error_code ec;
   p.put(net::buffer(wire.data(), wire.size()), ec);
   EXPECT_TRUE(p.is_header_done()) << ec.message();
   std::string out;
-  AppendUpstreamHeader(p.get().base(), id, host, body.size(), &out);
+  AppendUpstreamHeader(p.get().base(), id, host, port, body.size(), &out);
   return out;
 }
 
@@ -153,7 +153,7 @@ TEST(UpstreamHeaderTest, MatchesBeastsEditedFieldMap) {
   for (const std::string& r : requests) {
     SCOPED_TRACE(r);
     for (std::string_view body : {std::string_view(), std::string_view("{\"prompt\":\"x\"}")}) {
-      EXPECT_EQ(UpstreamHeader(r, "kvr-1", "127.0.0.1:8001", body),
+      EXPECT_EQ(UpstreamHeader(r, "kvr-1", "127.0.0.1", 8001, body),
                 BeastUpstreamHeader(r, "kvr-1", "127.0.0.1:8001", body));
     }
   }
