@@ -13,6 +13,7 @@ is the median of the rounds' ratios (nginx measured in the same round), so
 one disturbed round does not decide a result.
 """
 import json
+import re
 import statistics
 import sys
 
@@ -64,6 +65,10 @@ def metrics(r, direct):
         "cpu_s": r["cpu_s"],
         "cpu_s_per_1k": (r["cpu_s"] / req * 1000) if (r["cpu_s"] is not None and req) else None,
     }
+    # How busy the proxy's core and the client's (wrk + upstream) were.
+    for k in ("proxy_core_busy", "client_core_busy"):
+        if r.get(k) is not None:
+            m[k] = r[k]
     # User-space and kernel CPU per request (µs), from utime and stime.
     user = r.get("cpu_user_s")
     if user is not None and r["cpu_s"] is not None and req:
@@ -153,6 +158,9 @@ def main():
             shown = f"{v2s['vs_nginx']['rps']:.2f}× nginx"
             if len(rr) > 1:
                 shown += " (median; rounds: " + ", ".join(f"{x:.2f}" for x in rr) + ")"
+            if "client_core_busy" in v2s and "proxy_core_busy" in v2s:
+                shown += (f"; cores busy: kvroute's {v2s['proxy_core_busy'] * 100:.0f}%, "
+                          f"client's {v2s['client_core_busy'] * 100:.0f}%")
             checks.append((f"{who} throughput ≥ nginx, 1k tokens, c={cmax}", shown,
                            v2s["vs_nginx"]["rps"] >= 1.0))
         v2 = table.get((v2name, "small", cmin))
@@ -217,6 +225,29 @@ def main():
                         "are coarse):", "user / kernel",
                         lambda m: ("–" if "cpu_user_us" not in m else
                                    f"{fmt(m['cpu_user_us'], 1)} / {fmt(m['cpu_sys_us'], 1)}"))
+    if any("client_core_busy" in m for m in table.values()):
+        # Under PROXY_CPU_QUOTA the proxy's ceiling is its quota, not a core.
+        q = re.search(r'PROXY_CPU_QUOTA="(\d+)"', env)
+        quota = int(q.group(1)) / 100 if q else 1.0
+
+        def busy(m):
+            if "client_core_busy" not in m or "proxy_core_busy" not in m:
+                return "–"
+            cell = f"{m['proxy_core_busy'] * 100:.0f}% / {m['client_core_busy'] * 100:.0f}%"
+            # A saturated client core (wrk + upstream) and a proxy core with
+            # room left: the load generator, not the proxy, set req/s.
+            proxy_full = m["proxy_core_busy"] >= 0.95 * quota
+            if m["client_core_busy"] >= 0.95 and not proxy_full:
+                cell += " (client-bound)"
+            elif proxy_full:
+                cell += " (proxy-bound)"
+            return cell
+        per_proxy_table(md, "Which core limits throughput: busy share of the proxy's core / the "
+                        "client's core (wrk and the upstream) during the measured run, from "
+                        "/proc/stat. Where the client's core is saturated and the proxy's is not, "
+                        "req/s measures the load generator, and ratios near 1 are parity within "
+                        "noise; CPU per request then compares the proxies:", "proxy / client core",
+                        busy)
     md.append("Throughput, latency (wrk, one thread) and proxy CPU; (×) = ratio to nginx in "
               "the same run; added = percentile minus direct's at the same concurrency.\n")
     md.append("| body | conns | target | req/s | p50 µs | p99 µs | added p50 µs | added p99 µs "

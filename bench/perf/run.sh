@@ -35,6 +35,15 @@
 #   PROXY_ENV   [""]  environment assignments for every proxy under test
 #               alike (nginx, HAProxy, kvroute; not the upstream or wrk),
 #               e.g. "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F" (README)
+#   PROXY_CPU_QUOTA [""]  percent of one core every proxy under test may use
+#               (a cgroup CPU quota, 10 ms period; needs root and a cgroup
+#               cpu controller). With it the proxy, not the load generator's
+#               core, limits throughput: req/s then compares the proxies'
+#               capacity per CPU (README "Which core limits throughput").
+#
+# Every measured run also records how busy the proxy's core and the client's
+# core (wrk + upstream) were (/proc/stat), so the report can say which side
+# limited throughput.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,6 +65,7 @@ CLIENT_CPU="${CLIENT_CPU:-0}"
 PIN="${PIN:-1}"
 KVROUTE_THREADS="${KVROUTE_THREADS:-1}"
 PROXY_ENV="${PROXY_ENV:-}"
+PROXY_CPU_QUOTA="${PROXY_CPU_QUOTA:-}"
 
 UP0=$((PORT_BASE + 1))
 UP1=$((PORT_BASE + 2))
@@ -85,6 +95,29 @@ if [[ "$PIN" == 1 ]]; then PIN_PROXY=(taskset -c "$PROXY_CPU"); PIN_CLIENT=(task
 # env execs its command too; PROXY_ENV's words are assignments (no spaces inside).
 if [[ -n "$PROXY_ENV" ]]; then read -r -a proxy_env <<< "$PROXY_ENV"; PIN_PROXY=(env "${proxy_env[@]}" "${PIN_PROXY[@]}"); fi
 
+# PROXY_CPU_QUOTA: a cgroup (v2, else v1's cpu controller) that every proxy
+# under test starts in (the shell joins it, then execs the proxy, so forked
+# workers are in it too); removed on exit.
+CGROUP_DIR=""
+if [[ -n "$PROXY_CPU_QUOTA" ]]; then
+  if ! [[ "$PROXY_CPU_QUOTA" =~ ^[0-9]+$ ]] || (( PROXY_CPU_QUOTA < 1 || PROXY_CPU_QUOTA > 100 )); then
+    echo "run.sh: PROXY_CPU_QUOTA must be a percentage of one core, 1-100, not '$PROXY_CPU_QUOTA'" >&2; exit 1
+  fi
+  quota_us=$((PROXY_CPU_QUOTA * 100))  # of a 10,000 µs period
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    CGROUP_DIR=/sys/fs/cgroup/kvroute-perf-$$
+    mkdir "$CGROUP_DIR" && echo "$quota_us 10000" > "$CGROUP_DIR/cpu.max"
+  elif [[ -d /sys/fs/cgroup/cpu ]]; then
+    CGROUP_DIR=/sys/fs/cgroup/cpu/kvroute-perf-$$
+    mkdir "$CGROUP_DIR" && echo 10000 > "$CGROUP_DIR/cpu.cfs_period_us" &&
+      echo "$quota_us" > "$CGROUP_DIR/cpu.cfs_quota_us"
+  else
+    echo "run.sh: PROXY_CPU_QUOTA needs a cgroup cpu controller (none found)" >&2; exit 1
+  fi
+  # $0 of the inner shell is the cgroup's procs file; "$@" the proxy's command.
+  PIN_PROXY=(sh -c 'echo $$ > "$0" && exec "$@"' "$CGROUP_DIR/cgroup.procs" "${PIN_PROXY[@]}")
+fi
+
 render() {  # render TEMPLATE OUTPUT PORT MODE
   sed -e "s#@RUN@#$RUN#g; s#@FIX@#$FIX#g; s#@UP0@#$UP0#g; s#@UP1@#$UP1#g" \
       -e "s#@PORT@#$3#g; s#@MODE@#${4:-}#g; s#@THREADS@#$KVROUTE_THREADS#g" "$1" > "$2"
@@ -96,6 +129,7 @@ cleanup() {
     [[ -n "$p" ]] && kill "$p" 2>/dev/null || true
   done
   wait 2>/dev/null || true
+  if [[ -n "$CGROUP_DIR" ]]; then rmdir "$CGROUP_DIR" 2>/dev/null || true; fi
 }
 trap cleanup EXIT INT TERM
 
@@ -119,6 +153,16 @@ cpu_ticks() {
     fi
   done
   echo "$total $user"
+}
+
+# Busy and total jiffies of one core ("busy total"; idle and iowait are not
+# busy, steal is).
+core_ticks() {
+  awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
+}
+busy_fraction() {  # busy_fraction "BUSY0 TOTAL0" "BUSY1 TOTAL1"
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    if (y[2] > x[2]) printf "%.3f", (y[1] - x[1]) / (y[2] - x[2]); else print "null" }'
 }
 
 scenario() {  # sets BODY PATHQ RESP for a scenario name
@@ -153,7 +197,7 @@ RESULTS="$OUT/results.jsonl"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
   echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
   [[ " $TARGETS " == *" kvroute-v2-pgo "* ]] && echo "kvroute PGO build: $KVROUTE_PGO"
-  echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS PROXY_ENV=\"$PROXY_ENV\""
+  echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS PROXY_ENV=\"$PROXY_ENV\" PROXY_CPU_QUOTA=\"$PROXY_CPU_QUOTA\""
 } > "$OUT/environment.txt"
 
 port_of() {
@@ -209,8 +253,10 @@ for t in $TARGETS; do
     for c in $CONNS; do
       run_wrk "$url" "$c" "$WARMUP" "$OUT/raw/$t-$s-c$c-r$round.warmup.txt"
       c0="0 0"; [[ -n "$TPID" ]] && c0="$(cpu_ticks "$TPID")"
+      pc0="$(core_ticks "$PROXY_CPU")"; cc0="$(core_ticks "$CLIENT_CPU")"
       run_wrk "$url" "$c" "$DURATION" "$OUT/raw/$t-$s-c$c-r$round.txt"
       c1="0 0"; [[ -n "$TPID" ]] && c1="$(cpu_ticks "$TPID")"
+      pc1="$(core_ticks "$PROXY_CPU")"; cc1="$(core_ticks "$CLIENT_CPU")"
       line="$(grep '^BENCH_JSON ' "$OUT/raw/$t-$s-c$c-r$round.txt" | sed 's/^BENCH_JSON //')"
       if [[ -z "$line" ]]; then
         echo "run.sh: wrk failed for $t $s c=$c:" >&2; cat "$OUT/raw/$t-$s-c$c-r$round.txt" >&2; exit 1
@@ -220,7 +266,8 @@ for t in $TARGETS; do
         cpu_s="$(awk -v a="${c0% *}" -v b="${c1% *}" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
         cpu_user_s="$(awk -v a="${c0#* }" -v b="${c1#* }" -v k="$TCK" 'BEGIN{printf "%.3f", (b-a)/k}')"
       fi
-      echo "{\"round\":$round,\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"cpu_user_s\":$cpu_user_s,\"wrk\":$line}" >> "$RESULTS"
+      cores="\"proxy_core_busy\":$(busy_fraction "$pc0" "$pc1"),\"client_core_busy\":$(busy_fraction "$cc0" "$cc1")"
+      echo "{\"round\":$round,\"target\":\"$t\",\"scenario\":\"$s\",\"conns\":$c,\"cpu_s\":$cpu_s,\"cpu_user_s\":$cpu_user_s,$cores,\"wrk\":$line}" >> "$RESULTS"
       printf '  %-11s %-7s c=%-3s %s\n' "$t" "$s" "$c" \
         "$(python3 -c 'import json,sys; w=json.loads(sys.argv[1]); print("%8.0f req/s  p50 %6d us  p99 %6d us  errors %d" % (w["requests"]/w["duration_us"]*1e6, w["lat_p50_us"], w["lat_p99_us"], w["errors_status"]+w["errors_read"]+w["errors_connect"]+w["errors_timeout"]))' "$line")"
     done
