@@ -7,6 +7,15 @@ namespace kvroute::proxy {
 Admission::Admission(size_t max_inflight, size_t max_queued)
     : max_inflight_(std::max<size_t>(1, max_inflight)), max_queued_(max_queued) {}
 
+bool Admission::TryAcquire() {
+  absl::MutexLock lock(&mu_);
+  if (inflight_ < max_inflight_ && waiters_.empty()) {
+    ++inflight_;
+    return true;
+  }
+  return false;
+}
+
 net::awaitable<bool> Admission::Acquire(absl::Duration max_wait) {
   std::shared_ptr<Waiter> w;
   {

@@ -4,7 +4,7 @@
 // once. The caller answers a refusal with 429 and Retry-After.
 //
 //   Admission admission(1024, 256);
-//   if (!co_await admission.Acquire(absl::Seconds(1))) -> 429
+//   if (!admission.TryAcquire() && !co_await admission.Acquire(absl::Seconds(1))) -> 429
 //   ... serve ...
 //   admission.Release();
 //
@@ -32,6 +32,9 @@ class Admission {
   // True once the request holds a slot (call Release when it is done);
   // false when the queue is full or `max_wait` passed first.
   net::awaitable<bool> Acquire(absl::Duration max_wait);
+  // Acquire's fast path without a coroutine: true when a slot was free and
+  // nobody waits (call Release when done); false: call Acquire.
+  bool TryAcquire();
   void Release();
 
   size_t inflight() const;

@@ -50,6 +50,23 @@ inline void MakeNonBlocking(tcp::socket& socket) {
 }
 inline void MakeNonBlocking(beast::tcp_stream& stream) { MakeNonBlocking(stream.socket()); }
 
+// The synchronous first attempt of EagerRead, for callers that want no
+// coroutine frame when the bytes are already there (see WriteNow):
+//
+//   auto [ec, n] = ReadNow(stream, sync_read);
+//   if (ec == net::error::would_block) {
+//     auto [wec, wn] = co_await EagerRead(stream, buffer, sync_read, false, timeout);
+//     ec = wec;
+//     n += wn;
+//   }
+template <class AsyncReadStream, class SyncRead>
+std::tuple<beast::error_code, size_t> ReadNow(AsyncReadStream& stream, SyncRead& sync_read) {
+  MakeNonBlocking(stream);
+  beast::error_code ec;
+  const size_t n = sync_read(ec);
+  return {ec, n};
+}
+
 // Runs `sync_read(ec)` (a synchronous Beast read on the stream's socket that
 // reads into `buffer`, returning bytes consumed) until it completes with
 // anything but would_block; while it would block, waits for more bytes with
@@ -87,21 +104,52 @@ net::awaitable<std::tuple<beast::error_code, size_t>> EagerRead(
   }
 }
 
+// The two halves of EagerWrite, for the request path's writes, which
+// mostly finish at once: calling a coroutine allocates its frame and runs
+// Asio's resumption machinery even when it never suspends, so
+//
+//   const WriteAttempt w = WriteNow(stream, buffers);
+//   ec = w.ec;
+//   if (!w.done) ec = co_await WriteRest(stream, buffers, w.written, timeout);
+//
+// enters a coroutine only when the socket would block.
+struct WriteAttempt {
+  bool done = false;  // false: the socket would block after `written` bytes
+  beast::error_code ec;
+  size_t written = 0;
+};
+
+template <class ConstBufferSequence>
+WriteAttempt WriteNow(beast::tcp_stream& stream, const ConstBufferSequence& buffers) {
+  MakeNonBlocking(stream);
+  WriteAttempt w;
+  w.written = net::write(stream.socket(), buffers, w.ec);
+  w.done = w.ec != net::error::would_block;
+  return w;
+}
+
+// Writes what WriteNow left (all of `buffers` past `written`) through the
+// reactor, under `timeout`.
+template <class ConstBufferSequence>
+net::awaitable<beast::error_code> WriteRest(beast::tcp_stream& stream,
+                                            const ConstBufferSequence& buffers, size_t written,
+                                            EagerTimeout timeout) {
+  stream.expires_after(timeout);
+  beast::buffers_suffix<ConstBufferSequence> rest(buffers);
+  rest.consume(written);
+  auto [wec, wn] = co_await net::async_write(stream, rest, kUseTuple);
+  co_return wec;
+}
+
 // Writes all of `buffers`: at once when the socket takes them, else the rest
 // through the reactor.
 template <class ConstBufferSequence>
 net::awaitable<beast::error_code> EagerWrite(beast::tcp_stream& stream,
                                              const ConstBufferSequence& buffers,
                                              EagerTimeout timeout) {
-  MakeNonBlocking(stream);
-  beast::error_code ec;
-  const size_t n = net::write(stream.socket(), buffers, ec);
-  if (ec != net::error::would_block) co_return ec;
-  stream.expires_after(timeout);
-  beast::buffers_suffix<ConstBufferSequence> rest(buffers);
-  rest.consume(n);
-  auto [wec, wn] = co_await net::async_write(stream, rest, kUseTuple);
-  co_return wec;
+  const WriteAttempt w = WriteNow(stream, buffers);
+  if (w.done) co_return w.ec;
+  co_return co_await WriteRest(stream, buffers, w.written, timeout);
 }
 
 // Writes an HTTP message (or what is left of it) through its serializer.

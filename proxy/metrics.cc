@@ -114,15 +114,34 @@ struct CacheSet {
 };
 }  // namespace
 
+namespace {
+// Whether `key` is the joined key of `values` (AppendKey's), without
+// joining them: a cache hit then costs no copy of the label values.
+bool KeyMatches(const std::string& key, Labels values) {
+  size_t pos = 0;
+  bool first = true;
+  for (std::string_view v : values) {
+    if (!first) {
+      if (pos >= key.size() || key[pos] != kSep) return false;
+      ++pos;
+    }
+    first = false;
+    if (key.compare(pos, v.size(), v.data(), v.size()) != 0) return false;
+    pos += v.size();
+  }
+  return pos == key.size();
+}
+}  // namespace
+
 void* Family::Series(Labels values, Lookup lookup) {
   thread_local std::string key;
   thread_local std::array<CacheSet, kCacheSets> cache;
-  key.clear();
-  AppendKey(values, &key);
   CacheSet& set = cache[id_ % kCacheSets];
   for (CacheEntry& e : set.ways) {
-    if (e.family == id_ && e.key == key) return e.series;
+    if (e.family == id_ && KeyMatches(e.key, values)) return e.series;
   }
+  key.clear();
+  AppendKey(values, &key);
   void* series = lookup(this, key);
   CacheEntry& e = set.ways[set.next];
   set.next = (set.next + 1) % kCacheWays;

@@ -154,11 +154,14 @@ constexpr RouteSpec kRoutes[] = {
     {"/metrics", http::verb::get},         {"/admin/backends", http::verb::get},
 };
 
-// Extra response headers kvroute adds to a relayed response.
+// Extra response headers kvroute adds to a relayed response. The id and the
+// class are views of the request's record (HandleCompletion's, which
+// outlives every leg, a concurrent prefill leg included: ServeOffload joins
+// it), so the copies of a Decor per leg copy no strings but the label.
 struct Decor {
-  std::string request_id;
-  std::string backend_label;  // "gpu3" or "gpu1->gpu3"
-  std::string request_class;  // empty: not a routed request
+  std::string_view request_id;
+  std::string backend_label;       // "gpu3" or "gpu1->gpu3"
+  std::string_view request_class;  // empty: not a routed request
 };
 
 struct RelayResult {
@@ -266,12 +269,16 @@ class Session : public std::enable_shared_from_this<Session> {
         buffer_.reserve(kFirstReadBytes);  // the first read takes up to this much
       }
       parser.get().body() = worker_.bodies.Take();  // its capacity is kept
-      auto [hec, hn] = co_await EagerRead(
-          stream_, buffer_,
-          [&](beast::error_code& e) {
-            return http::read_header(stream_.socket(), buffer_, parser, e);
-          },
-          /*try_first=*/true, ToChrono(cfg_.limits.header_timeout));
+      // Each read is tried at once, and only a read that would block enters
+      // a coroutine (eager_io.h: ReadNow).
+      auto read_header = [&](beast::error_code& e) {
+        return http::read_header(stream_.socket(), buffer_, parser, e);
+      };
+      auto [hec, hn] = ReadNow(stream_, read_header);
+      if (hec == net::error::would_block) {
+        std::tie(hec, hn) = co_await EagerRead(stream_, buffer_, read_header, /*try_first=*/false,
+                                               ToChrono(cfg_.limits.header_timeout));
+      }
       if (hec) {
         linger = co_await ReadFailed(hec);
         break;
@@ -294,10 +301,14 @@ class Session : public std::enable_shared_from_this<Session> {
       if (const auto len = parser.content_length(); len && *len > buffer_.capacity()) {
         buffer_.reserve(static_cast<size_t>(std::min<uint64_t>(*len, kMaxClientReadBytes)));
       }
-      auto [bec, bn] = co_await EagerRead(
-          stream_, buffer_,
-          [&](beast::error_code& e) { return http::read(stream_.socket(), buffer_, parser, e); },
-          /*try_first=*/true, ToChrono(cfg_.limits.request_timeout));
+      auto read_body = [&](beast::error_code& e) {
+        return http::read(stream_.socket(), buffer_, parser, e);
+      };
+      auto [bec, bn] = ReadNow(stream_, read_body);
+      if (bec == net::error::would_block) {
+        std::tie(bec, bn) = co_await EagerRead(stream_, buffer_, read_body, /*try_first=*/false,
+                                               ToChrono(cfg_.limits.request_timeout));
+      }
       if (bec) {
         linger = co_await ReadFailed(bec);
         break;
@@ -563,7 +574,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (state_.draining.load()) {
       co_return co_await reject(503, "kvroute is shutting down", /*retry_after=*/true);
     }
-    if (!co_await state_.admission->Acquire(cfg_.limits.queue_timeout)) {
+    if (!state_.admission->TryAcquire() &&
+        !co_await state_.admission->Acquire(cfg_.limits.queue_timeout)) {
       state_.metrics->admission_rejections->Inc({});
       co_return co_await reject(
           429,
@@ -1084,7 +1096,9 @@ class Session : public std::enable_shared_from_this<Session> {
       beast::error_code ec;
       bool reused = false;
       if (attempt == 0) {
-        std::tie(ec, conn, reused) = co_await pool.Acquire(backend);
+        conn = pool.TakeIdle(backend);  // no coroutine when a connection is idle
+        reused = conn != nullptr;
+        if (!conn) std::tie(ec, conn, reused) = co_await pool.Acquire(backend);
       } else {
         std::tie(ec, conn) = co_await pool.Connect(backend);
       }
@@ -1102,8 +1116,12 @@ class Session : public std::enable_shared_from_this<Session> {
         break;
       }
       leg->upstream = conn.get();
-      beast::error_code wec =
-          co_await EagerWrite(*conn, up_bytes, ToChrono(pool.options().first_byte_timeout));
+      const WriteAttempt up_write = WriteNow(*conn, up_bytes);
+      beast::error_code wec = up_write.ec;
+      if (!up_write.done) {
+        wec = co_await WriteRest(*conn, up_bytes, up_write.written,
+                                 ToChrono(pool.options().first_byte_timeout));
+      }
       if (!wec) {
         parser.emplace(own_fields);
         parser->body_limit(boost::none);
@@ -1222,9 +1240,13 @@ class Session : public std::enable_shared_from_this<Session> {
       parser->set_body_buffer(chunk, kRelayChunkBytes);
       Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(pool.options().idle_timeout),
                             &conn->socket());
-      auto [rec, rn] = co_await EagerRead(conn->socket(), up_buf, [&](beast::error_code& e) {
+      auto read_some = [&](beast::error_code& e) {
         return http::read_some(conn->socket(), up_buf, *parser, e);
-      });
+      };
+      auto [rec, rn] = ReadNow(conn->socket(), read_some);
+      if (rec == net::error::would_block) {
+        std::tie(rec, rn) = co_await EagerRead(conn->socket(), up_buf, read_some, false);
+      }
       if (wait.expired()) rec = beast::error::timeout;
       const size_t n = kRelayChunkBytes - parser->body_left();
       if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
@@ -1250,14 +1272,22 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       beast::error_code wec;
       if (chunked) {
-        wec = co_await EagerWrite(stream_, http::make_chunk(net::buffer(chunk, n)), write_timeout);
+        const auto piece = http::make_chunk(net::buffer(chunk, n));
+        const WriteAttempt w = WriteNow(stream_, piece);
+        wec = w.ec;
+        if (!w.done) wec = co_await WriteRest(stream_, piece, w.written, write_timeout);
       } else if (!held_header.empty()) {
         const std::array<net::const_buffer, 2> both{net::buffer(held_header),
                                                      net::buffer(chunk, n)};
-        wec = co_await EagerWrite(stream_, both, write_timeout);
+        const WriteAttempt w = WriteNow(stream_, both);
+        wec = w.ec;
+        if (!w.done) wec = co_await WriteRest(stream_, both, w.written, write_timeout);
         held_header.clear();
       } else {
-        wec = co_await EagerWrite(stream_, net::buffer(chunk, n), write_timeout);
+        const net::const_buffer piece = net::buffer(chunk, n);
+        const WriteAttempt w = WriteNow(stream_, piece);
+        wec = w.ec;
+        if (!w.done) wec = co_await WriteRest(stream_, piece, w.written, write_timeout);
       }
       if (wec) {
         upstream_ok = false;

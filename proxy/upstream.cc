@@ -53,14 +53,19 @@ net::awaitable<std::tuple<beast::error_code, std::unique_ptr<Connection>>> Upstr
 
 net::awaitable<std::tuple<beast::error_code, std::unique_ptr<Connection>, bool>>
 UpstreamPool::Acquire(int backend) {
-  auto& idle = idle_[backend];
-  if (!idle.empty()) {
-    std::unique_ptr<Connection> conn = std::move(idle.back());
-    idle.pop_back();
-    co_return std::make_tuple(beast::error_code{}, std::move(conn), true);
+  if (std::unique_ptr<Connection> idle = TakeIdle(backend)) {
+    co_return std::make_tuple(beast::error_code{}, std::move(idle), true);
   }
   auto [ec, conn] = co_await Connect(backend);
   co_return std::make_tuple(ec, std::move(conn), false);
+}
+
+std::unique_ptr<Connection> UpstreamPool::TakeIdle(int backend) {
+  auto& idle = idle_[backend];
+  if (idle.empty()) return nullptr;
+  std::unique_ptr<Connection> conn = std::move(idle.back());
+  idle.pop_back();
+  return conn;
 }
 
 void UpstreamPool::Release(int backend, std::unique_ptr<Connection> conn, bool reusable) {

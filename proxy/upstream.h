@@ -34,6 +34,9 @@ class UpstreamPool {
   // new one connected within the connect timeout.
   net::awaitable<std::tuple<beast::error_code, std::unique_ptr<Connection>, bool>> Acquire(
       int backend);
+  // Acquire's fast path without a coroutine: an idle keep-alive connection,
+  // or null when there is none.
+  std::unique_ptr<Connection> TakeIdle(int backend);
   // A fresh connection, never from the idle list.
   net::awaitable<std::tuple<beast::error_code, std::unique_ptr<Connection>>> Connect(int backend);
   // Returns a connection after a complete exchange; dropped when not

@@ -106,5 +106,27 @@ TEST(AdmissionTest, DeadlineLeavesTheQueue) {
   EXPECT_EQ(a.inflight(), 1u);
 }
 
+TEST(AdmissionTest, TryAcquireTakesOnlyAFreeSlotNobodyWaitsFor) {
+  net::io_context ioc;
+  Admission a(2, 4);
+  EXPECT_TRUE(a.TryAcquire());
+  EXPECT_TRUE(a.TryAcquire());
+  EXPECT_FALSE(a.TryAcquire());  // full: the caller goes on to Acquire
+  EXPECT_EQ(a.inflight(), 2u);
+  EXPECT_EQ(a.queued(), 0u);  // a refused TryAcquire does not queue
+
+  std::optional<bool> waiting;
+  StartAcquire(ioc, a, absl::Hours(1), waiting);
+  ioc.poll();
+  EXPECT_FALSE(waiting.has_value());
+  a.Release();  // the slot goes to the waiter ...
+  EXPECT_FALSE(a.TryAcquire());  // ... not to a newcomer
+  ioc.poll();
+  EXPECT_EQ(waiting, true);
+  a.Release();
+  EXPECT_TRUE(a.TryAcquire());  // free again, nobody waiting
+  EXPECT_EQ(a.inflight(), 2u);
+}
+
 }  // namespace
 }  // namespace kvroute::proxy

@@ -23,6 +23,29 @@ TEST(MetricsTest, CounterWithLabelsRendersTextFormat) {
   EXPECT_EQ(c->Value({"/v1/completions", "200"}), 3);
 }
 
+// The per-thread series cache compares label values with a series' joined
+// key piece by piece: values that join to look alike must stay apart.
+TEST(MetricsTest, LabelSetsThatShareBytesAreDistinctSeries) {
+  Registry reg;
+  CounterVec* c = reg.AddCounter("c_total", "C.", {"a", "b"});
+  c->Inc({"x", "yz"});
+  c->Inc({"xy", "z"}, 2);
+  c->Inc({"x", "y"}, 4);
+  c->Inc({"", "xyz"}, 8);
+  c->Inc({"x", "yz"}, 16);
+  EXPECT_EQ(c->Value({"x", "yz"}), 17);
+  EXPECT_EQ(c->Value({"xy", "z"}), 2);
+  EXPECT_EQ(c->Value({"x", "y"}), 4);
+  EXPECT_EQ(c->Value({"", "xyz"}), 8);
+  EXPECT_EQ(c->Value({"xyz", ""}), 0);
+  HistogramVec* h = reg.AddHistogram("h_seconds", "H.", {"route"}, {1.0});
+  h->Observe({"/v1/completions"}, 0.5);
+  h->Observe({"/v1/completion"}, 0.5);
+  h->Observe({"/v1/completions"}, 2.0);
+  EXPECT_EQ(h->Count({"/v1/completions"}), 2u);
+  EXPECT_EQ(h->Count({"/v1/completion"}), 1u);
+}
+
 TEST(MetricsTest, UnlabelledFamiliesRenderZero) {
   Registry reg;
   reg.AddCounter("a_total", "A.");
