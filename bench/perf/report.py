@@ -17,7 +17,8 @@ import re
 import statistics
 import sys
 
-TARGET_ORDER = ["direct", "nginx", "haproxy", "kvroute-rr", "kvroute-v2", "kvroute-v2-pgo"]
+TARGET_ORDER = ["direct", "nginx", "haproxy", "kvroute-rr", "kvroute-v2-base", "kvroute-v2",
+                "kvroute-v2-pgo"]
 SCEN_ORDER = ["small", "32k", "128k", "sse1", "sse256"]
 SCEN_LABEL = {"small": "1k tokens (4 KiB)", "32k": "32k tokens (128 KiB)",
               "128k": "128k tokens (512 KiB)", "sse1": "stream, 1 event",

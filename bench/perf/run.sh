@@ -26,8 +26,11 @@
 #                     report gives medians over the rounds (report.py)
 #   CONNS       ["1 16"]          wrk connections (one thread)
 #   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]; also
-#               kvroute-v2-pgo: v2 from the PGO build (bench/perf/pgo.sh)
+#               kvroute-v2-pgo: v2 from the PGO build (bench/perf/pgo.sh);
+#               kvroute-v2-base: v2 from another build, KVROUTE_BASE (an A/B of
+#               two builds measured in turn within one run)
 #   KVROUTE_PGO [build-pgo/proxy/kvroute]
+#   KVROUTE_BASE [""]  the kvroute-v2-base target's binary
 #   SCENARIOS   ["small 32k 128k sse1 sse256"]
 #   PORT_BASE   [18400]  ports PORT_BASE+1,+2 upstream, +10.. proxies
 #   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off
@@ -52,6 +55,7 @@ BUILD_DIR="${BUILD_DIR:-build-rel}"
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$repo/$BUILD_DIR" ;; esac
 KVROUTE="${KVROUTE:-$BUILD_DIR/proxy/kvroute}"
 KVROUTE_PGO="${KVROUTE_PGO:-$repo/build-pgo/proxy/kvroute}"
+KVROUTE_BASE="${KVROUTE_BASE:-}"
 OUT="${OUT:-/tmp/kvroute-perf-$(date +%Y%m%d-%H%M%S)}"
 DURATION="${DURATION:-5}"
 WARMUP="${WARMUP:-1}"
@@ -80,6 +84,10 @@ if [[ " $TARGETS " == *" kvroute"* && ! -x "$KVROUTE" ]]; then
 fi
 if [[ " $TARGETS " == *" kvroute-v2-pgo "* && ! -x "$KVROUTE_PGO" ]]; then
   echo "run.sh: $KVROUTE_PGO not built; build it with: bash bench/perf/pgo.sh" >&2
+  exit 1
+fi
+if [[ " $TARGETS " == *" kvroute-v2-base "* && ! -x "$KVROUTE_BASE" ]]; then
+  echo "run.sh: target kvroute-v2-base needs KVROUTE_BASE, a kvroute binary (now '$KVROUTE_BASE')" >&2
   exit 1
 fi
 
@@ -197,6 +205,7 @@ RESULTS="$OUT/results.jsonl"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "wrk: $(wrk -v 2>&1 | head -1)"
   echo "kvroute: $KVROUTE ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown))"
   [[ " $TARGETS " == *" kvroute-v2-pgo "* ]] && echo "kvroute PGO build: $KVROUTE_PGO"
+  [[ " $TARGETS " == *" kvroute-v2-base "* ]] && echo "kvroute-v2-base build: $KVROUTE_BASE"
   echo "ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP CONNS=\"$CONNS\" PIN=$PIN PROXY_CPU=$PROXY_CPU CLIENT_CPU=$CLIENT_CPU KVROUTE_THREADS=$KVROUTE_THREADS PROXY_ENV=\"$PROXY_ENV\" PROXY_CPU_QUOTA=\"$PROXY_CPU_QUOTA\""
 } > "$OUT/environment.txt"
 
@@ -205,6 +214,7 @@ port_of() {
     direct) echo "$UP0" ;; nginx) echo $((PORT_BASE + 10)) ;; haproxy) echo $((PORT_BASE + 11)) ;;
     kvroute-rr) echo $((PORT_BASE + 12)) ;; kvroute-v2) echo $((PORT_BASE + 13)) ;;
     kvroute-v2-pgo) echo $((PORT_BASE + 14)) ;;
+    kvroute-v2-base) echo $((PORT_BASE + 15)) ;;
     *) echo "run.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }
@@ -222,9 +232,10 @@ start_target() {  # sets TPID ("" for direct)
       render "$here/templates/haproxy.cfg" "$RUN/haproxy.cfg" "$port"
       "${PIN_PROXY[@]}" haproxy -db -f "$RUN/haproxy.cfg" > "$RUN/haproxy.log" 2>&1 &
       TPID=$! ;;
-    kvroute-rr|kvroute-v2|kvroute-v2-pgo)
+    kvroute-rr|kvroute-v2|kvroute-v2-pgo|kvroute-v2-base)
       local mode=round_robin bin="$KVROUTE"; [[ "$t" == kvroute-v2* ]] && mode=v2
       [[ "$t" == kvroute-v2-pgo ]] && bin="$KVROUTE_PGO"
+      [[ "$t" == kvroute-v2-base ]] && bin="$KVROUTE_BASE"
       render "$here/templates/kvroute.yaml" "$RUN/$t.yaml" "$port" "$mode"
       "${PIN_PROXY[@]}" "$bin" --config "$RUN/$t.yaml" > "$RUN/$t.log" 2>&1 &
       TPID=$! ;;
