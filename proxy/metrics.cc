@@ -112,9 +112,7 @@ struct CacheSet {
   std::array<CacheEntry, kCacheWays> ways;
   size_t next = 0;  // the way replaced next (round robin)
 };
-}  // namespace
 
-namespace {
 // Whether `key` is the joined key of `values` (AppendKey's), without
 // joining them: a cache hit then costs no copy of the label values.
 bool KeyMatches(const std::string& key, Labels values) {
