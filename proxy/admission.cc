@@ -7,23 +7,22 @@ namespace kvroute::proxy {
 Admission::Admission(size_t max_inflight, size_t max_queued)
     : max_inflight_(std::max<size_t>(1, max_inflight)), max_queued_(max_queued) {}
 
+bool Admission::TakeFreeSlot() {
+  if (inflight_ >= max_inflight_ || !waiters_.empty()) return false;
+  ++inflight_;
+  return true;
+}
+
 bool Admission::TryAcquire() {
   absl::MutexLock lock(&mu_);
-  if (inflight_ < max_inflight_ && waiters_.empty()) {
-    ++inflight_;
-    return true;
-  }
-  return false;
+  return TakeFreeSlot();
 }
 
 net::awaitable<bool> Admission::Acquire(absl::Duration max_wait) {
   std::shared_ptr<Waiter> w;
   {
     absl::MutexLock lock(&mu_);
-    if (inflight_ < max_inflight_ && waiters_.empty()) {
-      ++inflight_;
-      co_return true;
-    }
+    if (TakeFreeSlot()) co_return true;
     if (waiters_.size() >= max_queued_ || max_wait <= absl::ZeroDuration()) co_return false;
     w = std::make_shared<Waiter>(co_await net::this_coro::executor);
     w->timer.expires_after(ToChrono(max_wait));

@@ -47,6 +47,9 @@ class Admission {
     bool granted = false;  // guarded by Admission::mu_
   };
 
+  // Takes a slot when one is free and nobody waits for one.
+  bool TakeFreeSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t max_inflight_;
   const size_t max_queued_;
   mutable absl::Mutex mu_;

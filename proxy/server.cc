@@ -1098,7 +1098,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (attempt == 0) {
         conn = pool.TakeIdle(backend);  // no coroutine when a connection is idle
         reused = conn != nullptr;
-        if (!conn) std::tie(ec, conn, reused) = co_await pool.Acquire(backend);
+        if (!conn) std::tie(ec, conn) = co_await pool.Connect(backend);
       } else {
         std::tie(ec, conn) = co_await pool.Connect(backend);
       }
@@ -1276,18 +1276,14 @@ class Session : public std::enable_shared_from_this<Session> {
         const WriteAttempt w = WriteNow(stream_, piece);
         wec = w.ec;
         if (!w.done) wec = co_await WriteRest(stream_, piece, w.written, write_timeout);
-      } else if (!held_header.empty()) {
+      } else {
+        // The held header, if any (else an empty buffer), goes with the body.
         const std::array<net::const_buffer, 2> both{net::buffer(held_header),
                                                      net::buffer(chunk, n)};
         const WriteAttempt w = WriteNow(stream_, both);
         wec = w.ec;
         if (!w.done) wec = co_await WriteRest(stream_, both, w.written, write_timeout);
         held_header.clear();
-      } else {
-        const net::const_buffer piece = net::buffer(chunk, n);
-        const WriteAttempt w = WriteNow(stream_, piece);
-        wec = w.ec;
-        if (!w.done) wec = co_await WriteRest(stream_, piece, w.written, write_timeout);
       }
       if (wec) {
         upstream_ok = false;
