@@ -33,7 +33,11 @@
 #   KVROUTE_BASE [""]  the kvroute-v2-base target's binary
 #   SCENARIOS   ["small 32k 128k sse1 sse256"]
 #   PORT_BASE   [18400]  ports PORT_BASE+1,+2 upstream, +10.. proxies
-#   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off
+#   PROXY_CPU   [1]   CLIENT_CPU [0]   PIN [1]: taskset pinning on/off.
+#               PROXY_CPU=0 CLIENT_CPU=0 is the one-core layout: proxy, wrk
+#               and upstream share a core, so no request crosses vCPUs and a
+#               c=1 latency is the proxies' own work without the VM's
+#               cross-vCPU wake-ups (README "Latency on one core")
 #   KVROUTE_THREADS [1]
 #   PROXY_ENV   [""]  environment assignments for every proxy under test
 #               alike (nginx, HAProxy, kvroute; not the upstream or wrk),
