@@ -1,6 +1,7 @@
 #include "proxy/features.h"
 
 #include <boost/json.hpp>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -175,7 +176,22 @@ struct RawString {
   bool escaped = false;  // contains a backslash escape
 };
 
-// Appends the decoded value of a string the scanner validated.
+// Appends the UTF-8 encoding of scalar value `u` (< 0x10000, no surrogate).
+void AppendUtf8(unsigned u, std::string* out) {
+  if (u < 0x80) {
+    out->push_back(static_cast<char>(u));
+  } else if (u < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (u >> 6)));
+    out->push_back(static_cast<char>(0x80 | (u & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xE0 | (u >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (u & 0x3F)));
+  }
+}
+
+// Appends the decoded value of a string the scanner validated (for strings
+// the scanner did not decode as it went: see BodyScanner::StringInto).
 void AppendDecoded(const RawString& s, std::string* out) {
   if (!s.escaped) {
     out->append(s.begin, static_cast<size_t>(s.end - s.begin));
@@ -205,16 +221,7 @@ void AppendDecoded(const RawString& s, std::string* out) {
         }
         p += 4;
         // The scanner let no surrogate through: u is one scalar value.
-        if (u < 0x80) {
-          out->push_back(static_cast<char>(u));
-        } else if (u < 0x800) {
-          out->push_back(static_cast<char>(0xC0 | (u >> 6)));
-          out->push_back(static_cast<char>(0x80 | (u & 0x3F)));
-        } else {
-          out->push_back(static_cast<char>(0xE0 | (u >> 12)));
-          out->push_back(static_cast<char>(0x80 | ((u >> 6) & 0x3F)));
-          out->push_back(static_cast<char>(0x80 | (u & 0x3F)));
-        }
+        AppendUtf8(u, out);
         break;
       }
       default: out->push_back(e); break;  // '"', '\\', '/'
@@ -244,27 +251,46 @@ class BodyScanner {
   }
 
   // A string; p_ at its opening quote.
-  bool String(RawString* out) {
+  bool String(RawString* out) { return StringInto(out, nullptr); }
+
+  // A string, as String(), whose decoded value is also appended to
+  // `decoded` (when not null) in the same pass: each run of plain bytes is
+  // appended when the scan stops at its end, each escape as it is checked.
+  // On failure `decoded` holds part of the value; the caller gives up.
+  bool StringInto(RawString* out, std::string* decoded) {
     if (!Eat('"')) return false;
     out->begin = p_;
     out->escaped = false;
+    const char* run = p_;  // start of the plain bytes not yet appended
     for (;;) {
       SkipPlain();
       if (p_ >= end_) return false;
       const unsigned char c = static_cast<unsigned char>(*p_);
       if (c == '"') {
+        if (decoded != nullptr) decoded->append(run, static_cast<size_t>(p_ - run));
         out->end = p_++;
         return true;
       }
       if (c == '\\') {
         out->escaped = true;
-        if (!Escape()) return false;
+        if (decoded != nullptr) decoded->append(run, static_cast<size_t>(p_ - run));
+        if (!EscapeInto(decoded)) return false;
+        run = p_;
       } else if (c >= 0x80) {
-        if (!Utf8()) return false;
+        if (!Utf8()) return false;  // valid UTF-8 stays in the run, verbatim
       } else {
         return false;  // a control character
       }
     }
+  }
+
+  // Makes room in `s` for a string value starting here: a value is at most
+  // the rest of the body, so a prompt decoded into `s` needs one allocation
+  // and no regrowth (and a chat's later contents fit in what the first
+  // reserved: the rendered messages are never longer than their JSON).
+  void ReserveRest(std::string* s) const {
+    const size_t bound = s->size() + static_cast<size_t>(end_ - p_);
+    if (s->capacity() < bound) s->reserve(bound);
   }
 
   // Any value, validated and skipped.
@@ -380,9 +406,22 @@ class BodyScanner {
                           _mm_cmplt_epi8(v, space));
     };
     while (end_ - p_ >= 64) {  // four blocks per test while nothing is special
-      const __m128i any = _mm_or_si128(_mm_or_si128(special(p_), special(p_ + 16)),
-                                       _mm_or_si128(special(p_ + 32), special(p_ + 48)));
-      if (_mm_movemask_epi8(any) != 0) break;
+      const __m128i s0 = special(p_), s1 = special(p_ + 16);
+      const __m128i s2 = special(p_ + 32), s3 = special(p_ + 48);
+      const __m128i any = _mm_or_si128(_mm_or_si128(s0, s1), _mm_or_si128(s2, s3));
+      if (_mm_movemask_epi8(any) != 0) {
+        // The first special byte's offset from the four masks, without
+        // scanning the block again.
+        const uint64_t mask = static_cast<uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(s0))) |
+                              static_cast<uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(s1)))
+                                  << 16 |
+                              static_cast<uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(s2)))
+                                  << 32 |
+                              static_cast<uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(s3)))
+                                  << 48;
+        p_ += __builtin_ctzll(mask);
+        return;
+      }
       p_ += 64;
     }
     while (end_ - p_ >= 16) {
@@ -401,14 +440,20 @@ class BodyScanner {
     }
   }
 
-  // p_ at a backslash.
-  bool Escape() {
+  // p_ at a backslash: checks the escape and, when `decoded` is not null,
+  // appends its value.
+  bool EscapeInto(std::string* decoded) {
     if (end_ - p_ < 2) return false;
     const char e = p_[1];
     p_ += 2;
+    char value;
     switch (e) {
-      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-        return true;
+      case '"': case '\\': case '/': value = e; break;
+      case 'b': value = '\b'; break;
+      case 'f': value = '\f'; break;
+      case 'n': value = '\n'; break;
+      case 'r': value = '\r'; break;
+      case 't': value = '\t'; break;
       case 'u': {
         if (end_ - p_ < 4) return false;
         unsigned u = 0;
@@ -425,11 +470,15 @@ class BodyScanner {
           u = u * 16 + static_cast<unsigned>(d);
         }
         p_ += 4;
-        return u < 0xD800 || u > 0xDFFF;  // surrogates: the DOM path decides
+        if (u >= 0xD800 && u <= 0xDFFF) return false;  // surrogates: the DOM path decides
+        if (decoded != nullptr) AppendUtf8(u, decoded);
+        return true;
       }
       default:
         return false;
     }
+    if (decoded != nullptr) decoded->push_back(value);
+    return true;
   }
 
   // One UTF-8 sequence (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
@@ -477,6 +526,15 @@ struct ChatMessage {
   bool has_content = false;  // false: absent or null
 };
 
+// Appends one chat message as the DOM path renders it: "<|role|>content\n".
+void AppendMessage(const ChatMessage& m, std::string* out) {
+  out->append("<|");
+  AppendDecoded(m.role, out);
+  out->append("|>");
+  if (m.has_content) AppendDecoded(m.content, out);
+  out->push_back('\n');
+}
+
 // The fast path; nullopt means "ask the DOM path".
 std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                                                            std::string_view body,
@@ -484,6 +542,9 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                                                            const FeatureLimits& limits) {
   if (limits.max_json_depth < 8) return std::nullopt;
   BodyScanner sc(body, limits.max_json_depth);
+  // The strings the features need are decoded into `f` as they are scanned
+  // (one pass over the prompt); giving up discards `f`.
+  router::RequestFeatures f;
   RawString model, session, prompt;
   bool has_model = false, has_session = false, has_prompt = false, has_messages = false;
   bool seen_stream = false, seen_max = false, seen_max_completion = false;
@@ -491,6 +552,10 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
   int64_t max_tokens = -1, max_completion_tokens = -1;
   std::vector<ChatMessage> messages;
   const bool chat = endpoint == Endpoint::kChat;
+  // Chat: while every message so far had its role before its content, the
+  // prompt is rendered into f.prompt_bytes during the scan; a content before
+  // its role ends that, and the prompt is rendered from `messages` after.
+  bool rendered_in_scan = true;
 
   sc.SkipWs();
   if (!sc.Eat('{')) return std::nullopt;
@@ -503,7 +568,7 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
       if (!sc.Eat(':')) return std::nullopt;
       sc.SkipWs();
       if (KeyIs(key, "model")) {
-        if (has_model || !sc.Peek('"') || !sc.String(&model)) return std::nullopt;
+        if (has_model || !sc.Peek('"') || !sc.StringInto(&model, &f.model)) return std::nullopt;
         has_model = true;
       } else if (KeyIs(key, "stream")) {
         if (seen_stream) return std::nullopt;
@@ -525,13 +590,17 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
       } else if (KeyIs(key, "session_id")) {
         if (has_session) return std::nullopt;
         has_session = true;
+        // The header, when given, wins: the body's value is only checked.
+        std::string* into = session_header.empty() ? &f.session_id : nullptr;
         if (sc.Literal("null")) {
           session = RawString{};
-        } else if (!sc.Peek('"') || !sc.String(&session)) {
+        } else if (!sc.Peek('"') || !sc.StringInto(&session, into)) {
           return std::nullopt;
         }
       } else if (!chat && KeyIs(key, "prompt")) {
-        if (has_prompt || !sc.Peek('"') || !sc.String(&prompt)) return std::nullopt;
+        if (has_prompt || !sc.Peek('"')) return std::nullopt;
+        sc.ReserveRest(&f.prompt_bytes);
+        if (!sc.StringInto(&prompt, &f.prompt_bytes)) return std::nullopt;
         has_prompt = true;
       } else if (chat && KeyIs(key, "messages")) {
         if (has_messages || !sc.Eat('[')) return std::nullopt;
@@ -558,7 +627,17 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                 if (seen_content) return std::nullopt;
                 seen_content = true;
                 if (sc.Peek('"')) {
-                  if (!sc.String(&m.content)) return std::nullopt;
+                  std::string* into = nullptr;
+                  if (rendered_in_scan && has_role) {
+                    sc.ReserveRest(&f.prompt_bytes);
+                    f.prompt_bytes.append("<|");
+                    AppendDecoded(m.role, &f.prompt_bytes);
+                    f.prompt_bytes.append("|>");
+                    into = &f.prompt_bytes;
+                  } else {
+                    rendered_in_scan = false;
+                  }
+                  if (!sc.StringInto(&m.content, into)) return std::nullopt;
                   m.has_content = true;
                 } else if (!sc.Literal("null")) {
                   return std::nullopt;
@@ -575,6 +654,13 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
             }
           }
           if (!has_role) return std::nullopt;
+          if (rendered_in_scan) {
+            if (m.has_content) {
+              f.prompt_bytes.push_back('\n');  // its head and content are out already
+            } else {
+              AppendMessage(m, &f.prompt_bytes);
+            }
+          }
           messages.push_back(m);
           sc.SkipWs();
           if (sc.Eat(']')) break;
@@ -594,35 +680,21 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
   if (!sc.AtEnd()) return std::nullopt;
   if (chat ? !has_messages : !has_prompt) return std::nullopt;
 
-  router::RequestFeatures f;
-  if (has_model) AppendDecoded(model, &f.model);
   f.stream = stream;
   if (max_completion_tokens >= 0) {
     f.max_tokens = max_completion_tokens;
   } else if (max_tokens >= 0) {
     f.max_tokens = max_tokens;
   }
-  if (!session_header.empty()) {
-    f.session_id = std::string(session_header);
-  } else if (has_session && session.begin != nullptr) {
-    AppendDecoded(session, &f.session_id);
-  }
-  if (chat) {
+  if (!session_header.empty()) f.session_id = std::string(session_header);
+  if (chat && !rendered_in_scan) {
     size_t size = 0;
     for (const ChatMessage& m : messages) {
       size += DecodedSizeBound(m.role) + (m.has_content ? DecodedSizeBound(m.content) : 0) + 5;
     }
+    f.prompt_bytes.clear();
     f.prompt_bytes.reserve(size);
-    for (const ChatMessage& m : messages) {
-      f.prompt_bytes.append("<|");
-      AppendDecoded(m.role, &f.prompt_bytes);
-      f.prompt_bytes.append("|>");
-      if (m.has_content) AppendDecoded(m.content, &f.prompt_bytes);
-      f.prompt_bytes.push_back('\n');
-    }
-  } else {
-    f.prompt_bytes.reserve(DecodedSizeBound(prompt));
-    AppendDecoded(prompt, &f.prompt_bytes);
+    for (const ChatMessage& m : messages) AppendMessage(m, &f.prompt_bytes);
   }
   return f;
 }

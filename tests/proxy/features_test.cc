@@ -222,6 +222,52 @@ TEST(FeaturesFastPathTest, AgreesWithDomOnNesting) {
   }
 }
 
+// Strings longer than the scanner's 16- and 64-byte blocks, with an escape,
+// a multi-byte character, an early quote or a control byte at every offset:
+// the fast path decodes as it scans, and must stop, decode and give up
+// exactly where the DOM path does.
+TEST(FeaturesFastPathTest, AgreesWithDomOnLongStrings) {
+  const std::string specials[] = {"\\n", "\\u00e9", "\\\"", "\\\\", "\xc3\xa9",
+                                  "\xe4\xb8\xad", "\"", "\x01", "\xc3", "\\x"};
+  for (size_t len : {15u, 16u, 17u, 63u, 64u, 65u, 130u}) {
+    for (size_t pos = 0; pos <= len; ++pos) {
+      for (const std::string& sp : specials) {
+        const std::string text = std::string(pos, 'a') + sp + std::string(len - pos, 'b');
+        ExpectSameAsDom(Endpoint::kCompletions, "{\"model\":\"m\",\"prompt\":\"" + text + "\"}");
+        ExpectSameAsDom(Endpoint::kChat, "{\"messages\":[{\"role\":\"user\",\"content\":\"" +
+                                             text + "\"}]}");
+      }
+    }
+  }
+}
+
+// Chat messages rendered during the scan (role before content) and after it
+// (a content before its role anywhere in the list) give the same prompt.
+TEST(FeaturesFastPathTest, AgreesWithDomOnMessageKeyOrders) {
+  const std::string long_text(100, 'x');
+  const std::string msgs[] = {
+      R"({"role":"system","content":"sys\n)" + long_text + R"("})",
+      R"({"content":"first\t)" + long_text + R"(","role":"user"})",
+      R"({"role":"assistant","content":null})",
+      R"({"role":"assistant"})",
+      R"({"name":"n","role":"user","content":"c"})",
+      R"({"content":null,"role":"tool"})",
+  };
+  const size_t n = std::size(msgs);
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      for (size_t c = 0; c < n; ++c) {
+        ExpectSameAsDom(Endpoint::kChat,
+                        "{\"messages\":[" + msgs[a] + "," + msgs[b] + "," + msgs[c] + "]}");
+      }
+    }
+  }
+  // The header wins over the body's session id, which is still checked.
+  ExpectSameAsDom(Endpoint::kCompletions, R"({"prompt":"x","session_id":"s\u00e9"})", "hdr");
+  ExpectSameAsDom(Endpoint::kCompletions, R"({"prompt":"x","session_id":"s\x"})", "hdr");
+  ExpectSameAsDom(Endpoint::kCompletions, R"({"session_id":"s\n1","prompt":"x"})");
+}
+
 // Every truncation and many single-byte corruptions of realistic bodies.
 TEST(FeaturesFastPathTest, AgreesWithDomOnMutations) {
   const std::pair<Endpoint, std::string> seeds[] = {
