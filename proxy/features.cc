@@ -284,12 +284,13 @@ class BodyScanner {
     }
   }
 
-  // Makes room in `s` for a string value starting here: a value is at most
-  // the rest of the body, so a prompt decoded into `s` needs one allocation
-  // and no regrowth (and a chat's later contents fit in what the first
-  // reserved: the rendered messages are never longer than their JSON).
-  void ReserveRest(std::string* s) const {
-    const size_t bound = s->size() + static_cast<size_t>(end_ - p_);
+  // Makes room in `s` for `extra` bytes and then a string value starting
+  // here: a value is at most the rest of the body, so a prompt decoded into
+  // `s` needs one allocation and no regrowth (and a chat's later messages fit
+  // in what the first content reserved: a message rendered as
+  // "<|role|>content\n" is shorter than its JSON object).
+  void ReserveRest(std::string* s, size_t extra = 0) const {
+    const size_t bound = s->size() + extra + static_cast<size_t>(end_ - p_);
     if (s->capacity() < bound) s->reserve(bound);
   }
 
@@ -629,7 +630,8 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                 if (sc.Peek('"')) {
                   std::string* into = nullptr;
                   if (rendered_in_scan && has_role) {
-                    sc.ReserveRest(&f.prompt_bytes);
+                    // "<|role|>" before the content, "\n" after it.
+                    sc.ReserveRest(&f.prompt_bytes, DecodedSizeBound(m.role) + 5);
                     f.prompt_bytes.append("<|");
                     AppendDecoded(m.role, &f.prompt_bytes);
                     f.prompt_bytes.append("|>");
