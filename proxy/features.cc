@@ -527,11 +527,14 @@ struct ChatMessage {
   bool has_content = false;  // false: absent or null
 };
 
-// Appends one chat message as the DOM path renders it: "<|role|>content\n".
-void AppendMessage(const ChatMessage& m, std::string* out) {
+// A chat message as the DOM path renders it: "<|role|>content\n".
+void AppendMessageHead(const RawString& role, std::string* out) {
   out->append("<|");
-  AppendDecoded(m.role, out);
+  AppendDecoded(role, out);
   out->append("|>");
+}
+void AppendMessage(const ChatMessage& m, std::string* out) {
+  AppendMessageHead(m.role, out);
   if (m.has_content) AppendDecoded(m.content, out);
   out->push_back('\n');
 }
@@ -593,9 +596,7 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
         has_session = true;
         // The header, when given, wins: the body's value is only checked.
         std::string* into = session_header.empty() ? &f.session_id : nullptr;
-        if (sc.Literal("null")) {
-          session = RawString{};
-        } else if (!sc.Peek('"') || !sc.StringInto(&session, into)) {
+        if (!sc.Literal("null") && (!sc.Peek('"') || !sc.StringInto(&session, into))) {
           return std::nullopt;
         }
       } else if (!chat && KeyIs(key, "prompt")) {
@@ -632,9 +633,7 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                   if (rendered_in_scan && has_role) {
                     // "<|role|>" before the content, "\n" after it.
                     sc.ReserveRest(&f.prompt_bytes, DecodedSizeBound(m.role) + 5);
-                    f.prompt_bytes.append("<|");
-                    AppendDecoded(m.role, &f.prompt_bytes);
-                    f.prompt_bytes.append("|>");
+                    AppendMessageHead(m.role, &f.prompt_bytes);
                     into = &f.prompt_bytes;
                   } else {
                     rendered_in_scan = false;
