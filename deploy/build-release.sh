@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/build-release.sh: the kvroute daemon's release build, profile-guided (PGO).
 #
-#   bash deploy/build-release.sh                  # -> build-release/proxy/kvroute
+#   bash deploy/build-release.sh                  # -> build-pgo/proxy/kvroute
 #   BUILD_DIR=/tmp/kv bash deploy/build-release.sh
 #   PGO=0 bash deploy/build-release.sh            # a plain Release build, no training
 #
@@ -25,12 +25,12 @@
 # (bench/perf/README.md, "The seventh round").
 #
 # Needs what deploy/install-deps.sh installs (cmake, ninja, g++, python3).
-# Environment: BUILD_DIR [build-release], TRAIN_REQUESTS [3000], CHECK_REQUESTS [300]
+# Environment: BUILD_DIR [build-pgo], TRAIN_REQUESTS [3000], CHECK_REQUESTS [300]
 # (sent through the final build, which must answer them as the instrumented one did), PGO [1].
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-build-release}"
+BUILD_DIR="${BUILD_DIR:-build-pgo}"
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$repo/$BUILD_DIR" ;; esac
 TRAIN_REQUESTS="${TRAIN_REQUESTS:-3000}"
 CHECK_REQUESTS="${CHECK_REQUESTS:-300}"

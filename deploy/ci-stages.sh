@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The sanitizer and fuzz stages of .ci/run (issue 7), each in its own clang build directory.
+# The sanitizer, fuzz and release stages of .ci/run, each in its own build directory.
 #
-#   deploy/ci-stages.sh [asan] [tsan] [fuzz]     (no argument: all three, in that order)
+#   deploy/ci-stages.sh [asan] [tsan] [fuzz] [release]   (no argument: all four, in that order)
 #
 #   asan  build-asan: every target with -fsanitize=address,undefined (+ libFuzzer coverage
 #         instrumentation, so the fuzz stage reuses the build); the whole ctest suite.
@@ -11,6 +11,10 @@
 #         (default 60) from its checked-in seed corpus; a crash, leak, sanitizer report,
 #         timeout or broken invariant fails the stage and leaves the input under
 #         build-asan/fuzz/.
+#   release  build-pgo: deploy/build-release.sh, the profile-guided daemon operators
+#         deploy (and bench/perf measures as kvroute-v2-pgo): the instrumented build, its
+#         training through kvroute to kvroute-sim, the optimized build and its check
+#         requests; any failed step or request beyond 1% fails the stage.
 #
 # Sanitizer builds use -O1 -gline-tables-only: fast enough to build and run on two cores,
 # with file:line in every report. Every report aborts the process (halt_on_error,
@@ -85,12 +89,16 @@ stage_fuzz() {
   done
 }
 
+stage_release() {
+  BUILD_DIR=build-pgo bash deploy/build-release.sh
+}
+
 stages=("$@")
-if [ ${#stages[@]} -eq 0 ]; then stages=(asan tsan fuzz); fi
+if [ ${#stages[@]} -eq 0 ]; then stages=(asan tsan fuzz release); fi
 for s in "${stages[@]}"; do
   case "$s" in
-    asan | tsan | fuzz) ;;
-    *) echo "usage: $0 [asan] [tsan] [fuzz]" >&2; exit 2 ;;
+    asan | tsan | fuzz | release) ;;
+    *) echo "usage: $0 [asan] [tsan] [fuzz] [release]" >&2; exit 2 ;;
   esac
 done
 for s in "${stages[@]}"; do

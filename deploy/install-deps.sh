@@ -5,6 +5,8 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
+  # deploy/build-release.sh's training client, bench/perf's reports, tests/deploy.
+  python3
   libboost1.81-dev libboost-json1.81-dev
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev

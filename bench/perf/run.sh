@@ -26,7 +26,8 @@
 #                     report gives medians over the rounds (report.py)
 #   CONNS       ["1 16"]          wrk connections (one thread)
 #   TARGETS     ["direct nginx haproxy kvroute-rr kvroute-v2"]; also
-#               kvroute-v2-pgo: v2 from the PGO build (bench/perf/pgo.sh);
+#               kvroute-v2-pgo: v2 from the profile-guided release build
+#               (deploy/build-release.sh; trained on its own traffic, not this);
 #               kvroute-v2-base: v2 from another build, KVROUTE_BASE (an A/B of
 #               two builds measured in turn within one run)
 #   KVROUTE_PGO [build-pgo/proxy/kvroute]
@@ -87,7 +88,7 @@ if [[ " $TARGETS " == *" kvroute"* && ! -x "$KVROUTE" ]]; then
   exit 1
 fi
 if [[ " $TARGETS " == *" kvroute-v2-pgo "* && ! -x "$KVROUTE_PGO" ]]; then
-  echo "run.sh: $KVROUTE_PGO not built; build it with: bash bench/perf/pgo.sh" >&2
+  echo "run.sh: $KVROUTE_PGO not built; build it with: bash deploy/build-release.sh" >&2
   exit 1
 fi
 if [[ " $TARGETS " == *" kvroute-v2-base "* && ! -x "$KVROUTE_BASE" ]]; then
