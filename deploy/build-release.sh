@@ -20,9 +20,10 @@
 # runs bench/perf's bodies or upstream (README, "Proxy overhead").
 #
 # PGO lays hot code out together and predicts its branches; on the request
-# path, whose time goes mostly to instruction fetch across Asio, Beast and
-# kvroute's own code, it cut user time per small request by about a quarter
-# (bench/perf/README.md, "The seventh round").
+# path, whose time goes as much to fetching instructions (Asio, Beast and
+# kvroute's own code) as to running them, it cut user time per small request
+# by about an eighth and CPU per request by 7% (medians of seven runs,
+# bench/perf/README.md, "The seventh round").
 #
 # Needs what deploy/install-deps.sh installs (cmake, ninja, g++, python3).
 # Environment: BUILD_DIR [build-pgo], TRAIN_REQUESTS [3000], CHECK_REQUESTS [300]
