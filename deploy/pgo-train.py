@@ -95,11 +95,10 @@ def read_response(conn):
     return resp.status, data
 
 
-def worker(args, model, seed, counts, lock):
+def worker(args, model, systems, seed, counts, lock):
     rng = random.Random(seed)
     url = urllib.parse.urlsplit(args.url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    systems = [text(random.Random(args.seed * 31 + k), 400 + 1500 * k) for k in range(4)]
     sessions = []
     while True:
         with lock:
@@ -116,9 +115,7 @@ def worker(args, model, seed, counts, lock):
             conn.request("POST", path, body=body, headers=headers)
             status, _ = read_response(conn)
         except (OSError, http.client.HTTPException):
-            conn.close()
-            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-            status = 0
+            status = 0  # reconnects below
         with lock:
             if ok_expected:
                 counts["expected_ok"] += 1
@@ -126,7 +123,7 @@ def worker(args, model, seed, counts, lock):
             else:
                 counts["refused"] += 1 if 400 <= status < 500 else 0
         if status != 200:
-            conn.close()  # the proxy may close after an error; start afresh
+            conn.close()  # an error or a dropped connection: start afresh
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
         if ok_expected and status == 200 and rng.random() < 0.7:
             s.next_turn()
@@ -154,7 +151,10 @@ def main():
         model = json.loads(data)["data"][0]["id"]
     counts = {"sent": 0, "expected_ok": 0, "ok": 0, "refused": 0}
     lock = threading.Lock()
-    threads = [threading.Thread(target=worker, args=(args, model, args.seed * 1000 + i, counts, lock))
+    # The shared system prompts (400-4,900 words), the same for every client.
+    systems = [text(random.Random(args.seed * 31 + k), 400 + 1500 * k) for k in range(4)]
+    threads = [threading.Thread(target=worker,
+                                args=(args, model, systems, args.seed * 1000 + i, counts, lock))
                for i in range(args.concurrency)]
     for t in threads:
         t.start()
