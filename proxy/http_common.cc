@@ -67,31 +67,6 @@ bool IsHopByHopOrFraming(http::field name) {
   }
 }
 
-void AppendUpstreamHeader(const http::request_header<>& h, std::string_view request_id,
-                          std::string_view host, uint16_t port, uint64_t content_length,
-                          std::string* out) {
-  const std::string_view method = h.method_string();
-  const std::string_view target = h.target();
-  out->append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
-  for (const auto& f : h) {
-    if (IsHopByHopOrFraming(f.name())) continue;
-    const std::string_view name = f.name_string();
-    if (absl::EqualsIgnoreCase(ToAbsl(name), "X-Request-Id")) continue;
-    const std::string_view value = f.value();
-    out->append(name).append(": ").append(value).append("\r\n");
-  }
-  out->append("X-Request-Id: ").append(request_id);
-  out->append("\r\nHost: ").append(host).append(":").append(std::to_string(port));
-  out->append("\r\n");
-  // As prepare_payload: a length for a body, and for the methods that take one.
-  const http::verb m = h.method();
-  if (content_length > 0 || m == http::verb::post || m == http::verb::put ||
-      m == http::verb::options) {
-    out->append("Content-Length: ").append(std::to_string(content_length)).append("\r\n");
-  }
-  out->append("\r\n");
-}
-
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
 }

@@ -8,18 +8,10 @@
 
 namespace kvroute::proxy {
 
-absl::Status CheckRequestFraming(const http::request_header<>& header) {
-  int transfer_encodings = 0;
-  int content_lengths = 0;
-  std::string transfer_encoding;
-  for (const auto& field : header) {
-    if (field.name() == http::field::transfer_encoding) {
-      ++transfer_encodings;
-      transfer_encoding = std::string(field.value());
-    } else if (field.name() == http::field::content_length) {
-      ++content_lengths;
-    }
-  }
+absl::Status CheckRequestFraming(const ClientRequest& request) {
+  const int transfer_encodings = request.framing().transfer_encodings;
+  const int content_lengths = request.framing().content_lengths;
+  const std::string& transfer_encoding = request.framing().transfer_encoding;
   if (transfer_encodings == 0) return absl::OkStatus();  // Beast checked Content-Length
   if (content_lengths > 0) {
     return absl::InvalidArgumentError(
@@ -28,7 +20,7 @@ absl::Status CheckRequestFraming(const http::request_header<>& header) {
   if (transfer_encodings > 1) {
     return absl::InvalidArgumentError("request repeats the Transfer-Encoding header");
   }
-  if (header.version() < 11) {
+  if (request.version() < 11) {
     return absl::InvalidArgumentError("Transfer-Encoding is not allowed in an HTTP/1.0 request");
   }
   // The value is not quoted back: it may hold bytes that are not UTF-8.

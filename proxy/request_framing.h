@@ -1,8 +1,8 @@
 // Request framing checks: the defence against request smuggling that Beast's
 // parser does not make on its own.
 //
-//   http::request_parser<...> parser; ... async_read_header(...) ...
-//   if (absl::Status st = CheckRequestFraming(parser.get()); !st.ok())
+//   ClientRequestParser parser(req); ... http::read_header(...) ...
+//   if (absl::Status st = CheckRequestFraming(req); !st.ok())
 //     -> answer 400 with st.message() and close the connection.
 //
 // Beast 1.81 already rejects Content-Length together with a chunked
@@ -25,12 +25,12 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "proxy/http_common.h"
+#include "proxy/client_request.h"
 
 namespace kvroute::proxy {
 
 // OK when the request's header frames its body unambiguously (see above);
 // InvalidArgument with a message fit for a 400 response otherwise.
-absl::Status CheckRequestFraming(const http::request_header<>& header);
+absl::Status CheckRequestFraming(const ClientRequest& request);
 
 }  // namespace kvroute::proxy

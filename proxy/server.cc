@@ -19,6 +19,7 @@
 #include "proxy/admission.h"
 #include "proxy/health.h"
 #include "proxy/buffer_stash.h"
+#include "proxy/client_request.h"
 #include "proxy/eager_io.h"
 #include "proxy/features.h"
 #include "proxy/relay_parser.h"
@@ -257,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     bool linger = false;  // an error answer went out: drain before closing
     for (;;) {
-      http::request_parser<RequestBody> parser;
+      ClientRequestParser parser(request_);  // empties request_
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
       parser.body_limit(cfg_.limits.max_body_bytes);
       if (buffer_.size() == 0) {
@@ -268,7 +269,7 @@ class Session : public std::enable_shared_from_this<Session> {
         buffer_ = worker_.read_buffers.Take();
         buffer_.reserve(kFirstReadBytes);  // the first read takes up to this much
       }
-      parser.get().body() = worker_.bodies.Take();  // its capacity is kept
+      request_.body() = worker_.bodies.Take();  // its capacity is kept
       // Each read is tried at once, and only a read that would block enters
       // a coroutine (eager_io.h: ReadNow).
       auto read_header = [&](beast::error_code& e) {
@@ -285,13 +286,12 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       // Refused before any body byte is read, and the connection closes:
       // nothing after an ambiguously framed body can be taken for a request.
-      if (absl::Status framing = CheckRequestFraming(parser.get()); !framing.ok()) {
+      if (absl::Status framing = CheckRequestFraming(request_); !framing.ok()) {
         co_await SendError(400, std::string(framing.message()), false);
         linger = true;
         break;
       }
-      if (absl::EqualsIgnoreCase(ToAbsl(parser.get()[http::field::expect]),
-                                 "100-continue")) {
+      if (absl::EqualsIgnoreCase(ToAbsl(request_.expect()), "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         http::response_serializer<http::empty_body> csr{cont};
         if (co_await EagerWriteMessage(stream_, csr, ToChrono(cfg_.limits.write_timeout))) break;
@@ -313,9 +313,9 @@ class Session : public std::enable_shared_from_this<Session> {
         linger = co_await ReadFailed(bec);
         break;
       }
-      ClientRequest req = parser.release();
-      const bool keep_alive = co_await Dispatch(req);
-      worker_.bodies.Give(std::move(req.body()));
+      const bool keep_alive = co_await Dispatch(request_);
+      worker_.bodies.Give(std::move(request_.body()));
+      request_.Trim();
       // Idle: the read buffer goes back to the worker; the connection holds none.
       if (buffer_.size() == 0) worker_.read_buffers.Give(std::move(buffer_));
       if (!keep_alive || state_.draining.load()) break;
@@ -384,7 +384,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool keep_alive = req.keep_alive();
     const http::verb m = req.method();
     if (target == "/admin" || absl::StartsWith(ToAbsl(target), "/admin/")) {
-      switch (CheckAdminAccess(cfg_.admin, IsLoopback(remote_), req[http::field::authorization])) {
+      switch (CheckAdminAccess(cfg_.admin, IsLoopback(remote_), req.authorization())) {
         case AdminAccess::kAllowed:
           break;
         case AdminAccess::kUnauthorized: {
@@ -540,7 +540,7 @@ class Session : public std::enable_shared_from_this<Session> {
     rec.t_arrival = WallSeconds();
     rec.route = std::string(route);
     rec.mode = cfg_.mode;
-    std::string_view rid_header = req["X-Request-Id"];
+    std::string_view rid_header = req.request_id();
     rec.id = rid_header.empty() || rid_header.size() > 256 ? NewRequestId()
                                                            : std::string(rid_header);
     state_.inflight.fetch_add(1);
@@ -590,7 +590,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Like vLLM's server, the body is read as JSON whatever Content-Type
     // says (curl -d sends form encoding); a non-JSON body is a 400 below.
     absl::StatusOr<router::RequestFeatures> features =
-        ExtractFeatures(endpoint, req.body(), req["X-Session-Id"]);
+        ExtractFeatures(endpoint, req.body(), req.session_id());
     if (!features.ok()) co_return co_await reject(400, std::string(features.status().message()));
     features->request_id = rec.id;
     if (cfg_.request_log_prompts) rec.prompt = features->prompt_bytes;
@@ -1041,7 +1041,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // backend's Host, the body's length (no edits to the field map).
     std::string up_header;
     up_header.reserve(256);
-    AppendUpstreamHeader(up.base(), decor.request_id, spec.host, spec.port, up.body().size(),
+    AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, up.body().size(),
                          &up_header);
     const std::array<net::const_buffer, 2> up_bytes{net::buffer(up_header),
                                                      net::buffer(up.body())};
@@ -1334,6 +1334,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const Config& cfg_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  ClientRequest request_;  // the request being served; reused, its strings kept
   tcp::endpoint remote_;
   // Deadlines of the idle wait and of the upstream waits (see watchdog.h).
   std::shared_ptr<Watchdog> watchdog_ = std::make_shared<Watchdog>(stream_.get_executor());

@@ -3,6 +3,7 @@
 // byte for byte what a field map edited the same way (hop-by-hop and framing
 // fields out, kvroute's fields set, Beast's reason phrase) serializes to; and
 // a response body arrives whole through small buffers, plain or chunked.
+#include "proxy/client_request.h"
 #include "proxy/relay_parser.h"
 
 #include <gtest/gtest.h>
@@ -116,13 +117,14 @@ std::string BeastUpstreamHeader(std::string_view wire, std::string_view id,
 
 std::string UpstreamHeader(std::string_view wire, std::string_view id, std::string_view host,
                            uint16_t port, std::string_view body) {
-  http::request_parser<http::empty_body> p;
+  ClientRequest req;
+  ClientRequestParser p(req);
   p.eager(false);
   beast::error_code ec;
   p.put(net::buffer(wire.data(), wire.size()), ec);
   EXPECT_TRUE(p.is_header_done()) << ec.message();
   std::string out;
-  AppendUpstreamHeader(p.get().base(), id, host, port, body.size(), &out);
+  AppendUpstreamHeader(req, id, host, port, body.size(), &out);
   return out;
 }
 

@@ -1,0 +1,223 @@
+// ClientRequestParser against Beast's own request parser and field map: the
+// same request line, keep-alive decision, body, first values of the fields
+// kvroute looks up, and forwarded fields (the map's fields in order, less
+// the hop-by-hop and framing ones and X-Request-Id), whole or fed in pieces.
+#include "proxy/client_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "proxy/absl_compat.h"
+
+namespace kvroute::proxy {
+namespace {
+
+struct Parsed {
+  bool ok = false;
+  std::string method, target, body, forwarded, request_id, session_id, authorization, expect;
+  unsigned version = 0;
+  bool keep_alive = false;
+};
+
+// Beast's parser and field map, read the way the proxy once read them.
+Parsed ByBeast(const std::string& wire) {
+  http::request_parser<http::string_body> p;
+  beast::error_code ec;
+  size_t used = 0;
+  while (!ec && used < wire.size() && !p.is_done()) {
+    used += p.put(net::buffer(wire.data() + used, wire.size() - used), ec);
+  }
+  Parsed r;
+  r.ok = !ec && p.is_done();
+  if (!r.ok) return r;
+  const http::request<http::string_body>& m = p.get();
+  r.method = std::string(m.method_string());
+  r.target = std::string(m.target());
+  r.version = m.version();
+  r.keep_alive = p.keep_alive();
+  r.body = m.body();
+  for (const auto& f : m) {
+    if (IsHopByHopOrFraming(f.name()) || absl::EqualsIgnoreCase(ToAbsl(f.name_string()), "X-Request-Id")) {
+      continue;
+    }
+    r.forwarded += std::string(f.name_string()) + ": " + std::string(f.value()) + "\r\n";
+  }
+  r.request_id = std::string(m["X-Request-Id"]);
+  r.session_id = std::string(m["X-Session-Id"]);
+  r.authorization = std::string(m[http::field::authorization]);
+  r.expect = std::string(m[http::field::expect]);
+  return r;
+}
+
+// ClientRequestParser, fed `piece` bytes at a time (all at once when 0).
+Parsed ByClientRequest(ClientRequest& req, const std::string& wire, size_t piece = 0) {
+  ClientRequestParser p(req);
+  beast::error_code ec;
+  std::string pending;
+  size_t pos = 0;
+  while (!ec && !p.is_done()) {
+    const size_t take = piece == 0 ? wire.size() - pos : std::min(piece, wire.size() - pos);
+    if (take == 0 && pending.empty()) break;
+    pending.append(wire, pos, take);
+    pos += take;
+    const size_t used = p.put(net::buffer(pending), ec);
+    pending.erase(0, used);
+    if (ec == http::error::need_more) {
+      if (take == 0) break;
+      ec = {};
+    }
+  }
+  Parsed r;
+  r.ok = !ec && p.is_done();
+  if (!r.ok) return r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  r.version = req.version();
+  r.keep_alive = req.keep_alive();
+  r.body = req.body();
+  r.forwarded = std::string(req.forwarded_fields());
+  r.request_id = std::string(req.request_id());
+  r.session_id = std::string(req.session_id());
+  r.authorization = std::string(req.authorization());
+  r.expect = std::string(req.expect());
+  return r;
+}
+
+void ExpectSame(const Parsed& want, const Parsed& got) {
+  ASSERT_EQ(got.ok, want.ok);
+  EXPECT_EQ(got.method, want.method);
+  EXPECT_EQ(got.target, want.target);
+  EXPECT_EQ(got.version, want.version);
+  EXPECT_EQ(got.keep_alive, want.keep_alive);
+  EXPECT_EQ(got.body, want.body);
+  EXPECT_EQ(got.forwarded, want.forwarded);
+  EXPECT_EQ(got.request_id, want.request_id);
+  EXPECT_EQ(got.session_id, want.session_id);
+  EXPECT_EQ(got.authorization, want.authorization);
+  EXPECT_EQ(got.expect, want.expect);
+}
+
+const std::vector<std::string>& Requests() {
+  static const std::vector<std::string> requests = {
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost:8000\r\nUser-Agent: curl/7.88.1\r\n"
+      "Accept: */*\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
+      "{\"prompt\":\"x\"}\n",
+      // The OpenAI SDK's fields, lower case; repeated lookups keep the first.
+      "POST /v1/chat/completions HTTP/1.1\r\nhost: kvroute\r\nconnection: keep-alive\r\n"
+      "x-request-id: client-7\r\nX-Request-ID: client-8\r\nX-Session-Id: job-1\r\n"
+      "x-session-id: job-2\r\nX-Stainless-Lang: js\r\nX-Custom: a\r\nx-custom: b\r\n"
+      "authorization: Bearer k\r\nAuthorization: Bearer other\r\n"
+      "content-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+      // Whitespace around values, an empty value first.
+      "POST /v1/completions HTTP/1.1\r\nX-Session-Id:\r\nX-Session-Id: later\r\n"
+      "X-Note:   spaced out   \r\nContent-Length: 0\r\n\r\n",
+      // Chunked with Expect and other hop-by-hop fields.
+      "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n"
+      "TE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nProxy-Connection: close\r\n"
+      "Keep-Alive: timeout=5\r\nProxy-Authorization: Basic x\r\n\r\n"
+      "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n",
+      // HTTP/1.0: keep-alive only when asked for.
+      "POST /v1/completions HTTP/1.0\r\nContent-Length: 2\r\n\r\nab",
+      "POST /v1/completions HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+      "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n",
+      // Other methods, an unknown one, a query.
+      "GET /v1/models HTTP/1.1\r\nAccept: application/json\r\n\r\n",
+      "OPTIONS * HTTP/1.1\r\n\r\n",
+      "PURGE /x HTTP/1.1\r\n\r\n",
+      "BREW /pot?milk=1 HTTP/1.1\r\nX-Request-Id: a\r\n\r\n",
+      "DELETE /x?y=1 HTTP/1.1\r\nX-Request-Id: a\r\nX-REQUEST-ID: b\r\n\r\n",
+  };
+  return requests;
+}
+
+TEST(ClientRequestTest, MatchesBeastsParserAndFieldMap) {
+  for (const std::string& wire : Requests()) {
+    SCOPED_TRACE(wire);
+    ClientRequest req;
+    ExpectSame(ByBeast(wire), ByClientRequest(req, wire));
+  }
+}
+
+TEST(ClientRequestTest, SameInPieces) {
+  for (const std::string& wire : Requests()) {
+    for (size_t piece : {1, 3, 7}) {
+      SCOPED_TRACE(wire + " in pieces of " + std::to_string(piece));
+      ClientRequest req;
+      ExpectSame(ByBeast(wire), ByClientRequest(req, wire, piece));
+    }
+  }
+}
+
+TEST(ClientRequestTest, ReusedRequestKeepsNothingOfThePreviousOne) {
+  ClientRequest req;
+  for (const std::string& wire : Requests()) {
+    SCOPED_TRACE(wire);
+    ExpectSame(ByBeast(wire), ByClientRequest(req, wire));
+  }
+  // In reverse: every lookup and the framing start empty again.
+  for (auto it = Requests().rbegin(); it != Requests().rend(); ++it) {
+    SCOPED_TRACE(*it);
+    ExpectSame(ByBeast(*it), ByClientRequest(req, *it));
+  }
+}
+
+TEST(ClientRequestTest, CountsFramingFields) {
+  ClientRequest req;
+  const Parsed p = ByClientRequest(
+      req, "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  ASSERT_TRUE(p.ok);
+  EXPECT_EQ(req.framing().transfer_encodings, 2);
+  EXPECT_EQ(req.framing().content_lengths, 0);
+  EXPECT_EQ(req.framing().transfer_encoding, "chunked");
+  ASSERT_TRUE(ByClientRequest(req, "POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\nx").ok);
+  EXPECT_EQ(req.framing().transfer_encodings, 0);
+  EXPECT_EQ(req.framing().content_lengths, 1);
+  EXPECT_EQ(req.framing().transfer_encoding, "");
+}
+
+TEST(ClientRequestTest, LimitsAndMalformedInputAreBeastsErrors) {
+  ClientRequest req;
+  {
+    ClientRequestParser p(req);
+    p.body_limit(4);
+    beast::error_code ec;
+    p.put(net::buffer(std::string("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")), ec);
+    EXPECT_EQ(ec, http::error::body_limit);
+  }
+  {
+    ClientRequestParser p(req);
+    p.header_limit(32);
+    beast::error_code ec;
+    p.put(net::buffer(std::string("POST / HTTP/1.1\r\nX-Long: " + std::string(64, 'a') +
+                                  "\r\n\r\n")),
+          ec);
+    EXPECT_EQ(ec, http::error::header_limit);
+  }
+  {
+    ClientRequestParser p(req);
+    beast::error_code ec;
+    p.put(net::buffer(std::string("POST / HTTP/1.1\r\nBad Name: x\r\n\r\n")), ec);
+    EXPECT_TRUE(ec);
+  }
+}
+
+TEST(ClientRequestTest, TrimEmptiesTheHeaderAndKeepsTheBody) {
+  ClientRequest req;
+  for (size_t extra : {size_t{0}, ClientRequest::kKeptHeaderBytes}) {
+    const std::string wire = "POST /v1/completions HTTP/1.1\r\nX-Big: " + std::string(extra, 'b') +
+                             "\r\nX-Session-Id: s\r\nContent-Length: 2\r\n\r\n{}";
+    ASSERT_TRUE(ByClientRequest(req, wire).ok);
+    req.Trim();
+    EXPECT_EQ(req.forwarded_fields(), "");
+    EXPECT_EQ(req.session_id(), "");
+    EXPECT_EQ(req.target(), "");
+    EXPECT_EQ(req.body(), "{}");
+    ExpectSame(ByBeast(Requests()[1]), ByClientRequest(req, Requests()[1]));
+  }
+}
+
+}  // namespace
+}  // namespace kvroute::proxy
