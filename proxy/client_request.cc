@@ -91,9 +91,11 @@ void ClientRequestParser::on_field_impl(http::field name, beast::string_view nam
       if (IsHopByHopOrFraming(name)) return;
       break;
   }
-  r.head_.append(name_string.data(), name_string.size()).append(": ");
-  const ClientRequest::Span at{Offset(r.head_), static_cast<uint32_t>(value.size())};
-  r.head_.append(value.data(), value.size()).append("\r\n");
+  // The line is "name: value\r\n" whichever way AppendFieldLine builds it.
+  const ClientRequest::Span at{static_cast<uint32_t>(r.head_.size() + name_string.size() + 2),
+                               static_cast<uint32_t>(value.size())};
+  AppendFieldLine(std::string_view(name_string.data(), name_string.size()),
+                  std::string_view(value.data(), value.size()), &r.head_);
   if (name == http::field::authorization) {
     if (!r.has_authorization_) r.authorization_at_ = at;
     r.has_authorization_ = true;

@@ -35,4 +35,21 @@ bool IsHopByHopOrFraming(http::field name);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 
+// Appends the field line "Name: value\r\n" for a field a Beast parser
+// handed over (`name` and `value` point into the parsed bytes). When the
+// received line is already exactly that (one space after the colon, no
+// whitespace after the value: what HTTP clients and engines send), its bytes
+// are copied in one piece; otherwise it is put together from its parts.
+inline void AppendFieldLine(std::string_view name, std::string_view value, std::string* out) {
+  const char* line = name.data();
+  const size_t size = name.size() + 2 + value.size() + 2;
+  if (value.data() == line + name.size() + 2 && line[name.size()] == ':' &&
+      line[name.size() + 1] == ' ' && value.data()[value.size()] == '\r' &&
+      value.data()[value.size() + 1] == '\n') {
+    out->append(line, size);
+    return;
+  }
+  out->append(name).append(": ").append(value).append("\r\n");
+}
+
 }  // namespace kvroute::proxy

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "proxy/absl_compat.h"
 #include "proxy/http_common.h"
@@ -105,8 +104,8 @@ class RelayResponseParser : public http::basic_parser<false> {
         return;
       }
     }
-    absl::StrAppend(&forwarded_, absl::string_view(name_string.data(), name_string.size()), ": ",
-                    absl::string_view(value.data(), value.size()), "\r\n");
+    AppendFieldLine(std::string_view(name_string.data(), name_string.size()),
+                    std::string_view(value.data(), value.size()), &forwarded_);
   }
   void on_header_impl(beast::error_code& ec) override { ec = {}; }
   void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code& ec) override {

@@ -84,6 +84,10 @@ TEST(RelayResponseParserTest, HeaderMatchesBeastsEditedFieldMap) {
       "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 3\r\n\r\n",
       // No framing at all (body to end of stream).
       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
+      // Field lines not in the usual "Name: value" shape: no space, a tab,
+      // several spaces, trailing whitespace, an empty value, a folded value.
+      "HTTP/1.1 200 OK\r\nX-A:a\r\nX-B:\tb\r\nX-C:   c\r\nX-D: d  \r\nX-E:\r\n"
+      "X-F: one\r\n two\r\nContent-Length: 0\r\n\r\n",
   };
   for (const std::string& r : responses) {
     SCOPED_TRACE(r);
