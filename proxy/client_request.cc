@@ -1,5 +1,7 @@
 #include "proxy/client_request.h"
 
+#include <charconv>
+
 #include "absl/strings/match.h"
 #include "proxy/absl_compat.h"
 
@@ -143,18 +145,26 @@ void ClientRequestParser::on_finish_impl(beast::error_code& ec) { ec = {}; }
 void AppendUpstreamHeader(const ClientRequest& req, std::string_view request_id,
                           std::string_view host, uint16_t port, uint64_t content_length,
                           std::string* out) {
-  out->append(req.method_string()).append(" ").append(req.target()).append(" HTTP/1.1\r\n");
+  using std::string_view_literals::operator""sv;
+  out->append(req.method_string()).append(" "sv).append(req.target()).append(" HTTP/1.1\r\n"sv);
   out->append(req.forwarded_fields());
-  out->append("X-Request-Id: ").append(request_id);
-  out->append("\r\nHost: ").append(host).append(":").append(std::to_string(port));
-  out->append("\r\n");
+  out->append("X-Request-Id: "sv).append(request_id);
+  out->append("\r\nHost: "sv).append(host).append(":"sv);
+  char digits[24];
+  out->append(digits, static_cast<size_t>(
+                          std::to_chars(digits, digits + sizeof(digits), port).ptr - digits));
+  out->append("\r\n"sv);
   // As prepare_payload: a length for a body, and for the methods that take one.
   const http::verb m = req.method();
   if (content_length > 0 || m == http::verb::post || m == http::verb::put ||
       m == http::verb::options) {
-    out->append("Content-Length: ").append(std::to_string(content_length)).append("\r\n");
+    out->append("Content-Length: "sv);
+    out->append(digits, static_cast<size_t>(
+                            std::to_chars(digits, digits + sizeof(digits), content_length).ptr -
+                            digits));
+    out->append("\r\n"sv);
   }
-  out->append("\r\n");
+  out->append("\r\n"sv);
 }
 
 }  // namespace kvroute::proxy

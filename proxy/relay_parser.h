@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -56,23 +57,27 @@ class RelayResponseParser : public http::basic_parser<false> {
   // Content-Length (when `content_length` is set) or chunked framing.
   std::string ClientHeader(absl::Span<const std::pair<std::string_view, std::string_view>> extra,
                            const boost::optional<uint64_t>& content_length) const {
+    using std::string_view_literals::operator""sv;
     std::string h;
     h.reserve(forwarded_.size() + 160);
     const std::string_view reason = http::obsolete_reason(static_cast<http::status>(status_));
     const char code[] = {static_cast<char>('0' + status_ / 100 % 10),
                          static_cast<char>('0' + status_ / 10 % 10),
                          static_cast<char>('0' + status_ % 10)};
-    h.append("HTTP/1.1 ").append(code, 3).append(" ").append(reason).append("\r\n");
+    h.append("HTTP/1.1 "sv).append(code, 3).append(" "sv).append(reason).append("\r\n"sv);
     h.append(forwarded_);
     for (const auto& [name, value] : extra) {
-      h.append(name).append(": ").append(value).append("\r\n");
+      h.append(name).append(": "sv).append(value).append("\r\n"sv);
     }
     if (content_length) {
-      h.append("Content-Length: ").append(std::to_string(*content_length)).append("\r\n");
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof(digits), *content_length).ptr;
+      h.append("Content-Length: "sv).append(digits, static_cast<size_t>(end - digits));
+      h.append("\r\n"sv);
     } else {
-      h.append("Transfer-Encoding: chunked\r\n");
+      h.append("Transfer-Encoding: chunked\r\n"sv);
     }
-    h.append("\r\n");
+    h.append("\r\n"sv);
     return h;
   }
 
