@@ -126,10 +126,17 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// "kvr-" and 32 random hex digits (two zero-padded 64-bit numbers).
 std::string NewRequestId() {
   thread_local absl::BitGen gen;
-  const uint64_t a = absl::Uniform<uint64_t>(gen), b = absl::Uniform<uint64_t>(gen);
-  return absl::StrCat("kvr-", absl::Hex(a, absl::kZeroPad16), absl::Hex(b, absl::kZeroPad16));
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string id(4 + 32, '0');
+  id.replace(0, 4, "kvr-");
+  for (int half = 0; half < 2; ++half) {
+    uint64_t v = absl::Uniform<uint64_t>(gen);
+    for (int i = 15; i >= 0; --i, v >>= 4) id[4 + 16 * half + i] = kDigits[v & 0xF];
+  }
+  return id;
 }
 
 bool IsLoopback(const tcp::endpoint& ep) { return ep.address().is_loopback(); }

@@ -72,7 +72,11 @@ TEST(ServerTest, NonStreamingRoundTripByteForByte) {
   EXPECT_EQ(res.result_int(), 200);
   EXPECT_EQ(res.body(), kJsonResponse);
   EXPECT_EQ(res["X-Kvroute-Backend"], "gpu0");
-  EXPECT_FALSE(res["X-Request-Id"].empty());
+  // kvroute's own id: "kvr-" and 32 hex digits.
+  const std::string id(res["X-Request-Id"]);
+  ASSERT_EQ(id.size(), 36u) << id;
+  EXPECT_EQ(id.substr(0, 4), "kvr-");
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef", 4), std::string::npos) << id;
   EXPECT_EQ(res["X-Kvroute-Class"], "WARM");
   ASSERT_EQ(up.received().size(), 1u);
   EXPECT_EQ(up.received()[0].body(), kChatBody);
