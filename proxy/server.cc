@@ -120,10 +120,28 @@ constexpr size_t kRelayChunkBytes = 16 * 1024;
 constexpr uint64_t kMaxClientReadBytes = 64 * 1024;
 constexpr size_t kFirstReadBytes = 16 * 1024;
 
-double WallSeconds() { return static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6; }
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double Since(Clock::time_point t0) { return Seconds(Clock::now() - t0); }
+
+// The wall-clock time of a steady-clock reading: the reading plus the
+// offset between the two clocks, read afresh once a second on each thread.
+// A request's timestamps then cost one clock read each, not two (the
+// request path read a clock 18 times a request before), and differences of
+// the wall times are differences of the steady readings.
+absl::Time WallAt(Clock::time_point t) {
+  thread_local Clock::time_point anchor_steady{};
+  thread_local absl::Time anchor_wall = absl::InfinitePast();
+  if (anchor_wall == absl::InfinitePast() || t - anchor_steady > std::chrono::seconds(1)) {
+    anchor_wall = absl::Now();
+    anchor_steady = Clock::now();
+  }
+  return anchor_wall + absl::FromChrono(t - anchor_steady);
+}
+
+// Seconds since the epoch, to the microsecond, as the request log has them.
+double WallSecondsAt(Clock::time_point t) {
+  return static_cast<double>(absl::ToUnixMicros(WallAt(t))) / 1e6;
 }
 
 // "kvr-" and 32 random hex digits (two zero-padded 64-bit numbers).
@@ -243,7 +261,7 @@ struct LegOptions {
   std::string* capture = nullptr;
   size_t max_capture = 1 << 20;
   std::shared_ptr<LegState> state;  // created by Relay when null
-  std::function<void()> on_first_byte;
+  std::function<void(Clock::time_point)> on_first_byte;  // when the response header came
   // A 5xx answer is a failure before the first byte (the caller retries
   // elsewhere) instead of a response to relay.
   bool fail_on_5xx = false;
@@ -544,7 +562,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                         std::string_view route) {
     const auto t0 = Clock::now();
     RequestRecord rec;
-    rec.t_arrival = WallSeconds();
+    rec.t_arrival = WallSecondsAt(t0);
     rec.route = std::string(route);
     rec.mode = cfg_.mode;
     std::string_view rid_header = req.request_id();
@@ -553,11 +571,12 @@ class Session : public std::enable_shared_from_this<Session> {
     state_.inflight.fetch_add(1);
     state_.metrics->inflight->Add({}, 1);
     const bool keep_alive = co_await ServeCompletion(req, endpoint, route, t0, rec);
-    rec.t_done = WallSeconds();
+    const auto t_done = Clock::now();
+    rec.t_done = WallSecondsAt(t_done);
     const std::string status = std::to_string(rec.status);
     const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
     state_.metrics->requests->Inc({route, cfg_.mode, cls, status});
-    state_.metrics->duration->Observe({route, cls}, Since(t0));
+    state_.metrics->duration->Observe({route, cls}, Seconds(t_done - t0));
     state_.request_log->Write(rec);
     // Last: a drain waits for this, so the log and metrics are complete.
     state_.inflight.fetch_sub(1);
@@ -625,8 +644,9 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string retry_reason;  // why this attempt is a retry; empty on the first
     for (int attempt = 1;; ++attempt) {
       const auto td0 = Clock::now();
-      absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, absl::Now());
-      state_.metrics->decision_time->Observe({}, Since(td0));
+      absl::StatusOr<router::RouteTicket> ticket = state_.router->Route(*features, WallAt(td0));
+      const auto td1 = Clock::now();
+      state_.metrics->decision_time->Observe({}, Seconds(td1 - td0));
       if (!ticket.ok()) {
         if (attempt > 1) break;  // nowhere else to go: answer with the last failure
         // ResourceExhausted: too many requests in flight (429, retry soon);
@@ -635,7 +655,7 @@ class Session : public std::enable_shared_from_this<Session> {
         co_return co_await reject(busy ? 429 : 503, std::string(ticket.status().message()),
                                   /*retry_after=*/true);
       }
-      if (attempt == 1) rec.t_routed = WallSeconds();
+      if (attempt == 1) rec.t_routed = WallSecondsAt(td1);
       const auto fleet = state_.router->Backends();  // includes the decision's slots
       const auto& backends = *fleet;
       d = ticket->decision;
@@ -657,7 +677,9 @@ class Session : public std::enable_shared_from_this<Session> {
       decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class};
 
       const router::RouteTicket& tk = *ticket;
-      auto on_first_byte = [this, &tk] { state_.router->OnFirstToken(tk, absl::Now()); };
+      auto on_first_byte = [this, &tk](Clock::time_point at) {
+        state_.router->OnFirstToken(tk, WallAt(at));
+      };
       bool reported = false;
       auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
         if (reported) return;
@@ -669,7 +691,7 @@ class Session : public std::enable_shared_from_this<Session> {
         o.cached_tokens = u.cached_tokens;
         o.completion_tokens = u.completion_tokens;
         o.kv_transferred = transferred;
-        state_.router->OnComplete(tk, o, absl::Now());
+        state_.router->OnComplete(tk, o, WallAt(Clock::now()));
       };
       complete_hook_ = [&](int served_by, bool transferred, int status, const Usage& u) {
         report(served_by, transferred, status >= 200 && status < 300, u);
@@ -769,7 +791,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // a failure before the first byte (the caller may retry it elsewhere).
   net::awaitable<LegResult> ServeColocated(ClientRequest& tmpl,
                                            std::string& body, int backend, Decor decor,
-                                           bool stream, std::function<void()> on_first_byte,
+                                           bool stream, std::function<void(Clock::time_point)> on_first_byte,
                                            bool kv_transferred = false) {
     LegResult out;
     out.served_by = backend;
@@ -817,7 +839,7 @@ class Session : public std::enable_shared_from_this<Session> {
   //   decode leg fails after a byte    -> SSE error event (no retry)
   net::awaitable<LegResult> ServeOffload(ClientRequest& tmpl,
                                          std::string& body, int a, int b, Decor decor,
-                                         bool stream, std::function<void()> on_first_byte,
+                                         bool stream, std::function<void(Clock::time_point)> on_first_byte,
                                          RequestRecord& rec) {
     const auto fleet = state_.router->Backends();
     const auto& backends = *fleet;
@@ -889,7 +911,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!p.completed || p.status != 200) {
         prefill_failed = true;
       } else {
-        t_prefill_done = WallSeconds();
+        t_prefill_done = WallSecondsAt(Clock::now());
         state_.metrics->prefill_seconds->Observe({conn_name}, Since(tp0));
         std::optional<boost::json::object> params;
         boost::system::error_code pec;
@@ -938,7 +960,7 @@ class Session : public std::enable_shared_from_this<Session> {
             po.capture = &captured;
             po.state = pstate;
             join->r = co_await Relay(a, *pre, decor, false, std::move(po));
-            join->t_done = WallSeconds();
+            join->t_done = WallSecondsAt(Clock::now());
             join->done = true;
             // The decode leg would wait for KV that never comes.
             if ((!join->r.completed || join->r.status != 200) && !pstate->cancelled) {
@@ -1097,7 +1119,9 @@ class Session : public std::enable_shared_from_this<Session> {
     };
     std::optional<WaitingMark> waiting;
     waiting.emplace(&worker_.waiting[backend], leg.get());
-    auto passive = [&](bool ok) { state_.health->OnRequest(backend, ok, absl::Now()); };
+    auto passive = [&](bool ok, Clock::time_point at) {
+      state_.health->OnRequest(backend, ok, WallAt(at));
+    };
     std::string held_header;  // a client header to send with the first body bytes
     for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
       beast::error_code ec;
@@ -1115,7 +1139,7 @@ class Session : public std::enable_shared_from_this<Session> {
         r.timed_out = ec == beast::error::timeout;
         r.error = absl::StrCat("connect failed: ", ec.message());
         state_.metrics->upstream_errors->Inc({spec.name, "connect"});
-        passive(false);
+        passive(false, Clock::now());
         break;
       }
       if (leg->ejected) {
@@ -1133,9 +1157,10 @@ class Session : public std::enable_shared_from_this<Session> {
         parser.emplace(own_fields);
         parser->body_limit(boost::none);
         up_buf.clear();
-        // Nothing can have arrived yet: wait first, then parse.
-        Watchdog::Scoped wait(*watchdog_,
-                              Clock::now() + ToChrono(pool.options().first_byte_timeout),
+        // Nothing can have arrived yet: wait first, then parse. A reused
+        // connection written at once has not waited since t0.
+        const auto sent = attempt == 0 && reused && up_write.done ? t0 : Clock::now();
+        Watchdog::Scoped wait(*watchdog_, sent + ToChrono(pool.options().first_byte_timeout),
                               &conn->socket());
         auto [hec, hn] = co_await EagerRead(
             conn->socket(), up_buf,
@@ -1168,7 +1193,7 @@ class Session : public std::enable_shared_from_this<Session> {
       r.timed_out = wec == beast::error::timeout;
       r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
       state_.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
-      passive(false);
+      passive(false, Clock::now());
       break;
     }
     waiting.reset();
@@ -1187,12 +1212,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // Response header from the engine: relay it with kvroute's headers.
     r.status = parser->status();
-    r.t_first_byte = WallSeconds();
-    r.ttfb_s = Since(t0);
+    const auto t_header = Clock::now();
+    r.t_first_byte = WallSecondsAt(t_header);
+    r.ttfb_s = Seconds(t_header - t0);
     r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
     const boost::optional<uint64_t> length = parser->content_length();
     const bool chunked = !length.has_value();
-    passive(r.status < 500);
+    passive(r.status < 500, t_header);
     if (opts.fail_on_5xx && r.status >= 500) {
       r.upstream_failed = true;
       r.error = absl::StrCat("backend answered HTTP ", r.status);
@@ -1228,7 +1254,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       r.headers_sent = true;
     }
-    if (opts.on_first_byte) opts.on_first_byte();
+    if (opts.on_first_byte) opts.on_first_byte(t_header);
 
     ResponseObserver observer(r.sse, pool.options().max_observed_body);
     bool hook_fired = false;
@@ -1243,9 +1269,12 @@ class Session : public std::enable_shared_from_this<Session> {
     BufferStash<beast::flat_buffer>::Lease chunk_lease(worker_.read_buffers);
     char* const chunk = static_cast<char*>(chunk_lease->prepare(kRelayChunkBytes).data());
     bool upstream_ok = true;
-    while (!parser->is_done()) {
+    for (bool first = true; !parser->is_done(); first = false) {
       parser->set_body_buffer(chunk, kRelayChunkBytes);
-      Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(pool.options().idle_timeout),
+      // The first read follows the header (and its write, which does not
+      // wait while the client reads): its idle deadline counts from there.
+      const auto now = first ? t_header : Clock::now();
+      Watchdog::Scoped wait(*watchdog_, now + ToChrono(pool.options().idle_timeout),
                             &conn->socket());
       auto read_some = [&](beast::error_code& e) {
         return http::read_some(conn->socket(), up_buf, *parser, e);
@@ -1264,7 +1293,7 @@ class Session : public std::enable_shared_from_this<Session> {
           r.timed_out = rec == beast::error::timeout;
           r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
           state_.metrics->stream_errors->Inc({spec.name});
-          passive(false);
+          passive(false, Clock::now());
         }
         break;
       }
