@@ -403,7 +403,23 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Routes one request; returns whether the connection may be kept alive.
+  // A completion request (the hot path) goes to HandleCompletion without a
+  // coroutine frame of its own here; everything else, a query string
+  // included, through DispatchOther.
   net::awaitable<bool> Dispatch(ClientRequest& req) {
+    if (req.method() == http::verb::post) {
+      const std::string_view target = req.target();
+      if (target == "/v1/completions") {
+        return HandleCompletion(req, Endpoint::kCompletions, "/v1/completions");
+      }
+      if (target == "/v1/chat/completions") {
+        return HandleCompletion(req, Endpoint::kChat, "/v1/chat/completions");
+      }
+    }
+    return DispatchOther(req);
+  }
+
+  net::awaitable<bool> DispatchOther(ClientRequest& req) {
     std::string_view target = req.target();
     if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
     const bool keep_alive = req.keep_alive();
@@ -558,6 +574,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                 std::move(extra));
   }
 
+  // Serves a completion request: features, route, relay (retried elsewhere
+  // while nothing has reached the client), then its record and metrics.
   net::awaitable<bool> HandleCompletion(ClientRequest& req, Endpoint endpoint,
                                         std::string_view route) {
     const auto t0 = Clock::now();
@@ -570,23 +588,21 @@ class Session : public std::enable_shared_from_this<Session> {
                                                            : std::string(rid_header);
     state_.inflight.fetch_add(1);
     state_.metrics->inflight->Add({}, 1);
-    const bool keep_alive = co_await ServeCompletion(req, endpoint, route, t0, rec);
-    const auto t_done = Clock::now();
-    rec.t_done = WallSecondsAt(t_done);
-    const std::string status = std::to_string(rec.status);
-    const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
-    state_.metrics->requests->Inc({route, cfg_.mode, cls, status});
-    state_.metrics->duration->Observe({route, cls}, Seconds(t_done - t0));
-    state_.request_log->Write(rec);
-    // Last: a drain waits for this, so the log and metrics are complete.
-    state_.inflight.fetch_sub(1);
-    state_.metrics->inflight->Add({}, -1);
-    co_return keep_alive;
-  }
-
-  net::awaitable<bool> ServeCompletion(ClientRequest& req, Endpoint endpoint,
-                                       std::string_view route, Clock::time_point t0,
-                                       RequestRecord& rec) {
+    // Whichever way the request ends (after its answer is written): the
+    // record's end, the metrics, the log line. One coroutine for the whole
+    // request, not a wrapper around another (each is a frame and a resumption).
+    absl::Cleanup finish = [&] {
+      const auto t_done = Clock::now();
+      rec.t_done = WallSecondsAt(t_done);
+      const std::string status = std::to_string(rec.status);
+      const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
+      state_.metrics->requests->Inc({route, cfg_.mode, cls, status});
+      state_.metrics->duration->Observe({route, cls}, Seconds(t_done - t0));
+      state_.request_log->Write(rec);
+      // Last: a drain waits for this, so the log and metrics are complete.
+      state_.inflight.fetch_sub(1);
+      state_.metrics->inflight->Add({}, -1);
+    };
     const bool keep_alive = req.keep_alive();
     auto reject = [&](int status, std::string msg,
                       bool retry_after = false) -> net::awaitable<bool> {
@@ -1362,7 +1378,7 @@ class Session : public std::enable_shared_from_this<Session> {
     co_return r;
   }
 
-  // Set by ServeCompletion while a request is served: tells the router the
+  // Set by HandleCompletion while a request is served: tells the router the
   // response completed (served_by, kv_transferred, status, usage).
   std::function<void(int, bool, int, const Usage&)> complete_hook_;
   Server::Worker& worker_;
