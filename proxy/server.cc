@@ -287,10 +287,15 @@ class Session : public std::enable_shared_from_this<Session> {
       parser.header_limit(static_cast<std::uint32_t>(cfg_.limits.max_header_bytes));
       parser.body_limit(cfg_.limits.max_body_bytes);
       if (buffer_.size() == 0) {
-        // Keep-alive: wait until the next request's first bytes arrive with
-        // no buffer at all (an idle connection holds no read buffer), then
-        // read them.
-        if (!co_await WaitReadable(cfg_.limits.idle_timeout)) break;
+        // Keep-alive: wait until the next request's first bytes arrive (or
+        // the client closes) with no buffer at all (an idle connection holds
+        // no read buffer), then read them. The idle timeout is kept by the
+        // session's watchdog (no timer armed and cancelled per wait). Waited
+        // here, not in a coroutine of its own: a frame and a resumption fewer.
+        Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(cfg_.limits.idle_timeout),
+                              &stream_.socket());
+        auto [wec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
+        if (wec || wait.expired()) break;
         buffer_ = worker_.read_buffers.Take();
         buffer_.reserve(kFirstReadBytes);  // the first read takes up to this much
       }
@@ -356,17 +361,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  // Waits until the client socket is readable (data or EOF); false on
-  // `timeout` or error. Uses no buffer, so idle keep-alive connections cost
-  // only their socket and this session.
-  // The idle timeout is kept by the session's watchdog (no timer armed and
-  // cancelled per wait).
-  net::awaitable<bool> WaitReadable(absl::Duration timeout) {
-    Watchdog::Scoped wait(*watchdog_, Clock::now() + ToChrono(timeout), &stream_.socket());
-    auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kUseTuple);
-    co_return !ec && !wait.expired();
-  }
-
   // Answers a request that could not be read; returns whether it answered.
   net::awaitable<bool> ReadFailed(beast::error_code ec) {
     if (ec == http::error::body_limit) {
@@ -716,8 +710,11 @@ class Session : public std::enable_shared_from_this<Session> {
         leg = co_await ServeOffload(tmpl, body, d.prefill_backend, d.decode_backend, decor,
                                     rec.stream, on_first_byte, rec);
       } else {
-        leg = co_await ServeColocated(tmpl, body, d.decode_backend, decor, rec.stream,
-                                      on_first_byte);
+        leg = LegResult{};
+        LegOptions opts =
+            BeginColocated(tmpl, body, d.decode_backend, decor, on_first_byte, false, leg);
+        leg.r = co_await Relay(d.decode_backend, tmpl, decor, rec.stream, std::move(opts));
+        EndColocated(tmpl, body, leg);
       }
       complete_hook_ = nullptr;
       // Normally reported by the relay before the response's last bytes;
@@ -802,14 +799,18 @@ class Session : public std::enable_shared_from_this<Session> {
     };
   }
 
-  // Serves on one instance. `body` is lent to the upstream request and
-  // handed back, so a retry elsewhere needs no copy. A 5xx answer counts as
-  // a failure before the first byte (the caller may retry it elsewhere).
-  net::awaitable<LegResult> ServeColocated(ClientRequest& tmpl,
-                                           std::string& body, int backend, Decor decor,
-                                           bool stream, std::function<void(Clock::time_point)> on_first_byte,
-                                           bool kv_transferred = false) {
-    LegResult out;
+  // A co-located leg on one instance, in two halves around its relay so
+  // that the request's own coroutine can await Relay itself (a wrapping
+  // coroutine is a frame and a resumption per request):
+  //   LegOptions opts = BeginColocated(tmpl, body, backend, decor, ..., out);
+  //   out.r = co_await Relay(backend, tmpl, decor, stream, std::move(opts));
+  //   EndColocated(tmpl, body, out);
+  // `body` is lent to the upstream request and handed back, so a retry
+  // elsewhere needs no copy. A 5xx answer counts as a failure before the
+  // first byte (the caller may retry it elsewhere).
+  LegOptions BeginColocated(ClientRequest& tmpl, std::string& body, int backend, Decor& decor,
+                            std::function<void(Clock::time_point)> on_first_byte,
+                            bool kv_transferred, LegResult& out) {
     out.served_by = backend;
     out.kv_transferred = kv_transferred;
     out.label = (*state_.router->Backends())[backend].name;
@@ -819,9 +820,21 @@ class Session : public std::enable_shared_from_this<Session> {
     opts.on_first_byte = std::move(on_first_byte);
     opts.fail_on_5xx = true;
     ArmCompletion(opts, backend, kv_transferred);
-    out.r = co_await Relay(backend, tmpl, decor, stream, std::move(opts));
+    return opts;
+  }
+  static void EndColocated(ClientRequest& tmpl, std::string& body, LegResult& out) {
     body = std::move(tmpl.body());
     out.attempts = 1;
+  }
+  net::awaitable<LegResult> ServeColocated(ClientRequest& tmpl,
+                                           std::string& body, int backend, Decor decor,
+                                           bool stream, std::function<void(Clock::time_point)> on_first_byte,
+                                           bool kv_transferred = false) {
+    LegResult out;
+    LegOptions opts =
+        BeginColocated(tmpl, body, backend, decor, std::move(on_first_byte), kv_transferred, out);
+    out.r = co_await Relay(backend, tmpl, decor, stream, std::move(opts));
+    EndColocated(tmpl, body, out);
     co_return out;
   }
 
