@@ -70,7 +70,7 @@ stage_tsan() {
 stage_fuzz() {
   cmake -S . -B build-asan "${CLANG_CONFIG[@]}" \
     -DKVROUTE_SANITIZE=address,undefined -DKVROUTE_FUZZ=ON
-  local targets=(features_fuzz response_observer_fuzz config_fuzz)
+  local targets=(features_fuzz response_observer_fuzz config_fuzz client_request_fuzz)
   cmake --build build-asan -j "$JOBS" --target "${targets[@]}"
   for t in "${targets[@]}"; do
     local seeds=tests/fuzz/corpus/${t%_fuzz}

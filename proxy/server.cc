@@ -254,6 +254,10 @@ void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
   });
 }
 
+// Called with the time a leg's response header came (the router's first
+// token).
+using OnFirstByte = std::function<void(Clock::time_point)>;
+
 // How Relay() treats a leg.
 struct LegOptions {
   bool to_client = true;     // false: keep the body in `capture` (prefill legs)
@@ -261,7 +265,7 @@ struct LegOptions {
   std::string* capture = nullptr;
   size_t max_capture = 1 << 20;
   std::shared_ptr<LegState> state;  // created by Relay when null
-  std::function<void(Clock::time_point)> on_first_byte;  // when the response header came
+  OnFirstByte on_first_byte;
   // A 5xx answer is a failure before the first byte (the caller retries
   // elsewhere) instead of a response to relay.
   bool fail_on_5xx = false;
@@ -809,8 +813,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // elsewhere needs no copy. A 5xx answer counts as a failure before the
   // first byte (the caller may retry it elsewhere).
   LegOptions BeginColocated(ClientRequest& tmpl, std::string& body, int backend, Decor& decor,
-                            std::function<void(Clock::time_point)> on_first_byte,
-                            bool kv_transferred, LegResult& out) {
+                            OnFirstByte on_first_byte, bool kv_transferred, LegResult& out) {
     out.served_by = backend;
     out.kv_transferred = kv_transferred;
     out.label = (*state_.router->Backends())[backend].name;
@@ -828,7 +831,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   net::awaitable<LegResult> ServeColocated(ClientRequest& tmpl,
                                            std::string& body, int backend, Decor decor,
-                                           bool stream, std::function<void(Clock::time_point)> on_first_byte,
+                                           bool stream, OnFirstByte on_first_byte,
                                            bool kv_transferred = false) {
     LegResult out;
     LegOptions opts =
@@ -868,7 +871,7 @@ class Session : public std::enable_shared_from_this<Session> {
   //   decode leg fails after a byte    -> SSE error event (no retry)
   net::awaitable<LegResult> ServeOffload(ClientRequest& tmpl,
                                          std::string& body, int a, int b, Decor decor,
-                                         bool stream, std::function<void(Clock::time_point)> on_first_byte,
+                                         bool stream, OnFirstByte on_first_byte,
                                          RequestRecord& rec) {
     const auto fleet = state_.router->Backends();
     const auto& backends = *fleet;
