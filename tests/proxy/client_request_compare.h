@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "proxy/absl_compat.h"
 #include "proxy/client_request.h"
@@ -53,16 +56,19 @@ inline Parsed ByBeast(const std::string& wire, uint64_t body_limit = 1 << 20) {
   return r;
 }
 
-// ClientRequestParser, fed `piece` bytes at a time (all at once when 0).
+// ClientRequestParser, fed `piece` bytes at a time (all at once when 0) up to
+// byte `pieces_until`, the rest at once.
 inline Parsed ByClientRequest(ClientRequest& req, const std::string& wire, size_t piece = 0,
-                              uint64_t body_limit = 1 << 20) {
+                              uint64_t body_limit = 1 << 20,
+                              size_t pieces_until = std::string::npos) {
   ClientRequestParser p(req);
   p.body_limit(body_limit);
   beast::error_code ec;
   std::string pending;
   size_t pos = 0;
   while (!ec && !p.is_done()) {
-    const size_t take = piece == 0 ? wire.size() - pos : std::min(piece, wire.size() - pos);
+    const size_t take = piece == 0 || pos >= pieces_until ? wire.size() - pos
+                                                           : std::min(piece, wire.size() - pos);
     if (take == 0 && pending.empty()) break;
     pending.append(wire, pos, take);
     pos += take;
@@ -89,10 +95,38 @@ inline Parsed ByClientRequest(ClientRequest& req, const std::string& wire, size_
   return r;
 }
 
-// Whether two reads agree on everything but `ok` (both must have succeeded).
+// `forwarded` field lines ("Name: value\r\n" each) in the order Beast's field
+// map keeps them: a field whose name came before goes after the last line of
+// that name, so the lines are grouped by name in order of each name's first
+// line. ClientRequestParser forwards lines in the order they came (as nginx
+// does); the two differ only where a name repeats with other fields between.
+inline std::string GroupedByName(const std::string& forwarded) {
+  std::vector<std::pair<std::string, std::string>> groups;  // lower-case name, lines
+  for (size_t pos = 0; pos < forwarded.size();) {
+    const size_t end = forwarded.find("\r\n", pos) + 2;
+    const std::string line = forwarded.substr(pos, end - pos);
+    const std::string name = absl::AsciiStrToLower(line.substr(0, line.find(':')));
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == name; });
+    if (it == groups.end()) {
+      groups.emplace_back(name, line);
+    } else {
+      it->second += line;
+    }
+    pos = end;
+  }
+  std::string out;
+  for (const auto& g : groups) out += g.second;
+  return out;
+}
+
+// Whether a read by Beast (`a`) and one by ClientRequestParser (`b`) agree on
+// everything but `ok` (both must have succeeded), the forwarded fields in
+// Beast's grouping.
 inline bool SameRequest(const Parsed& a, const Parsed& b) {
   return a.method == b.method && a.target == b.target && a.version == b.version &&
-         a.keep_alive == b.keep_alive && a.body == b.body && a.forwarded == b.forwarded &&
+         a.keep_alive == b.keep_alive && a.body == b.body &&
+         a.forwarded == GroupedByName(b.forwarded) &&
          a.request_id == b.request_id && a.session_id == b.session_id &&
          a.authorization == b.authorization && a.expect == b.expect;
 }

@@ -102,6 +102,23 @@ TEST(ClientRequestTest, ReusedRequestKeepsNothingOfThePreviousOne) {
   }
 }
 
+TEST(ClientRequestTest, ForwardsFieldsInTheOrderTheyCame) {
+  // Beast's field map put a repeated field after the last one of its name;
+  // the parser keeps the client's order (the same lines, and the same order
+  // among lines of one name).
+  const std::string wire =
+      "POST /v1/completions HTTP/1.1\r\nX-A: 1\r\nX-B: 2\r\nx-a: 3\r\n"
+      "Content-Length: 0\r\n\r\n";
+  ClientRequest req;
+  const Parsed got = ByClientRequest(req, wire);
+  ASSERT_TRUE(got.ok);
+  EXPECT_EQ(got.forwarded, "X-A: 1\r\nX-B: 2\r\nx-a: 3\r\n");
+  const Parsed want = ByBeast(wire);
+  EXPECT_EQ(want.forwarded, "X-A: 1\r\nx-a: 3\r\nX-B: 2\r\n");
+  EXPECT_EQ(request_compare::GroupedByName(got.forwarded), want.forwarded);
+  EXPECT_TRUE(request_compare::SameRequest(want, got));
+}
+
 TEST(ClientRequestTest, CountsFramingFields) {
   ClientRequest req;
   const Parsed p = ByClientRequest(
