@@ -17,7 +17,7 @@
 #include "proxy/shared_state.h"
 #include "proxy/worker.h"
 #include "router/prefix_hash.h"
-#include "transfer/connector.h"
+#include "transfer/handoff.h"
 
 namespace kvroute::proxy {
 
@@ -90,226 +90,148 @@ net::awaitable<LegResult> ServeColocated(Session& s, CompleteHook* hook, ClientR
   co_return out;
 }
 
-// Mooncake: A's engine_id from its bootstrap server, cached per backend.
-net::awaitable<std::string> PrefillEngineId(Session& s, int a, const std::string& host,
-                                            uint16_t port) {
-  SharedState& state = s.state();
-  const Config& cfg = s.config();
+// Runs a handoff's legs over HTTP for transfer::Handoff: the prefill leg
+// to A with its response captured, the decode leg from B relayed to the
+// client. Lives in ServeOffload's frame, which outlives both legs.
+class HttpLegRunner final : public transfer::LegRunner {
+ public:
+  HttpLegRunner(Session& s, CompleteHook* hook, const ClientRequest& tmpl, int a, int b,
+                const Decor& decor, bool stream, const OnFirstByte& on_first_byte)
+      : s_(s),
+        hook_(hook),
+        tmpl_(tmpl),
+        a_(a),
+        b_(b),
+        decor_(decor),
+        stream_(stream),
+        on_first_byte_(on_first_byte) {}
 
-  {
-    absl::MutexLock lock(&state.engine_ids_mu);
-    auto it = state.engine_ids.find(a);
-    if (it != state.engine_ids.end()) co_return it->second;
+  // The client-facing results of the legs, for the caller.
+  const RelayResult& prefill() const { return prefill_; }
+  const RelayResult& decode() const { return decode_; }
+
+  double Now() override { return WallSecondsAt(Clock::now()); }
+
+  net::awaitable<std::optional<std::string>> QueryBootstrap(const std::string& host,
+                                                            uint16_t port) override {
+    BufferedResponse q = co_await FetchOnce(s_.worker().pool.ioc(), host, port, "/query",
+                                            s_.config().upstream.connect_timeout, 1 << 20);
+    if (q.ec || q.status != 200) co_return std::nullopt;
+    co_return std::move(q.body);
   }
-  BufferedResponse q = co_await FetchOnce(s.worker().pool.ioc(), host, port, "/query",
-                                          cfg.upstream.connect_timeout, 1 << 20);
-  if (q.ec || q.status != 200) co_return std::string();
-  absl::StatusOr<std::string> id = transfer::EngineIdFromQuery(q.body);
-  if (!id.ok()) co_return std::string();
-  absl::MutexLock lock(&state.engine_ids_mu);
-  state.engine_ids[a] = *id;
-  co_return *id;
-}
 
-void ForgetEngineId(SharedState& state, int a) {
-  absl::MutexLock lock(&state.engine_ids_mu);
-  state.engine_ids.erase(a);
-}
+  net::awaitable<transfer::LegReport> RunPrefill(std::string body, bool watch_client) override {
+    std::string captured;
+    ClientRequest pre = tmpl_;
+    pre.body() = std::move(body);
+    LegOptions opts;
+    opts.to_client = false;
+    opts.watch_client = watch_client;
+    opts.capture = &captured;
+    opts.state = prefill_state_;
+    prefill_ = co_await Relay(s_, a_, pre, decor_, false, std::move(opts));
+    transfer::LegReport report = Report(prefill_);
+    report.t_done = WallSecondsAt(Clock::now());
+    report.body = std::move(captured);
+    co_return report;
+  }
+
+  net::awaitable<transfer::LegReport> RunDecode(std::string body, bool kv_transferred) override {
+    ClientRequest dec = tmpl_;
+    dec.body() = std::move(body);
+    LegOptions opts;
+    opts.on_first_byte = on_first_byte_;
+    opts.state = decode_state_;
+    opts.fail_on_5xx = true;
+    ArmCompletion(hook_, opts, b_, kv_transferred);
+    decode_ = co_await Relay(s_, b_, dec, decor_, stream_, std::move(opts));
+    co_return Report(decode_);
+  }
+
+  void CancelPrefill() override { prefill_state_->Cancel(); }
+  void CancelDecode() override { decode_state_->Cancel(); }
+
+ private:
+  static transfer::LegReport Report(const RelayResult& r) {
+    transfer::LegReport report;
+    report.completed = r.completed;
+    report.status = r.status;
+    report.headers_sent = r.headers_sent;
+    report.client_gone = r.client_gone;
+    report.upstream_failed = r.upstream_failed;
+    report.t_first_byte = r.t_first_byte;
+    return report;
+  }
+
+  Session& s_;
+  CompleteHook* const hook_;
+  const ClientRequest& tmpl_;
+  const int a_;
+  const int b_;
+  const Decor& decor_;
+  const bool stream_;
+  const OnFirstByte& on_first_byte_;
+  const std::shared_ptr<LegState> prefill_state_ = std::make_shared<LegState>();
+  const std::shared_ptr<LegState> decode_state_ = std::make_shared<LegState>();
+  RelayResult prefill_;
+  RelayResult decode_;
+};
 
 // A HEAVY request in v2 (or any request in pd_sep): prefill on A, the
-// engines move the KV, decode on B. Falls back to co-located serving
-// whenever the handoff cannot run, so nothing is lost:
-//   prefill leg fails or times out   -> co-located on B
-//   decode leg fails before a byte   -> co-located on A (it holds the KV)
-//   decode leg fails after a byte    -> SSE error event (no retry)
+// engines move the KV, decode on B (transfer/handoff.h), served co-located
+// instead whenever the handoff cannot run, so nothing is lost.
 net::awaitable<LegResult> ServeOffload(Session& s, CompleteHook* hook, ClientRequest& tmpl,
                                        std::string& body, int a, int b, Decor decor, bool stream,
                                        OnFirstByte on_first_byte, RequestRecord& rec) {
   SharedState& state = s.state();
-  const Config& cfg = s.config();
   const auto fleet = state.router->Backends();
   const auto& backends = *fleet;
-  const transfer::Connector& connector = *state.connector;
-  const std::string conn_name(connector.name());
+  transfer::Handoff& handoff = *state.handoff;
+  const std::string conn_name(handoff.connector().name());
   auto count = [&](std::string_view outcome) {
     state.metrics->offloads->Inc({conn_name, outcome});
   };
-  auto colocated = [&](int on, std::string_view why,
-                       bool transferred = false) -> net::awaitable<LegResult> {
-    count(why);
-    rec.prefill_backend = backends[on].name;
-    rec.decode_backend = backends[on].name;
-    LegResult out =
-        co_await ServeColocated(s, hook, tmpl, body, on, decor, stream, on_first_byte, transferred);
-    co_return out;
-  };
-  if (state.offload_inflight.load() >= static_cast<int64_t>(cfg.transfer.max_offload_inflight)) {
-    co_return co_await colocated(b, "over_bound");
-  }
-  boost::system::error_code ec;
-  boost::json::value parsed = boost::json::parse(body, ec);
-  if (ec || !parsed.is_object()) co_return co_await colocated(b, "bad_body");
-  const boost::json::object& client = parsed.get_object();
-
-  transfer::HandoffPlan plan;
-  plan.request_id = rec.id;
-  plan.prefill_host = backends[a].host;
-  plan.prefill_port = backends[a].port;
-  plan.bootstrap_port = state.BootstrapPort(backends[a].name);
-  {
-    thread_local absl::BitGen gen;
-    plan.bootstrap_room = absl::Uniform<uint64_t>(gen) & 0x7fffffffffffffffULL;
-  }
-  if (connector.needs_engine_id()) {
-    plan.engine_id = co_await PrefillEngineId(s, a, plan.prefill_host, plan.bootstrap_port);
-    if (plan.engine_id.empty()) co_return co_await colocated(b, "bootstrap_failed");
-  }
-  absl::StatusOr<std::string> prefill_body = connector.PrefillBody(client, plan);
-  if (!prefill_body.ok()) co_return co_await colocated(b, "bad_body");
-
-  state.offload_inflight.fetch_add(1);
   LegResult out;
   out.served_by = b;
   out.label = absl::StrCat(backends[a].name, "->", backends[b].name);
   decor.backend_label = out.label;
+  transfer::HandoffResult h;
+  {
+    HttpLegRunner legs(s, hook, tmpl, a, b, decor, stream, on_first_byte);
+    transfer::HandoffRequest request;
+    request.request_id = rec.id;
+    request.client_body = body;
+    request.prefill_backend = a;
+    request.prefill_name = backends[a].name;
+    request.prefill_host = backends[a].host;
+    request.prefill_port = backends[a].port;
+    h = co_await handoff.Run(request, legs, s.worker().random);
+    out.r = h.decode_ran ? legs.decode() : legs.prefill();
+  }
+  if (h.no_kv_params) count("no_kv_params");  // B prefilled by itself
+  count(h.outcome);
+  if (h.prefill_seconds >= 0)
+    state.metrics->prefill_seconds->Observe({conn_name}, h.prefill_seconds);
+  if (h.fallback != transfer::HandoffResult::Fallback::kNone) {
+    const int on = h.fallback == transfer::HandoffResult::Fallback::kOnDecode ? b : a;
+    // A leg ran and failed (prefill_failed, decode_failed): the co-located
+    // attempt is a retry.
+    if (h.attempts > 0) state.metrics->retries->Inc({backends[on].name, h.outcome});
+    rec.prefill_backend = backends[on].name;
+    rec.decode_backend = backends[on].name;
+    LegResult again = co_await ServeColocated(s, hook, tmpl, body, on, decor, stream, on_first_byte,
+                                              h.kv_transferred);
+    again.attempts += h.attempts;
+    co_return again;
+  }
   rec.prefill_backend = backends[a].name;
   rec.decode_backend = backends[b].name;
-  const auto tp0 = Clock::now();
-  bool prefill_failed = false;
-  bool decode_failed = false;
-  double t_prefill_done = -1;
-
-  if (connector.sequential()) {
-    std::string captured;
-    ClientRequest pre = tmpl;
-    pre.body() = *std::move(prefill_body);
-    LegOptions po;
-    po.to_client = false;
-    po.capture = &captured;
-    RelayResult p = co_await Relay(s, a, pre, decor, false, std::move(po));
-    out.attempts = 1;
-    if (p.client_gone) {
-      state.offload_inflight.fetch_sub(1);
-      count("client_gone");
-      out.r = p;
-      co_return out;
-    }
-    if (!p.completed || p.status != 200) {
-      prefill_failed = true;
-    } else {
-      t_prefill_done = WallSecondsAt(Clock::now());
-      state.metrics->prefill_seconds->Observe({conn_name}, Since(tp0));
-      std::optional<boost::json::object> params;
-      boost::system::error_code pec;
-      boost::json::value pv = boost::json::parse(captured, pec);
-      if (!pec && pv.is_object()) {
-        if (const auto* kv = pv.get_object().if_contains("kv_transfer_params");
-            kv != nullptr && kv->is_object()) {
-          params = kv->get_object();
-        }
-      }
-      if (!params) count("no_kv_params");  // B prefills by itself
-      out.kv_transferred = params.has_value();
-      absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, params);
-      ClientRequest dec = tmpl;
-      dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
-      LegOptions dopts;
-      dopts.on_first_byte = on_first_byte;
-      dopts.fail_on_5xx = true;
-      ArmCompletion(hook, dopts, b, out.kv_transferred);
-      out.r = co_await Relay(s, b, dec, decor, stream, std::move(dopts));
-      out.attempts = 2;
-      decode_failed = !out.r.headers_sent && !out.r.client_gone && out.r.upstream_failed;
-    }
-  } else {
-    absl::StatusOr<std::string> decode_body = connector.DecodeBody(client, plan, std::nullopt);
-    auto pstate = std::make_shared<LegState>();
-    auto dstate = std::make_shared<LegState>();
-    struct Join {
-      explicit Join(net::any_io_executor ex) : timer(ex, Clock::time_point::max()) {}
-      bool done = false;
-      RelayResult r;
-      double t_done = -1;
-      net::steady_timer timer;
-    };
-    auto join = std::make_shared<Join>(s.client().get_executor());
-    auto pre = std::make_shared<ClientRequest>(tmpl);
-    pre->body() = *std::move(prefill_body);
-    auto self = s.shared_from_this();
-    net::co_spawn(
-        s.client().get_executor(),
-        [self, &s, a, pre, pstate, dstate, join, decor]() -> net::awaitable<void> {
-          std::string captured;
-          LegOptions po;
-          po.to_client = false;
-          po.watch_client = false;
-          po.capture = &captured;
-          po.state = pstate;
-          join->r = co_await Relay(s, a, *pre, decor, false, std::move(po));
-          join->t_done = WallSecondsAt(Clock::now());
-          join->done = true;
-          // The decode leg would wait for KV that never comes.
-          if ((!join->r.completed || join->r.status != 200) && !pstate->cancelled) {
-            dstate->Cancel();
-          }
-          join->timer.cancel();
-        },
-        net::detached);
-    ClientRequest dec = tmpl;
-    dec.body() = decode_body.ok() ? *std::move(decode_body) : body;
-    LegOptions dopts;
-    dopts.on_first_byte = on_first_byte;
-    dopts.state = dstate;
-    dopts.fail_on_5xx = true;
-    ArmCompletion(hook, dopts, b, true);
-    out.r = co_await Relay(s, b, dec, decor, stream, std::move(dopts));
-    out.attempts = 2;
-    out.kv_transferred = true;
-    if (!out.r.completed) pstate->Cancel();
-    while (!join->done) co_await join->timer.async_wait(kUseTuple);
-    if (join->r.completed && join->r.status == 200) {
-      t_prefill_done = join->t_done;
-      state.metrics->prefill_seconds->Observe({conn_name}, Since(tp0));
-    }
-    if (!out.r.headers_sent && !out.r.client_gone) {
-      if (dstate->cancelled) {
-        prefill_failed = true;
-      } else if (out.r.upstream_failed) {
-        decode_failed = true;
-      }
-    }
-    if (out.r.client_gone) {
-      state.offload_inflight.fetch_sub(1);
-      count("client_gone");
-      co_return out;
-    }
-  }
-  state.offload_inflight.fetch_sub(1);
-
-  if (prefill_failed) {
-    if (connector.needs_engine_id()) ForgetEngineId(state, a);
-    state.metrics->retries->Inc({backends[b].name, "prefill_failed"});
-    LegResult again = co_await colocated(b, "prefill_failed");
-    again.attempts += out.attempts;
-    co_return again;
-  }
-  if (decode_failed) {
-    // A computed the prompt's KV: it is the cheapest place to serve it now.
-    state.metrics->retries->Inc({backends[a].name, "decode_failed"});
-    // A ran the prefill leg: it holds the prompt.
-    LegResult again = co_await colocated(a, "decode_failed", /*transferred=*/true);
-    again.attempts += out.attempts;
-    co_return again;
-  }
-  rec.t_prefill_done = t_prefill_done;
-  if (t_prefill_done >= 0 && out.r.t_first_byte >= 0) {
-    rec.transfer_s = std::max(0.0, out.r.t_first_byte - t_prefill_done);
+  out.attempts = h.attempts;
+  out.kv_transferred = h.kv_transferred;
+  rec.t_prefill_done = h.t_prefill_done;
+  if (h.transfer_s >= 0) {
+    rec.transfer_s = h.transfer_s;
     state.metrics->transfer_seconds->Observe({conn_name}, rec.transfer_s);
-  }
-  if (out.r.headers_sent && !out.r.completed) {
-    count(out.r.client_gone ? "client_gone" : "stream_error");
-  } else {
-    count(out.r.completed ? "ok" : "failed");
   }
   co_return out;
 }

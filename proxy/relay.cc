@@ -96,8 +96,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   std::unique_ptr<Connection> conn;
   BufferStash<beast::flat_buffer>::Lease up_buf_lease(worker.read_buffers);
   beast::flat_buffer& up_buf = *up_buf_lease;
-  // Beast reads at most the buffer's free capacity (512 B when empty): a
-  // 62 KB stream took 128 recv/send pairs before this.
+  // Beast reads at most the buffer's free capacity (512 B when empty):
+  // reserved, a response comes in relay-sized pieces.
   up_buf.reserve(kRelayChunkBytes);
   // The engine's response: parsed without a field map, its forwarded
   // fields kept as wire lines (relay_parser.h).
@@ -107,7 +107,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   const size_t own_count = decor.request_class.empty() ? 2 : 3;
   const absl::Span<const std::string_view> own_fields(kOwnFields, own_count);
   // Until the response header arrives the leg can be cut short by an
-  // ejection of its backend (Server::OnHealthChange) and retried elsewhere.
+  // ejection of its backend (ApplyHealthChange, backend_monitor.h) and
+  // retried elsewhere.
   class WaitingMark {
    public:
     WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
@@ -266,8 +267,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     observer.Finish();
     if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
   };
-  // The body's bytes land here (a stashed buffer: in the coroutine frame,
-  // it made the frame 16 KiB larger, allocated per request).
+  // The body's bytes land here: a stashed buffer, so the coroutine frame
+  // stays small and no chunk is allocated per request.
   BufferStash<beast::flat_buffer>::Lease chunk_lease(worker.read_buffers);
   char* const chunk = static_cast<char*>(chunk_lease->prepare(kRelayChunkBytes).data());
   bool upstream_ok = true;

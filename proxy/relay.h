@@ -28,8 +28,8 @@ namespace kvroute::proxy {
 class Session;
 
 // Extra response headers kvroute adds to a relayed response. The id and the
-// class are views of the request's record (HandleCompletion's, which
-// outlives every leg, a concurrent prefill leg included: ServeOffload joins
+// class are views of the request's record (ServeCompletion's, which
+// outlives every leg, a concurrent prefill leg included: the handoff joins
 // it), so the copies of a Decor per leg copy no strings but the label.
 struct Decor {
   std::string_view request_id;

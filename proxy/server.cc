@@ -10,9 +10,24 @@
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
 #include "proxy/worker.h"
-#include "transfer/connector.h"
+#include "transfer/handoff.h"
 
 namespace kvroute::proxy {
+
+namespace {
+
+// Each configured backend's bootstrap port by name (0 in its config: the
+// transfer section's).
+absl::flat_hash_map<std::string, uint16_t> BootstrapPorts(
+    const std::vector<BackendConfig>& backends, uint16_t fallback) {
+  absl::flat_hash_map<std::string, uint16_t> ports;
+  for (const BackendConfig& b : backends) {
+    ports[b.name] = b.bootstrap_port != 0 ? b.bootstrap_port : fallback;
+  }
+  return ports;
+}
+
+}  // namespace
 
 Server::Server(Config config, std::unique_ptr<router::Router> router,
                std::optional<uint64_t> random_seed)
@@ -32,14 +47,17 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
       [this](const HealthChange& c) { ApplyHealthChange(c, *router_, *metrics_, workers_); });
   state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
                                                   config_.limits.max_queued_requests);
-  state_->SetBootstrapPorts(config_.backends, config_.transfer.bootstrap_port);
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.
     spdlog::critical("{}", std::string(connector.status().message()));
     std::abort();
   }
-  state_->connector = *std::move(connector);
+  state_->handoff = std::make_unique<transfer::Handoff>(
+      *std::move(connector), static_cast<int64_t>(config_.transfer.max_offload_inflight));
+  state_->handoff->bootstrap().SetPorts(
+      BootstrapPorts(config_.backends, config_.transfer.bootstrap_port),
+      config_.transfer.bootstrap_port);
   monitor_ = std::make_unique<BackendMonitor>(config_, *router_, *state_->health);
   RegisterBackendGauges(registry_, router_.get());
 }
@@ -145,7 +163,8 @@ absl::Status Server::ReloadBackends(const std::vector<BackendConfig>& backends,
   if (absl::Status st = router_->UpdateBackends(specs); !st.ok()) return st;
   const auto fleet = router_->Backends();
   state_->health->Resize(static_cast<int>(fleet->size()));
-  state_->SetBootstrapPorts(backends, default_bootstrap_port);
+  state_->handoff->bootstrap().SetPorts(BootstrapPorts(backends, default_bootstrap_port),
+                                        default_bootstrap_port);
   for (auto& w : workers_) {
     net::post(w->ioc, [w = w.get(), fleet] { w->Sync(*fleet); });
   }
