@@ -103,7 +103,7 @@ class HttpLegRunner final : public transfer::LegRunner {
         a_(a),
         b_(b),
         decor_(decor),
-        stream_(stream),
+        client_wants_stream_(stream),
         on_first_byte_(on_first_byte) {}
 
   // The client-facing results of the legs, for the caller.
@@ -144,7 +144,7 @@ class HttpLegRunner final : public transfer::LegRunner {
     opts.state = decode_state_;
     opts.fail_on_5xx = true;
     ArmCompletion(hook_, opts, b_, kv_transferred);
-    decode_ = co_await Relay(s_, b_, dec, decor_, stream_, std::move(opts));
+    decode_ = co_await Relay(s_, b_, dec, decor_, client_wants_stream_, std::move(opts));
     co_return Report(decode_);
   }
 
@@ -169,7 +169,7 @@ class HttpLegRunner final : public transfer::LegRunner {
   const int a_;
   const int b_;
   const Decor& decor_;
-  const bool stream_;
+  const bool client_wants_stream_;
   const OnFirstByte& on_first_byte_;
   const std::shared_ptr<LegState> prefill_state_ = std::make_shared<LegState>();
   const std::shared_ptr<LegState> decode_state_ = std::make_shared<LegState>();
