@@ -16,6 +16,7 @@
 #include "proxy/shared_state.h"
 #include "proxy/watchdog.h"
 #include "proxy/worker.h"
+#include "wire/sse.h"
 
 namespace kvroute::proxy {
 
@@ -354,8 +355,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     conn.reset();  // closing the connection cancels the engine's request
     if (opts.to_client && !r.client_gone && chunked && r.sse && client_wants_stream) {
       // Tell the client the stream ended abnormally instead of truncating.
-      const std::string event =
-          absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
+      std::string event = wire::SseData(OpenAiErrorBody(502, r.error));
+      event += wire::kSseDone;
       co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);
       co_await EagerWrite(client, http::make_chunk_last(), write_timeout);
     }
