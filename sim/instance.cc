@@ -772,7 +772,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     const RequestInfo& info = pending->info;
     const Usage usage{.prompt_tokens = info.prompt_tokens,
                       .completion_tokens = info.completion_tokens,
-                      .cached_tokens = info.cached_tokens};
+                      .cached_tokens = info.cached_tokens,
+                      .always_report_cached_tokens = options_.profile.always_report_cached_tokens};
     std::optional<json::object> kv_params;
     if (prefill_leg && !info.held_blocks.empty()) {
       json::object p;
@@ -838,7 +839,9 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
         batch += SseEvent(UsageChunkJson(endpoint, response_id, created, model,
                                          Usage{.prompt_tokens = info.prompt_tokens,
                                                .completion_tokens = info.completion_tokens,
-                                               .cached_tokens = info.cached_tokens}));
+                                               .cached_tokens = info.cached_tokens,
+                                               .always_report_cached_tokens =
+                                                   options_.profile.always_report_cached_tokens}));
       }
       batch += kSseDone;
     }
