@@ -151,6 +151,38 @@ void Engine::Abort(RequestHandle handle) {
   requests_.erase(it);
 }
 
+void Engine::StartPull(RequestHandle handle) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  if (r->state == Request::State::kWaiting) {
+    r->spec.await_remote_kv = false;
+  } else if (r->state == Request::State::kTransferring && r->pull.start == kForever) {
+    DrainPulls(now_);
+    r->pull.start = now_ + TransferFixedTime(r->info.pulled_tokens);
+    ProjectPulls();
+  }
+}
+
+void Engine::CancelPull(RequestHandle handle) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  if (r->state == Request::State::kWaiting) {
+    r->spec.pull_remote_kv = false;
+    r->spec.await_remote_kv = false;
+  } else if (r->state == Request::State::kTransferring && r->pull.start == kForever) {
+    DrainPulls(now_);
+    transferring_.erase(std::find(transferring_.begin(), transferring_.end(), r));
+    ProjectPulls();
+    counters_.external_prefix_cache_hits -= r->info.pulled_tokens;
+    r->info.cached_tokens -= r->info.pulled_tokens;
+    r->info.pulled_tokens = 0;
+    r->state = Request::State::kRunning;
+    running_.push_back(r);
+  }
+}
+
 int64_t Engine::MaxHitBlocks(const Request& r) const {
   // At least one token is always computed, so a fully cached prompt recomputes its last token.
   return std::min<int64_t>(static_cast<int64_t>(r.hashes.size()),
@@ -190,7 +222,9 @@ std::optional<double> Engine::NextTimedEvent() const {
   auto consider = [&](double t) {
     if (!next || t < *next) next = t;
   };
-  for (const Request* r : transferring_) consider(r->transfer_done);
+  for (const Request* r : transferring_) {
+    if (r->transfer_done != kForever) consider(r->transfer_done);
+  }
   if (!waiting_.empty()) {
     for (const auto& [id, hold] : holds_) consider(hold.deadline);
   }
@@ -227,7 +261,8 @@ void Engine::ProjectPulls() {
   for (SharedTransfer& c : copies) flows.push_back(&c);
   RunSharedLink(flows, config_.link.bandwidth_bytes_per_s, pulls_drained_at_, kForever);
   for (size_t i = 0; i < transferring_.size(); ++i) {
-    transferring_[i]->transfer_done = copies[i].finish;
+    // A pull whose source has not published yet never finishes by itself.
+    transferring_[i]->transfer_done = copies[i].finish >= 0 ? copies[i].finish : kForever;
   }
 }
 
@@ -447,8 +482,9 @@ StepResult Engine::Step() {
         r->info.pulled_tokens = pulled;
         r->info.cached_tokens += pulled;
         DrainPulls(now_);
-        r->pull = SharedTransfer{.start = now_ + TransferFixedTime(pulled),
-                                 .bytes = static_cast<double>(pulled) * config_.kv_bytes_per_token};
+        r->pull = SharedTransfer{
+            .start = r->spec.await_remote_kv ? kForever : now_ + TransferFixedTime(pulled),
+            .bytes = static_cast<double>(pulled) * config_.kv_bytes_per_token};
         r->state = Request::State::kTransferring;
         transferring_.push_back(r);
         ProjectPulls();

@@ -74,6 +74,10 @@ struct RequestSpec {
   // Decode leg of a P/D handoff: the prompt's KV is available at a prefill instance; the
   // engine pulls what it does not hold locally (modelled transfer time) instead of computing.
   bool pull_remote_kv = false;
+  // With pull_remote_kv: the prefill has not finished yet (Mooncake, SGLang). The leg is
+  // admitted like a pull and its blocks are allocated and held, but no byte moves until
+  // StartPull(); CancelPull() makes it prefill locally in those blocks.
+  bool await_remote_kv = false;
 };
 
 // TokenEvent::token of an event that only ends the request (no new token).
@@ -143,6 +147,11 @@ class Engine {
   RequestHandle Submit(RequestSpec spec);
   // Drops a request wherever it is (client went away); no further events for it.
   void Abort(RequestHandle handle);
+  // The prefill an await_remote_kv leg waits for has published its KV: the pull starts now
+  // (or at admission, if the leg is still queued).
+  void StartPull(RequestHandle handle);
+  // No prefill came for an await_remote_kv leg: it computes its prompt here instead.
+  void CancelPull(RequestHandle handle);
 
   // Whether Step() would schedule something now.
   bool HasRunnableWork() const;

@@ -219,7 +219,7 @@ void Instance::ResetConnections() {
   }
   AbortWaitingRequests();
   Log()->info("instance {}: killed: {} connections reset, {} requests dropped", options_.index,
-              streams_.size(), pendings_.size() + pairing_.size());
+              streams_.size(), pendings_.size());
 }
 
 double Instance::VirtualNow() const {
@@ -449,7 +449,7 @@ std::string Instance::RenderMetrics() {
         engine_.num_running());
   // Decode legs waiting for their KV count as waiting, as in vLLM (WAITING_FOR_REMOTE_KVS).
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-        engine_.num_waiting() + static_cast<double>(pairing_.size()));
+        engine_.num_waiting());
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
         engine_.KvUsage());
   counter("vllm:prefix_cache_queries_total",
@@ -701,6 +701,30 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
                   options_.index, base_id, *claim_key);
     }
   }
+  // A decode leg whose prefill may still be running (Mooncake, SGLang) is admitted at once and
+  // holds its blocks while it waits, as vLLM allocates them on arrival.
+  spec.pull_remote_kv = pending->kv_source.has_value() || wait_key.has_value();
+  spec.await_remote_kv = wait_key.has_value();
+  spec.prompt = std::move(tokens);
+
+  // An idle engine's clock catches up with the wall clock before the arrival is stamped.
+  if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
+  const RequestHandle handle = engine_.Submit(std::move(spec));
+  pendings_[handle] = pending;
+  Wake();
+
+  // Cleans up whatever way the session leaves.
+  struct Cleanup {
+    Instance* self;
+    RequestHandle handle;
+    std::shared_ptr<Pending> p;
+    ~Cleanup() {
+      if (!p->done) self->engine_.Abort(handle);
+      p->ReleaseSource();
+      self->pendings_.erase(handle);
+    }
+  } cleanup{this, handle, pending};
+
   if (wait_key) {
     std::weak_ptr<Pending> weak = pending;
     const uint64_t ticket = fabric_.ClaimOrWait(*wait_key, [this, weak](KvHandle h) {
@@ -735,27 +759,14 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
           "locally",
           options_.index, base_id, *wait_key, profile.pd_pair_timeout_s);
     }
-  }
-  spec.pull_remote_kv = pending->kv_source.has_value();
-  spec.prompt = std::move(tokens);
-
-  // An idle engine's clock catches up with the wall clock before the arrival is stamped.
-  if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
-  const RequestHandle handle = engine_.Submit(std::move(spec));
-  pendings_[handle] = pending;
-  Wake();
-
-  // Cleans up whatever way the session leaves.
-  struct Cleanup {
-    Instance* self;
-    RequestHandle handle;
-    std::shared_ptr<Pending> p;
-    ~Cleanup() {
-      if (!p->done) self->engine_.Abort(handle);
-      p->ReleaseSource();
-      self->pendings_.erase(handle);
+    if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
+    if (pending->pair_done) {
+      engine_.StartPull(handle);
+    } else {
+      engine_.CancelPull(handle);
     }
-  } cleanup{this, handle, pending};
+    Wake();
+  }
 
   const std::string& model = profile.model_name;
   const int die_after = f.die_after_events;

@@ -202,5 +202,40 @@ TEST(EngineCostTest, WithoutCachedOutputTheNextTurnHitsOnlyThePreviousPrompt) {
   }
 }
 
+TEST(EngineCostTest, AwaitingDecodeLegHoldsItsBlocksUntilThePrefillPublishes) {
+  Engine engine(RoundConfig());
+  RequestSpec leg = Spec("decode", Tokens(11), 1);  // 3 blocks; 10 tokens to pull
+  leg.pull_remote_kv = true;
+  leg.await_remote_kv = true;
+  const RequestHandle h = engine.Submit(leg);
+  engine.Step();
+  EXPECT_EQ(engine.blocks().num_free(), 64 - 3);  // allocated on arrival
+  EXPECT_FALSE(engine.HasRunnableWork());
+  EXPECT_FALSE(engine.NextTimedEvent().has_value());  // nothing moves by itself
+  engine.AdvanceTo(5.0);                               // the prefill runs elsewhere
+  engine.StartPull(h);
+  ASSERT_TRUE(engine.NextTimedEvent().has_value());
+  EXPECT_DOUBLE_EQ(*engine.NextTimedEvent(), 5.0 + 2.0 + 1.0);
+  RunToIdle(engine);
+  EXPECT_EQ(engine.Info(h)->pulled_tokens, 10);
+  EXPECT_EQ(engine.Info(h)->cached_tokens, 10);
+}
+
+TEST(EngineCostTest, AwaitingDecodeLegWithoutPrefillComputesInItsBlocks) {
+  Engine engine(RoundConfig());
+  RequestSpec leg = Spec("decode", Tokens(11), 1);
+  leg.pull_remote_kv = true;
+  leg.await_remote_kv = true;
+  const RequestHandle h = engine.Submit(leg);
+  engine.Step();
+  engine.CancelPull(h);
+  EXPECT_TRUE(engine.HasRunnableWork());
+  RunToIdle(engine);
+  EXPECT_EQ(engine.Info(h)->pulled_tokens, 0);
+  EXPECT_EQ(engine.Info(h)->cached_tokens, 0);
+  EXPECT_EQ(engine.Info(h)->completion_tokens, 1);
+  EXPECT_EQ(engine.counters().external_prefix_cache_hits, 0u);
+}
+
 }  // namespace
 }  // namespace sim
