@@ -847,12 +847,12 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     if (finished) {
       if (parsed.include_usage) {
         const RequestInfo& info = pending->info;
-        batch += SseEvent(UsageChunkJson(endpoint, response_id, created, model,
-                                         Usage{.prompt_tokens = info.prompt_tokens,
-                                               .completion_tokens = info.completion_tokens,
-                                               .cached_tokens = info.cached_tokens,
-                                               .always_report_cached_tokens =
-                                                   options_.profile.always_report_cached_tokens}));
+        batch += SseEvent(UsageChunkJson(
+            endpoint, response_id, created, model,
+            Usage{.prompt_tokens = info.prompt_tokens,
+                  .completion_tokens = info.completion_tokens,
+                  .cached_tokens = info.cached_tokens,
+                  .always_report_cached_tokens = options_.profile.always_report_cached_tokens}));
       }
       batch += kSseDone;
     }

@@ -6,16 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 namespace sim {
 
 double TimingModel::WeightFraction(int64_t tokens) const {
   if (num_experts <= 0 || experts_per_token <= 0 || tokens <= 0) return 1;
-  const double untouched = std::pow(
-      1 - std::min(1.0, static_cast<double>(experts_per_token) / num_experts),
-      static_cast<double>(tokens));
+  const double untouched =
+      std::pow(1 - std::min(1.0, static_cast<double>(experts_per_token) / num_experts),
+               static_cast<double>(tokens));
   return (1 - expert_weight_fraction) + expert_weight_fraction * (1 - untouched);
 }
 
@@ -143,8 +143,8 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   } else if (admission == "first_chunk") {
     p.admission = AdmissionRule::kFirstChunk;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine.admission: bad value '", admission, "' (full_prompt or first_chunk)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.admission: bad value '", admission, "' (full_prompt or first_chunk)"));
   }
   const std::pair<const char*, double> non_negative[] = {
       {"timing.step_fixed_s", p.timing.step_fixed_s},

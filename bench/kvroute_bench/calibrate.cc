@@ -138,8 +138,8 @@ absl::StatusOr<Calibration> FitTiming(const sim::Profile& base,
     if (!(d.seconds > 0)) continue;
     rows.push_back(DecodeRow(tm, d.batch, d.mean_context));
     ys.push_back(d.seconds);
-    names.push_back(absl::StrFormat("decode step, batch %d at %.0f tokens", d.batch,
-                                    d.mean_context));
+    names.push_back(
+        absl::StrFormat("decode step, batch %d at %.0f tokens", d.batch, d.mean_context));
   }
   std::array<bool, kColumns> fit;
   fit.fill(true);
@@ -235,8 +235,8 @@ class Prober {
       if (r.status != 200) co_return Unavailable("GET /v1/models", r);
       boost::system::error_code ec;
       json::value v = json::parse(r.body, ec);
-      if (ec || !v.is_object() || !v.as_object().contains("data") ||
-          !v.at("data").is_array() || v.at("data").as_array().empty()) {
+      if (ec || !v.is_object() || !v.as_object().contains("data") || !v.at("data").is_array() ||
+          v.at("data").as_array().empty()) {
         co_return absl::FailedPreconditionError("GET /v1/models lists no model");
       }
       const json::object& m = v.at("data").as_array()[0].as_object();
@@ -298,8 +298,8 @@ class Prober {
 
  private:
   static absl::Status Unavailable(absl::string_view what, const HttpResponse& r) {
-    return absl::UnavailableError(absl::StrCat(
-        what, ": ", r.status == 0 ? r.error : absl::StrCat("HTTP ", r.status)));
+    return absl::UnavailableError(
+        absl::StrCat(what, ": ", r.status == 0 ? r.error : absl::StrCat("HTTP ", r.status)));
   }
 
   net::awaitable<absl::StatusOr<Scrape>> ScrapeNow() {
@@ -355,8 +355,8 @@ class Prober {
       absl::StatusOr<Scrape> s = co_await ScrapeNow();
       if (!s.ok() || done(*s)) co_return s;
       if (std::chrono::steady_clock::now() > deadline) {
-        co_return absl::DeadlineExceededError(absl::StrCat("calibrate: timed out waiting for ",
-                                                           what));
+        co_return absl::DeadlineExceededError(
+            absl::StrCat("calibrate: timed out waiting for ", what));
       }
       co_await Pause();
     }
@@ -375,8 +375,8 @@ class Prober {
     ChatOutcome out = co_await StreamChat(Call(prompt, 1));
     if (!out.error.empty() || out.http_status != 200) {
       co_return absl::UnavailableError(absl::StrCat("calibrate: a ", prompt.size(),
-                                                    "-token request failed: HTTP ",
-                                                    out.http_status, " ", out.error));
+                                                    "-token request failed: HTTP ", out.http_status,
+                                                    " ", out.error));
     }
     if (cached != nullptr) {
       *cached = static_cast<int>(out.cached_tokens);
@@ -402,9 +402,10 @@ class Prober {
     auto failure = std::make_shared<std::string>();
     const auto executor = co_await net::this_coro::executor;
     for (int i = 0; i < batch; ++i) {
-      net::co_spawn(executor, RunDecodeRequest(Call(RandomPrompt(context), options_.decode_tokens),
-                                               finished, failure),
-                    net::detached);
+      net::co_spawn(
+          executor,
+          RunDecodeRequest(Call(RandomPrompt(context), options_.decode_tokens), finished, failure),
+          net::detached);
     }
     const double prefilled = s0->prefill_count + batch;
     absl::StatusOr<Scrape> s1 = co_await WaitFor(
@@ -418,8 +419,8 @@ class Prober {
       // Every stream ends by itself (max_tokens); wait for them before the next probe.
       while (*finished < batch) co_await Pause();
       if (!failure->empty()) {
-        co_return absl::UnavailableError(absl::StrCat("calibrate: a decode request failed: ",
-                                                      *failure));
+        co_return absl::UnavailableError(
+            absl::StrCat("calibrate: a decode request failed: ", *failure));
       }
       if (!s2.ok()) co_return s2.status();
       if (s2->running < batch || s2->preemptions != s0->preemptions) {
@@ -433,8 +434,7 @@ class Prober {
       d.seconds = (s2->ItlSum() - s1->ItlSum()) / (s2->ItlCount() - s1->ItlCount());
       // Each sequence reads its prompt plus the tokens it has generated; the mean over the
       // window is halfway between the two scrapes.
-      const double generated =
-          ((s1->generation + s2->generation) / 2 - s0->generation) / batch;
+      const double generated = ((s1->generation + s2->generation) / 2 - s0->generation) / batch;
       d.mean_context = context + generated - 0.5;
       spdlog::info("calibrate: decode batch {} at {:.0f} tokens: {:.5f} s per step", batch,
                    d.mean_context, d.seconds);
@@ -456,14 +456,13 @@ absl::StatusOr<Calibration> Calibrate(const CalibrateOptions& options) {
   net::io_context io;
   Prober prober(options);
   std::optional<absl::StatusOr<Calibration>> result;
-  net::co_spawn(io, prober.Run(),
-                [&](std::exception_ptr e, absl::StatusOr<Calibration> r) {
-                  if (e) {
-                    result = absl::InternalError("calibrate: unexpected exception");
-                  } else {
-                    result = std::move(r);
-                  }
-                });
+  net::co_spawn(io, prober.Run(), [&](std::exception_ptr e, absl::StatusOr<Calibration> r) {
+    if (e) {
+      result = absl::InternalError("calibrate: unexpected exception");
+    } else {
+      result = std::move(r);
+    }
+  });
   io.run();
   if (!result) return absl::InternalError("calibrate: the probe loop did not finish");
   return *std::move(result);
@@ -489,8 +488,9 @@ std::string TimingYaml(const Calibration& c, absl::string_view target) {
                           c.cache_warm_s);
   }
   if (!c.weight_read_fitted) {
-    out += "# Dense model: weight_read_s is kept from the base profile (it cannot be told\n"
-           "# apart from step_fixed_s).\n";
+    out +=
+        "# Dense model: weight_read_s is kept from the base profile (it cannot be told\n"
+        "# apart from step_fixed_s).\n";
   }
   auto g = [](double v) { return absl::StrFormat("%.4g", std::max(0.0, v)); };
   absl::StrAppend(&out, "timing:\n", "  step_fixed_s: ", g(t.step_fixed_s), "\n",
@@ -499,8 +499,8 @@ std::string TimingYaml(const Calibration& c, absl::string_view target) {
                   "  weight_read_s: ", g(t.weight_read_s), "\n");
   if (t.num_experts > 0) {
     absl::StrAppend(&out, "  expert_weight_fraction: ", g(t.expert_weight_fraction), "\n",
-                    "  num_experts: ", t.num_experts, "\n", "  experts_per_token: ",
-                    t.experts_per_token, "\n");
+                    "  num_experts: ", t.num_experts, "\n",
+                    "  experts_per_token: ", t.experts_per_token, "\n");
   }
   absl::StrAppend(&out, "  decode_s_per_seq: ", g(t.decode_s_per_seq), "\n",
                   "  kv_read_s_per_token: ", g(t.kv_read_s_per_token), "\n");

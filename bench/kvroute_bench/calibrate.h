@@ -42,10 +42,10 @@ struct CalibrateOptions {
   sim::Profile base;
   std::vector<int> prompt_lengths = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
   std::vector<int> decode_batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-  int decode_context = 512;                // prompt tokens of each decode-batch request
+  int decode_context = 512;                  // prompt tokens of each decode-batch request
   std::vector<int> long_contexts = {16384};  // batch-1 decode probes at these contexts
-  int decode_tokens = 512;                 // output tokens of each decode request
-  int window_steps = 16;                   // decode steps measured per decode probe
+  int decode_tokens = 512;                   // output tokens of each decode request
+  int window_steps = 16;                     // decode steps measured per decode probe
   int cache_prompt_tokens = 8192;
   uint64_t seed = 1;
   std::chrono::milliseconds poll_interval{5};

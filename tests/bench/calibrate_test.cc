@@ -23,19 +23,19 @@ std::vector<int32_t> Tokens(int n, int32_t start) {
 // What vLLM's prefill histogram would record for a lone prompt: first token - first scheduled.
 double EnginePrefill(const sim::Profile& p, int n) {
   sim::Engine engine(sim::EngineConfig::FromProfile(p));
-  const auto h = engine.Submit({.request_id = "p", .prompt = Tokens(n, 0), .max_tokens = 1,
-                                .ignore_eos = true});
+  const auto h = engine.Submit(
+      {.request_id = "p", .prompt = Tokens(n, 0), .max_tokens = 1, .ignore_eos = true});
   while (engine.HasRunnableWork()) engine.Step();
   return engine.Info(h)->first_token - engine.Info(h)->first_scheduled;
 }
 
 void ExpectWithin(double fitted, double truth, double tolerance, const char* name) {
-  EXPECT_NEAR(fitted / truth, 1.0, tolerance) << name << ": fitted " << fitted << ", truth "
-                                              << truth;
+  EXPECT_NEAR(fitted / truth, 1.0, tolerance)
+      << name << ": fitted " << fitted << ", truth " << truth;
 }
 
-void ExpectRecovers(const sim::TimingModel& fitted, const sim::TimingModel& truth,
-                    double tolerance, bool weights) {
+void ExpectRecovers(const sim::TimingModel& fitted, const sim::TimingModel& truth, double tolerance,
+                    bool weights) {
   ExpectWithin(fitted.step_fixed_s, truth.step_fixed_s, tolerance, "step_fixed_s");
   ExpectWithin(fitted.prefill_s_per_token, truth.prefill_s_per_token, tolerance,
                "prefill_s_per_token");
@@ -56,8 +56,10 @@ TEST(CalibrateFitTest, RecoversTheEnginesOwnTimingModel) {
            {1, 512}, {4, 512}, {16, 512}, {64, 512}, {256, 512}, {1, 16384}}) {
     sim::Engine e(sim::EngineConfig::FromProfile(truth));
     for (int i = 0; i < batch; ++i) {
-      e.Submit({.request_id = std::to_string(i), .prompt = Tokens(prompt, i * (prompt + 1)),
-                .max_tokens = 1000, .ignore_eos = true});
+      e.Submit({.request_id = std::to_string(i),
+                .prompt = Tokens(prompt, i * (prompt + 1)),
+                .max_tokens = 1000,
+                .ignore_eos = true});
     }
     // The first step in which every sequence decodes: each has generated g tokens.
     for (int guard = 0; guard < 10000; ++guard) {

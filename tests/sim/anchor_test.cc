@@ -30,9 +30,10 @@ std::vector<int32_t> UniqueTokens(int n, int32_t start) {
 // Time to first token of one request alone on an idle engine.
 double Ttft(const Profile& profile, int prompt_tokens) {
   Engine engine(EngineConfig::FromProfile(profile));
-  const RequestHandle h = engine.Submit(RequestSpec{
-      .request_id = "ttft", .prompt = UniqueTokens(prompt_tokens, 0), .max_tokens = 1,
-      .ignore_eos = true});
+  const RequestHandle h = engine.Submit(RequestSpec{.request_id = "ttft",
+                                                    .prompt = UniqueTokens(prompt_tokens, 0),
+                                                    .max_tokens = 1,
+                                                    .ignore_eos = true});
   while (engine.HasRunnableWork()) engine.Step();
   const RequestInfo* info = engine.Info(h);
   return info->first_token - info->arrival;
@@ -86,8 +87,8 @@ double PullHandover(Profile profile, int prompt_tokens, int block_size) {
   return info->first_token - info->arrival;
 }
 
-#define EXPECT_WITHIN_15_PERCENT(measured, anchor)                       \
-  EXPECT_NEAR((measured) / (anchor), 1.0, kTolerance)                    \
+#define EXPECT_WITHIN_15_PERCENT(measured, anchor)    \
+  EXPECT_NEAR((measured) / (anchor), 1.0, kTolerance) \
       << #measured << " = " << (measured) << " s against the anchor " << (anchor) << " s"
 
 // Qwen3-Coder-30B-A3B on one H20.

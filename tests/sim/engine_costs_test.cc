@@ -212,7 +212,7 @@ TEST(EngineCostTest, AwaitingDecodeLegHoldsItsBlocksUntilThePrefillPublishes) {
   EXPECT_EQ(engine.blocks().num_free(), 64 - 3);  // allocated on arrival
   EXPECT_FALSE(engine.HasRunnableWork());
   EXPECT_FALSE(engine.NextTimedEvent().has_value());  // nothing moves by itself
-  engine.AdvanceTo(5.0);                               // the prefill runs elsewhere
+  engine.AdvanceTo(5.0);                              // the prefill runs elsewhere
   engine.StartPull(h);
   ASSERT_TRUE(engine.NextTimedEvent().has_value());
   EXPECT_DOUBLE_EQ(*engine.NextTimedEvent(), 5.0 + 2.0 + 1.0);

@@ -174,8 +174,7 @@ TEST_F(WireTest, RepeatedPromptReportsCachedTokens) {
             (n - 1) / 16 * 16);
   // The other instance has never seen it: no details, as vLLM does for a miss.
   auto other = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 2));
-  EXPECT_FALSE(other.Json().as_object().at("usage").as_object().contains(
-      "prompt_tokens_details"));
+  EXPECT_FALSE(other.Json().as_object().at("usage").as_object().contains("prompt_tokens_details"));
 }
 
 TEST(WireProfileTest, AlwaysReportCachedTokensKeepsZeroDetails) {
