@@ -151,15 +151,17 @@ void Engine::Abort(RequestHandle handle) {
   requests_.erase(it);
 }
 
-void Engine::StartPull(RequestHandle handle) {
+void Engine::StartPull(RequestHandle handle, int source_pulls) {
   auto it = requests_.find(handle);
   if (it == requests_.end()) return;
   Request* r = it->second.get();
+  r->spec.source_pulls = source_pulls;
   if (r->state == Request::State::kWaiting) {
     r->spec.await_remote_kv = false;
   } else if (r->state == Request::State::kTransferring && r->pull.start == kForever) {
     DrainPulls(now_);
     r->pull.start = now_ + TransferFixedTime(r->info.pulled_tokens);
+    r->pull.max_rate = SourceRate(r->spec);
     ProjectPulls();
   }
 }
@@ -242,6 +244,11 @@ double Engine::TransferTime(int64_t tokens) const {
   if (tokens <= 0) return 0;
   return TransferFixedTime(tokens) + static_cast<double>(tokens) * config_.kv_bytes_per_token /
                                          config_.link.bandwidth_bytes_per_s;
+}
+
+double Engine::SourceRate(const RequestSpec& spec) const {
+  // The fleet's NICs are alike: the source sends at most its bandwidth over its pulls.
+  return config_.link.bandwidth_bytes_per_s / std::max(1, spec.source_pulls);
 }
 
 void Engine::DrainPulls(double t) {
@@ -485,7 +492,8 @@ StepResult Engine::Step() {
         DrainPulls(now_);
         r->pull = SharedTransfer{
             .start = r->spec.await_remote_kv ? kForever : now_ + TransferFixedTime(pulled),
-            .bytes = static_cast<double>(pulled) * config_.kv_bytes_per_token};
+            .bytes = static_cast<double>(pulled) * config_.kv_bytes_per_token,
+            .max_rate = SourceRate(r->spec)};
         r->state = Request::State::kTransferring;
         transferring_.push_back(r);
         ProjectPulls();

@@ -78,6 +78,8 @@ struct RequestSpec {
   // admitted like a pull and its blocks are allocated and held, but no byte moves until
   // StartPull(); CancelPull() makes it prefill locally in those blocks.
   bool await_remote_kv = false;
+  // Pulls sharing the source instance's NIC, this one included (KvHandle::source_pulls).
+  int source_pulls = 1;
 };
 
 // TokenEvent::token of an event that only ends the request (no new token).
@@ -149,7 +151,7 @@ class Engine {
   void Abort(RequestHandle handle);
   // The prefill an await_remote_kv leg waits for has published its KV: the pull starts now
   // (or at admission, if the leg is still queued).
-  void StartPull(RequestHandle handle);
+  void StartPull(RequestHandle handle, int source_pulls = 1);
   // No prefill came for an await_remote_kv leg: it computes its prompt here instead.
   void CancelPull(RequestHandle handle);
 
@@ -216,6 +218,8 @@ class Engine {
   void Finish(Request* r, FinishReason reason, double t);
   void ExpireHolds();
   void CompleteTransfers(StepResult& result);
+  // The most a pull's source NIC sends it (its bandwidth split over the source's pulls).
+  double SourceRate(const RequestSpec& spec) const;
   // Moves the byte phase of every pull forward to `t` on the shared NIC.
   void DrainPulls(double t);
   // Recomputes every pull's transfer_done from the current state (no later arrivals).

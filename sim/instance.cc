@@ -176,6 +176,7 @@ InstanceGauges Instance::gauges() const {
 }
 
 void Instance::ReleaseHeldKv(const std::string& hold_id) {
+  fabric_.EndPull(this);  // only a claimed hold is released by its puller
   net::post(strand_, [this, hold_id] { engine_.ReleaseHold(hold_id); });
 }
 
@@ -705,6 +706,7 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
   // holds its blocks while it waits, as vLLM allocates them on arrival.
   spec.pull_remote_kv = pending->kv_source.has_value() || wait_key.has_value();
   spec.await_remote_kv = wait_key.has_value();
+  if (pending->kv_source) spec.source_pulls = pending->kv_source->source_pulls;
   spec.prompt = std::move(tokens);
 
   // An idle engine's clock catches up with the wall clock before the arrival is stamped.
@@ -761,7 +763,7 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     }
     if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
     if (pending->pair_done) {
-      engine_.StartPull(handle);
+      engine_.StartPull(handle, pending->kv_source->source_pulls);
     } else {
       engine_.CancelPull(handle);
     }

@@ -14,6 +14,7 @@ void RunSharedLink(std::span<SharedTransfer* const> transfers, double bandwidth_
                    double from, double until) {
   double t = from;
   std::vector<SharedTransfer*> active;
+  std::vector<double> rates;
   while (t < until) {
     active.clear();
     double next_start = kForever;
@@ -30,13 +31,23 @@ void RunSharedLink(std::span<SharedTransfer* const> transfers, double bandwidth_
       t = std::min(next_start, until);
       continue;
     }
-    const double rate = bandwidth_bytes_per_s / static_cast<double>(active.size());
-    double least = kForever;
-    for (const SharedTransfer* x : active) least = std::min(least, x->bytes);
-    const double next = std::min({t + least / rate, next_start, until});
-    const double moved = rate * (next - t);
-    for (SharedTransfer* x : active) {
-      x->bytes -= moved;
+    // Max-min fair shares: the most capped transfers take their cap, the rest split what is
+    // left equally.
+    std::sort(active.begin(), active.end(), [](const SharedTransfer* a, const SharedTransfer* b) {
+      return a->max_rate < b->max_rate;
+    });
+    rates.assign(active.size(), 0);
+    double left = bandwidth_bytes_per_s;
+    for (size_t i = 0; i < active.size(); ++i) {
+      rates[i] = std::min(active[i]->max_rate, left / static_cast<double>(active.size() - i));
+      left -= rates[i];
+    }
+    double next = std::min(next_start, until);
+    for (size_t i = 0; i < active.size(); ++i)
+      next = std::min(next, t + active[i]->bytes / rates[i]);
+    for (size_t i = 0; i < active.size(); ++i) {
+      SharedTransfer* x = active[i];
+      x->bytes -= rates[i] * (next - t);
       if (x->bytes <= kByteEpsilon) {
         x->bytes = 0;
         x->finish = next;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "sim/engine.h"
+#include "sim/kv_fabric.h"
 #include "sim/nic_share.h"
 #include "sim/tokenizer.h"
 
@@ -151,6 +152,26 @@ TEST(SharedLinkTest, OverlappingTransfersShareThenSpeedUp) {
   EXPECT_DOUBLE_EQ(t[0].finish, 4.0);
 }
 
+TEST(SharedLinkTest, ACappedTransferLeavesItsShareToTheOthers) {
+  // The first one's source sends at most 250 B/s; the second takes the remaining 750 B/s.
+  std::vector<SharedTransfer> t = {{.start = 0, .bytes = 500, .max_rate = 250},
+                                   {.start = 0, .bytes = 1500}};
+  std::vector<SharedTransfer*> p = {&t[0], &t[1]};
+  RunSharedLink(p, 1000, 0, kForever);
+  EXPECT_DOUBLE_EQ(t[0].finish, 2.0);
+  EXPECT_DOUBLE_EQ(t[1].finish, 2.0);
+}
+
+TEST(EngineCostTest, APullFromABusySourceGetsItsShareOfThatNic) {
+  Engine engine(RoundConfig());
+  RequestSpec a = Spec("a", Tokens(11), 1);  // 1,000 B after the 2 s handover
+  a.pull_remote_kv = true;
+  a.source_pulls = 4;  // the source serves three other instances too: 250 B/s for this one
+  engine.Submit(a);
+  engine.Step();
+  EXPECT_DOUBLE_EQ(*engine.NextTimedEvent(), 2.0 + 4.0);
+}
+
 TEST(SharedLinkTest, DrainingStopsAtTheGivenTime) {
   std::vector<SharedTransfer> t = {{.start = 0, .bytes = 3000}};
   std::vector<SharedTransfer*> p = {&t[0]};
@@ -235,6 +256,28 @@ TEST(EngineCostTest, AwaitingDecodeLegWithoutPrefillComputesInItsBlocks) {
   EXPECT_EQ(engine.Info(h)->cached_tokens, 0);
   EXPECT_EQ(engine.Info(h)->completion_tokens, 1);
   EXPECT_EQ(engine.counters().external_prefix_cache_hits, 0u);
+}
+
+class FakeHolder : public KvHolder {
+ public:
+  void ReleaseHeldKv(const std::string&) override {}
+  int instance_index() const override { return 0; }
+};
+
+TEST(KvFabricTest, ClaimsCountThePullsSharingTheSourceNic) {
+  KvFabric fabric;
+  FakeHolder source, other;
+  fabric.Publish("nixl:a", KvHandle{&source, "a"});
+  fabric.Publish("nixl:b", KvHandle{&source, "b"});
+  fabric.Publish("nixl:c", KvHandle{&other, "c"});
+  EXPECT_EQ(fabric.Claim("nixl:a")->source_pulls, 1);
+  EXPECT_EQ(fabric.Claim("nixl:b")->source_pulls, 2);
+  EXPECT_EQ(fabric.Claim("nixl:c")->source_pulls, 1);  // another NIC
+  fabric.EndPull(&source);
+  fabric.Publish("mooncake:d", KvHandle{&source, "d"});
+  int seen = 0;
+  fabric.ClaimOrWait("mooncake:d", [&](KvHandle h) { seen = h.source_pulls; });
+  EXPECT_EQ(seen, 2);  // b and d
 }
 
 }  // namespace
