@@ -301,8 +301,9 @@ void Engine::Preempt(Request* r) {
 
 void Engine::CommitFullBlocks(Request* r) {
   int full = r->num_computed / config_.block_size;
-  if (!config_.cache_generated_blocks)
+  if (!config_.cache_generated_blocks) {
     full = std::min(full, r->info.prompt_tokens / config_.block_size);
+  }
   while (static_cast<int>(r->hashes.size()) < full) {
     const size_t k = r->hashes.size();
     const BlockHash parent = k == 0 ? 0 : r->hashes[k - 1];
