@@ -154,6 +154,12 @@ class Engine {
   bool HasHold(const std::string& request_id) const { return holds_.contains(request_id); }
   size_t num_holds() const { return holds_.size(); }
 
+  // vLLM's reset_prefix_cache: drops every cached block unless requests hold blocks.
+  bool ResetPrefixCache() { return blocks_.ResetPrefixCache(); }
+  // KV cache events (sim/kv_events.h) recorded since the last call, when enabled.
+  void EnableKvEvents(bool on) { blocks_.EnableKvEvents(on); }
+  std::vector<KvCacheEvent> TakeKvEvents() { return blocks_.TakeKvEvents(); }
+
   // Modelled RDMA time to pull `tokens` tokens of KV.
   double TransferTime(int64_t tokens) const;
   // Step-time multiplier (fault injection: "slow down by a factor").
