@@ -42,6 +42,8 @@ class KvEventFeeds {
 
   void Stop();
   size_t size() const { return subscribers_->size(); }
+  // The i-th subscription, in config order of the backends that have one.
+  const kvevents::KvEventSubscriber& subscriber(size_t i) const { return *(*subscribers_)[i]; }
 
  private:
   using Subscribers = std::vector<std::unique_ptr<kvevents::KvEventSubscriber>>;

@@ -143,6 +143,9 @@ void Instance::PublishKvEvents() {
   const std::chrono::duration<double> unix_now =
       std::chrono::system_clock::now().time_since_epoch();
   kv_events_->Publish(unix_now.count(), std::move(events));
+  absl::MutexLock lock(&mu_);
+  gauges_.num_cached_blocks = engine_.blocks().num_cached();
+  gauges_.kv_event_batches = kv_events_->accepted();
 }
 
 void Instance::Start() {

@@ -62,6 +62,10 @@ struct InstanceGauges {
   uint64_t steps = 0;
   double virtual_now = 0;
   int num_hung = 0;  // requests read and parked by the `hang` fault right now
+  // With KV events on: blocks in the prefix cache and event batches queued so far, both as
+  // of the last batch (a response's events are queued before the response is delivered).
+  int64_t num_cached_blocks = 0;
+  uint64_t kv_event_batches = 0;
 };
 
 class Instance : public KvHolder {

@@ -168,8 +168,14 @@ void KvEventPublisher::Publish(double ts, std::vector<KvCacheEvent> events) {
       return;
     }
     queue_.push_back(Batch{ts, std::move(events)});
+    ++accepted_;
   }
   wake_.notify_one();
+}
+
+uint64_t KvEventPublisher::accepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_;
 }
 
 uint64_t KvEventPublisher::published() const {

@@ -82,6 +82,7 @@ class KvEventPublisher {
   // dropped and counted (vLLM would block its scheduler instead).
   void Publish(double ts, std::vector<KvCacheEvent> events);
 
+  uint64_t accepted() const;   // batches Publish() queued; the next one gets this number
   uint64_t published() const;  // batches sent
   uint64_t dropped() const;    // batches dropped at the queue
 
@@ -110,6 +111,7 @@ class KvEventPublisher {
   std::condition_variable wake_;
   std::deque<Batch> queue_;  // guarded by mu_
   bool stopping_ = false;    // guarded by mu_
+  uint64_t accepted_ = 0;    // guarded by mu_
   uint64_t published_ = 0;   // guarded by mu_
   uint64_t dropped_ = 0;     // guarded by mu_
 };
