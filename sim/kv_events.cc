@@ -95,9 +95,9 @@ int64_t ReadSeq(const zmq::message_t& frame) {
   return static_cast<int64_t>(v);
 }
 
-// How often the thread looks at the replay socket while no batch arrives (vLLM polls it
-// between 100 ms queue waits).
-constexpr auto kReplayPoll = std::chrono::milliseconds(10);
+// How often the thread looks at the replay socket while no batch arrives: vLLM's publisher
+// thread polls it between queue waits of 100 ms.
+constexpr auto kReplayPoll = std::chrono::milliseconds(100);
 
 }  // namespace
 
