@@ -412,7 +412,6 @@ TEST(KvEventSubscriber, BoundedQueueOverflowShowsAsGapsAndEveryBatchIsAccounted)
   const SubscriberStats after = sub.stats();
   EXPECT_GE(after.gaps, 1u);
   EXPECT_GT(after.missed_batches, 0u);
-  EXPECT_LT(after.batches - before.batches, static_cast<uint64_t>(kFlood));
   // Every sequence number was either applied or counted missing.
   EXPECT_EQ((after.batches - before.batches) + (after.missed_batches - before.missed_batches),
             static_cast<uint64_t>(after.last_seq - before.last_seq));
