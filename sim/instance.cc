@@ -288,13 +288,14 @@ awaitable<void> Instance::EngineLoop() {
         lag = std::max(0.0, behind.count());
       }
       const StepResult step = engine_.Step();
-      PublishKvEvents();
       if (real_time) {
         step_timer_.expires_at(WallOf(engine_.now()));
         co_await step_timer_.async_wait(kNoThrow);
       } else {
         co_await net::post(strand_, use_awaitable);  // let sessions run between steps
       }
+      // As vLLM's scheduler, when the step's output is processed: before its tokens go out.
+      PublishKvEvents();
       if (stopping_) break;
       Deliver(step);
       UpdateGauges(lag);
