@@ -37,9 +37,19 @@ std::unique_ptr<proxy::KvEventFeeds> Subscribe(FleetHarness& h, bool replay) {
 
 uint16_t PortOf(FleetHarness& h, int i) { return h.fleet().ports()[static_cast<size_t>(i)]; }
 
+// POST /reset_prefix_cache until the engine took it: like vLLM, the
+// simulator refuses (and still answers 200) while a request holds blocks,
+// and its gauges say what it did before it answers (the instance publishes
+// its events, and counts its cached blocks, inside the request).
 void ResetPrefixCache(FleetHarness& h, int i) {
-  auto r = RequestOnce(PortOf(h, i), http::verb::post, "/reset_prefix_cache", "");
-  ASSERT_EQ(r.result_int(), 200);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const uint64_t batches = h.fleet().gauges(i).kv_event_batches;
+    auto r = RequestOnce(PortOf(h, i), http::verb::post, "/reset_prefix_cache", "");
+    ASSERT_EQ(r.result_int(), 200);
+    const sim::InstanceGauges g = h.fleet().gauges(i);
+    if (g.kv_event_batches > batches && g.num_cached_blocks == 0) return;
+  }
+  FAIL() << "instance " << i << " never reset its prefix cache";
 }
 
 // PUB/SUB loses what is published before the subscription is up: resets
@@ -86,9 +96,10 @@ TEST(KvEventsSim, AResetEngineIsNotPromisedAPrefix) {
   const std::string prompt = Text(1600, 11);
   for (bool events : {false, true}) {
     SCOPED_TRACE(events ? "with KV events" : "without KV events");
-    FleetHarness h(1, "baseline", {}, TinyEngine, [&](sim::FleetOptions& fo) {
-      if (events) fo.kv_events_port = 0;
-    });
+    // The instance publishes either way (ResetPrefixCache reads its gauges);
+    // only the second kvroute subscribes.
+    FleetHarness h(1, "baseline", {}, TinyEngine,
+                   [](sim::FleetOptions& fo) { fo.kv_events_port = 0; });
     std::unique_ptr<proxy::KvEventFeeds> feeds;
     uint64_t cleared_before = 0;
     if (events) {
