@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<KvEventFeeds>> KvEventFeeds::Start(const Config& 
   }
   if (feeds->subscribers_->empty()) return feeds;
 
-  registry.AddCollector([subs = feeds->subscribers_, names](std::string* out) {
+  registry.AddCollector([subs = feeds->subscribers_, names, &router](std::string* out) {
     std::vector<kvevents::SubscriberStats> stats;
     stats.reserve(subs->size());
     for (const auto& s : *subs) stats.push_back(s->stats());
@@ -91,6 +91,19 @@ absl::StatusOr<std::unique_ptr<KvEventFeeds>> KvEventFeeds::Start(const Config& 
          "Shadow chunks evicted because the engine reported removals.", nullptr,
          {{"", [](const kvevents::SubscriberStats& s) { return double(s.evicted_chunks); }}}},
     };
+    // The engines' own count of what they cache, from the same events.
+    const std::vector<router::BackendReport> report = router.Report();
+    metrics::RenderGaugeHeader(out, "kvroute_backend_engine_cached_tokens",
+                               "Tokens in blocks the engine's KV events say it caches, -1 before "
+                               "its first event.");
+    for (const auto& s : *subs) {
+      const auto b = static_cast<size_t>(s->backend());
+      if (b < report.size() && !report[b].retired) {
+        metrics::RenderSample(out, "kvroute_backend_engine_cached_tokens",
+                              {{"backend", report[b].name}},
+                              static_cast<double>(report[b].engine_cached_tokens));
+      }
+    }
     for (const Family& f : kFamilies) {
       RenderCounterHeader(out, f.name, f.help);
       for (size_t i = 0; i < stats.size(); ++i) {

@@ -14,7 +14,9 @@
 // reload get no subscription until a restart.
 //
 // Thread-safety: Start/Stop from the controlling thread; the metrics
-// collector runs on any thread.
+// collector runs on any thread. `router` and `registry` must outlive the
+// feeds (both belong to the proxy::Server, whose registry also holds the
+// collector).
 #pragma once
 
 #include <memory>

@@ -163,6 +163,9 @@ TEST(KvEventsSim, EvictionsUnderPressureReachTheShadow) {
             std::string::npos);
   EXPECT_NE(metrics.body().find("kvroute_kv_events_gaps_total{backend=\"gpu1\"} 0"),
             std::string::npos);
+  EXPECT_NE(metrics.body().find("kvroute_backend_engine_cached_tokens{backend=\"gpu1\"} " +
+                                std::to_string(h.fleet().gauges(1).num_cached_blocks * 16)),
+            std::string::npos);
 }
 
 }  // namespace
