@@ -30,9 +30,11 @@ FUZZ_SECONDS=${KVROUTE_FUZZ_SECONDS:-60}
 # proxy in front of a simulated fleet on its own threads), the simulator's fleet threads
 # (FleetThreadsTest and the wire tests), the router (shared by all proxy workers), and the
 # admission, health and hostile-client tests (floods and slow clients against the server),
-# and the metrics (atomic series updated from every worker, remembered per thread).
+# and the metrics (atomic series updated from every worker, remembered per thread), and the KV
+# event subscriptions and publishers (their own threads against the router and the sim).
 TSAN_TESTS=(proxy_server_test proxy_hostile_test proxy_health_test proxy_metrics_test
-            kvroute_sim_integration_test sim_wire_test router_test)
+            kvroute_sim_integration_test sim_wire_test router_test
+            kvevents_test sim_kv_events_test kvroute_kv_events_sim_test)
 
 CLANG_CONFIG=(
   -G Ninja
@@ -73,7 +75,7 @@ stage_fuzz() {
   # client_request_fuzz is not run here: Beast 1.81's own chunked-body parser trips a
   # debug assertion (parse_chunk_header: n >= 5) on some fuzzed chunked bodies, whichever
   # parser drives it; ctest replays its seed corpus (client_request_fuzz_seed_corpus).
-  local targets=(features_fuzz response_observer_fuzz config_fuzz)
+  local targets=(features_fuzz response_observer_fuzz config_fuzz kv_event_batch_fuzz)
   cmake --build build-asan -j "$JOBS" --target "${targets[@]}"
   for t in "${targets[@]}"; do
     local seeds=tests/fuzz/corpus/${t%_fuzz}

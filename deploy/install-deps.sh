@@ -11,6 +11,8 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev libxxhash-dev
+  # Engines' KV cache events (docs/kv-events.md): ZeroMQ and MessagePack.
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   # The kvroute daemon's allocator (tcmalloc; CMake KVROUTE_MALLOC).
   libgoogle-perftools-dev
   # tests/deploy: a real Prometheus (and promtool) and Node.js for the OpenAI SDK client test.
@@ -48,4 +50,31 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
   trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
 fi
 $SUDO apt-get update -q
+# Debian 12's libmsgpack-cxx-dev depends on libboost-dev, i.e. Boost 1.74, which conflicts with
+# the libboost1.81-dev kvroute builds with (msgpack-cxx is header-only and is built here with
+# MSGPACK_NO_BOOST). An empty local package that provides libboost-dev on top of
+# libboost1.81-dev satisfies that dependency, as equivs would.
+if [[ " ${missing[*]} " == *" libmsgpack-cxx-dev "* ]] &&
+   ! dpkg-query -W -f='${Status}' libboost-dev 2>/dev/null | grep -q "install ok installed" &&
+   ! dpkg-query -W -f='${Provides}' kvroute-boost-dev-alias 2>/dev/null | grep -q libboost-dev; then
+  $SUDO apt-get install -y -q --no-install-recommends libboost1.81-dev
+  alias_dir=$(mktemp -d)
+  mkdir -p "$alias_dir/pkg/DEBIAN"
+  cat >"$alias_dir/pkg/DEBIAN/control" <<'CONTROL'
+Package: kvroute-boost-dev-alias
+Version: 1.81.0
+Architecture: all
+Maintainer: kvroute <kvroute@localhost>
+Depends: libboost1.81-dev
+Provides: libboost-dev (= 1.81.0)
+Section: devel
+Priority: optional
+Description: Lets packages that depend on libboost-dev use Boost 1.81
+ Debian 12's libmsgpack-cxx-dev depends on libboost-dev (Boost 1.74), which
+ conflicts with libboost1.81-dev. This empty package provides libboost-dev.
+CONTROL
+  dpkg-deb --build "$alias_dir/pkg" "$alias_dir/alias.deb" >/dev/null
+  $SUDO dpkg -i "$alias_dir/alias.deb"
+  rm -rf "$alias_dir"
+fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

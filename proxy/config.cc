@@ -281,6 +281,28 @@ absl::Status ParseAdmin(const YAML::Node& n, AdminOptions* a) {
   return absl::OkStatus();
 }
 
+// A ZeroMQ endpoint kvroute connects to: tcp://host:port.
+absl::Status CheckTcpEndpoint(const std::string& key, const std::string& value) {
+  const std::string kScheme = "tcp://";
+  std::string host;
+  uint16_t port = 0;
+  if (value.compare(0, kScheme.size(), kScheme) != 0 ||
+      !ParseHostPort(key, value.substr(kScheme.size()), &host, &port).ok() || port == 0) {
+    return KeyError(key, absl::StrCat("expected tcp://host:port, got '", value, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseKvEvents(const YAML::Node& n, KvEventsOptions* o) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "kv_events"));
+  MapReader r(n, "kv_events");
+  KV_RETURN_IF_ERROR(r.String("topic", &o->topic));
+  KV_RETURN_IF_ERROR(r.Integer("queue_messages", &o->queue_messages, 1, 10000000));
+  KV_RETURN_IF_ERROR(r.Integer("block_size", &o->block_size, 1, 65536));
+  KV_RETURN_IF_ERROR(r.Seconds("replay_timeout", &o->replay_timeout));
+  return r.Finish();
+}
+
 absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
   if (!n.IsSequence()) return KeyError("backends", absl::StrCat("expected a list, got ", Show(n)));
   if (n.size() == 0) return KeyError("backends", "the backend list is empty");
@@ -296,7 +318,18 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     KV_RETURN_IF_ERROR(r.String("role", &role));
     KV_RETURN_IF_ERROR(r.Integer("capacity_tokens", &b.spec.capacity_tokens, 0, int64_t{1} << 40));
     KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &b.bootstrap_port, 1, 65535));
+    KV_RETURN_IF_ERROR(r.String("kv_events", &b.kv_events));
+    KV_RETURN_IF_ERROR(r.String("kv_events_replay", &b.kv_events_replay));
     KV_RETURN_IF_ERROR(r.Finish());
+    if (!b.kv_events.empty()) {
+      KV_RETURN_IF_ERROR(CheckTcpEndpoint(path + ".kv_events", b.kv_events));
+    }
+    if (!b.kv_events_replay.empty()) {
+      if (b.kv_events.empty()) {
+        return KeyError(path + ".kv_events_replay", "needs kv_events on the same backend");
+      }
+      KV_RETURN_IF_ERROR(CheckTcpEndpoint(path + ".kv_events_replay", b.kv_events_replay));
+    }
     if (b.name.empty()) return KeyError(path + ".name", "missing or empty");
     if (!names.insert(b.name).second) {
       return KeyError(path + ".name", absl::StrCat("duplicate backend name '", b.name, "'"));
@@ -408,6 +441,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
+  if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
   const YAML::Node* backends = r.Find("backends");
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));

@@ -90,6 +90,10 @@ struct BackendConfig {
   std::string name;
   std::string url;  // http://host:port
   uint16_t bootstrap_port = 0;  // 0: transfer.bootstrap_port
+  // The engine's KV cache event sockets (vLLM --kv-events-config endpoint
+  // and replay_endpoint), tcp://host:port; empty: the engine publishes none.
+  std::string kv_events;
+  std::string kv_events_replay;
   router::BackendSpec spec;
 };
 
@@ -99,6 +103,15 @@ inline router::Options DefaultRouterOptions() {
   o.mode = "baseline";
   return o;
 }
+
+// Following the engines' KV cache events (docs/kv-events.md); only for
+// backends with `kv_events`.
+struct KvEventsOptions {
+  std::string topic;            // the engines' --kv-events-config topic
+  int queue_messages = 10000;   // batches queued per engine before ZeroMQ drops
+  int64_t block_size = 16;      // tokens per block until a BlockStored says
+  absl::Duration replay_timeout = absl::Milliseconds(500);
+};
 
 struct Config {
   std::string listen_host = "127.0.0.1";
@@ -116,6 +129,7 @@ struct Config {
   router::Options router = DefaultRouterOptions();
   TransferOptions transfer;
   AdminOptions admin;
+  KvEventsOptions kv_events;
   std::vector<BackendConfig> backends;
 };
 

@@ -8,6 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "proxy/config.h"
+#include "proxy/kv_event_feeds.h"
 #include "proxy/server.h"
 #include "router/policy_registry.h"
 #include "router/router.h"
@@ -94,6 +95,16 @@ int main(int argc, char** argv) {
     std::cerr << "kvroute: " << st.message() << "\n";
     return 1;
   }
+  // The engines' own KV cache events (backends[].kv_events) drive the
+  // shadow's evictions and resets; off for backends without an endpoint.
+  absl::StatusOr<std::unique_ptr<kvroute::proxy::KvEventFeeds>> kv_event_feeds =
+      kvroute::proxy::KvEventFeeds::Start(config, server.router(), server.registry());
+  if (!kv_event_feeds.ok()) {
+    std::cerr << "kvroute: config error: " << kv_event_feeds.status().message() << "\n";
+    server.Shutdown();
+    server.Wait();
+    return kConfigError;
+  }
   std::cout << "kvroute: listening on " << config.listen_host << ":" << server.port() << std::endl;
   spdlog::info("mode {} heavy_threshold {} backends {}", config.router.mode,
                config.router.thresholds.heavy_threshold, config.backends.size());
@@ -129,6 +140,7 @@ int main(int argc, char** argv) {
     }
   });
   server.Wait();
+  (*kv_event_feeds)->Stop();
   // Wake the waiter if the server stopped on its own.
   pthread_kill(signal_waiter.native_handle(), SIGTERM);
   signal_waiter.join();

@@ -45,6 +45,10 @@ struct BackendState {
   double signed_error_sum = 0;
   int64_t last_error = 0;
   int64_t corrections = 0;
+  // From the engine's KV events: tokens in blocks it caches (-1: no event
+  // yet), and the fraction of a shadow chunk a removal still owes.
+  int64_t engine_cached_tokens = -1;
+  double evict_carry_tokens = 0;
 };
 
 struct InflightRequest {
@@ -98,6 +102,7 @@ class RouterImpl : public Router {
     absl::MutexLock lock(&mu_);
     return ratios_.For(model);
   }
+  int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) override;
 
  private:
   bool Valid(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -423,6 +428,38 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
   s.healthy = healthy;
 }
 
+int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) {
+  absl::MutexLock lock(&mu_);
+  if (!Valid(backend) || (*specs_)[backend].retired) return 0;
+  BackendState& s = state_[backend];
+  const double tokens_per_chunk =
+      static_cast<double>(options_.chunk_bytes) / std::max(ratios_.FleetWide(), 1e-9);
+  int64_t evicted = 0;
+  for (const EngineKvEvent& e : events) {
+    switch (e.kind) {
+      case EngineKvEvent::Kind::kCleared:
+        index_.Clear(backend);
+        s.engine_cached_tokens = 0;
+        s.evict_carry_tokens = 0;
+        break;
+      case EngineKvEvent::Kind::kStored:
+        s.engine_cached_tokens = std::max<int64_t>(s.engine_cached_tokens, 0) + e.tokens;
+        break;
+      case EngineKvEvent::Kind::kRemoved: {
+        s.engine_cached_tokens = std::max<int64_t>(s.engine_cached_tokens - e.tokens, 0);
+        const double owed = s.evict_carry_tokens + static_cast<double>(e.tokens);
+        const auto chunks = static_cast<int64_t>(owed / tokens_per_chunk);
+        evicted += index_.EvictLeastRecent(backend, chunks);
+        // Only the fraction of a chunk is carried: when the shadow held fewer
+        // entries than the engine evicted, it has nothing older left to owe.
+        s.evict_carry_tokens = owed - static_cast<double>(chunks) * tokens_per_chunk;
+        break;
+      }
+    }
+  }
+  return evicted;
+}
+
 void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   absl::MutexLock lock(&mu_);
   if (!Valid(backend)) return;
@@ -511,6 +548,7 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.decoding_requests = s.decoding_requests;
     r.inflight_tokens = s.inflight_tokens;
     r.shadow_chunks = index_.size(b);
+    r.engine_cached_tokens = s.engine_cached_tokens;
     r.shadow_tokens = ChunksToTokens(r.shadow_chunks, bpt);
     r.capacity_tokens = NominalCapacityTokens(b);
     r.effective_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);

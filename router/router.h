@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "classifier/classifier.h"
 #include "router/types.h"
 
@@ -136,6 +137,9 @@ struct BackendReport {
   double est_signed_error_tokens_sum = 0;  // sum of estimate - actual
   int64_t last_est_error_tokens = 0;       // estimate - actual, last response
   int64_t shadow_corrections = 0;          // times the engine proved evictions
+  // Tokens in blocks the engine's own KV events say it caches (stored minus
+  // removed, reset by a clear); -1 until the backend's first event.
+  int64_t engine_cached_tokens = -1;
 };
 
 // Fleet-wide figures for /metrics.
@@ -156,6 +160,16 @@ struct EngineGauges {
   int64_t num_requests_waiting = -1;
   double kv_cache_usage_perc = -1;
   int64_t capacity_tokens = 0;  // num_gpu_blocks x block_size, 0 = unknown
+};
+
+// One KV cache event of an engine, as much of it as the router uses
+// (kvevents/ decodes the engine's messages; docs/kv-events.md): how many
+// tokens' worth of blocks the engine stored or evicted, or that it dropped
+// its whole prefix cache.
+struct EngineKvEvent {
+  enum class Kind { kStored, kRemoved, kCleared };
+  Kind kind = Kind::kStored;
+  int64_t tokens = 0;  // kStored, kRemoved: blocks x block_size
 };
 
 // One routed request's reservation. Copyable; pass it back to OnFirstToken /
@@ -227,6 +241,14 @@ class Router {
   // The learned prompt bytes per token for `model` (the fleet-wide ratio
   // for a model it has not seen).
   virtual double BytesPerToken(const std::string& model) const = 0;
+
+  // Applies an engine's own KV cache events, in order. kRemoved evicts that
+  // many tokens' worth of chunks (at the fleet-wide bytes per token) from
+  // the least recently used end of the backend's shadow, carrying a
+  // fraction of a chunk over to the next removal; kCleared empties the
+  // backend's shadow; kStored and kRemoved move
+  // BackendReport::engine_cached_tokens. Returns the shadow chunks evicted.
+  virtual int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) = 0;
 };
 
 }  // namespace kvroute::router

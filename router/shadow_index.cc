@@ -153,6 +153,16 @@ int64_t ShadowIndex::EvictThrough(int instance, uint64_t tick) {
   return dropped;
 }
 
+int64_t ShadowIndex::EvictLeastRecent(int instance, int64_t count) {
+  Lru& lru = lrus_[instance];
+  int64_t dropped = 0;
+  while (dropped < count && lru.oldest != kNil) {
+    EvictOldest(instance);
+    ++dropped;
+  }
+  return dropped;
+}
+
 void ShadowIndex::Clear(int instance) {
   Lru& lru = lrus_[instance];
   while (lru.oldest != kNil) EvictOldest(instance);

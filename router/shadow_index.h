@@ -62,6 +62,9 @@ class ShadowIndex {
   // engine proved it evicted an entry of that age, and its LRU is
   // monotone). Returns how many were dropped.
   int64_t EvictThrough(int instance, uint64_t tick);
+  // Drops the `count` least recently touched entries of `instance` (the
+  // engine reported evicting that much). Returns how many were dropped.
+  int64_t EvictLeastRecent(int instance, int64_t count);
   void Clear(int instance);
   // Appends `count` empty instances (capacity 1 until SetCapacity), up to
   // kMaxInstances in all.

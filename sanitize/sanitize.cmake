@@ -10,6 +10,9 @@ if(KVROUTE_SANITIZE MATCHES "thread")
     _ZN4absl7debian37CondVar4WaitEPNS0_5MutexE)
   foreach(sym ${_kvroute_wrapped})
     add_link_options(LINKER:--wrap=${sym})
+    # Pulls the wrapper in even when only a shared abseil library calls the method (an
+    # executable whose own code uses no absl::Mutex would otherwise leave it unresolved).
+    add_link_options(LINKER:--undefined=__wrap_${sym})
   endforeach()
   link_libraries(kvroute_tsan_absl_mutex)
 endif()

@@ -90,6 +90,12 @@ std::optional<std::vector<BlockId>> BlockManager::Allocate(int64_t n) {
       cached_.erase(b.hash);
       b.has_hash = false;
       ++num_evictions_;
+      // vLLM's BlockPool emits one BlockRemoved per evicted block.
+      if (record_events_) {
+        KvCacheEvent& e = events_.emplace_back();
+        e.kind = KvCacheEvent::Kind::kBlockRemoved;
+        e.block_hashes.push_back(b.hash);
+      }
     }
     b.ref = 1;
     ids.push_back(id);
@@ -97,13 +103,34 @@ std::optional<std::vector<BlockId>> BlockManager::Allocate(int64_t n) {
   return ids;
 }
 
-void BlockManager::Commit(BlockId block, BlockHash hash) {
+bool BlockManager::Commit(BlockId block, BlockHash hash) {
   Block& b = blocks_[block];
-  if (b.has_hash) return;
-  if (cached_.contains(hash)) return;
+  if (b.has_hash) return false;
+  if (cached_.contains(hash)) return false;
   b.has_hash = true;
   b.hash = hash;
   cached_.emplace(hash, block);
+  return true;
+}
+
+void BlockManager::RecordStored(std::optional<BlockHash> parent,
+                                std::span<const BlockHash> hashes,
+                                std::span<const int32_t> token_ids) {
+  if (!record_events_ || hashes.empty()) return;
+  KvCacheEvent& e = events_.emplace_back();
+  e.kind = KvCacheEvent::Kind::kBlockStored;
+  e.block_hashes.assign(hashes.begin(), hashes.end());
+  e.parent_block_hash = parent;
+  e.token_ids.assign(token_ids.begin(), token_ids.end());
+  e.block_size = block_size_;
+}
+
+bool BlockManager::ResetPrefixCache() {
+  if (free_.size() != blocks_.size()) return false;
+  for (Block& b : blocks_) b.has_hash = false;
+  cached_.clear();
+  if (record_events_) events_.emplace_back().kind = KvCacheEvent::Kind::kAllBlocksCleared;
+  return true;
 }
 
 void BlockManager::Release(std::span<const BlockId> blocks) {

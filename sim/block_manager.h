@@ -15,7 +15,10 @@
 #include <list>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
+
+#include "sim/kv_events.h"
 
 namespace sim {
 
@@ -48,12 +51,24 @@ class BlockManager {
   // Allocates `n` fresh blocks, evicting cached ones in LRU order; nullopt if too few are free.
   std::optional<std::vector<BlockId>> Allocate(int64_t n);
   // Marks a full, computed block as holding the content `hash`, making it a future cache hit.
-  // If another block already caches that content, this one stays anonymous.
-  void Commit(BlockId block, BlockHash hash);
+  // If another block already caches that content, this one stays anonymous (returns false).
+  bool Commit(BlockId block, BlockHash hash);
   // Drops one reference on each block; unreferenced blocks join the eviction queue, last
   // block first.
   void Release(std::span<const BlockId> blocks);
   void Retain(std::span<const BlockId> blocks);
+
+  // Drops every cached hash when no block is referenced (vLLM's reset_prefix_cache, which
+  // refuses while requests hold blocks); returns whether it did.
+  bool ResetPrefixCache();
+
+  // KV cache events as vLLM's BlockPool queues them, recorded only when enabled: BlockRemoved
+  // when Allocate evicts a cached block, AllBlocksCleared on ResetPrefixCache, and the
+  // BlockStored the engine reports through RecordStored after committing a run of blocks.
+  void EnableKvEvents(bool on) { record_events_ = on; }
+  void RecordStored(std::optional<BlockHash> parent, std::span<const BlockHash> hashes,
+                    std::span<const int32_t> token_ids);
+  std::vector<KvCacheEvent> TakeKvEvents() { return std::exchange(events_, {}); }
 
   // Inspection for metrics and tests.
   bool IsCached(BlockHash hash) const { return cached_.contains(hash); }
@@ -78,6 +93,8 @@ class BlockManager {
   std::list<BlockId> free_;
   absl::flat_hash_map<BlockHash, BlockId> cached_;
   int64_t num_evictions_ = 0;
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;
 };
 
 }  // namespace sim

@@ -310,10 +310,27 @@ void Engine::CommitFullBlocks(Request* r) {
     r->hashes.push_back(ChainBlockHash(parent, std::span<const int32_t>(r->tokens).subspan(
                                                    k * config_.block_size, config_.block_size)));
   }
+  // Each run of blocks that enter the prefix cache is one BlockStored, as vLLM's
+  // cache_full_blocks reports the blocks a request completed in a step.
+  const int bs = config_.block_size;
+  int run = -1;  // first block of the current run
+  auto record = [&](int end) {
+    if (run < 0) return;
+    blocks_.RecordStored(run == 0 ? std::nullopt : std::optional<BlockHash>(r->hashes[run - 1]),
+                         std::span<const BlockHash>(r->hashes).subspan(run, end - run),
+                         std::span<const int32_t>(r->tokens).subspan(run * bs, (end - run) * bs));
+    run = -1;
+  };
   while (r->num_committed < full && r->num_committed < static_cast<int>(r->blocks.size())) {
-    blocks_.Commit(r->blocks[r->num_committed], r->hashes[r->num_committed]);
+    const int k = r->num_committed;
+    if (blocks_.Commit(r->blocks[k], r->hashes[k])) {
+      if (run < 0) run = k;
+    } else {
+      record(k);
+    }
     ++r->num_committed;
   }
+  record(r->num_committed);
 }
 
 void Engine::ExpireHolds() {

@@ -172,6 +172,12 @@ class Engine {
   bool HasHold(const std::string& request_id) const { return holds_.contains(request_id); }
   size_t num_holds() const { return holds_.size(); }
 
+  // vLLM's reset_prefix_cache: drops every cached block unless requests hold blocks.
+  bool ResetPrefixCache() { return blocks_.ResetPrefixCache(); }
+  // KV cache events (sim/kv_events.h) recorded since the last call, when enabled.
+  void EnableKvEvents(bool on) { blocks_.EnableKvEvents(on); }
+  std::vector<KvCacheEvent> TakeKvEvents() { return blocks_.TakeKvEvents(); }
+
   // Modelled time to pull `tokens` tokens of KV over an otherwise idle NIC: handover,
   // descriptors and bytes at the full bandwidth.
   double TransferTime(int64_t tokens) const;

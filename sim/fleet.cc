@@ -14,6 +14,17 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
     io.time_scale = options_.time_scale;
     io.seed = options_.seed;
     if (i < static_cast<int>(options_.faults.size())) io.faults = options_.faults[i];
+    if (options_.kv_events_port) {
+      auto port_of = [i](uint16_t base) {
+        return base == 0 ? uint16_t{0} : static_cast<uint16_t>(base + i);
+      };
+      KvEventPublisherOptions kv;
+      kv.host = options_.host;
+      kv.port = port_of(*options_.kv_events_port);
+      if (options_.kv_events_replay_port) kv.replay_port = port_of(*options_.kv_events_replay_port);
+      kv.topic = options_.kv_events_topic;
+      io.kv_events = kv;
+    }
     instances_.push_back(std::make_unique<Instance>(io_, std::move(io), fabric_, [this](int k) {
       return k >= 0 && k < static_cast<int>(instances_.size()) ? instances_[k].get() : nullptr;
     }));

@@ -44,6 +44,12 @@ struct FleetOptions {
   int io_threads = 1;
   // Faults at start, by instance index (missing entries: none).
   std::vector<Faults> faults;
+  // KV cache events in vLLM's format: instance i publishes on kv_events_port + i and, with
+  // kv_events_replay_port, answers replays on kv_events_replay_port + i (0: ephemeral
+  // ports). Off when kv_events_port is unset.
+  std::optional<uint16_t> kv_events_port;
+  std::optional<uint16_t> kv_events_replay_port;
+  std::string kv_events_topic;
 };
 
 class Fleet {
@@ -60,6 +66,11 @@ class Fleet {
 
   int size() const { return static_cast<int>(instances_.size()); }
   std::vector<uint16_t> ports() const;
+  // "tcp://host:port" of instance i's KV event sockets once started; empty when off.
+  std::string kv_events_endpoint(int index) const { return instances_[index]->kv_events_endpoint(); }
+  std::string kv_events_replay_endpoint(int index) const {
+    return instances_[index]->kv_events_replay_endpoint();
+  }
   Instance& instance(int index) { return *instances_[index]; }
   InstanceGauges gauges(int index) const { return instances_[index]->gauges(); }
   void SetFaults(int index, const Faults& faults) { instances_[index]->SetFaults(faults); }

@@ -120,7 +120,34 @@ absl::Status Instance::Listen() {
         absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
   }
   port_ = acceptor_.local_endpoint().port();
+  if (options_.kv_events && !kv_events_) {
+    absl::StatusOr<std::unique_ptr<KvEventPublisher>> pub =
+        KvEventPublisher::Create(*options_.kv_events);
+    if (!pub.ok()) return pub.status();
+    kv_events_ = *std::move(pub);
+    engine_.EnableKvEvents(true);
+  }
   return absl::OkStatus();
+}
+
+std::string Instance::kv_events_endpoint() const {
+  return kv_events_ ? kv_events_->endpoint() : std::string();
+}
+
+std::string Instance::kv_events_replay_endpoint() const {
+  return kv_events_ ? kv_events_->replay_endpoint() : std::string();
+}
+
+void Instance::PublishKvEvents() {
+  if (!kv_events_) return;
+  std::vector<KvCacheEvent> events = engine_.TakeKvEvents();
+  if (events.empty()) return;
+  const std::chrono::duration<double> unix_now =
+      std::chrono::system_clock::now().time_since_epoch();
+  kv_events_->Publish(unix_now.count(), std::move(events));
+  absl::MutexLock lock(&mu_);
+  gauges_.num_cached_blocks = engine_.blocks().num_cached();
+  gauges_.kv_event_batches = kv_events_->accepted();
 }
 
 void Instance::Start() {
@@ -270,6 +297,8 @@ awaitable<void> Instance::EngineLoop() {
       } else {
         co_await net::post(strand_, use_awaitable);  // let sessions run between steps
       }
+      // As vLLM's scheduler, when the step's output is processed: before its tokens go out.
+      PublishKvEvents();
       if (stopping_) break;
       Deliver(step);
       UpdateGauges(lag);
@@ -551,6 +580,15 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
   } else if (path == "/health") {
     if (allowed({http::verb::get})) {
       if (faults().unhealthy) status = http::status::service_unavailable;
+    }
+  } else if (path == "/reset_prefix_cache") {
+    // vLLM answers 200 whether or not the engine could reset (it refuses while requests hold
+    // blocks, and logs it).
+    if (allowed({http::verb::post})) {
+      if (!engine_.ResetPrefixCache()) {
+        Log()->warn("instance {}: prefix cache not reset: requests hold blocks", options_.index);
+      }
+      PublishKvEvents();
     }
   } else if (path == "/version") {
     if (allowed({http::verb::get})) body = R"({"version":"kvroute-sim"})";

@@ -31,6 +31,7 @@
 #include "sim/api.h"
 #include "sim/engine.h"
 #include "sim/faults.h"
+#include "sim/kv_events.h"
 #include "sim/kv_fabric.h"
 #include "sim/profile.h"
 
@@ -46,6 +47,8 @@ struct InstanceOptions {
   Faults faults;
   size_t max_body_bytes = 64 * 1024 * 1024;
   std::chrono::seconds keep_alive_timeout{300};
+  // KV cache events in vLLM's format (sim/kv_events.h); none unless set.
+  std::optional<KvEventPublisherOptions> kv_events;
 };
 
 // A thread-safe snapshot of the driver's gauges.
@@ -59,6 +62,10 @@ struct InstanceGauges {
   uint64_t steps = 0;
   double virtual_now = 0;
   int num_hung = 0;  // requests read and parked by the `hang` fault right now
+  // With KV events on: blocks in the prefix cache and event batches queued so far, both as
+  // of the last batch (a response's events are queued before the response is delivered).
+  int64_t num_cached_blocks = 0;
+  uint64_t kv_event_batches = 0;
 };
 
 class Instance : public KvHolder {
@@ -83,6 +90,9 @@ class Instance : public KvHolder {
   int index() const { return options_.index; }
   const std::string& engine_id() const { return engine_id_; }
   const std::string& host() const { return options_.host; }
+  // The KV event endpoints as bound by Listen(); empty when events are off.
+  std::string kv_events_endpoint() const;
+  std::string kv_events_replay_endpoint() const;
 
   // Thread-safe.
   Faults faults() const;
@@ -122,6 +132,7 @@ class Instance : public KvHolder {
   // The `killed` fault: resets every open connection and drops every request in flight.
   void ResetConnections();  // on the strand
   void Wake();
+  void PublishKvEvents();  // on the strand: the engine's events since the last call
   void Deliver(const StepResult& step);
   void UpdateGauges(double lag_s);
   double VirtualNow() const;
@@ -138,6 +149,8 @@ class Instance : public KvHolder {
   uint16_t port_ = 0;
   std::string engine_id_;
   std::chrono::steady_clock::time_point wall_origin_;
+
+  std::unique_ptr<KvEventPublisher> kv_events_;  // set by Listen() when configured
 
   // Strand-only state.
   Engine engine_;

@@ -35,6 +35,16 @@ int main(int argc, char** argv) {
   app.add_option("--fault", fault_specs,
                  "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
                  "(fields as POST /sim/faults)");
+  int kv_events_port = -1, kv_events_replay_port = -1;
+  app.add_option("--kv-events-port", kv_events_port,
+                 "publish vLLM KV cache events (ZeroMQ PUB) on port P+i for instance i "
+                 "(0: ephemeral ports, printed; default: off)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--kv-events-replay-port", kv_events_replay_port,
+                 "answer KV event replay requests (ZeroMQ ROUTER) on port R+i for instance i "
+                 "(needs --kv-events-port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--kv-events-topic", opts.kv_events_topic, "topic of the KV event messages");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
 
@@ -53,6 +63,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.base_port = static_cast<uint16_t>(base_port);
+  if (kv_events_replay_port >= 0 && kv_events_port < 0) {
+    std::fprintf(stderr, "kvroute-sim: --kv-events-replay-port needs --kv-events-port\n");
+    return 2;
+  }
+  for (int p : {kv_events_port, kv_events_replay_port}) {
+    if (p > 0 && p + opts.instances - 1 > 65535) {
+      std::fprintf(stderr, "kvroute-sim: KV event ports beyond 65535\n");
+      return 2;
+    }
+  }
+  if (kv_events_port >= 0) opts.kv_events_port = static_cast<uint16_t>(kv_events_port);
+  if (kv_events_replay_port >= 0) {
+    opts.kv_events_replay_port = static_cast<uint16_t>(kv_events_replay_port);
+  }
   opts.faults.assign(opts.instances, sim::Faults{});
   for (const std::string& spec : fault_specs) {
     const size_t colon = spec.find(':');
@@ -88,6 +112,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < fleet.size(); ++i) {
     std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),
                 static_cast<unsigned>((*ports)[i]));
+    if (opts.kv_events_port) {
+      std::printf("kvroute-sim: instance %d kv events on %s%s%s\n", i,
+                  fleet.kv_events_endpoint(i).c_str(), opts.kv_events_replay_port ? " replay " : "",
+                  fleet.kv_events_replay_endpoint(i).c_str());
+    }
   }
   std::fflush(stdout);
 

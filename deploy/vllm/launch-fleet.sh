@@ -21,6 +21,10 @@
 #   --bootstrap-base-port P     Mooncake bootstrap port of instance i is P+i (default 8998)
 #   --kv-load-failure-policy X  fail | recompute (NIXL; default: the engine's own default)
 #   --ucx-net-devices LIST      UCX_NET_DEVICES for NIXL (default all)
+#   --kv-events-base-port P     instance i publishes its KV cache events (ZeroMQ PUB) on P+i
+#                               and kvroute follows them (default 5557)
+#   --kv-events-replay-base-port P  instance i answers event replays on P+i (default 5800)
+#   --no-kv-events              no KV cache events (kvroute then estimates evictions itself)
 #   --block-size N              KV block size in tokens (default 16, kvroute's assumption)
 #   --gpu-memory-utilization U  (default 0.9)
 #   --max-model-len N           (default: the model's)
@@ -48,6 +52,9 @@
 #     --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 #       (optional "kv_load_failure_policy": "fail"|"recompute", documented since ~v0.13)
 #     --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_both"}'
+#     --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq",
+#       "endpoint":"tcp://*:P","replay_endpoint":"tcp://*:R"}' (KVEventsConfig,
+#       vllm/config/kv_events.py; an endpoint with "*" is bound; docs/kv-events.md)
 #   env: CUDA_VISIBLE_DEVICES; UCX_NET_DEVICES (NIXL over UCX);
 #     VLLM_NIXL_SIDE_CHANNEL_HOST (default "localhost": must be reachable by the peer engine)
 #     VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600: unique per instance on a host)
@@ -57,7 +64,7 @@
 set -euo pipefail
 
 die() { echo "launch-fleet: $*" >&2; exit 2; }
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 
 MODEL=""
 SERVED_NAME=""
@@ -71,6 +78,9 @@ SIDE_BASE=5600
 BOOT_BASE=8998
 FAILURE_POLICY=""
 UCX_DEVICES=all
+KV_EVENTS=1
+KV_EVENTS_BASE=5557
+KV_REPLAY_BASE=5800
 BLOCK_SIZE=16
 GPU_UTIL=0.9
 MAX_MODEL_LEN=""
@@ -100,6 +110,9 @@ while [ $# -gt 0 ]; do
     --bootstrap-base-port) need "$@"; BOOT_BASE=$2; shift ;;
     --kv-load-failure-policy) need "$@"; FAILURE_POLICY=$2; shift ;;
     --ucx-net-devices) need "$@"; UCX_DEVICES=$2; shift ;;
+    --kv-events-base-port) need "$@"; KV_EVENTS_BASE=$2; shift ;;
+    --kv-events-replay-base-port) need "$@"; KV_REPLAY_BASE=$2; shift ;;
+    --no-kv-events) KV_EVENTS=0 ;;
     --block-size) need "$@"; BLOCK_SIZE=$2; shift ;;
     --gpu-memory-utilization) need "$@"; GPU_UTIL=$2; shift ;;
     --max-model-len) need "$@"; MAX_MODEL_LEN=$2; shift ;;
@@ -139,7 +152,8 @@ fi
 
 [ -n "$MODEL" ] || { usage >&2; die "--model is required"; }
 [ -n "$SERVED_NAME" ] || SERVED_NAME=$MODEL
-for v in INSTANCES BASE_PORT SIDE_BASE BOOT_BASE BLOCK_SIZE TP KV_THRESHOLD WAIT_TIMEOUT; do
+for v in INSTANCES BASE_PORT SIDE_BASE BOOT_BASE KV_EVENTS_BASE KV_REPLAY_BASE BLOCK_SIZE TP \
+         KV_THRESHOLD WAIT_TIMEOUT; do
   is_uint "${!v}" || die "${v,,}: expected a non-negative integer, got '${!v}'"
 done
 [ "$INSTANCES" -ge 1 ] || die "--instances must be at least 1"
@@ -152,6 +166,15 @@ if [ "$CONNECTOR" = none ] && { [ "$KV_MODE" = v2 ] || [ "$KV_MODE" = pd_sep ]; 
   die "--mode $KV_MODE needs a KV connector (use --connector nixl or mooncake)"
 fi
 [ $((BASE_PORT + INSTANCES - 1)) -le 65535 ] || die "--base-port: ports run past 65535"
+if [ "$KV_EVENTS" -eq 1 ]; then
+  [ $((KV_EVENTS_BASE + INSTANCES - 1)) -le 65535 ] || die "--kv-events-base-port: ports run past 65535"
+  [ $((KV_REPLAY_BASE + INSTANCES - 1)) -le 65535 ] ||
+    die "--kv-events-replay-base-port: ports run past 65535"
+  if [ "$KV_REPLAY_BASE" -lt $((KV_EVENTS_BASE + INSTANCES)) ] &&
+     [ "$KV_EVENTS_BASE" -lt $((KV_REPLAY_BASE + INSTANCES)) ]; then
+    die "--kv-events-base-port and --kv-events-replay-base-port ranges overlap"
+  fi
+fi
 
 # GPU assignment: "0,1,2" (TP 1) or "0+1,2+3" (TP 2); default: consecutive ids.
 GPU_SETS=()
@@ -182,6 +205,12 @@ kv_transfer_config() {
   esac
 }
 
+# vLLM's KVEventsConfig for instance $1: a PUB socket and a replay ROUTER socket, both bound.
+kv_events_config() {
+  local i=$1
+  echo "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$((KV_EVENTS_BASE + i))\",\"replay_endpoint\":\"tcp://*:$((KV_REPLAY_BASE + i))\"}"
+}
+
 # Builds instance $1's environment and argv into ENV_I / ARGV_I.
 build_instance() {
   local i=$1
@@ -204,6 +233,7 @@ build_instance() {
           --tensor-parallel-size "$TP")
   [ -z "$MAX_MODEL_LEN" ] || ARGV_I+=(--max-model-len "$MAX_MODEL_LEN")
   [ "$CONNECTOR" = none ] || ARGV_I+=(--kv-transfer-config "$(kv_transfer_config)")
+  [ "$KV_EVENTS" -eq 0 ] || ARGV_I+=(--kv-events-config "$(kv_events_config "$i")")
   ARGV_I+=(${EXTRA[@]+"${EXTRA[@]}"})
 }
 
@@ -226,10 +256,18 @@ write_kvroute_config() {
       echo "  connector: $CONNECTOR"
       echo "  max_offload_inflight: 64"
     fi
+    if [ "$KV_EVENTS" -eq 1 ]; then
+      echo "kv_events:"
+      echo "  block_size: $BLOCK_SIZE             # tokens per block (BlockRemoved carries none)"
+    fi
     echo "backends:"
     for ((i = 0; i < INSTANCES; i++)); do
       local line="  - {name: gpu$i, url: http://$ADVERTISE:$((BASE_PORT + i)), role: both"
       [ "$CONNECTOR" != mooncake ] || line+=", bootstrap_port: $((BOOT_BASE + i))"
+      if [ "$KV_EVENTS" -eq 1 ]; then
+        line+=", kv_events: tcp://$ADVERTISE:$((KV_EVENTS_BASE + i))"
+        line+=", kv_events_replay: tcp://$ADVERTISE:$((KV_REPLAY_BASE + i))"
+      fi
       echo "$line}"
     done
   } >"$file"

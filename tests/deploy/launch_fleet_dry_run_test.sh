@@ -23,7 +23,8 @@ for i in 0 1 7; do
   for want in "VLLM_NIXL_SIDE_CHANNEL_HOST=10.1.2.3" "VLLM_NIXL_SIDE_CHANNEL_PORT=$((5600 + i))" \
               "UCX_NET_DEVICES=all" "--port $((8100 + i))" "--enable-prefix-caching" \
               "--enable-prompt-tokens-details" "--served-model-name qwen3-coder" "--block-size 16" \
-              "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"; do
+              "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'" \
+              "--kv-events-config '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$((5557 + i))\",\"replay_endpoint\":\"tcp://*:$((5800 + i))\"}'"; do
     [[ $line == *"$want"* ]] || fail "gpu$i: missing '$want' in: $line"
   done
 done
@@ -31,19 +32,28 @@ done
 cmd=$(grep 'CUDA_VISIBLE_DEVICES=0 ' "$WORK/nixl.out")
 eval "set -- ${cmd#*vllm serve }"
 json=""
-while [ $# -gt 0 ]; do [ "$1" = --kv-transfer-config ] && json=$2; shift; done
+events_json=""
+while [ $# -gt 0 ]; do
+  [ "$1" = --kv-transfer-config ] && json=$2
+  [ "$1" = --kv-events-config ] && events_json=$2
+  shift
+done
 [ "$json" = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' ] || fail "bad quoting: $json"
+[ "$events_json" = '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5800"}' ] ||
+  fail "bad --kv-events-config: $events_json"
 expect "$WORK/nixl/kvroute.yaml" "connector: nixl"
-expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both}"
+expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both, kv_events: tcp://10.1.2.3:5564, kv_events_replay: tcp://10.1.2.3:5807}"
+expect "$WORK/nixl/kvroute.yaml" "block_size: 16"
 
 # --- Mooncake, 2 instances on chosen GPUs, extra vLLM flags after --.
 bash "$SCRIPT" --model m --instances 2 --gpus 4,6 --connector mooncake --base-port 9000 \
   --bootstrap-base-port 9100 --advertise-host 127.0.0.1 --mode v2 --heavy-threshold 30000 \
   --out "$WORK/mooncake" --dry-run -- --max-num-seqs 64 >"$WORK/mooncake.out"
 expect "$WORK/mooncake.out" "CUDA_VISIBLE_DEVICES=6 VLLM_MOONCAKE_BOOTSTRAP_PORT=9101 vllm serve m --host 0.0.0.0 --port 9001"
-expect "$WORK/mooncake.out" "'{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_both\"}' --max-num-seqs 64"
+expect "$WORK/mooncake.out" "'{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_both\"}' --kv-events-config"
+expect "$WORK/mooncake.out" "\"replay_endpoint\":\"tcp://*:5801\"}' --max-num-seqs 64"
 grep -q NIXL "$WORK/mooncake.out" && fail "NIXL variables in a Mooncake fleet"
-expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101}"
+expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101, kv_events: tcp://127.0.0.1:5558, kv_events_replay: tcp://127.0.0.1:5801}"
 expect "$WORK/mooncake/kvroute.yaml" "heavy_threshold: 30000"
 
 # --- Tensor parallel 2: GPU pairs.
@@ -52,9 +62,22 @@ bash "$SCRIPT" --model m --instances 2 --tensor-parallel-size 2 --connector none
 expect "$WORK/tp2.out" "CUDA_VISIBLE_DEVICES=2,3 vllm serve m"
 grep -q -- --kv-transfer-config "$WORK/tp2.out" && fail "connector none still passes --kv-transfer-config"
 
+# --- KV cache events on chosen ports, and off.
+bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+  --kv-events-base-port 7000 --kv-events-replay-base-port 7100 --out "$WORK/events" --dry-run \
+  >"$WORK/events.out"
+expect "$WORK/events.out" "\"endpoint\":\"tcp://*:7001\",\"replay_endpoint\":\"tcp://*:7101\"}'"
+expect "$WORK/events/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, kv_events: tcp://127.0.0.1:7001, kv_events_replay: tcp://127.0.0.1:7101}"
+bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+  --no-kv-events --out "$WORK/noevents" --dry-run >"$WORK/noevents.out"
+grep -q -- --kv-events-config "$WORK/noevents.out" && fail "--no-kv-events still passes --kv-events-config"
+grep -q kv_events "$WORK/noevents/kvroute.yaml" && fail "--no-kv-events still writes kv_events"
+expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both}"
+
 # --- Argument errors exit 2 with a message.
 for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \
-           "--instances 3 --gpus 0,1" "--bogus"; do
+           "--instances 3 --gpus 0,1" "--bogus" "--kv-events-base-port x" \
+           "--kv-events-base-port 5800" "--kv-events-base-port 65534"; do
   set +e
   # shellcheck disable=SC2086
   bash "$SCRIPT" --model m --out "$WORK/bad" --dry-run $bad >"$WORK/bad.out" 2>&1
@@ -101,7 +124,7 @@ done
 [ ! -e "$WORK/real/gpu0.pid" ] || fail "--stop left pid files"
 
 # --- Every written config is a valid kvroute config: kvroute starts with it.
-for fleet in nixl mooncake tp2 real; do
+for fleet in nixl mooncake tp2 events noevents real; do
   start_bg "$WORK/kvroute-$fleet.log" "$KVROUTE" --config "$WORK/$fleet/kvroute.yaml" \
     --listen 127.0.0.1:0 --log-level warn
   pid=$LAST_PID

@@ -144,9 +144,42 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"retry_after_zero",
                 "limits: {retry_after_s: 0}\nbackends: [{name: a, url: http://h:1}]",
                 "limits.retry_after_s: value 0 is out of range"},
+        BadCase{"kv_events_not_tcp",
+                "backends: [{name: a, url: http://h:1, kv_events: 'ipc:///tmp/kv'}]",
+                "backends[0].kv_events: expected tcp://host:port, got 'ipc:///tmp/kv'"},
+        BadCase{"kv_events_no_port", "backends: [{name: a, url: http://h:1, kv_events: 'tcp://h'}]",
+                "backends[0].kv_events: expected tcp://host:port, got 'tcp://h'"},
+        BadCase{"kv_events_replay_alone",
+                "backends: [{name: a, url: http://h:1, kv_events_replay: 'tcp://h:5558'}]",
+                "backends[0].kv_events_replay: needs kv_events on the same backend"},
+        BadCase{"kv_events_queue_zero",
+                "kv_events: {queue_messages: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "kv_events.queue_messages: value 0 is out of range"},
+        BadCase{"kv_events_unknown_key",
+                "kv_events: {hwm: 5}\nbackends: [{name: a, url: http://h:1}]",
+                "kv_events.hwm: unknown key"},
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ConfigTest, KvEventsOffUnlessABackendNamesAnEndpoint) {
+  absl::StatusOr<Config> c = ParseConfig(R"(
+kv_events: {topic: kv-events, queue_messages: 500, block_size: 32, replay_timeout: 0.25}
+backends:
+  - {name: a, url: http://10.0.0.1:8000, kv_events: 'tcp://10.0.0.1:5557',
+     kv_events_replay: 'tcp://10.0.0.1:5558'}
+  - {name: b, url: http://10.0.0.2:8000}
+)",
+                                         "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv_events.topic, "kv-events");
+  EXPECT_EQ(c->kv_events.queue_messages, 500);
+  EXPECT_EQ(c->kv_events.block_size, 32);
+  EXPECT_EQ(c->kv_events.replay_timeout, absl::Milliseconds(250));
+  EXPECT_EQ(c->backends[0].kv_events, "tcp://10.0.0.1:5557");
+  EXPECT_EQ(c->backends[0].kv_events_replay, "tcp://10.0.0.1:5558");
+  EXPECT_EQ(c->backends[1].kv_events, "");
+}
 
 TEST(ConfigTest, ValidateRejectsOverriddenMode) {
   absl::StatusOr<Config> c = ParseConfig(kMinimal, "test");

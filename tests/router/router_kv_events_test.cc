@@ -1,0 +1,113 @@
+// Router::ApplyEngineKvEvents: an engine's own KV events evict from the
+// least recently used end of its shadow, clear it, and count its cached
+// tokens. Pure: no sockets (tests/kvevents/ covers the subscriber).
+#include <string>
+
+#include "gtest/gtest.h"
+#include "router/prefix_hash.h"
+#include "router/router.h"
+
+namespace kvroute::router {
+namespace {
+
+constexpr size_t kChunk = 256;  // 64 tokens at the default 4 bytes per token
+using Kind = EngineKvEvent::Kind;
+
+std::unique_ptr<Router> Make(int backends) {
+  Options o;
+  o.chunk_bytes = kChunk;
+  std::vector<BackendSpec> specs;
+  for (int i = 0; i < backends; ++i) {
+    specs.push_back({.name = "gpu" + std::to_string(i),
+                     .host = "127.0.0.1",
+                     .port = static_cast<uint16_t>(8100 + i),
+                     .capacity_tokens = 100000});
+  }
+  auto r = Router::Create(o, std::move(specs));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *std::move(r);
+}
+
+RequestFeatures Prompt(char fill, int chunks) {
+  RequestFeatures f;
+  f.model = "m";
+  f.prompt_bytes.assign(static_cast<size_t>(chunks) * kChunk, fill);
+  for (size_t i = 0; i < f.prompt_bytes.size(); i += kChunk) f.prompt_bytes[i] = static_cast<char>('A' + i / kChunk);
+  f.chunk_hashes = HashPromptChunks(f.prompt_bytes, kChunk);
+  return f;
+}
+
+// Routes and completes `f` (round robin: backends take turns).
+void Serve(Router& r, const RequestFeatures& f) {
+  absl::StatusOr<RouteTicket> t = r.Route(f, absl::UnixEpoch());
+  ASSERT_TRUE(t.ok()) << t.status();
+  Outcome o;
+  o.ok = true;
+  r.OnComplete(*t, o, absl::UnixEpoch());
+}
+
+int64_t Matched(Router& r, const RequestFeatures& f, int backend) {
+  absl::StatusOr<RouteTicket> t = r.Route(f, absl::UnixEpoch());
+  EXPECT_TRUE(t.ok());
+  r.OnComplete(*t, Outcome{}, absl::UnixEpoch());
+  return t->decision.decode_backend == backend ? t->decision.cached_tokens_est : -1;
+}
+
+TEST(RouterKvEvents, RemovalsEvictLeastRecentlyUsedChunksWithCarry) {
+  auto r = Make(1);
+  const RequestFeatures old_prompt = Prompt('o', 4);
+  const RequestFeatures new_prompt = Prompt('n', 4);
+  Serve(*r, old_prompt);
+  Serve(*r, new_prompt);
+  ASSERT_EQ(r->Report()[0].shadow_chunks, 8);
+
+  // 40 tokens: less than a chunk, carried over.
+  const EngineKvEvent forty[] = {{Kind::kRemoved, 40}};
+  EXPECT_EQ(r->ApplyEngineKvEvents(0, forty), 0);
+  // 40 more: 80 tokens owed, one chunk (64 tokens) evicted, 16 carried.
+  EXPECT_EQ(r->ApplyEngineKvEvents(0, forty), 1);
+  // 3 x 64 - 16 = 176 tokens more: three chunks.
+  const EngineKvEvent more[] = {{Kind::kRemoved, 176}};
+  EXPECT_EQ(r->ApplyEngineKvEvents(0, more), 3);
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
+  // The four evicted were the old prompt's (least recently used, tails
+  // first); the new prompt is still matched in full.
+  EXPECT_EQ(Matched(*r, new_prompt, 0), 4 * 64);
+  EXPECT_EQ(Matched(*r, old_prompt, 0), 0);
+}
+
+TEST(RouterKvEvents, ClearEmptiesOneBackendAndCachedTokensFollowTheEvents) {
+  auto r = Make(2);
+  Serve(*r, Prompt('a', 3));  // backend 0
+  Serve(*r, Prompt('b', 5));  // backend 1
+  EXPECT_EQ(r->Report()[0].engine_cached_tokens, -1);  // no event yet
+
+  const EngineKvEvent stored[] = {{Kind::kStored, 320}, {Kind::kStored, 64}, {Kind::kRemoved, 64}};
+  r->ApplyEngineKvEvents(0, stored);
+  EXPECT_EQ(r->Report()[0].engine_cached_tokens, 320);
+  // More removed than stored since kvroute subscribed: the count stops at 0.
+  const EngineKvEvent removed[] = {{Kind::kRemoved, 1000}};
+  r->ApplyEngineKvEvents(0, removed);
+  EXPECT_EQ(r->Report()[0].engine_cached_tokens, 0);
+
+  const EngineKvEvent clear_then_store[] = {{Kind::kCleared, 0}, {Kind::kStored, 32}};
+  r->ApplyEngineKvEvents(1, clear_then_store);
+  const auto report = r->Report();
+  EXPECT_EQ(report[1].shadow_chunks, 0);
+  EXPECT_EQ(report[1].engine_cached_tokens, 32);
+  EXPECT_EQ(report[0].shadow_chunks, 0);  // 1,000 tokens removed: all three chunks
+}
+
+TEST(RouterKvEvents, UnknownOrRetiredBackendIsIgnored) {
+  auto r = Make(2);
+  Serve(*r, Prompt('a', 2));
+  const EngineKvEvent clear[] = {{Kind::kCleared, 0}};
+  EXPECT_EQ(r->ApplyEngineKvEvents(7, clear), 0);
+  EXPECT_EQ(r->ApplyEngineKvEvents(-1, clear), 0);
+  ASSERT_TRUE(r->UpdateBackends({(*r->Backends())[1]}).ok());  // retires gpu0
+  const EngineKvEvent removed[] = {{Kind::kRemoved, 640}};
+  EXPECT_EQ(r->ApplyEngineKvEvents(0, removed), 0);
+}
+
+}  // namespace
+}  // namespace kvroute::router
