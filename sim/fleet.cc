@@ -13,6 +13,7 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
     io.profile = options_.profile;
     io.time_scale = options_.time_scale;
     io.seed = options_.seed;
+    io.responses_store_capacity = options_.responses_store_capacity;
     if (i < static_cast<int>(options_.faults.size())) io.faults = options_.faults[i];
     instances_.push_back(std::make_unique<Instance>(io_, std::move(io), fabric_, [this](int k) {
       return k >= 0 && k < static_cast<int>(instances_.size()) ? instances_[k].get() : nullptr;

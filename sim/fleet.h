@@ -44,6 +44,8 @@ struct FleetOptions {
   int io_threads = 1;
   // Faults at start, by instance index (missing entries: none).
   std::vector<Faults> faults;
+  // Responses each instance keeps for the Responses API (InstanceOptions).
+  size_t responses_store_capacity = 1024;
 };
 
 class Fleet {

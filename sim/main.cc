@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   app.add_option("--fault", fault_specs,
                  "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
                  "(fields as POST /sim/faults)");
+  app.add_option("--responses-store", opts.responses_store_capacity,
+                 "responses each instance keeps for GET /v1/responses/{id} and "
+                 "previous_response_id, oldest forgotten first (0: none, as vLLM without "
+                 "VLLM_ENABLE_RESPONSES_API_STORE=1)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
 
