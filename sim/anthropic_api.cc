@@ -310,7 +310,9 @@ std::string AnthropicOutput::ErrorBody(const ApiError& error) const {
 }
 
 std::string AnthropicOutput::StopReason(std::string_view finish) const {
-  if (forced_tool_ && forced_tool_->required && finish == "stop") return "tool_use";
+  // The simulator's forced call is always complete (its arguments do not depend on the
+  // number of tokens generated), so a required call ends as a tool call.
+  if (forced_tool_ && forced_tool_->required) return "tool_use";
   if (finish == "length") return "max_tokens";
   return "end_turn";
 }
