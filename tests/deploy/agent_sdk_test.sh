@@ -14,8 +14,10 @@ TARGET=$5
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 use_node_packages "$NODE_DIR" openai @anthropic-ai/sdk
-echo "node $(node --version), openai $(node -p "require('openai/package.json').version")," \
-  "@anthropic-ai/sdk $(node -p "require('@anthropic-ai/sdk/package.json').version")"
+node -e 'const fs = require("fs"), path = require("path");
+  const version = (p) => process.env.NODE_PATH.split(":").map((d) => path.join(d, p, "package.json"))
+    .filter((f) => fs.existsSync(f)).map((f) => JSON.parse(fs.readFileSync(f)).version)[0];
+  console.log(`node ${process.version}, openai ${version("openai")}, @anthropic-ai/sdk ${version("@anthropic-ai/sdk")}`);' 
 
 make_workdir agent-sdk
 case "$TARGET" in
