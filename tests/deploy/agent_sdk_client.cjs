@@ -28,6 +28,14 @@ const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-kvroute-test', ma
 
 function report(step, fields) { console.log(JSON.stringify({ step, ...fields })); }
 
+// The SDK call's parsed result and kvroute's routing headers (absent when talking to an
+// instance directly).
+async function routed(apiPromise) {
+  const { data, response } = await apiPromise.withResponse();
+  return { data, backend: response.headers.get('x-kvroute-backend'),
+           klass: response.headers.get('x-kvroute-class') };
+}
+
 // A coding agent's fixed preamble: long enough to span many KV blocks.
 const SYSTEM = Array.from({ length: 20 }, (_, i) =>
   `Rule ${i}: read a file before you edit it, keep changes small, and run the tests after ` +
@@ -42,39 +50,61 @@ async function messages() {
   const session = `agent-${process.pid}`;
   // Turn 1, not streamed.
   const turn1 = [{ role: 'user', content: 'List the files under router/ and say what each does.' }];
-  const m1 = await anthropic.messages.create({
+  const t1 = await routed(anthropic.messages.create({
     model, max_tokens: 16, system: SYSTEM, tools: [BASH], messages: turn1,
     metadata: { user_id: session },
-  });
+  }));
+  const m1 = t1.data;
   assert.equal(m1.type, 'message');
   assert.equal(m1.role, 'assistant');
   assert.ok(m1.content.length >= 1 && m1.content[0].type === 'text', JSON.stringify(m1.content));
   assert.ok(m1.usage.input_tokens > 200, `input_tokens ${m1.usage.input_tokens}`);
   assert.ok(m1.usage.output_tokens >= 1);
-  report('messages.create', { id: m1.id, input_tokens: m1.usage.input_tokens, session });
+  report('messages.create', { id: m1.id, input_tokens: m1.usage.input_tokens, session,
+                              backend: t1.backend, class: t1.klass });
 
-  // Turn 2, streamed: the whole first turn is its prefix.
+  // Turn 2, streamed: the whole first turn is its prefix. Raw events, with the headers.
   const turn2 = [...turn1, { role: 'assistant', content: m1.content },
                  { role: 'user', content: 'Now summarise router/README.md in two lines.' }];
-  const stream = anthropic.messages.stream({
+  const t2 = await routed(anthropic.messages.create({
     model, max_tokens: 16, system: SYSTEM, tools: [BASH], messages: turn2,
-    metadata: { user_id: session },
-  });
+    metadata: { user_id: session }, stream: true,
+  }));
   const types = [];
-  stream.on('streamEvent', (event) => types.push(event.type));
   let text = '';
-  stream.on('text', (delta) => { text += delta; });
-  const m2 = await stream.finalMessage();
+  let input2 = -1, output2 = -1, id2 = '';
+  for await (const event of t2.data) {
+    types.push(event.type);
+    if (event.type === 'message_start') {
+      id2 = event.message.id;
+      input2 = event.message.usage.input_tokens;
+    }
+    if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') {
+      text += event.delta.text;
+    }
+    if (event.type === 'message_delta') output2 = event.usage.output_tokens;
+  }
   assert.equal(types[0], 'message_start');
   assert.equal(types[types.length - 1], 'message_stop');
   assert.ok(types.includes('content_block_delta') && types.includes('message_delta'),
             types.join(','));
-  assert.ok(text.length > 0 && m2.content[0].text === text, `text ${JSON.stringify(text)}`);
-  assert.ok(m2.usage.input_tokens > m1.usage.input_tokens + m1.usage.output_tokens,
-            `turn 2 input_tokens ${m2.usage.input_tokens}`);
-  assert.ok(m2.usage.output_tokens >= 1);
-  report('messages.stream', { id: m2.id, input_tokens: m2.usage.input_tokens, events: types.length,
-                              session });
+  assert.ok(text.length > 0, 'no text streamed');
+  assert.ok(input2 > m1.usage.input_tokens + m1.usage.output_tokens,
+            `turn 2 input_tokens ${input2}`);
+  assert.ok(output2 >= 1);
+  report('messages.turn2_stream', { id: id2, input_tokens: input2, events: types.length, session,
+                                    backend: t2.backend, class: t2.klass });
+
+  // The SDK's accumulating stream helper on the same conversation.
+  const stream = anthropic.messages.stream({
+    model, max_tokens: 16, system: SYSTEM, tools: [BASH], messages: turn2,
+    metadata: { user_id: session },
+  });
+  let helperText = '';
+  stream.on('text', (delta) => { helperText += delta; });
+  const m2 = await stream.finalMessage();
+  assert.ok(helperText.length > 0 && m2.content[0].text === helperText, 'stream helper text');
+  report('messages.stream', { id: m2.id, input_tokens: m2.usage.input_tokens });
 
   // A tool-use round trip: the forced call, then its result.
   const ask = [{ role: 'user', content: 'How many lines does proxy/features.cc have?' }];
@@ -120,25 +150,29 @@ async function messages() {
 }
 
 async function responses() {
-  const first = await openai.responses.create({
+  const r1 = await routed(openai.responses.create({
     model, instructions: SYSTEM, input: 'List the files under router/.', max_output_tokens: 12,
-  });
+  }));
+  const first = r1.data;
   assert.equal(first.object, 'response');
   assert.equal(first.status, 'completed');
   assert.ok(first.output_text.length > 0, 'empty output_text');
   assert.ok(first.usage.input_tokens > 200);
-  report('responses.create', { id: first.id, input_tokens: first.usage.input_tokens });
+  report('responses.create', { id: first.id, input_tokens: first.usage.input_tokens,
+                               backend: r1.backend, class: r1.klass });
 
   // The follow-up continues the stored conversation, on the instance that holds it.
-  const second = await openai.responses.create({
+  const r2 = await routed(openai.responses.create({
     model, previous_response_id: first.id, input: 'Which of them is the largest?',
     max_output_tokens: 8,
-  });
+  }));
+  const second = r2.data;
   assert.equal(second.previous_response_id, first.id);
   assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens);
   const cached = second.usage.input_tokens_details.cached_tokens;
   assert.ok(cached >= first.usage.input_tokens - 16, `follow-up cached_tokens ${cached}`);
-  report('responses.follow_up', { id: second.id, previous: first.id, cached_tokens: cached });
+  report('responses.follow_up', { id: second.id, previous: first.id, cached_tokens: cached,
+                                  backend: r2.backend, class: r2.klass });
 
   const got = await openai.responses.retrieve(first.id);
   assert.equal(got.id, first.id);

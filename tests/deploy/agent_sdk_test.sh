@@ -25,11 +25,44 @@ case "$TARGET" in
     start_fleet "$SIM" 1
     BASE="http://127.0.0.1:${SIM_PORTS[0]}"
     ;;
-  *) fail "unknown TARGET '$TARGET' (direct)" ;;
+  kvroute)
+    start_fleet "$SIM" 2
+    write_kvroute_config "$WORK/kvroute.yaml" v2
+    start_kvroute "$KVROUTE" "$WORK/kvroute.yaml"
+    BASE="http://127.0.0.1:$KVROUTE_PORT"
+    ;;
+  *) fail "unknown TARGET '$TARGET' (direct | kvroute)" ;;
 esac
 MODEL=$(http_get "http://127.0.0.1:${SIM_PORTS[0]}/v1/models" | node -e \
   'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).data[0].id))')
 
 timeout 100 node "$HERE/agent_sdk_client.cjs" "$BASE" "$MODEL" | tee "$WORK/client.jsonl"
 grep -q '"step":"done"' "$WORK/client.jsonl" || fail "the client did not finish"
+
+if [ "$TARGET" = kvroute ]; then
+  # field STEP KEY: a string field of the client's report for STEP.
+  field() {
+    node -e 'const [step, key] = process.argv.slice(1);
+      for (const l of require("fs").readFileSync(0, "utf8").split("\n")) {
+        if (!l) continue; const o = JSON.parse(l); if (o.step === step) { console.log(o[key]); break; }
+      }' "$1" "$2" <"$WORK/client.jsonl"
+  }
+  # The session's second turn is WARM on the instance that served its first.
+  b1=$(field messages.create backend)
+  b2=$(field messages.turn2_stream backend)
+  c2=$(field messages.turn2_stream class)
+  [ -n "$b1" ] && [ "$b1" != null ] || fail "no X-Kvroute-Backend on /v1/messages"
+  [ "$b1" = "$b2" ] || fail "turn 2 went to $b2, turn 1 to $b1"
+  [ "$c2" = WARM ] || fail "turn 2 was $c2, not WARM"
+  # The previous_response_id follow-up landed on the instance holding the response.
+  r1=$(field responses.create backend)
+  r2=$(field responses.follow_up backend)
+  [ "$r1" = "$r2" ] || fail "follow-up went to $r2, the response lives on $r1"
+  # Every agent request is in kvroute's request log under its route.
+  for route in /v1/messages /v1/responses; do
+    n=$(grep -c "\"route\":\"$route\"" "$WORK/requests.jsonl" || true)
+    [ "$n" -ge 3 ] || fail "request log has $n $route requests"
+  done
+  echo "turn 2 WARM on $b2; previous_response_id follow-up on $r2"
+fi
 echo "PASS: Anthropic and OpenAI Responses SDKs end to end ($TARGET)"
