@@ -21,6 +21,29 @@ std::string ErrorBodyFor(Endpoint endpoint, int status, std::string_view message
 
 bool HandoffServes(Endpoint endpoint) { return endpoint != Endpoint::kResponses; }
 
+std::string MidStreamErrorEvent(Endpoint endpoint, std::string_view message) {
+  std::string out;
+  if (endpoint == Endpoint::kMessages) {
+    out = "event: error\ndata: ";
+    out += AnthropicErrorBody(502, message);
+    out += "\n\n";
+  } else if (endpoint == Endpoint::kResponses) {
+    boost::json::object e;
+    e["type"] = "error";
+    e["code"] = "upstream_error";
+    e["message"] = message;
+    e["param"] = nullptr;
+    out = "event: error\ndata: ";
+    out += boost::json::serialize(e);
+    out += "\n\n";
+  } else {
+    out = "data: ";
+    out += OpenAiErrorBody(502, message);
+    out += "\n\ndata: [DONE]\n\n";
+  }
+  return out;
+}
+
 std::string ResponseNotFoundBody(std::string_view response_id) {
   std::string message = "Response with id '";
   message.append(response_id);

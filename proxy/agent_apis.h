@@ -39,6 +39,13 @@ std::string ErrorBodyFor(Endpoint endpoint, int status, std::string_view message
 // forwards kv_transfer_params both ways).
 bool HandoffServes(Endpoint endpoint);
 
+// The SSE bytes that tell a client its stream broke off (kvroute's 502 after
+// the first byte): chat completions get an error chunk and [DONE]; Messages
+// an `event: error` with the Anthropic error; Responses an `event: error`
+// ({"type":"error","code","message","param"}), as each API ends a failed
+// stream.
+std::string MidStreamErrorEvent(Endpoint endpoint, std::string_view message);
+
 // vLLM's 404 for a stored response it does not hold:
 // {"error":{"message":"Response with id '<id>' not found.",
 //  "type":"invalid_request_error","param":null,"code":404}}

@@ -39,6 +39,19 @@ TEST(AgentApisTest, ErrorShapes) {
             R"("type":"invalid_request_error","param":null,"code":404}})");
 }
 
+TEST(AgentApisTest, MidStreamErrorEvents) {
+  const std::string chat = MidStreamErrorEvent(Endpoint::kChat, "broke");
+  EXPECT_EQ(chat.rfind("data: {\"error\":", 0), 0u);
+  EXPECT_NE(chat.find("\n\ndata: [DONE]\n\n"), std::string::npos);
+  const std::string messages = MidStreamErrorEvent(Endpoint::kMessages, "broke");
+  EXPECT_EQ(messages.rfind("event: error\ndata: ", 0), 0u);
+  EXPECT_EQ(json::parse(messages.substr(19)).at("error").at("type"), "api_error");
+  EXPECT_EQ(messages.find("[DONE]"), std::string::npos);
+  const std::string responses = MidStreamErrorEvent(Endpoint::kResponses, "broke");
+  EXPECT_EQ(responses.rfind("event: error\ndata: ", 0), 0u);
+  EXPECT_EQ(json::parse(responses.substr(19)).at("message"), "broke");
+}
+
 TEST(AgentApisTest, ResponseIdFromTarget) {
   EXPECT_EQ(ResponseIdFromTarget("/v1/responses/resp_1"), "resp_1");
   EXPECT_EQ(ResponseIdFromTarget("/v1/responses/resp_1?stream=false"), "resp_1");
