@@ -19,7 +19,13 @@ std::string ErrorBodyFor(Endpoint endpoint, int status, std::string_view message
                                          : OpenAiErrorBody(status, message);
 }
 
-bool HandoffServes(Endpoint endpoint) { return endpoint != Endpoint::kResponses; }
+bool HandoffServes(Endpoint endpoint, std::string_view connector) {
+  switch (endpoint) {
+    case Endpoint::kResponses: return false;
+    case Endpoint::kMessages: return connector == "nixl" || connector == "mooncake";
+    default: return true;
+  }
+}
 
 std::string MidStreamErrorEvent(Endpoint endpoint, std::string_view message) {
   std::string out;

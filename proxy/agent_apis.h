@@ -33,11 +33,14 @@ ApiDialect DialectFor(Endpoint endpoint);
 std::string ErrorBodyFor(Endpoint endpoint, int status, std::string_view message);
 
 // Whether a request of this endpoint may be split into a prefill and a decode
-// leg on two instances. Responses never is: the engine that answers stores the
-// response under an id only it knows, and a follow-up must reach the engine
-// holding the conversation. Messages and chat are (vLLM's Messages handler
-// forwards kv_transfer_params both ways).
-bool HandoffServes(Endpoint endpoint);
+// leg on two instances by `connector` (transfer::Connector::name()); when not,
+// it is served co-located. Responses never is: the engine that answers stores
+// the response under an id only it knows, and a follow-up must reach the engine
+// holding the conversation. Messages is with vLLM's connectors ("nixl",
+// "mooncake": its Messages handler passes kv_transfer_params into the chat
+// request and back out in the message), not with SGLang's (SGLang does not
+// serve the Messages API). Chat and completions always are.
+bool HandoffServes(Endpoint endpoint, std::string_view connector);
 
 // The SSE bytes that tell a client its stream broke off (kvroute's 502 after
 // the first byte): chat completions get an error chunk and [DONE]; Messages

@@ -10,7 +10,7 @@
 // errors for an unknown model and an unknown previous_response_id. The SDKs must parse every
 // response; any throw or failed assertion exits non-zero.
 //
-// Usage: NODE_PATH=<dir>/node_modules node agent_sdk_client.cjs http://127.0.0.1:PORT MODEL
+// Usage: NODE_PATH=<dir>/node_modules node agent_sdk_client.cjs http://127.0.0.1:PORT MODEL [heavy]
 // Prints one JSON line per step ({"step", ...}) for the calling script to check.
 'use strict';
 const assert = require('node:assert/strict');
@@ -19,7 +19,9 @@ const OpenAI = require('openai');
 
 const base = process.argv[2];
 const model = process.argv[3];
-assert.ok(base && model, 'usage: agent_sdk_client.cjs BASE_URL MODEL');
+// "heavy": also send a long first turn (~25k tokens), which kvroute (v2) offloads.
+const heavy = process.argv[4] === 'heavy';
+assert.ok(base && model, 'usage: agent_sdk_client.cjs BASE_URL MODEL [heavy]');
 
 const anthropic = new Anthropic({ baseURL: base, apiKey: 'sk-ant-kvroute-test', maxRetries: 0,
                                   timeout: 60_000 });
@@ -136,6 +138,21 @@ async function messages() {
             JSON.stringify(streamedCall.content));
   assert.equal(streamedCall.stop_reason, 'tool_use');
   report('messages.stream_tool_use', { input: streamedUse.input });
+
+  if (heavy) {
+    // A long first turn (a repository dump): HEAVY, so kvroute may offload its prefill.
+    const dump = Array.from({ length: 2400 }, (_, i) =>
+      `file ${i}: the router keeps a prefix index, the proxy relays bytes, and ${i % 97} tests pass.`)
+      .join('\n');
+    const h = await routed(anthropic.messages.create({
+      model, max_tokens: 8, system: SYSTEM, tools: [BASH], stream: true,
+      messages: [{ role: 'user', content: `Summarise this repository:\n${dump}` }],
+    }));
+    const types = [];
+    for await (const event of h.data) types.push(event.type);
+    assert.equal(types[types.length - 1], 'message_stop');
+    report('messages.heavy', { backend: h.backend, class: h.klass, events: types.length });
+  }
 
   // An error: an unknown model.
   try {

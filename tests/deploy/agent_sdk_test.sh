@@ -36,7 +36,9 @@ esac
 MODEL=$(http_get "http://127.0.0.1:${SIM_PORTS[0]}/v1/models" | node -e \
   'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).data[0].id))')
 
-timeout 100 node "$HERE/agent_sdk_client.cjs" "$BASE" "$MODEL" | tee "$WORK/client.jsonl"
+HEAVY=""
+[ "$TARGET" = kvroute ] && HEAVY=heavy
+timeout 100 node "$HERE/agent_sdk_client.cjs" "$BASE" "$MODEL" $HEAVY | tee "$WORK/client.jsonl"
 grep -q '"step":"done"' "$WORK/client.jsonl" || fail "the client did not finish"
 
 if [ "$TARGET" = kvroute ]; then
@@ -54,6 +56,26 @@ if [ "$TARGET" = kvroute ]; then
   [ -n "$b1" ] && [ "$b1" != null ] || fail "no X-Kvroute-Backend on /v1/messages"
   [ "$b1" = "$b2" ] || fail "turn 2 went to $b2, turn 1 to $b1"
   [ "$c2" = WARM ] || fail "turn 2 was $c2, not WARM"
+  # ... because kvroute knew that instance held turn 1: its estimate covers most of turn 2.
+  id2=$(field messages.turn2_stream id)
+  node -e 'const [id] = process.argv.slice(1);
+    for (const l of require("fs").readFileSync(0, "utf8").split("\n")) {
+      if (!l) continue; const o = JSON.parse(l);
+      if (`chatcmpl-${o.id}` !== id) continue;
+      if (!(o.cached_tokens_est >= 0.9 * o.prompt_tokens_est)) {
+        console.error(`turn 2 cached_tokens_est ${o.cached_tokens_est} of ${o.prompt_tokens_est}`);
+        process.exit(1);
+      }
+      process.exit(0);
+    }
+    console.error(`turn 2 (${id}) not in the request log`); process.exit(1);' "$id2" \
+    <"$WORK/requests.jsonl" || fail "turn 2 was not routed as a cache hit"
+  # The HEAVY Messages request was offloaded through the NIXL handoff and completed.
+  hb=$(field messages.heavy backend)
+  case "$hb" in *"->"*) ;; *) fail "the HEAVY /v1/messages request was not offloaded ($hb)" ;; esac
+  metrics=$(curl -fsS "http://127.0.0.1:$KVROUTE_PORT/metrics")
+  ok=$(grep -E '^kvroute_offloads_total\{connector="nixl",outcome="ok"\} ' <<<"$metrics" | awk '{print $2}')
+  [ "${ok:-0}" -ge 1 ] || fail "no ok offload: $(grep '^kvroute_offloads_total' <<<"$metrics")"
   # The previous_response_id follow-up landed on the instance holding the response.
   r1=$(field responses.create backend)
   r2=$(field responses.follow_up backend)
@@ -63,6 +85,6 @@ if [ "$TARGET" = kvroute ]; then
     n=$(grep -c "\"route\":\"$route\"" "$WORK/requests.jsonl" || true)
     [ "$n" -ge 3 ] || fail "request log has $n $route requests"
   done
-  echo "turn 2 WARM on $b2; previous_response_id follow-up on $r2"
+  echo "turn 2 WARM on $b2; previous_response_id follow-up on $r2; HEAVY offloaded $hb"
 fi
 echo "PASS: Anthropic and OpenAI Responses SDKs end to end ($TARGET)"

@@ -14,9 +14,12 @@ TEST(AgentApisTest, DialectsAndHandoff) {
   EXPECT_EQ(DialectFor(Endpoint::kCompletions), ApiDialect::kOpenAi);
   EXPECT_EQ(DialectFor(Endpoint::kMessages), ApiDialect::kAnthropic);
   EXPECT_EQ(DialectFor(Endpoint::kResponses), ApiDialect::kResponses);
-  EXPECT_TRUE(HandoffServes(Endpoint::kChat));
-  EXPECT_TRUE(HandoffServes(Endpoint::kMessages));
-  EXPECT_FALSE(HandoffServes(Endpoint::kResponses));
+  for (std::string_view connector : {"nixl", "mooncake", "sglang"}) {
+    EXPECT_TRUE(HandoffServes(Endpoint::kChat, connector));
+    EXPECT_TRUE(HandoffServes(Endpoint::kCompletions, connector));
+    EXPECT_FALSE(HandoffServes(Endpoint::kResponses, connector));
+    EXPECT_EQ(HandoffServes(Endpoint::kMessages, connector), connector != "sglang");
+  }
 }
 
 TEST(AgentApisTest, ErrorShapes) {
