@@ -10,6 +10,8 @@
 
 #include "sim/metrics.h"
 #include "sim/tokenizer.h"
+#include "wire/prometheus_text.h"
+#include "wire/sse.h"
 
 namespace sim {
 
@@ -432,18 +434,19 @@ bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* s
 
 std::string Instance::RenderMetrics() {
   const std::string labels =
-      absl::StrCat("engine=\"0\",model_name=\"", options_.profile.model_name, "\"");
+      absl::StrCat("engine=\"0\",model_name=\"",
+                   kvroute::wire::EscapeLabelValue(options_.profile.model_name), "\"");
   std::string out;
   auto gauge = [&](const std::string& name, const std::string& help, double v) {
-    PromHeader(name, "gauge", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "gauge", help);
     absl::StrAppend(&out, name, "{", labels, "} ", PromValue(v), "\n");
   };
   auto counter = [&](const std::string& name, const std::string& help, uint64_t v) {
-    PromHeader(name, "counter", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "counter", help);
     absl::StrAppend(&out, name, "{", labels, "} ", PromValue(static_cast<double>(v)), "\n");
   };
   auto histogram = [&](const std::string& name, const std::string& help, const Histogram& h) {
-    PromHeader(name, "histogram", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "histogram", help);
     h.Render(name, labels, out);
   };
   const EngineCounters& c = engine_.counters();
@@ -479,7 +482,8 @@ std::string Instance::RenderMetrics() {
             "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
   histogram("vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.", engine_.prefill_time());
-  PromHeader("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", out);
+  kvroute::wire::AppendHelpAndType(&out, "vllm:cache_config_info", "gauge",
+                                   "Information of the LLMEngine CacheConfig");
   absl::StrAppend(&out, "vllm:cache_config_info{block_size=\"", engine_.config().block_size,
                   "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\","
                   "gpu_memory_utilization=\"",
@@ -849,8 +853,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       if (first && (format != nullptr || endpoint == Endpoint::kChatCompletions)) {
         batch += format != nullptr
                      ? format->StreamStart(response_id, created, model, prompt_tokens)
-                     : SseEvent(StreamChunkJson(endpoint, response_id, created, model, "", "",
-                                                true));
+                     : kvroute::wire::SseData(
+                           StreamChunkJson(endpoint, response_id, created, model, "", "", true));
         die = die_after >= 0 && ++events_sent >= die_after;
         if (die) break;
       }
@@ -860,8 +864,9 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
                                          : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
       batch += format != nullptr
                    ? format->StreamText(piece)
-                   : SseEvent(StreamChunkJson(endpoint, response_id, created, model, piece,
-                                              FinishReasonName(ev.finish), false));
+                   : kvroute::wire::SseData(StreamChunkJson(endpoint, response_id, created, model,
+                                                            piece, FinishReasonName(ev.finish),
+                                                            false));
       die = die_after >= 0 && ++events_sent >= die_after;
     }
     const bool finished = !die && pending->done && pending->events.empty();
@@ -874,12 +879,13 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     } else if (finished) {
       if (parsed.include_usage) {
         const RequestInfo& info = pending->info;
-        batch += SseEvent(UsageChunkJson(endpoint, response_id, created, model,
-                                         Usage{.prompt_tokens = info.prompt_tokens,
-                                               .completion_tokens = info.completion_tokens,
-                                               .cached_tokens = info.cached_tokens}));
+        batch += kvroute::wire::SseData(
+            UsageChunkJson(endpoint, response_id, created, model,
+                           Usage{.prompt_tokens = info.prompt_tokens,
+                                 .completion_tokens = info.completion_tokens,
+                                 .cached_tokens = info.cached_tokens}));
       }
-      batch += kSseDone;
+      batch += kvroute::wire::kSseDone;
     }
     if (!batch.empty()) {
       const auto chunk = http::make_chunk(net::buffer(batch));
