@@ -8,9 +8,12 @@ namespace kvroute::proxy {
 
 ApiDialect DialectFor(Endpoint endpoint) {
   switch (endpoint) {
-    case Endpoint::kMessages: return ApiDialect::kAnthropic;
-    case Endpoint::kResponses: return ApiDialect::kResponses;
-    default: return ApiDialect::kOpenAi;
+    case Endpoint::kMessages:
+      return ApiDialect::kAnthropic;
+    case Endpoint::kResponses:
+      return ApiDialect::kResponses;
+    default:
+      return ApiDialect::kOpenAi;
   }
 }
 
@@ -21,9 +24,12 @@ std::string ErrorBodyFor(Endpoint endpoint, int status, std::string_view message
 
 bool HandoffServes(Endpoint endpoint, std::string_view connector) {
   switch (endpoint) {
-    case Endpoint::kResponses: return false;
-    case Endpoint::kMessages: return connector == "nixl" || connector == "mooncake";
-    default: return true;
+    case Endpoint::kResponses:
+      return false;
+    case Endpoint::kMessages:
+      return connector == "nixl" || connector == "mooncake";
+    default:
+      return true;
   }
 }
 

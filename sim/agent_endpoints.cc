@@ -48,8 +48,7 @@ awaitable<bool> Instance::HandleResponses(Stream& stream, Request& req) {
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
   std::string chat_body = std::move(converted.chat_body);
-  ResponsesOutput format(std::move(converted), response_id, item_id, call_id, created,
-                         &responses_);
+  ResponsesOutput format(std::move(converted), response_id, item_id, call_id, created, &responses_);
   req.body() = std::move(chat_body);
   co_return co_await HandleCompletion(stream, req, Endpoint::kChatCompletions, &format);
 }

@@ -60,9 +60,8 @@ std::string ImageUrl(const json::value* source) {
   return absl::StrCat("data:", str("media_type", "image/jpeg"), ";base64,", str("data", ""));
 }
 
-constexpr std::string_view kBlockTypes[] = {"text",        "image",    "tool_use",
-                                            "tool_result", "thinking", "redacted_thinking",
-                                            "tool_reference"};
+constexpr std::string_view kBlockTypes[] = {
+    "text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "tool_reference"};
 
 // One Anthropic message into chat messages, as vLLM's _convert_messages does: tool_result
 // blocks of a user turn become tool messages (emitted before the turn's own message), a user
@@ -301,8 +300,7 @@ std::string AnthropicErrorJson(const ApiError& error) {
   return json::serialize(o);
 }
 
-AnthropicOutput::AnthropicOutput(std::optional<ForcedToolCall> forced_tool,
-                                 std::string tool_use_id)
+AnthropicOutput::AnthropicOutput(std::optional<ForcedToolCall> forced_tool, std::string tool_use_id)
     : forced_tool_(std::move(forced_tool)), tool_use_id_(std::move(tool_use_id)) {}
 
 std::string AnthropicOutput::ErrorBody(const ApiError& error) const {
@@ -361,14 +359,13 @@ std::string AnthropicOutput::StreamText(std::string_view piece) {
     // The whole call goes out with the first token: the constrained output is the arguments.
     if (block_open_) return out;
     block_open_ = true;
-    out += SseNamedEvent(
-        "content_block_start",
-        json::object{{"type", "content_block_start"},
-                     {"content_block", json::object{{"type", "tool_use"},
-                                                    {"id", tool_use_id_},
-                                                    {"name", forced_tool_->name},
-                                                    {"input", json::object{}}}},
-                     {"index", 0}});
+    out += SseNamedEvent("content_block_start",
+                         json::object{{"type", "content_block_start"},
+                                      {"content_block", json::object{{"type", "tool_use"},
+                                                                     {"id", tool_use_id_},
+                                                                     {"name", forced_tool_->name},
+                                                                     {"input", json::object{}}}},
+                                      {"index", 0}});
     out += SseNamedEvent(
         "content_block_delta",
         json::object{{"type", "content_block_delta"},
@@ -380,16 +377,17 @@ std::string AnthropicOutput::StreamText(std::string_view piece) {
   if (piece.empty()) return out;
   if (!block_open_) {
     block_open_ = true;
-    out += SseNamedEvent("content_block_start",
-                         json::object{{"type", "content_block_start"},
-                                      {"content_block", json::object{{"type", "text"}, {"text", ""}}},
-                                      {"index", 0}});
+    out +=
+        SseNamedEvent("content_block_start",
+                      json::object{{"type", "content_block_start"},
+                                   {"content_block", json::object{{"type", "text"}, {"text", ""}}},
+                                   {"index", 0}});
   }
-  out += SseNamedEvent(
-      "content_block_delta",
-      json::object{{"type", "content_block_delta"},
-                   {"delta", json::object{{"type", "text_delta"}, {"text", piece}}},
-                   {"index", 0}});
+  out +=
+      SseNamedEvent("content_block_delta",
+                    json::object{{"type", "content_block_delta"},
+                                 {"delta", json::object{{"type", "text_delta"}, {"text", piece}}},
+                                 {"index", 0}});
   return out;
 }
 

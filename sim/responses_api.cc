@@ -24,10 +24,10 @@ std::string StringField(const json::object& o, std::string_view key) {
 }
 
 json::object ToolCall(std::string call_id, std::string name, std::string arguments) {
-  return json::object{{"id", std::move(call_id)},
-                      {"type", "function"},
-                      {"function", json::object{{"name", std::move(name)},
-                                                {"arguments", std::move(arguments)}}}};
+  return json::object{
+      {"id", std::move(call_id)},
+      {"type", "function"},
+      {"function", json::object{{"name", std::move(name)}, {"arguments", std::move(arguments)}}}};
 }
 
 // The stored output of a previous response, as the assistant turns of the conversation.
@@ -95,11 +95,9 @@ std::optional<ApiError> AppendInputItem(const json::value& item_v, json::array* 
     messages->push_back(json::object{
         {"role", "tool"},
         {"tool_call_id", StringField(*item, "call_id")},
-        {"content", output != nullptr && output->is_string() ? output->as_string()
-                                                             : json::string(output != nullptr
-                                                                                ? json::serialize(
-                                                                                      *output)
-                                                                                : "")}});
+        {"content", output != nullptr && output->is_string()
+                        ? output->as_string()
+                        : json::string(output != nullptr ? json::serialize(*output) : "")}});
   } else if (type == "reasoning" || type == "item_reference") {
     // Reasoning is not sent back to the model; references are resolved by the store only.
   } else {
@@ -453,7 +451,8 @@ std::string ResponsesOutput::StreamEnd(std::string_view /*finish*/, const Usage&
   }
   json::object final_response = Response(model_, "completed", output, &usage);
   Store(final_response);
-  out += Event(json::object{{"type", "response.completed"}, {"response", std::move(final_response)}});
+  out +=
+      Event(json::object{{"type", "response.completed"}, {"response", std::move(final_response)}});
   return out;
 }
 

@@ -28,14 +28,14 @@
 // then answers like an unknown one, as after a restart).
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <boost/json.hpp>
 #include <cstddef>
 #include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <absl/container/flat_hash_map.h>
 
 #include "sim/api.h"
 #include "sim/output_format.h"
@@ -65,7 +65,7 @@ class ResponseStore {
 };
 
 struct ResponsesRequest {
-  std::string chat_body;  // the equivalent /v1/chat/completions request, serialised
+  std::string chat_body;        // the equivalent /v1/chat/completions request, serialised
   boost::json::array messages;  // its chat messages (stored with the response)
   bool stream = false;
   bool store = true;

@@ -45,9 +45,16 @@ TEST(MessagesRunnerTest, AgenticJobsThroughMessagesAgainstTheSimulator) {
 
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50, .duration_s = 0.1, .turns = 3, .tool_tokens = {700, 300},
-               .system_tokens = 400, .task_tokens = 50, .tool_time_s = 0.001,
-               .completion_tokens = 12, .max_jobs = 2, .seed = 5};
+  w.agentic = {.jobs_per_second = 50,
+               .duration_s = 0.1,
+               .turns = 3,
+               .tool_tokens = {700, 300},
+               .system_tokens = 400,
+               .task_tokens = 50,
+               .tool_time_s = 0.001,
+               .completion_tokens = 12,
+               .max_jobs = 2,
+               .seed = 5};
   const size_t planned = PlanAgenticJobs(w.agentic).size();
   ASSERT_GT(planned, 0u);
   ASSERT_TRUE(PrepareWorkload(w).ok());

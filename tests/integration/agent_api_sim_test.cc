@@ -20,8 +20,8 @@ std::string ResponsesBody(const std::string& model, const std::string& input,
 TEST(AgentApiSimTest, FollowUpsStayWithTheirConversationAndGetVllms404WhenItIsGone) {
   FleetHarness h(3, "v1");
   const uint16_t port = h.server().port();
-  auto first = RequestOnce(port, http::verb::post, "/v1/responses",
-                           ResponsesBody(h.model(), Text(3000, 1)));
+  auto first =
+      RequestOnce(port, http::verb::post, "/v1/responses", ResponsesBody(h.model(), Text(3000, 1)));
   ASSERT_EQ(first.result_int(), 200) << first.body();
   const std::string id(json::parse(first.body()).at("id").as_string());
   const std::string home(first["X-Kvroute-Backend"]);
@@ -47,9 +47,8 @@ TEST(AgentApiSimTest, FollowUpsStayWithTheirConversationAndGetVllms404WhenItIsGo
   EXPECT_EQ(std::string(got["X-Kvroute-Backend"]), home);
   auto unknown = RequestOnce(port, http::verb::get, "/v1/responses/resp_nope");
   EXPECT_EQ(unknown.result_int(), 404);
-  EXPECT_EQ(unknown.body(),
-            R"({"error":{"message":"Response with id 'resp_nope' not found.",)"
-            R"("type":"invalid_request_error","param":null,"code":404}})");
+  EXPECT_EQ(unknown.body(), R"({"error":{"message":"Response with id 'resp_nope' not found.",)"
+                            R"("type":"invalid_request_error","param":null,"code":404}})");
   EXPECT_EQ(RequestOnce(port, http::verb::post, "/v1/responses/" + id, "{}").result_int(), 405);
 
   // The home instance goes unhealthy: its conversations are unreachable, and the client gets
@@ -68,8 +67,8 @@ TEST(AgentApiSimTest, FollowUpsStayWithTheirConversationAndGetVllms404WhenItIsGo
                              "' not found.\",\"type\":\"invalid_request_error\",\"param\":null,"
                              "\"code\":404}}");
   // A new conversation is served elsewhere.
-  auto fresh = RequestOnce(port, http::verb::post, "/v1/responses",
-                           ResponsesBody(h.model(), Text(500, 2)));
+  auto fresh =
+      RequestOnce(port, http::verb::post, "/v1/responses", ResponsesBody(h.model(), Text(500, 2)));
   EXPECT_EQ(fresh.result_int(), 200);
   EXPECT_NE(std::string(fresh["X-Kvroute-Backend"]), home);
 

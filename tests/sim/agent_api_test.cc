@@ -154,7 +154,8 @@ TEST_F(AgentApiTest, MessagesNonStreamingHasVllmShapeAndUsage) {
   ASSERT_EQ(content.size(), 1u);
   EXPECT_EQ(content[0].at("type"), "text");
   EXPECT_FALSE(content[0].at("text").as_string().empty());
-  EXPECT_THAT(std::string(m.at("stop_reason").as_string()), ::testing::AnyOf("end_turn", "max_tokens"));
+  EXPECT_THAT(std::string(m.at("stop_reason").as_string()),
+              ::testing::AnyOf("end_turn", "max_tokens"));
   // vLLM dumps with exclude_none: no stop_sequence, no kv_transfer_params, and usage has only
   // the two counts (no cache fields).
   EXPECT_FALSE(m.contains("stop_sequence"));
@@ -167,10 +168,11 @@ TEST_F(AgentApiTest, MessagesNonStreamingHasVllmShapeAndUsage) {
 
   // The same conversation through chat completions counts the same prompt tokens: the request
   // is served as that chat request.
-  json::object chat{{"model", kModel},
-                    {"max_tokens", 1},
-                    {"messages", json::array{json::object{{"role", "system"}, {"content", LongSystem()}},
-                                             json::object{{"role", "user"}, {"content", "list the files"}}}}};
+  json::object chat{
+      {"model", kModel},
+      {"max_tokens", 1},
+      {"messages", json::array{json::object{{"role", "system"}, {"content", LongSystem()}},
+                               json::object{{"role", "user"}, {"content", "list the files"}}}}};
   auto c = Post(ports_[1], "/v1/chat/completions", json::serialize(chat));
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(Int(c.Json(), {"usage", "prompt_tokens"}), usage.at("input_tokens").as_int64());
@@ -218,7 +220,8 @@ TEST_F(AgentApiTest, MessagesToolsArePromptTokens) {
   auto b = Post(ports_[0], "/v1/messages", json::serialize(with));
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_EQ(b.status, 200) << b.body;
-  EXPECT_GT(Int(b.Json(), {"usage", "input_tokens"}), Int(a.Json(), {"usage", "input_tokens"}) + 20);
+  EXPECT_GT(Int(b.Json(), {"usage", "input_tokens"}),
+            Int(a.Json(), {"usage", "input_tokens"}) + 20);
 }
 
 TEST_F(AgentApiTest, MessagesForcedToolUseAndToolResultTurn) {
@@ -241,11 +244,11 @@ TEST_F(AgentApiTest, MessagesForcedToolUseAndToolResultTurn) {
   next["tools"] = json::array{BashTool()};
   json::array& messages = next["messages"].as_array();
   messages.push_back(json::object{{"role", "assistant"}, {"content", json::array{block}}});
-  messages.push_back(json::object{
-      {"role", "user"},
-      {"content", json::array{json::object{{"type", "tool_result"},
-                                           {"tool_use_id", block.at("id")},
-                                           {"content", "a.txt\nb.txt"}}}}});
+  messages.push_back(
+      json::object{{"role", "user"},
+                   {"content", json::array{json::object{{"type", "tool_result"},
+                                                        {"tool_use_id", block.at("id")},
+                                                        {"content", "a.txt\nb.txt"}}}}});
   auto r2 = Post(ports_[0], "/v1/messages", json::serialize(next));
   ASSERT_EQ(r2.status, 200) << r2.body;
   const std::vector<SseEvent> events = NamedEvents(r2.body);
@@ -274,8 +277,9 @@ TEST_F(AgentApiTest, MessagesErrorShapes) {
   body["model"] = "other";
   auto r = Post(ports_[0], "/v1/messages", json::serialize(body));
   EXPECT_EQ(r.status, 404);
-  EXPECT_EQ(r.body,
-            R"({"type":"error","error":{"type":"NotFoundError","message":"The model `other` does not exist."}})");
+  EXPECT_EQ(
+      r.body,
+      R"({"type":"error","error":{"type":"NotFoundError","message":"The model `other` does not exist."}})");
   body = MessagesBody(false);
   body["messages"] = json::array{};
   r = Post(ports_[0], "/v1/messages", json::serialize(body));
@@ -332,7 +336,9 @@ TEST_F(AgentApiTest, ResponsesStoreGetAndFollowUpOnTheSameInstance) {
 
   // The follow-up sees the stored conversation (instructions, the first input and output) and
   // finds it in the prefix cache.
-  json::object follow{{"model", kModel}, {"max_output_tokens", 4}, {"previous_response_id", id},
+  json::object follow{{"model", kModel},
+                      {"max_output_tokens", 4},
+                      {"previous_response_id", id},
                       {"input", "now read a.txt"}};
   auto r2 = Post(ports_[0], "/v1/responses", json::serialize(follow));
   ASSERT_EQ(r2.status, 200) << r2.body;
@@ -379,7 +385,8 @@ TEST_F(AgentApiTest, ResponsesStreamingEventSequence) {
   EXPECT_EQ(std::string(done.at("text").as_string()), text);
   const json::object& completed = events.back().data.at("response").as_object();
   EXPECT_EQ(completed.at("status"), "completed");
-  EXPECT_EQ(std::string(completed.at("output").at(0).at("content").at(0).at("text").as_string()), text);
+  EXPECT_EQ(std::string(completed.at("output").at(0).at("content").at(0).at("text").as_string()),
+            text);
   // Stored like a response that is not streamed.
   const std::string id(completed.at("id").as_string());
   auto got = Get(ports_[0], "/v1/responses/" + id);
@@ -405,24 +412,23 @@ TEST_F(AgentApiTest, ResponsesForcedFunctionCallAndItsOutput) {
   EXPECT_THAT(std::string(call.at("call_id").as_string()), StartsWith("call_"));
 
   // The function's output, as a follow-up on the stored response.
-  json::object follow{
-      {"model", kModel},
-      {"previous_response_id", r.Json().at("id")},
-      {"max_output_tokens", 4},
-      {"input", json::array{json::object{{"type", "function_call_output"},
-                                         {"call_id", call.at("call_id")},
-                                         {"output", "{\"temperature\":21}"}}}}};
+  json::object follow{{"model", kModel},
+                      {"previous_response_id", r.Json().at("id")},
+                      {"max_output_tokens", 4},
+                      {"input", json::array{json::object{{"type", "function_call_output"},
+                                                         {"call_id", call.at("call_id")},
+                                                         {"output", "{\"temperature\":21}"}}}}};
   auto r2 = Post(ports_[0], "/v1/responses", json::serialize(follow));
   ASSERT_EQ(r2.status, 200) << r2.body;
   EXPECT_EQ(r2.Json().at("output").at(0).at("type"), "message");
 
   body["stream"] = true;
   auto s = Post(ports_[0], "/v1/responses", json::serialize(body));
-  EXPECT_THAT(Names(NamedEvents(s.body)),
-              ElementsAre("response.created", "response.in_progress", "response.output_item.added",
-                          "response.function_call_arguments.delta",
-                          "response.function_call_arguments.done", "response.output_item.done",
-                          "response.completed"));
+  EXPECT_THAT(
+      Names(NamedEvents(s.body)),
+      ElementsAre("response.created", "response.in_progress", "response.output_item.added",
+                  "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                  "response.output_item.done", "response.completed"));
 }
 
 TEST_F(AgentApiTest, ResponsesNotStoredWhenAskedNot) {
