@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "proxy/http_common.h"
+#include "wire/sse.h"
 
 namespace kvroute::proxy {
 
@@ -49,9 +50,8 @@ std::string MidStreamErrorEvent(Endpoint endpoint, std::string_view message) {
     out += boost::json::serialize(e);
     out += "\n\n";
   } else {
-    out = "data: ";
-    out += OpenAiErrorBody(502, message);
-    out += "\n\ndata: [DONE]\n\n";
+    out = wire::SseData(OpenAiErrorBody(502, message));
+    out += wire::kSseDone;
   }
   return out;
 }

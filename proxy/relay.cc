@@ -18,6 +18,7 @@
 #include "proxy/shared_state.h"
 #include "proxy/watchdog.h"
 #include "proxy/worker.h"
+#include "wire/sse.h"
 
 namespace kvroute::proxy {
 
