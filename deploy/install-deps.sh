@@ -26,6 +26,28 @@ PACKAGES=(
   $(command -v npm >/dev/null 2>&1 || echo npm)
 )
 
+# tests/deploy: the official client SDKs the end-to-end tests drive kvroute with (the OpenAI
+# Node SDK for chat, completions and Responses; the Anthropic TypeScript SDK for Messages),
+# installed globally with npm. The tests use them from `npm root -g`, else install them into
+# the build tree on first use.
+NPM_PACKAGES=(openai @anthropic-ai/sdk)
+
+install_npm_packages() {
+  local root missing_npm=()
+  root=$(npm root -g)
+  for p in "${NPM_PACKAGES[@]}"; do
+    [ -f "$root/$p/package.json" ] || missing_npm+=("$p")
+  done
+  if [ ${#missing_npm[@]} -eq 0 ]; then
+    echo "install-deps: npm packages present: ${NPM_PACKAGES[*]}"
+    return
+  fi
+  echo "install-deps: npm install -g ${missing_npm[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ] && [ ! -w "$root" ]; then sudo="sudo"; fi
+  $sudo npm install -g --no-audit --no-fund --loglevel=error "${missing_npm[@]}"
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -35,6 +57,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  install_npm_packages
   exit 0
 fi
 
@@ -78,3 +101,4 @@ CONTROL
   rm -rf "$alias_dir"
 fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_npm_packages

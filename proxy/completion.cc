@@ -10,6 +10,7 @@
 #include "absl/random/distributions.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "proxy/agent_apis.h"
 #include "proxy/relay.h"
 #include "proxy/request_clock.h"
 #include "proxy/request_log.h"
@@ -324,7 +325,18 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     Headers extra;
     extra.emplace_back("X-Request-Id", rec.id);
     if (retry_after) extra.emplace_back("Retry-After", s.RetryAfterValue());
-    co_return co_await s.SendError(status, msg, keep_alive, std::move(extra));
+    co_return co_await s.SendApiError(endpoint, status, msg, keep_alive, std::move(extra));
+  };
+  // A Responses follow-up whose conversation kvroute cannot reach: vLLM's own 404.
+  std::string previous_response_id;
+  auto response_gone = [&](std::string why) -> net::awaitable<bool> {
+    rec.status = 404;
+    rec.error = std::move(why);
+    Headers extra;
+    extra.emplace_back("X-Request-Id", rec.id);
+    co_return co_await s.SendBody(404, "application/json",
+                                  ResponseNotFoundBody(previous_response_id), keep_alive,
+                                  std::move(extra));
   };
   if (state.draining.load()) {
     co_return co_await reject(503, "kvroute is shutting down", /*retry_after=*/true);
@@ -353,6 +365,15 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
   rec.stream = features->stream;
   const router::Options& ropts = state.router->options();
   features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
+  // A Responses follow-up goes to the backend storing its conversation and
+  // nowhere else (not even on a retry: any other instance answers 404).
+  previous_response_id = features->previous_response_id;
+  const ResponsePin pin = PinToHome(features->previous_response_id, *state.response_homes,
+                                    *state.router->Backends());
+  if (pin.kind == ResponsePin::kGone) {
+    co_return co_await response_gone("the backend holding previous_response_id left the fleet");
+  }
+  if (pin.kind == ResponsePin::kHome) features->avoid_backends = pin.avoid;
 
   // The upstream request is the client's: Relay writes its header from
   // the client's fields (AppendUpstreamHeader: hop-by-hop and framing
@@ -378,6 +399,11 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     state.metrics->decision_time->Observe({}, Seconds(td1 - td0));
     if (!ticket.ok()) {
       if (attempt > 1) break;  // nowhere else to go: answer with the last failure
+      if (pin.kind == ResponsePin::kHome &&
+          ticket.status().code() != absl::StatusCode::kResourceExhausted) {
+        co_return co_await response_gone(
+            "the backend holding previous_response_id is not routable");
+      }
       // ResourceExhausted: too many requests in flight (429, retry soon);
       // Unavailable: no healthy backend (503).
       const bool busy = ticket.status().code() == absl::StatusCode::kResourceExhausted;
@@ -400,10 +426,11 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     if (d.affinity_hit) state.metrics->affinity->Inc({"hit"});
     if (d.affinity_broken) state.metrics->affinity->Inc({"broken"});
     const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
-                         d.prefill_backend != d.decode_backend;
+                         d.prefill_backend != d.decode_backend &&
+                         HandoffServes(endpoint, state.handoff->connector().name());
     rec.decode_backend = backends[d.decode_backend].name;
     rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
-    decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class};
+    decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class, endpoint};
 
     const router::RouteTicket& tk = *ticket;
     auto on_first_byte = [&state, &tk](Clock::time_point at) {
@@ -478,7 +505,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     extra.emplace_back("X-Kvroute-Class", decor.request_class);
     std::string msg = absl::StrCat("backend ", leg.label, ": ", r.error);
     if (attempts > 1) absl::StrAppend(&msg, " (", attempts, " attempts)");
-    co_return co_await s.SendError(status, msg, keep_alive, std::move(extra));
+    co_return co_await s.SendApiError(endpoint, status, msg, keep_alive, std::move(extra));
   }
   co_return r.completed&& keep_alive && !state.draining.load();
 }

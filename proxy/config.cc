@@ -145,6 +145,7 @@ absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
   KV_RETURN_IF_ERROR(r.Integer("max_queued_requests", &l->max_queued_requests, 0, 10000000));
   KV_RETURN_IF_ERROR(r.Seconds("queue_timeout_s", &l->queue_timeout, 0));
   KV_RETURN_IF_ERROR(r.Seconds("retry_after_s", &l->retry_after, 1));
+  KV_RETURN_IF_ERROR(r.Integer("max_response_ids", &l->max_response_ids, 0, 100000000));
   return r.Finish();
 }
 

@@ -36,6 +36,9 @@ struct ServerLimits {
   size_t max_queued_requests = 256;
   absl::Duration queue_timeout = absl::Seconds(1);
   absl::Duration retry_after = absl::Seconds(1);  // Retry-After on 429/503 overload answers
+  // Responses API: stored-response ids whose backend kvroute remembers (for
+  // previous_response_id and GET /v1/responses/{id}), the oldest forgotten first.
+  size_t max_response_ids = 100000;
 };
 
 // How kvroute talks to the instances.

@@ -52,7 +52,21 @@ absl::Status AppendContent(const json::value& content, size_t index, std::string
   return absl::OkStatus();
 }
 
+// Tool definitions, first in the prompt as the chat template puts them:
+// "<|tools|>" and their compact serialisation. Absent, null or empty: nothing.
+absl::Status AppendTools(const json::object& body, std::string* out) {
+  const json::value* tools = body.if_contains("tools");
+  if (tools == nullptr || tools->is_null()) return absl::OkStatus();
+  if (!tools->is_array()) return Bad("'tools' must be a list");
+  if (tools->get_array().empty()) return absl::OkStatus();
+  out->append("<|tools|>");
+  out->append(json::serialize(*tools));
+  out->push_back('\n');
+  return absl::OkStatus();
+}
+
 absl::Status RenderChat(const json::object& body, const FeatureLimits& limits, std::string* out) {
+  if (absl::Status st = AppendTools(body, out); !st.ok()) return st;
   const json::value* messages = body.if_contains("messages");
   if (messages == nullptr) return Bad("'messages' is a required property");
   if (!messages->is_array()) return Bad("'messages' must be a list");
@@ -127,6 +141,354 @@ absl::Status RenderPrompt(const json::object& body, std::string* out) {
   return AppendTokenIds(arr, out);
 }
 
+// ---------------------------------------------------------------------------
+// Anthropic Messages. vLLM turns the body into a chat request (system first,
+// then the messages, tools passed to the template) and keeps only the fields
+// its content block model knows: `cache_control`, which clients move to the
+// newest block every turn, never reaches the engine, so it never reaches the
+// canonical prompt either.
+// ---------------------------------------------------------------------------
+
+void AppendString(const json::value& v, std::string* out) {
+  out->append(v.get_string().data(), v.get_string().size());
+}
+
+// A block of a type without a rendering of its own: its fields but
+// `cache_control`, serialised.
+void AppendOpaqueBlock(const json::object& block, std::string* out) {
+  if (!block.contains("cache_control")) {
+    out->append(json::serialize(block));
+    return;
+  }
+  json::object copy = block;
+  copy.erase("cache_control");
+  out->append(json::serialize(copy));
+}
+
+absl::Status AppendAnthropicTools(const json::object& body, std::string* out) {
+  const json::value* tools = body.if_contains("tools");
+  if (tools == nullptr || tools->is_null()) return absl::OkStatus();
+  if (!tools->is_array()) return Bad("'tools' must be a list");
+  const json::array& arr = tools->get_array();
+  if (arr.empty()) return absl::OkStatus();
+  out->append("<|tools|>");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    if (!arr[i].is_object()) return Bad(absl::StrCat("tools[", i, "] must be an object"));
+    const json::object& tool = arr[i].get_object();
+    const json::value* name = tool.if_contains("name");
+    if (name == nullptr || !name->is_string()) {
+      return Bad(absl::StrCat("tools[", i, "].name must be a string"));
+    }
+    out->append("<|tool|>");
+    AppendString(*name, out);
+    if (const json::value* d = tool.if_contains("description"); d != nullptr && d->is_string()) {
+      out->push_back('\x1f');
+      AppendString(*d, out);
+    }
+    if (const json::value* schema = tool.if_contains("input_schema"); schema != nullptr) {
+      out->push_back('\x1f');
+      out->append(json::serialize(*schema));
+    }
+  }
+  out->push_back('\n');
+  return absl::OkStatus();
+}
+
+// Claude Code's attribution block carries a per-request hash; vLLM drops it
+// from the system prompt so that it does not defeat prefix caching.
+bool IsBillingHeader(std::string_view text) {
+  return text.substr(0, 26) == "x-anthropic-billing-header";
+}
+
+absl::Status AppendAnthropicSystem(const json::object& body, std::string* out) {
+  const json::value* system = body.if_contains("system");
+  if (system == nullptr || system->is_null()) return absl::OkStatus();
+  if (system->is_string()) {
+    if (system->get_string().empty()) return absl::OkStatus();
+    out->append("<|system|>");
+    AppendString(*system, out);
+    out->push_back('\n');
+    return absl::OkStatus();
+  }
+  if (!system->is_array()) return Bad("'system' must be a string or a list of text blocks");
+  const size_t start = out->size();
+  out->append("<|system|>");
+  bool any = false;
+  const json::array& blocks = system->get_array();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!blocks[i].is_object()) return Bad(absl::StrCat("system[", i, "] must be an object"));
+    const json::object& b = blocks[i].get_object();
+    const json::value* type = b.if_contains("type");
+    if (type == nullptr || !type->is_string()) {
+      return Bad(absl::StrCat("system[", i, "] needs a string 'type'"));
+    }
+    if (type->get_string() != "text") continue;  // the engine sees only text blocks
+    const json::value* text = b.if_contains("text");
+    if (text == nullptr || !text->is_string()) {
+      return Bad(absl::StrCat("system[", i, "].text must be a string"));
+    }
+    if (IsBillingHeader(text->get_string())) continue;
+    AppendString(*text, out);
+    any = true;
+  }
+  if (!any) {
+    out->resize(start);
+    return absl::OkStatus();
+  }
+  out->push_back('\n');
+  return absl::OkStatus();
+}
+
+// The content blocks of one message (or of a tool result).
+absl::Status AppendAnthropicBlocks(const json::array& blocks, const std::string& where,
+                                   std::string* out) {
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    if (!blocks[j].is_object()) {
+      return Bad(absl::StrCat(where, ".content[", j, "] must be an object"));
+    }
+    const json::object& b = blocks[j].get_object();
+    const json::value* type = b.if_contains("type");
+    if (type == nullptr || !type->is_string()) {
+      return Bad(absl::StrCat(where, ".content[", j, "] needs a string 'type'"));
+    }
+    const json::string& t = type->get_string();
+    if (t == "text") {
+      const json::value* text = b.if_contains("text");
+      if (text == nullptr || !text->is_string()) {
+        return Bad(absl::StrCat(where, ".content[", j, "].text must be a string"));
+      }
+      AppendString(*text, out);
+    } else if (t == "image" || t == "document") {
+      // Opaque: the same image gives the same bytes.
+      out->append(t == "image" ? "<|image|>" : "<|document|>");
+      const json::value* source = b.if_contains("source");
+      out->append(source != nullptr ? json::serialize(*source) : std::string());
+    } else if (t == "tool_use") {
+      out->append("<|tool_use|>");
+      if (const json::value* name = b.if_contains("name"); name != nullptr && name->is_string()) {
+        AppendString(*name, out);
+      }
+      const json::value* input = b.if_contains("input");
+      out->append(input != nullptr ? json::serialize(*input) : std::string("{}"));
+    } else if (t == "tool_result") {
+      out->append("<|tool_result|>");
+      if (const json::value* id = b.if_contains("tool_use_id"); id != nullptr && id->is_string()) {
+        AppendString(*id, out);
+      }
+      out->push_back('\x1f');
+      const json::value* content = b.if_contains("content");
+      if (content == nullptr || content->is_null()) {
+        // An empty result.
+      } else if (content->is_string()) {
+        AppendString(*content, out);
+      } else if (content->is_array()) {
+        const std::string inner = absl::StrCat(where, ".content[", j, "]");
+        if (absl::Status st = AppendAnthropicBlocks(content->get_array(), inner, out); !st.ok()) {
+          return st;
+        }
+      } else {
+        return Bad(absl::StrCat(where, ".content[", j,
+                                "].content must be a string or a list of blocks"));
+      }
+    } else if (t == "thinking") {
+      out->append("<|thinking|>");
+      if (const json::value* th = b.if_contains("thinking"); th != nullptr && th->is_string()) {
+        AppendString(*th, out);
+      }
+    } else if (t == "redacted_thinking") {
+      // vLLM accepts and drops it: the engine never sees it.
+    } else {
+      out->append("<|");
+      out->append(t.data(), t.size());
+      out->append("|>");
+      AppendOpaqueBlock(b, out);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RenderAnthropic(const json::object& body, const FeatureLimits& limits,
+                             std::string* out) {
+  if (absl::Status st = AppendAnthropicTools(body, out); !st.ok()) return st;
+  if (absl::Status st = AppendAnthropicSystem(body, out); !st.ok()) return st;
+  const json::value* messages = body.if_contains("messages");
+  if (messages == nullptr) return Bad("'messages' is a required property");
+  if (!messages->is_array()) return Bad("'messages' must be a list");
+  const json::array& arr = messages->get_array();
+  if (arr.empty()) return Bad("'messages' must not be empty");
+  if (arr.size() > limits.max_messages) {
+    return Bad(absl::StrCat("'messages' has ", arr.size(), " entries; at most ",
+                            limits.max_messages, " are accepted"));
+  }
+  for (size_t i = 0; i < arr.size(); ++i) {
+    if (!arr[i].is_object()) return Bad(absl::StrCat("messages[", i, "] must be an object"));
+    const json::object& m = arr[i].get_object();
+    const json::value* role = m.if_contains("role");
+    if (role == nullptr || !role->is_string()) {
+      return Bad(absl::StrCat("messages[", i, "].role must be a string"));
+    }
+    const json::value* content = m.if_contains("content");
+    if (content == nullptr) return Bad(absl::StrCat("messages[", i, "].content is required"));
+    out->append("<|");
+    AppendString(*role, out);
+    out->append("|>");
+    if (content->is_string()) {
+      AppendString(*content, out);
+    } else if (content->is_array()) {
+      const std::string where = absl::StrCat("messages[", i, "]");
+      if (absl::Status st = AppendAnthropicBlocks(content->get_array(), where, out); !st.ok()) {
+        return st;
+      }
+    } else {
+      return Bad(absl::StrCat("messages[", i, "].content must be a string or a list of blocks"));
+    }
+    out->push_back('\n');
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// OpenAI Responses. vLLM builds the chat messages as: `instructions` as the
+// system message, the stored conversation of `previous_response_id` (not in
+// the body), then `input`; `tools` go to the chat template.
+// ---------------------------------------------------------------------------
+
+// A message's content: a string, or parts (input_text/output_text are text;
+// images, files and the rest are opaque).
+absl::Status AppendResponsesContent(const json::value& content, size_t index, std::string* out) {
+  if (content.is_null()) return absl::OkStatus();
+  if (content.is_string()) {
+    AppendString(content, out);
+    return absl::OkStatus();
+  }
+  if (!content.is_array()) {
+    return Bad(absl::StrCat("input[", index, "].content must be a string or a list of parts"));
+  }
+  for (const json::value& part : content.get_array()) {
+    if (!part.is_object()) {
+      return Bad(absl::StrCat("input[", index, "].content parts must be objects"));
+    }
+    const json::object& p = part.get_object();
+    const json::value* type = p.if_contains("type");
+    if (type == nullptr || !type->is_string()) {
+      return Bad(absl::StrCat("input[", index, "].content part needs a string 'type'"));
+    }
+    const json::value* text = p.if_contains("text");
+    if (text != nullptr && text->is_string()) {
+      AppendString(*text, out);
+    } else {
+      out->append(json::serialize(part));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendResponsesItem(const json::object& item, size_t index, std::string* out) {
+  const json::value* type = item.if_contains("type");
+  if (type != nullptr && !type->is_string()) {
+    return Bad(absl::StrCat("input[", index, "].type must be a string"));
+  }
+  const std::string_view t = type != nullptr ? std::string_view(type->get_string()) : "message";
+  if (t == "message") {
+    const json::value* role = item.if_contains("role");
+    if (role == nullptr || !role->is_string()) {
+      return Bad(absl::StrCat("input[", index, "].role must be a string"));
+    }
+    out->append("<|");
+    AppendString(*role, out);
+    out->append("|>");
+    if (const json::value* content = item.if_contains("content")) {
+      if (absl::Status st = AppendResponsesContent(*content, index, out); !st.ok()) return st;
+    }
+  } else if (t == "function_call") {
+    out->append("<|function_call|>");
+    for (const char* key : {"call_id", "name", "arguments"}) {
+      if (const json::value* v = item.if_contains(key); v != nullptr && v->is_string()) {
+        AppendString(*v, out);
+      }
+      out->push_back('\x1f');
+    }
+  } else if (t == "function_call_output") {
+    out->append("<|function_call_output|>");
+    if (const json::value* id = item.if_contains("call_id"); id != nullptr && id->is_string()) {
+      AppendString(*id, out);
+    }
+    out->push_back('\x1f');
+    if (const json::value* output = item.if_contains("output"); output != nullptr) {
+      if (output->is_string()) {
+        AppendString(*output, out);
+      } else {
+        out->append(json::serialize(*output));
+      }
+    }
+  } else {
+    // reasoning, item_reference, built-in tool calls: opaque.
+    out->append("<|");
+    out->append(t);
+    out->append("|>");
+    out->append(json::serialize(item));
+  }
+  out->push_back('\n');
+  return absl::OkStatus();
+}
+
+absl::Status RenderResponses(const json::object& body, const FeatureLimits& limits,
+                             std::string* out) {
+  if (absl::Status st = AppendTools(body, out); !st.ok()) return st;
+  if (const json::value* instr = body.if_contains("instructions");
+      instr != nullptr && !instr->is_null()) {
+    if (!instr->is_string()) return Bad("'instructions' must be a string");
+    if (!instr->get_string().empty()) {
+      out->append("<|system|>");
+      AppendString(*instr, out);
+      out->push_back('\n');
+    }
+  }
+  const json::value* input = body.if_contains("input");
+  if (input == nullptr) return Bad("'input' is a required property");
+  if (input->is_string()) {
+    out->append("<|user|>");
+    AppendString(*input, out);
+    out->push_back('\n');
+    return absl::OkStatus();
+  }
+  if (!input->is_array()) return Bad("'input' must be a string or a list of items");
+  const json::array& arr = input->get_array();
+  if (arr.size() > limits.max_messages) {
+    return Bad(absl::StrCat("'input' has ", arr.size(), " items; at most ", limits.max_messages,
+                            " are accepted"));
+  }
+  for (size_t i = 0; i < arr.size(); ++i) {
+    if (!arr[i].is_object()) return Bad(absl::StrCat("input[", i, "] must be an object"));
+    if (absl::Status st = AppendResponsesItem(arr[i].get_object(), i, out); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokenLimit(const json::object& body, const char* key,
+                            const FeatureLimits& limits, int64_t* max_tokens) {
+  const json::value* v = body.if_contains(key);
+  if (v == nullptr || v->is_null()) return absl::OkStatus();
+  if (v->is_uint64()) return Bad(absl::StrCat("'", key, "' is too large"));
+  if (!v->is_int64()) return Bad(absl::StrCat("'", key, "' must be an integer"));
+  const int64_t n = v->get_int64();
+  if (n < 0) return Bad(absl::StrCat("'", key, "' must be at least 0"));
+  if (n > limits.max_tokens_limit) {
+    return Bad(absl::StrCat("'", key, "' = ", n, " exceeds the limit of ",
+                            limits.max_tokens_limit));
+  }
+  *max_tokens = n;
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptionalString(const json::object& body, const char* key, std::string* out) {
+  const json::value* v = body.if_contains(key);
+  if (v == nullptr || v->is_null()) return absl::OkStatus();
+  if (!v->is_string()) return Bad(absl::StrCat("'", key, "' must be a string"));
+  *out = std::string(v->get_string());
+  return absl::OkStatus();
+}
+
 absl::Status ReadMaxTokens(const json::object& body, const FeatureLimits& limits,
                            int64_t* max_tokens) {
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
@@ -162,7 +524,10 @@ absl::Status ReadMaxTokens(const json::object& body, const FeatureLimits& limits
 // decodes only those, straight into the features.
 //
 // It handles the common shapes only: a string `prompt`, or `messages` whose
-// entries have a string `role` and a string or null `content`. Anything else
+// entries have a string `role` and a string or null `content`, with or
+// without `tools` (whose value alone goes through the DOM parse: it is small
+// next to the conversation). Anthropic and Responses bodies take the DOM path.
+// Anything else
 // (an error of any kind, content parts, tool calls, token-id or batch
 // prompts, a repeated field, an escaped key, an escaped surrogate, a huge
 // number) makes it give up and the DOM path decide, so results and error
@@ -241,6 +606,7 @@ class BodyScanner {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
   bool AtEnd() const { return p_ == end_; }
+  const char* pos() const { return p_; }
   bool Peek(char c) const { return p_ < end_ && *p_ == c; }
   bool Eat(char c) {
     if (p_ < end_ && *p_ == c) {
@@ -539,18 +905,40 @@ void AppendMessage(const ChatMessage& m, std::string* out) {
   out->push_back('\n');
 }
 
+// A chat body's `tools` value, validated by the scanner, rendered as the DOM
+// path renders it (its compact serialisation: the raw bytes may differ in
+// spacing and escapes). False: not a list, the DOM path words the error.
+bool RenderRawTools(std::string_view raw, const FeatureLimits& limits, std::string* out) {
+  json::parse_options opts;
+  opts.max_depth = static_cast<size_t>(limits.max_json_depth);
+  boost::system::error_code ec;
+  json::monotonic_resource mr;
+  const json::value tools = json::parse(json::string_view(raw.data(), raw.size()), ec, &mr, opts);
+  if (ec) return false;
+  if (tools.is_null()) return true;
+  if (!tools.is_array()) return false;
+  if (tools.get_array().empty()) return true;
+  out->append("<|tools|>");
+  out->append(json::serialize(tools));
+  out->push_back('\n');
+  return true;
+}
+
 // The fast path; nullopt means "ask the DOM path".
 std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
                                                            std::string_view body,
                                                            std::string_view session_header,
                                                            const FeatureLimits& limits) {
   if (limits.max_json_depth < 8) return std::nullopt;
+  if (endpoint != Endpoint::kChat && endpoint != Endpoint::kCompletions) return std::nullopt;
   BodyScanner sc(body, limits.max_json_depth);
   // The strings the features need are decoded into `f` as they are scanned
   // (one pass over the prompt); giving up discards `f`.
   router::RequestFeatures f;
   RawString model, session, prompt;
   bool has_model = false, has_session = false, has_prompt = false, has_messages = false;
+  bool has_tools = false;
+  std::string_view tools_raw;
   bool seen_stream = false, seen_max = false, seen_max_completion = false;
   bool stream = false;
   int64_t max_tokens = -1, max_completion_tokens = -1;
@@ -599,6 +987,14 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
         if (!sc.Literal("null") && (!sc.Peek('"') || !sc.StringInto(&session, into))) {
           return std::nullopt;
         }
+      } else if (chat && KeyIs(key, "tools")) {
+        // Rendered at the front of the prompt once the scan is done: chat
+        // templates put the tool definitions before the first message.
+        if (has_tools) return std::nullopt;
+        has_tools = true;
+        const char* start = sc.pos();
+        if (!sc.SkipValue(1)) return std::nullopt;
+        tools_raw = std::string_view(start, static_cast<size_t>(sc.pos() - start));
       } else if (!chat && KeyIs(key, "prompt")) {
         if (has_prompt || !sc.Peek('"')) return std::nullopt;
         sc.ReserveRest(&f.prompt_bytes);
@@ -697,6 +1093,56 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
     f.prompt_bytes.reserve(size);
     for (const ChatMessage& m : messages) AppendMessage(m, &f.prompt_bytes);
   }
+  if (has_tools) {
+    std::string head;
+    if (!RenderRawTools(tools_raw, limits, &head)) return std::nullopt;
+    if (!head.empty()) f.prompt_bytes.insert(0, head);
+  }
+  return f;
+}
+
+absl::StatusOr<router::RequestFeatures> ExtractAnthropic(const json::object& obj,
+                                                         std::string_view session_header,
+                                                         const FeatureLimits& limits,
+                                                         router::RequestFeatures f) {
+  if (absl::Status st = ReadTokenLimit(obj, "max_tokens", limits, &f.max_tokens); !st.ok()) {
+    return st;
+  }
+  if (!session_header.empty()) {
+    f.session_id = std::string(session_header);
+  } else if (const json::value* meta = obj.if_contains("metadata");
+             meta != nullptr && !meta->is_null()) {
+    if (!meta->is_object()) return Bad("'metadata' must be an object");
+    const json::value* user = meta->get_object().if_contains("user_id");
+    if (user != nullptr && !user->is_null()) {
+      if (!user->is_string()) return Bad("'metadata.user_id' must be a string");
+      f.session_id = std::string(user->get_string());
+    }
+  }
+  if (absl::Status st = RenderAnthropic(obj, limits, &f.prompt_bytes); !st.ok()) return st;
+  return f;
+}
+
+absl::StatusOr<router::RequestFeatures> ExtractResponses(const json::object& obj,
+                                                         std::string_view session_header,
+                                                         const FeatureLimits& limits,
+                                                         router::RequestFeatures f) {
+  if (absl::Status st = ReadTokenLimit(obj, "max_output_tokens", limits, &f.max_tokens);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st =
+          ReadOptionalString(obj, "previous_response_id", &f.previous_response_id);
+      !st.ok()) {
+    return st;
+  }
+  if (!session_header.empty()) {
+    f.session_id = std::string(session_header);
+  } else if (absl::Status st = ReadOptionalString(obj, "prompt_cache_key", &f.session_id);
+             !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = RenderResponses(obj, limits, &f.prompt_bytes); !st.ok()) return st;
   return f;
 }
 
@@ -731,6 +1177,12 @@ absl::StatusOr<router::RequestFeatures> ExtractFeaturesDom(Endpoint endpoint,
     } else if (!stream->is_null()) {
       return Bad("'stream' must be a boolean");
     }
+  }
+  if (endpoint == Endpoint::kMessages) {
+    return ExtractAnthropic(obj, session_header, limits, std::move(f));
+  }
+  if (endpoint == Endpoint::kResponses) {
+    return ExtractResponses(obj, session_header, limits, std::move(f));
   }
   if (absl::Status st = ReadMaxTokens(obj, limits, &f.max_tokens); !st.ok()) return st;
 

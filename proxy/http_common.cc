@@ -42,6 +42,29 @@ std::string OpenAiErrorBody(int status, std::string_view message, std::string_vi
   return boost::json::serialize(root);
 }
 
+std::string_view AnthropicErrorTypeForStatus(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+std::string AnthropicErrorBody(int status, std::string_view message) {
+  boost::json::object err;
+  err["type"] = AnthropicErrorTypeForStatus(status);
+  err["message"] = message;
+  boost::json::object root;
+  root["type"] = "error";
+  root["error"] = std::move(err);
+  return boost::json::serialize(root);
+}
+
 bool IsHopByHopOrFraming(std::string_view name) {
   // Every such name is one Beast knows (its lookup ignores case).
   return IsHopByHopOrFraming(http::string_to_field(name));

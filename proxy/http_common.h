@@ -26,6 +26,13 @@ std::string OpenAiErrorBody(int status, std::string_view message, std::string_vi
 // The OpenAI error type for a status: invalid_request_error, ...
 std::string_view ErrorTypeForStatus(int status);
 
+// {"type": "error", "error": {"type", "message"}}: the Anthropic Messages
+// API's error shape, for errors kvroute itself answers on /v1/messages.
+std::string AnthropicErrorBody(int status, std::string_view message);
+// The Anthropic error type for a status: invalid_request_error,
+// not_found_error, rate_limit_error, overloaded_error, api_error, ...
+std::string_view AnthropicErrorTypeForStatus(int status);
+
 // True for headers a proxy must not forward (RFC 9110 §7.6.1) plus the ones
 // kvroute sets itself (Host, Content-Length).
 bool IsHopByHopOrFraming(std::string_view name);

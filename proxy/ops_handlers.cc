@@ -1,5 +1,7 @@
 #include "proxy/ops_handlers.h"
 
+#include "proxy/agent_apis.h"
+
 #include <boost/json.hpp>
 #include <string>
 
@@ -94,6 +96,32 @@ net::awaitable<bool> ServeModels(Session& s, const ClientRequest& req) {
   }
   Headers extra;
   extra.emplace_back("X-Kvroute-Backend", s.worker().pool.backend(backend).name);
+  std::string content_type =
+      r.content_type.empty() ? std::string("application/json") : r.content_type;
+  co_return co_await s.SendBody(r.status, content_type, std::move(r.body), req.keep_alive(),
+                                std::move(extra));
+}
+
+net::awaitable<bool> ServeStoredResponse(Session& s, const ClientRequest& req, std::string id) {
+  SharedState& state = s.state();
+  const auto fleet = state.router->Backends();
+  const ResponsePin pin = PinToHome(id, *state.response_homes, *fleet);
+  if (pin.kind != ResponsePin::kHome) {
+    co_return co_await s.SendBody(404, "application/json", ResponseNotFoundBody(id),
+                                  req.keep_alive());
+  }
+  s.worker().Ensure(*state.router, pin.home);
+  http::request<http::string_body> up{http::verb::get, std::string(req.target()), 11};
+  BufferedResponse r = co_await FetchBuffered(s.worker().pool, pin.home, std::move(up),
+                                              s.config().upstream.idle_timeout, 64 << 20);
+  const std::string& name = (*fleet)[pin.home].name;
+  if (r.ec) {
+    co_return co_await s.SendError(r.timed_out ? 504 : 502,
+                                   absl::StrCat("backend ", name, ": ", r.ec.message()),
+                                   req.keep_alive());
+  }
+  Headers extra;
+  extra.emplace_back("X-Kvroute-Backend", name);
   std::string content_type =
       r.content_type.empty() ? std::string("application/json") : r.content_type;
   co_return co_await s.SendBody(r.status, content_type, std::move(r.body), req.keep_alive(),

@@ -1,13 +1,16 @@
 // The ops endpoints a Session serves besides completions: /health (is any
 // backend routable), /metrics (Prometheus text of the server's registry),
 // /admin/backends (the router's view of every backend; the session has
-// checked admin access), /v1/models (relayed from the first healthy backend).
+// checked admin access), /v1/models (relayed from the first healthy backend),
+// GET /v1/responses/{id} (relayed from the backend holding that response).
 //
 //   if (target == "/health") co_return co_await ServeHealth(session, keep_alive);
 //
 // Each returns whether the connection may be kept alive. They run on the
 // session's worker thread.
 #pragma once
+
+#include <string>
 
 #include "proxy/client_request.h"
 #include "proxy/http_common.h"
@@ -20,5 +23,9 @@ net::awaitable<bool> ServeHealth(Session& s, bool keep_alive);
 net::awaitable<bool> ServeMetrics(Session& s, bool keep_alive);
 net::awaitable<bool> ServeAdminBackends(Session& s, const ClientRequest& req);
 net::awaitable<bool> ServeModels(Session& s, const ClientRequest& req);
+// GET /v1/responses/{id}: relayed from the backend that holds the stored
+// response (vLLM keeps it in that server's memory); vLLM's own 404 when
+// kvroute knows of no such backend.
+net::awaitable<bool> ServeStoredResponse(Session& s, const ClientRequest& req, std::string id);
 
 }  // namespace kvroute::proxy

@@ -1,5 +1,7 @@
 #include "proxy/relay.h"
 
+#include "proxy/agent_apis.h"
+
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -260,12 +262,18 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   }
   if (opts.on_first_byte) opts.on_first_byte(t_header);
 
-  ResponseObserver observer(r.sse, pool.options().max_observed_body);
+  ResponseObserver observer(r.sse, pool.options().max_observed_body, 1 << 20,
+                            /*keep_transfer_params=*/false, DialectFor(decor.endpoint));
   bool hook_fired = false;
   auto fire_hook = [&] {
     if (hook_fired) return;
     hook_fired = true;
     observer.Finish();
+    // A stored response's backend is learned before the client can name it
+    // in a follow-up.
+    if (opts.to_client && r.status == 200 && !observer.response_id().empty()) {
+      state.response_homes->Learn(observer.response_id(), spec.name);
+    }
     if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
   };
   // The body's bytes land here: a stashed buffer, so the coroutine frame
@@ -355,8 +363,7 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     conn.reset();  // closing the connection cancels the engine's request
     if (opts.to_client && !r.client_gone && chunked && r.sse && client_wants_stream) {
       // Tell the client the stream ended abnormally instead of truncating.
-      std::string event = wire::SseData(OpenAiErrorBody(502, r.error));
-      event += wire::kSseDone;
+      const std::string event = MidStreamErrorEvent(decor.endpoint, r.error);
       co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);
       co_await EagerWrite(client, http::make_chunk_last(), write_timeout);
     }

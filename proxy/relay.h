@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "proxy/client_request.h"
+#include "proxy/features.h"
 #include "proxy/http_common.h"
 #include "proxy/request_clock.h"
 #include "proxy/response_observer.h"
@@ -27,14 +28,17 @@ namespace kvroute::proxy {
 
 class Session;
 
-// Extra response headers kvroute adds to a relayed response. The id and the
-// class are views of the request's record (ServeCompletion's, which
-// outlives every leg, a concurrent prefill leg included: the handoff joins
-// it), so the copies of a Decor per leg copy no strings but the label.
+// What a relayed response answers: the extra response headers kvroute adds
+// (the id and the class are views of the request's record, ServeCompletion's,
+// which outlives every leg, a concurrent prefill leg included: the handoff
+// joins it, so the copies of a Decor per leg copy no strings but the label),
+// and the request's API, which says how the response's usage is read and how
+// a broken stream is ended.
 struct Decor {
   std::string_view request_id;
   std::string backend_label;       // "gpu3" or "gpu1->gpu3"
   std::string_view request_class;  // empty: not a routed request
+  Endpoint endpoint = Endpoint::kChat;
 };
 
 struct RelayResult {

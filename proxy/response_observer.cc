@@ -29,6 +29,16 @@ bool UsageFromObject(const json::object& obj, Usage* out) {
   return true;
 }
 
+// Anthropic and Responses usage objects, into the OpenAI-shaped Usage.
+void AgentUsageFromObject(const json::object& u, Usage* out) {
+  out->prompt_tokens = IntOr(u, "input_tokens");
+  out->completion_tokens = IntOr(u, "output_tokens");
+  out->cached_tokens = IntOr(u, "cache_read_input_tokens");
+  if (const json::value* d = u.if_contains("input_tokens_details"); d && d->is_object()) {
+    out->cached_tokens = IntOr(d->get_object(), "cached_tokens");
+  }
+}
+
 bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 // The usage of a body from its top-level "usage" member and the members
@@ -231,11 +241,12 @@ bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_trans
 }
 
 ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes,
-                                   bool keep_transfer_params)
+                                   bool keep_transfer_params, ApiDialect dialect)
     : sse_(sse),
       max_json_body_(max_json_body),
       max_event_bytes_(max_event_bytes),
-      keep_transfer_params_(keep_transfer_params) {}
+      keep_transfer_params_(keep_transfer_params),
+      dialect_(dialect) {}
 
 void ResponseObserver::Feed(std::string_view bytes) {
   if (!sse_) {
@@ -281,7 +292,9 @@ void ResponseObserver::OnEvent(std::string_view event) {
     if (line.substr(0, 5) != "data:") continue;
     std::string_view payload = line.substr(5);
     if (!payload.empty() && payload.front() == ' ') payload.remove_prefix(1);
-    if (payload == "[DONE]") {
+    if (dialect_ != ApiDialect::kOpenAi) {
+      OnAgentEvent(payload);
+    } else if (payload == "[DONE]") {
       saw_done_ = true;
     } else if (payload.find("\"prompt_tokens\"") != std::string_view::npos) {
       Usage u;
@@ -294,9 +307,79 @@ void ResponseObserver::Finish() {
   if (sse_) {
     if (!pending_.empty()) OnEvent(pending_);
   } else if (!overflow_ && !pending_.empty()) {
-    ParseUsageFromJson(pending_, &usage_, keep_transfer_params_ ? &kv_transfer_params_ : nullptr);
+    if (dialect_ != ApiDialect::kOpenAi) {
+      ParseAgentJson(pending_);
+    } else {
+      ParseUsageFromJson(pending_, &usage_,
+                         keep_transfer_params_ ? &kv_transfer_params_ : nullptr);
+    }
   }
   pending_.clear();
+}
+
+// An event of the agent APIs: only the few that carry usage, an id or the
+// end of the stream are parsed.
+void ResponseObserver::OnAgentEvent(std::string_view payload) {
+  const bool anthropic = dialect_ == ApiDialect::kAnthropic;
+  const bool interesting =
+      anthropic ? payload.find("\"usage\"") != std::string_view::npos ||
+                      payload.find("\"message_stop\"") != std::string_view::npos
+                : payload.find("\"response.") != std::string_view::npos &&
+                      (payload.find("\"response.created\"") != std::string_view::npos ||
+                       payload.find("\"response.completed\"") != std::string_view::npos ||
+                       payload.find("\"response.incomplete\"") != std::string_view::npos ||
+                       payload.find("\"response.failed\"") != std::string_view::npos);
+  if (!interesting) return;
+  boost::system::error_code ec;
+  json::value root = json::parse(json::string_view(payload.data(), payload.size()), ec);
+  if (ec || !root.is_object()) return;
+  const json::object& event = root.get_object();
+  const json::value* type = event.if_contains("type");
+  if (type == nullptr || !type->is_string()) return;
+  const json::string& t = type->get_string();
+  if (anthropic) {
+    if (t == "message_stop") saw_done_ = true;
+    const json::value* usage = event.if_contains("usage");  // message_delta
+    if (t == "message_start") {
+      const json::value* message = event.if_contains("message");
+      usage = message != nullptr && message->is_object()
+                  ? message->get_object().if_contains("usage")
+                  : nullptr;
+    }
+    if (usage != nullptr && usage->is_object()) AgentUsageFromObject(usage->get_object(), &usage_);
+    return;
+  }
+  const json::value* response = event.if_contains("response");
+  if (response == nullptr || !response->is_object()) return;
+  const json::object& r = response->get_object();
+  if (const json::value* id = r.if_contains("id"); id != nullptr && id->is_string()) {
+    response_id_ = std::string(id->get_string());
+  }
+  if (t == "response.created") return;
+  saw_done_ = true;
+  if (const json::value* u = r.if_contains("usage"); u != nullptr && u->is_object()) {
+    AgentUsageFromObject(u->get_object(), &usage_);
+  }
+}
+
+void ResponseObserver::ParseAgentJson(std::string_view text) {
+  boost::system::error_code ec;
+  json::value root = json::parse(json::string_view(text.data(), text.size()), ec);
+  if (ec || !root.is_object()) return;
+  const json::object& obj = root.get_object();
+  if (dialect_ == ApiDialect::kResponses) {
+    if (const json::value* id = obj.if_contains("id"); id != nullptr && id->is_string()) {
+      response_id_ = std::string(id->get_string());
+    }
+  }
+  if (const json::value* u = obj.if_contains("usage"); u != nullptr && u->is_object()) {
+    AgentUsageFromObject(u->get_object(), &usage_);
+  }
+  if (keep_transfer_params_) {
+    if (const json::value* p = obj.if_contains("kv_transfer_params"); p && p->is_object()) {
+      kv_transfer_params_ = json::serialize(*p);
+    }
+  }
 }
 
 }  // namespace kvroute::proxy

@@ -53,6 +53,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
     spdlog::critical("{}", std::string(connector.status().message()));
     std::abort();
   }
+  state_->response_homes = std::make_unique<ResponseHomes>(config_.limits.max_response_ids);
   state_->handoff = std::make_unique<transfer::Handoff>(
       *std::move(connector), static_cast<int64_t>(config_.transfer.max_offload_inflight));
   state_->handoff->bootstrap().SetPorts(

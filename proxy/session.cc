@@ -1,5 +1,7 @@
 #include "proxy/session.h"
 
+#include "proxy/agent_apis.h"
+
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -38,6 +40,7 @@ struct RouteSpec {
 };
 constexpr RouteSpec kRoutes[] = {
     {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+    {"/v1/messages", http::verb::post},    {"/v1/responses", http::verb::post},
     {"/v1/models", http::verb::get},       {"/health", http::verb::get},
     {"/metrics", http::verb::get},         {"/admin/backends", http::verb::get},
 };
@@ -177,6 +180,12 @@ net::awaitable<bool> Session::Dispatch(ClientRequest& req) {
     if (target == "/v1/chat/completions") {
       return ServeCompletion(*this, req, Endpoint::kChat, "/v1/chat/completions");
     }
+    if (target == "/v1/messages") {
+      return ServeCompletion(*this, req, Endpoint::kMessages, "/v1/messages");
+    }
+    if (target == "/v1/responses") {
+      return ServeCompletion(*this, req, Endpoint::kResponses, "/v1/responses");
+    }
   }
   return DispatchOther(req);
 }
@@ -205,6 +214,16 @@ net::awaitable<bool> Session::DispatchOther(ClientRequest& req) {
                                      keep_alive);
     }
   }
+  if (const std::string_view id = ResponseIdFromTarget(target); !id.empty()) {
+    if (m != http::verb::get) {
+      Headers allow;
+      allow.emplace_back("Allow", "GET");
+      std::string msg = absl::StrCat("method ", ToAbsl(req.method_string()), " is not allowed on ",
+                                     ToAbsl(target));
+      co_return co_await SendError(405, msg, keep_alive, std::move(allow));
+    }
+    co_return co_await ServeStoredResponse(*this, req, std::string(id));
+  }
   for (const RouteSpec& r : kRoutes) {
     if (target != r.path) continue;
     if (m != r.verb && !(r.verb == http::verb::get && m == http::verb::head)) {
@@ -219,6 +238,12 @@ net::awaitable<bool> Session::DispatchOther(ClientRequest& req) {
     }
     if (target == "/v1/chat/completions") {
       co_return co_await ServeCompletion(*this, req, Endpoint::kChat, "/v1/chat/completions");
+    }
+    if (target == "/v1/messages") {
+      co_return co_await ServeCompletion(*this, req, Endpoint::kMessages, "/v1/messages");
+    }
+    if (target == "/v1/responses") {
+      co_return co_await ServeCompletion(*this, req, Endpoint::kResponses, "/v1/responses");
     }
     if (target == "/v1/models") co_return co_await ServeModels(*this, req);
     if (target == "/health") co_return co_await ServeHealth(*this, keep_alive);
@@ -248,6 +273,12 @@ net::awaitable<bool> Session::SendBody(int status, std::string_view content_type
 net::awaitable<bool> Session::SendError(int status, std::string_view message, bool keep_alive,
                                         Headers extra) {
   co_return co_await SendBody(status, "application/json", OpenAiErrorBody(status, message),
+                              keep_alive, std::move(extra));
+}
+
+net::awaitable<bool> Session::SendApiError(Endpoint endpoint, int status, std::string_view message,
+                                           bool keep_alive, Headers extra) {
+  co_return co_await SendBody(status, "application/json", ErrorBodyFor(endpoint, status, message),
                               keep_alive, std::move(extra));
 }
 

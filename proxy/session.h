@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "proxy/client_request.h"
+#include "proxy/features.h"
 #include "proxy/config.h"
 #include "proxy/http_common.h"
 #include "proxy/watchdog.h"
@@ -52,6 +53,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // An OpenAI-shaped error answer.
   net::awaitable<bool> SendError(int status, std::string_view message, bool keep_alive,
                                  Headers extra = {});
+  // An error answered by kvroute itself on a completion route, in that API's
+  // shape (Anthropic's on /v1/messages, else OpenAI's).
+  net::awaitable<bool> SendApiError(Endpoint endpoint, int status, std::string_view message,
+                                    bool keep_alive, Headers extra = {});
   // limits.retry_after in whole seconds, at least 1.
   std::string RetryAfterValue() const;
 

@@ -16,6 +16,7 @@
 #include "proxy/metrics.h"
 #include "proxy/proxy_metrics.h"
 #include "proxy/request_log.h"
+#include "proxy/response_homes.h"
 #include "router/router.h"
 #include "transfer/handoff.h"
 
@@ -35,6 +36,8 @@ struct SharedState {
   // Prefill/decode handoffs: the connector, the in-flight bound, the
   // bootstrap ports and engine ids.
   std::unique_ptr<transfer::Handoff> handoff;
+  // Responses API: the backend holding each stored response kvroute relayed.
+  std::unique_ptr<ResponseHomes> response_homes;
 };
 
 }  // namespace kvroute::proxy

@@ -36,6 +36,9 @@ struct RequestFeatures {
   std::string request_id;
   std::string model;
   std::string session_id;  // empty when the client sent none
+  // OpenAI Responses: the stored response this request continues (it lives
+  // in the memory of the engine that produced it). Empty otherwise.
+  std::string previous_response_id;
   bool stream = false;
   int64_t max_tokens = -1;  // -1 when the client did not say
   // Canonical prompt bytes: chat messages in order with their roles, or the

@@ -62,11 +62,20 @@ std::optional<ApiError> ParsePrompt(const json::value& prompt, CompletionRequest
   return ParseTokenIds(arr, &out->prompt_ids);
 }
 
-std::optional<ApiError> ParseMessages(const json::value& messages, CompletionRequest* out) {
+// Tools are rendered ahead of the conversation, as chat templates do, so that they count as
+// prompt tokens and belong to the cached prefix; an assistant turn's tool calls follow its text.
+std::optional<ApiError> ParseMessages(const json::value& messages, const json::value* tools,
+                                      CompletionRequest* out) {
   if (!messages.is_array() || messages.as_array().empty()) {
     return BadRequest("messages must be a non-empty list", "messages");
   }
   std::vector<ChatMessage> rendered;
+  if (tools != nullptr && !tools->is_null()) {
+    if (!tools->is_array()) return BadRequest("tools must be a list", "tools");
+    if (!tools->as_array().empty()) {
+      rendered.push_back(ChatMessage{.role = "tools", .content = json::serialize(*tools)});
+    }
+  }
   for (const json::value& m : messages.as_array()) {
     if (!m.is_object()) return BadRequest("each message must be an object", "messages");
     const json::object& o = m.as_object();
@@ -88,6 +97,11 @@ std::optional<ApiError> ParseMessages(const json::value& messages, CompletionReq
       }
     } else {
       return BadRequest("message content must be a string or a list of parts", "messages");
+    }
+    if (const json::value* calls = o.if_contains("tool_calls"); calls != nullptr &&
+                                                                 calls->is_array() &&
+                                                                 !calls->as_array().empty()) {
+      msg.content += json::serialize(*calls);
     }
     rendered.push_back(std::move(msg));
   }
@@ -117,7 +131,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Endpoint e
   } else {
     const json::value* messages = o.if_contains("messages");
     if (messages == nullptr) return BadRequest("messages is required", "messages");
-    if (auto err = ParseMessages(*messages, out)) return err;
+    if (auto err = ParseMessages(*messages, o.if_contains("tools"), out)) return err;
   }
   if (const json::value* s = o.if_contains("stream"); s != nullptr && !s->is_null()) {
     if (!s->is_bool()) return BadRequest("stream must be a boolean", "stream");

@@ -13,6 +13,7 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
     io.profile = options_.profile;
     io.time_scale = options_.time_scale;
     io.seed = options_.seed;
+    io.responses_store_capacity = options_.responses_store_capacity;
     if (i < static_cast<int>(options_.faults.size())) io.faults = options_.faults[i];
     if (options_.kv_events_port) {
       auto port_of = [i](uint16_t base) {

@@ -50,6 +50,8 @@ struct FleetOptions {
   std::optional<uint16_t> kv_events_port;
   std::optional<uint16_t> kv_events_replay_port;
   std::string kv_events_topic;
+  // Responses each instance keeps for the Responses API (InstanceOptions).
+  size_t responses_store_capacity = 1024;
 };
 
 class Fleet {

@@ -99,6 +99,7 @@ Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabri
       hang_timer_(strand_, std::chrono::steady_clock::time_point::max()),
       engine_(EngineConfig::FromProfile(options_.profile)),
       rng_(options_.seed * 0x9E3779B97F4A7C15ull + options_.index + 1),
+      responses_(options_.responses_store_capacity),
       faults_(options_.faults) {
   engine_id_ = absl::StrFormat("kvroute-sim-%d-%016x", options_.index, rng_());
   engine_.set_slowdown(options_.faults.slowdown);
@@ -396,8 +397,9 @@ awaitable<bool> Instance::Reply(Stream& stream, const Request& req, http::status
   co_return !ec && req.keep_alive();
 }
 
-awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const ApiError& error) {
-  const std::string body = ErrorJson(error);
+awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const ApiError& error,
+                                     const ChatOutputFormat* format) {
+  const std::string body = format != nullptr ? format->ErrorBody(error) : ErrorJson(error);
   const std::string content_type = "application/json";
   co_return co_await Reply(stream, req, static_cast<http::status>(error.status), body,
                            content_type);
@@ -577,6 +579,21 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
           path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
       co_return co_await HandleCompletion(stream, req, endpoint);
     }
+  } else if (path == "/v1/messages") {
+    if (allowed({http::verb::post})) co_return co_await HandleMessages(stream, req);
+  } else if (path == "/v1/responses") {
+    if (allowed({http::verb::post})) co_return co_await HandleResponses(stream, req);
+  } else if (path.starts_with("/v1/responses/")) {
+    if (allowed({http::verb::get})) {
+      const std::string_view id = path.substr(std::string_view("/v1/responses/").size());
+      if (const StoredResponse* stored = responses_.Find(id)) {
+        body = json::serialize(stored->response);
+      } else {
+        const ApiError error = ResponseNotFound(id);
+        status = static_cast<http::status>(error.status);
+        body = ErrorJson(error);
+      }
+    }
   } else if (path == "/health") {
     if (allowed({http::verb::get})) {
       if (faults().unhealthy) status = http::status::service_unavailable;
@@ -675,13 +692,14 @@ std::optional<ApiError> Instance::ValidateCompletion(const Request& req, Endpoin
   return std::nullopt;
 }
 
-awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoint endpoint) {
+awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoint endpoint,
+                                           ChatOutputFormat* format) {
   CompletionRequest parsed;
   std::vector<int32_t> tokens;
   int64_t max_tokens = 0;
   const std::optional<ApiError> error =
       ValidateCompletion(req, endpoint, &parsed, &tokens, &max_tokens);
-  if (error) co_return co_await ReplyError(stream, req, *error);
+  if (error) co_return co_await ReplyError(stream, req, *error, format);
   const Profile& profile = options_.profile;
   const Faults f = faults();
 
@@ -749,6 +767,7 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
   spec.pull_remote_kv = pending->kv_source.has_value() || wait_key.has_value();
   spec.await_remote_kv = wait_key.has_value();
   if (pending->kv_source) spec.source_pulls = pending->kv_source->source_pulls;
+  const int prompt_tokens = static_cast<int>(tokens.size());
   spec.prompt = std::move(tokens);
 
   // An idle engine's clock catches up with the wall clock before the arrival is stamped.
@@ -845,8 +864,17 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       if (transfer_id) p["transfer_id"] = *transfer_id;
       kv_params = std::move(p);
     }
-    const std::string body = FullResponseJson(endpoint, response_id, created, model, text,
-                                              FinishReasonName(info.finish), usage, kv_params);
+    const std::string body =
+        format != nullptr
+            ? format->FullBody(ChatOutcome{.id = response_id,
+                                           .created = created,
+                                           .model = model,
+                                           .text = text,
+                                           .finish = std::string(FinishReasonName(info.finish)),
+                                           .usage = usage,
+                                           .kv_transfer_params = kv_params})
+            : FullResponseJson(endpoint, response_id, created, model, text,
+                               FinishReasonName(info.finish), usage, kv_params);
     const std::string content_type = "application/json";
     co_return co_await Reply(stream, req, http::status::ok, body, content_type);
   }
@@ -874,9 +902,11 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     while (!die && !pending->events.empty()) {
       const TokenEvent ev = pending->events.front();
       pending->events.pop_front();
-      if (first && endpoint == Endpoint::kChatCompletions) {
-        batch += kvroute::wire::SseData(
-            StreamChunkJson(endpoint, response_id, created, model, "", "", true));
+      if (first && (format != nullptr || endpoint == Endpoint::kChatCompletions)) {
+        batch += format != nullptr
+                     ? format->StreamStart(response_id, created, model, prompt_tokens)
+                     : kvroute::wire::SseData(
+                           StreamChunkJson(endpoint, response_id, created, model, "", "", true));
         die = die_after >= 0 && ++events_sent >= die_after;
         if (die) break;
       }
@@ -884,12 +914,21 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       const std::string_view piece = ev.token == kNoToken
                                          ? std::string_view()
                                          : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
-      batch += kvroute::wire::SseData(StreamChunkJson(endpoint, response_id, created, model, piece,
-                                                      FinishReasonName(ev.finish), false));
+      batch += format != nullptr
+                   ? format->StreamText(piece)
+                   : kvroute::wire::SseData(StreamChunkJson(endpoint, response_id, created, model,
+                                                            piece, FinishReasonName(ev.finish),
+                                                            false));
       die = die_after >= 0 && ++events_sent >= die_after;
     }
     const bool finished = !die && pending->done && pending->events.empty();
-    if (finished) {
+    if (finished && format != nullptr) {
+      const RequestInfo& info = pending->info;
+      batch += format->StreamEnd(FinishReasonName(info.finish),
+                                 Usage{.prompt_tokens = info.prompt_tokens,
+                                       .completion_tokens = info.completion_tokens,
+                                       .cached_tokens = info.cached_tokens});
+    } else if (finished) {
       if (parsed.include_usage) {
         const RequestInfo& info = pending->info;
         batch += kvroute::wire::SseData(UsageChunkJson(

@@ -33,7 +33,9 @@
 #include "sim/faults.h"
 #include "sim/kv_events.h"
 #include "sim/kv_fabric.h"
+#include "sim/output_format.h"
 #include "sim/profile.h"
+#include "sim/responses_api.h"
 
 namespace sim {
 
@@ -49,6 +51,9 @@ struct InstanceOptions {
   std::chrono::seconds keep_alive_timeout{300};
   // KV cache events in vLLM's format (sim/kv_events.h); none unless set.
   std::optional<KvEventPublisherOptions> kv_events;
+  // Responses kept for GET /v1/responses/{id} and previous_response_id, oldest forgotten
+  // first. 0: none, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE=1.
+  size_t responses_store_capacity = 1024;
 };
 
 // A thread-safe snapshot of the driver's gauges.
@@ -115,7 +120,13 @@ class Instance : public KvHolder {
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket);
   // Returns whether the connection may be kept alive.
   boost::asio::awaitable<bool> Handle(Stream& stream, Request& req);
-  boost::asio::awaitable<bool> HandleCompletion(Stream& stream, Request& req, Endpoint endpoint);
+  // `format`, when not null, renders the output (and errors) in another API's shapes.
+  boost::asio::awaitable<bool> HandleCompletion(Stream& stream, Request& req, Endpoint endpoint,
+                                                ChatOutputFormat* format = nullptr);
+  // /v1/messages and /v1/responses (agent_endpoints.cc): converted to a chat request.
+  boost::asio::awaitable<bool> HandleMessages(Stream& stream, Request& req);
+  boost::asio::awaitable<bool> HandleResponses(Stream& stream, Request& req);
+  std::string RandomHex();
   std::optional<ApiError> ValidateCompletion(const Request& req, Endpoint endpoint,
                                              CompletionRequest* parsed,
                                              std::vector<int32_t>* tokens, int64_t* max_tokens);
@@ -123,7 +134,8 @@ class Instance : public KvHolder {
                                      boost::beast::http::status status, const std::string& body,
                                      const std::string& content_type);
   boost::asio::awaitable<bool> ReplyError(Stream& stream, const Request& req,
-                                          const ApiError& error);
+                                          const ApiError& error,
+                                          const ChatOutputFormat* format = nullptr);
   bool HandleFaultsRequest(const Request& req, std::string* body, int* status);
   std::string RenderMetrics();
   std::string ModelsJson() const;
@@ -164,6 +176,7 @@ class Instance : public KvHolder {
   absl::flat_hash_set<Stream*> streams_;
   // Decode legs waiting for their prefill leg to publish (admitted, holding their blocks).
   absl::flat_hash_set<Pending*> pairing_;
+  ResponseStore responses_;
 
   mutable absl::Mutex mu_;
   Faults faults_ ABSL_GUARDED_BY(mu_);

@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
                  "(needs --kv-events-port)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--kv-events-topic", opts.kv_events_topic, "topic of the KV event messages");
+  app.add_option("--responses-store", opts.responses_store_capacity,
+                 "responses each instance keeps for GET /v1/responses/{id} and "
+                 "previous_response_id, oldest forgotten first (0: none, as vLLM without "
+                 "VLLM_ENABLE_RESPONSES_API_STORE=1)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
 

@@ -101,6 +101,66 @@ bool AbsorbChunk(const json::value& v, ChatOutcome& out) {
   return text;
 }
 
+// Folds one Anthropic Messages object (an SSE event or a whole message) into `out`. Returns
+// true when it carried generated text; sets `*stopped` on message_stop.
+bool AbsorbAnthropic(const json::object& o, ChatOutcome& out, bool* stopped) {
+  const json::value* type_v = o.if_contains("type");
+  const std::string_view type =
+      type_v != nullptr && type_v->is_string() ? std::string_view(type_v->as_string()) : "";
+  auto usage_from = [&](const json::value* u) {
+    if (u == nullptr || !u->is_object()) return;
+    const json::object& usage = u->as_object();
+    out.prompt_tokens = IntField(usage, "input_tokens");
+    out.completion_tokens = IntField(usage, "output_tokens");
+    out.cached_tokens = IntField(usage, "cache_read_input_tokens");
+  };
+  if (type == "error") {
+    const json::value* e = o.if_contains("error");
+    const json::value* m = e != nullptr && e->is_object() ? e->as_object().if_contains("message")
+                                                          : nullptr;
+    if (out.error.empty()) {
+      out.error = absl::StrCat("stream error: ", m != nullptr && m->is_string()
+                                                     ? std::string(m->as_string())
+                                                     : std::string("error"));
+    }
+    return false;
+  }
+  if (type == "message_stop") {
+    *stopped = true;
+    return false;
+  }
+  if (type == "message_start") {
+    if (const json::value* m = o.if_contains("message"); m && m->is_object()) {
+      usage_from(m->as_object().if_contains("usage"));
+    }
+    return false;
+  }
+  if (type == "message_delta") {
+    usage_from(o.if_contains("usage"));
+    return false;
+  }
+  bool text = false;
+  auto take = [&](const json::value* t) {
+    if (t != nullptr && t->is_string() && !t->as_string().empty()) {
+      out.content.append(t->as_string().data(), t->as_string().size());
+      text = true;
+    }
+  };
+  if (type == "content_block_delta") {
+    if (const json::value* d = o.if_contains("delta"); d && d->is_object()) {
+      take(d->as_object().if_contains("text"));
+    }
+  } else if (type == "message") {
+    usage_from(o.if_contains("usage"));
+    if (const json::value* c = o.if_contains("content"); c && c->is_array()) {
+      for (const json::value& block : c->as_array()) {
+        if (block.is_object()) take(block.as_object().if_contains("text"));
+      }
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string Endpoint::Url() const { return absl::StrCat("http://", host, ":", port, base_path); }
@@ -148,6 +208,59 @@ std::string BuildChatBody(std::string_view model, const std::vector<ChatMessage>
   body["max_tokens"] = completion_tokens;
   body["min_tokens"] = completion_tokens;
   body["ignore_eos"] = true;
+  body["temperature"] = 0;
+  return json::serialize(body);
+}
+
+absl::StatusOr<ChatApi> ParseChatApi(std::string_view name) {
+  if (name == "chat") return ChatApi::kChatCompletions;
+  if (name == "messages") return ChatApi::kMessages;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--api: unknown API '", absl::string_view(name.data(), name.size()),
+                   "' (chat | messages)"));
+}
+
+std::string_view ChatApiPath(ChatApi api) {
+  return api == ChatApi::kMessages ? "/v1/messages" : "/v1/chat/completions";
+}
+
+std::string BuildMessagesBody(std::string_view model, const std::vector<ChatMessage>& messages,
+                              int64_t completion_tokens, std::string_view session_id) {
+  auto tool = [](std::string_view name, std::string_view description,
+                 std::initializer_list<std::string_view> params) {
+    json::object props;
+    json::array required;
+    for (std::string_view p : params) {
+      props[p] = json::object{{"type", "string"}};
+      required.push_back(json::string(p));
+    }
+    return json::object{{"name", name},
+                        {"description", description},
+                        {"input_schema", json::object{{"type", "object"},
+                                                      {"properties", std::move(props)},
+                                                      {"required", std::move(required)}}}};
+  };
+  json::object body;
+  body["model"] = model;
+  body["max_tokens"] = completion_tokens;
+  body["stream"] = true;
+  json::array system;
+  json::array msgs;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      system.push_back(json::object{{"type", "text"}, {"text", m.content}});
+    } else {
+      msgs.push_back(json::object{{"role", m.role}, {"content", m.content}});
+    }
+  }
+  if (!system.empty()) body["system"] = std::move(system);
+  body["tools"] = json::array{
+      tool("bash", "Run a shell command in the repository and return its output.", {"command"}),
+      tool("read_file", "Read a file of the repository.", {"path"}),
+      tool("edit_file", "Replace a string in a file with another.",
+           {"path", "old_string", "new_string"})};
+  body["messages"] = std::move(msgs);
+  if (!session_id.empty()) body["metadata"] = json::object{{"user_id", session_id}};
   body["temperature"] = 0;
   return json::serialize(body);
 }
@@ -245,7 +358,8 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
       std::string_view::npos;
 
   wire::SseDataReader sse;
-  bool done_marker = false;
+  bool done_marker = false;  // [DONE], or message_stop on /v1/messages
+  const bool anthropic = call.path == ChatApiPath(ChatApi::kMessages);
   Clock::time_point t_first{}, t_last{};
   bool have_first = false;
   auto on_data = [&](std::string_view data) {
@@ -259,7 +373,9 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
       if (out.error.empty()) out.error = "malformed SSE event";
       return;
     }
-    if (AbsorbChunk(v, out)) {
+    const bool text = anthropic ? v.is_object() && AbsorbAnthropic(v.as_object(), out, &done_marker)
+                                : AbsorbChunk(v, out);
+    if (text) {
       const Clock::time_point now = Clock::now();
       if (!have_first) {
         t_first = now;
@@ -300,12 +416,13 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
     json::value v = json::parse(parser.get().body(), jec);
     if (jec) {
       if (out.error.empty()) out.error = "malformed JSON response";
-    } else if (AbsorbChunk(v, out)) {
+    } else if (anthropic ? v.is_object() && AbsorbAnthropic(v.as_object(), out, &done_marker)
+                         : AbsorbChunk(v, out)) {
       t_first = t_last = t_end;
       have_first = true;
     }
   } else if (out.error.empty() && !done_marker) {
-    out.error = "stream ended without [DONE]";
+    out.error = anthropic ? "stream ended without message_stop" : "stream ended without [DONE]";
   }
   if (have_first) out.ttft = Seconds(t_first - t0);
   if (out.completion_tokens < 0) out.completion_tokens = out.content_events;

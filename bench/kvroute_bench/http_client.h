@@ -57,6 +57,19 @@ struct ChatMessage {
 std::string BuildChatBody(std::string_view model, const std::vector<ChatMessage>& messages,
                           int64_t completion_tokens);
 
+// The API a request speaks: OpenAI chat completions, or the Anthropic Messages API that
+// coding agents use (vLLM serves both; kvroute routes both).
+enum class ChatApi { kChatCompletions, kMessages };
+absl::StatusOr<ChatApi> ParseChatApi(std::string_view name);  // "chat" | "messages"
+std::string_view ChatApiPath(ChatApi api);
+
+// A streaming /v1/messages body as a coding agent sends it: the system messages as the
+// top-level `system` text block, the agent's tool definitions (bash, read_file, edit_file),
+// the conversation, `max_tokens` = completion_tokens and the session as metadata.user_id.
+// The Messages API has no min_tokens/ignore_eos: the engine decides where each turn ends.
+std::string BuildMessagesBody(std::string_view model, const std::vector<ChatMessage>& messages,
+                              int64_t completion_tokens, std::string_view session_id);
+
 struct ChatCall {
   Endpoint endpoint;
   std::string path = "/v1/chat/completions";

@@ -43,6 +43,7 @@ std::string NowStamp() {
 // Options shared by `run` and `ablation`.
 struct CommonFlags {
   std::string workload = "agentic";
+  std::string api = "chat";
   kb::AgenticOptions agentic;
   kb::TraceOptions trace;
   std::string window;
@@ -97,6 +98,12 @@ struct CommonFlags {
     auto* rn = "Run";
     app->add_option("--model", run.model, "model name (default: first of GET /v1/models)")
         ->group(rn);
+    app->add_option("--api", api,
+                    "chat: POST /v1/chat/completions; messages: POST /v1/messages as a coding "
+                    "agent sends it (system block, tools, session in metadata.user_id)")
+        ->check(CLI::IsMember({"chat", "messages"}))
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--request-timeout", run.request_timeout_s, "seconds per request (wall)")
         ->group(rn)->capture_default_str();
     app->add_option("--drain-timeout", run.drain_timeout_s,
@@ -121,6 +128,12 @@ struct CommonFlags {
     trace.seed = seed;
     spec.kind = workload == "trace" ? kb::WorkloadKind::kTrace : kb::WorkloadKind::kAgentic;
     spec.agentic = agentic;
+    if (absl::StatusOr<kb::ChatApi> a = kb::ParseChatApi(api); a.ok()) {
+      run.api = *a;
+    } else {
+      std::fprintf(stderr, "%s\n", std::string(a.status().message()).c_str());
+      return false;
+    }
     if (!window.empty()) {
       std::vector<std::string> parts = absl::StrSplit(window, ':');
       if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &trace.window_start_s) ||

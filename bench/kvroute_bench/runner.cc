@@ -145,8 +145,13 @@ class Run {
     ++sent_;
     ChatCall call;
     call.endpoint = options_.target;
-    call.body = BuildChatBody(model_, messages, completion);
-    call.session_id = std::move(session);
+    if (options_.api == ChatApi::kMessages) {
+      call.path = std::string(ChatApiPath(ChatApi::kMessages));
+      call.body = BuildMessagesBody(model_, messages, completion, session);
+    } else {
+      call.body = BuildChatBody(model_, messages, completion);
+      call.session_id = std::move(session);
+    }
     call.request_id = record.request_id;
     call.timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_s * 1000));
     ChatOutcome out = co_await StreamChat(std::move(call));

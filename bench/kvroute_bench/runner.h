@@ -49,6 +49,9 @@ struct RunOptions {
   int64_t heavy_threshold = 0;
   Endpoint target;
   std::string model;  // empty: first id from GET /v1/models, else "default"
+  // The API requests speak. kMessages sends the agentic jobs as a coding agent does (system
+  // block, tool definitions, session in metadata.user_id, no X-Session-Id header).
+  ChatApi api = ChatApi::kChatCompletions;
   std::vector<NamedEndpoint> instances;  // scraped for /metrics
   Endpoint dcgm;                         // DCGM exporter (empty host: none)
   double time_scale = 1.0;  // workload seconds are multiplied by this on the wall clock

@@ -6,6 +6,11 @@
 // `tokens` * 4 bytes of words with a JSON-escaped newline every 60 words,
 // the shape of bench/perf's fixtures (gen_fixtures.py).
 // BM_ExtractFeaturesChat/<tokens>: the same text as one chat message.
+// BM_ExtractFeaturesChatTools/<tokens>: that chat body followed by a coding
+// agent's tool definitions (~40 KB of JSON schema, after the messages as SDKs
+// send them): the tools value's own parse and its move to the front.
+// BM_ExtractFeaturesMessages/<tokens>: the same text as an Anthropic Messages
+// body with the same tools (the DOM path).
 //
 //   build/bench/micro/features_bench --benchmark_repetitions=3
 //     --benchmark_report_aggregates_only=true   (one command line)
@@ -74,6 +79,47 @@ void BM_ExtractFeaturesChat(benchmark::State& state) {
   Run(state, Endpoint::kChat, body);
 }
 BENCHMARK(BM_ExtractFeaturesChat)->Arg(1024)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+// `n` tool definitions with a description and a few typed parameters each.
+std::string ToolsJson(int n, bool anthropic) {
+  std::string out = "[";
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "tool_" + std::to_string(i);
+    const std::string params =
+        "{\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\", "
+        "\"description\": \"" + EscapedPrompt(200, i) + "\"}, \"line\": {\"type\": "
+        "\"integer\"}, \"recursive\": {\"type\": \"boolean\"}}, \"required\": [\"path\"]}";
+    const std::string description = EscapedPrompt(400, 1000 + i);
+    if (i > 0) out += ", ";
+    out += anthropic ? "{\"name\": \"" + name + "\", \"description\": \"" + description +
+                           "\", \"input_schema\": " + params + "}"
+                     : "{\"type\": \"function\", \"function\": {\"name\": \"" + name +
+                           "\", \"description\": \"" + description + "\", \"parameters\": " +
+                           params + "}}";
+  }
+  return out + "]";
+}
+
+void BM_ExtractFeaturesChatTools(benchmark::State& state) {
+  const size_t tokens = static_cast<size_t>(state.range(0));
+  const std::string body =
+      "{\"model\": \"Qwen/Qwen3-Coder-30B-A3B-Instruct\", \"stream\": true, \"max_tokens\": 256, "
+      "\"messages\": [{\"role\": \"user\", \"content\": \"" +
+      EscapedPrompt(tokens * 4, tokens) + "\"}], \"tools\": " + ToolsJson(48, false) + "}";
+  Run(state, Endpoint::kChat, body);
+}
+BENCHMARK(BM_ExtractFeaturesChatTools)->Arg(1024)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_ExtractFeaturesMessages(benchmark::State& state) {
+  const size_t tokens = static_cast<size_t>(state.range(0));
+  const std::string body =
+      "{\"model\": \"claude\", \"stream\": true, \"max_tokens\": 256, \"system\": "
+      "\"You are a coding agent.\", \"messages\": [{\"role\": \"user\", \"content\": "
+      "[{\"type\": \"text\", \"text\": \"" +
+      EscapedPrompt(tokens * 4, tokens) + "\"}]}], \"tools\": " + ToolsJson(48, true) + "}";
+  Run(state, Endpoint::kMessages, body);
+}
+BENCHMARK(BM_ExtractFeaturesMessages)->Arg(1024)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvroute::proxy

@@ -80,6 +80,32 @@ free_port() {
   fi
 }
 
+# use_node_packages NODE_DIR PKG...: finds the npm packages globally (deploy/install-deps.sh
+# installs them there) or in NODE_DIR/node_modules, else installs them into NODE_DIR; sets
+# NODE_PATH for node. Skips the test when node, npm or the registry is missing.
+use_node_packages() {
+  local dir=$1
+  shift
+  command -v node >/dev/null 2>&1 || skip "node not installed (deploy/install-deps.sh installs it)"
+  local global="" p missing=()
+  if command -v npm >/dev/null 2>&1; then global=$(npm root -g 2>/dev/null || true); fi
+  for p in "$@"; do
+    if [ -n "$global" ] && [ -f "$global/$p/package.json" ]; then continue; fi
+    [ -f "$dir/node_modules/$p/package.json" ] || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    command -v npm >/dev/null 2>&1 || skip "npm not installed (deploy/install-deps.sh installs it)"
+    mkdir -p "$dir"
+    [ -f "$dir/package.json" ] || echo '{"name": "kvroute-deploy-tests", "private": true}' >"$dir/package.json"
+    if ! timeout 120 npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "${missing[@]}" >"$dir/npm-install.log" 2>&1; then
+      cat "$dir/npm-install.log" >&2
+      skip "npm install ${missing[*]} failed (no access to the npm registry?)"
+    fi
+  fi
+  export NODE_PATH="$dir/node_modules${global:+:$global}"
+}
+
 # start_fleet SIM_BIN N: starts kvroute-sim with N instances on ephemeral ports, as fast as
 # possible (time scale 0). Sets SIM_PORTS (array).
 start_fleet() {

@@ -3,15 +3,17 @@
 //
 // Input: a header line, then the body.
 //   <e><session header>\n<request body>
-// `e` picks the endpoint and limits: 'c' chat, 'p' completions (default
-// limits); 'C', 'P' the same with tight limits so the limit branches are
-// reached by small inputs. Any other first byte: chat, default limits. No '\n'
-// at all: the whole input is a chat body with no session header.
+// `e` picks the endpoint and limits: 'c' chat, 'p' completions, 'm'
+// Anthropic Messages, 'r' OpenAI Responses (default limits); 'C', 'P', 'M',
+// 'R' the same with tight limits so the limit branches are reached by small
+// inputs. Any other first byte: chat, default limits. No '\n' at all: the
+// whole input is a chat body with no session header.
 //
 // Checks, beyond "no crash, no sanitizer report": the one-pass fast path and
 // the DOM parse (ExtractFeaturesWithDomForTest) agree on every input (same
 // features, or the same status and message); a non-empty session header is
-// the session id; an accepted body respects the limits it was checked against.
+// the session id; an accepted body respects the limits it was checked against;
+// only a Responses body yields a previous_response_id.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -43,7 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (const size_t eol = input.find('\n'); eol != std::string_view::npos && eol > 0) {
     const char e = input[0];
     if (e == 'p' || e == 'P') endpoint = Endpoint::kCompletions;
-    if (e == 'C' || e == 'P') {
+    if (e == 'm' || e == 'M') endpoint = Endpoint::kMessages;
+    if (e == 'r' || e == 'R') endpoint = Endpoint::kResponses;
+    if (e == 'C' || e == 'P' || e == 'M' || e == 'R') {
       limits.max_messages = 4;
       limits.max_json_depth = 6;
       limits.max_tokens_limit = 1000;
@@ -62,7 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     Check(f->model == dom->model && f->session_id == dom->session_id &&
               f->stream == dom->stream && f->max_tokens == dom->max_tokens &&
-              f->prompt_bytes == dom->prompt_bytes,
+              f->prompt_bytes == dom->prompt_bytes &&
+              f->previous_response_id == dom->previous_response_id,
           "fast path and DOM extract the same features");
   }
   if (!f.ok()) {
@@ -74,5 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(f->session_id == session_header, "the session header is the session id");
   }
   Check(f->max_tokens <= limits.max_tokens_limit, "max_tokens within its limit");
+  Check(endpoint == Endpoint::kResponses || f->previous_response_id.empty(),
+        "previous_response_id only from a Responses body");
   return 0;
 }

@@ -68,6 +68,119 @@ TEST(ResponseObserverTest, OversizedJsonBodyIsNotParsed) {
   EXPECT_EQ(obs.usage().prompt_tokens, -1);
 }
 
+// The agent APIs, in the shapes vLLM (and kvroute-sim) send.
+const char kAnthropicStream[] =
+    "event: message_start\n"
+    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"chatcmpl-1\",\"content\":[],"
+    "\"model\":\"m\",\"stop_reason\":null,\"stop_sequence\":null,"
+    "\"usage\":{\"input_tokens\":1037,\"output_tokens\":0}}}\n\n"
+    "event: content_block_start\n"
+    "data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"text\",\"text\":\"\"},"
+    "\"index\":0}\n\n"
+    "event: content_block_delta\n"
+    "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":"
+    "\" usage\"},\"index\":0}\n\n"
+    "event: content_block_stop\n"
+    "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+    "event: message_delta\n"
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},"
+    "\"usage\":{\"input_tokens\":1037,\"output_tokens\":3}}\n\n"
+    "event: message_stop\n"
+    "data: {\"type\":\"message_stop\"}\n\n";
+
+TEST(ResponseObserverAgentTest, AnthropicStreamSplitAnywhere) {
+  const std::string s = kAnthropicStream;
+  for (size_t cut = 1; cut <= s.size(); cut += 5) {
+    ResponseObserver obs(true, 1 << 20, 1 << 20, false, ApiDialect::kAnthropic);
+    for (size_t i = 0; i < s.size(); i += cut) obs.Feed(std::string_view(s).substr(i, cut));
+    obs.Finish();
+    EXPECT_EQ(obs.events(), 6) << cut;
+    EXPECT_TRUE(obs.saw_done()) << cut;
+    EXPECT_EQ(obs.usage().prompt_tokens, 1037) << cut;
+    EXPECT_EQ(obs.usage().completion_tokens, 3) << cut;
+    EXPECT_EQ(obs.usage().cached_tokens, -1) << cut;  // vLLM reports none
+    EXPECT_TRUE(obs.response_id().empty());
+  }
+}
+
+TEST(ResponseObserverAgentTest, AnthropicStreamCutBeforeMessageStop) {
+  const std::string s = kAnthropicStream;
+  ResponseObserver obs(true, 1 << 20, 1 << 20, false, ApiDialect::kAnthropic);
+  obs.Feed(std::string_view(s).substr(0, s.find("event: message_stop")));
+  obs.Finish();
+  EXPECT_FALSE(obs.saw_done());
+  EXPECT_EQ(obs.usage().completion_tokens, 3);
+}
+
+TEST(ResponseObserverAgentTest, AnthropicJsonBodyAndCacheReadTokens) {
+  ResponseObserver obs(false, 1 << 20, 1 << 20, false, ApiDialect::kAnthropic);
+  obs.Feed("{\"id\":\"chatcmpl-2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":"
+           "\"text\",\"text\":\"hi\"}],\"model\":\"m\",\"stop_reason\":\"end_turn\",");
+  obs.Feed("\"usage\":{\"input_tokens\":48,\"output_tokens\":2,\"cache_read_input_tokens\":32}}");
+  obs.Finish();
+  EXPECT_EQ(obs.usage().prompt_tokens, 48);
+  EXPECT_EQ(obs.usage().completion_tokens, 2);
+  EXPECT_EQ(obs.usage().cached_tokens, 32);
+}
+
+const char kResponsesStream[] =
+    "event: response.created\n"
+    "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_abc\",\"object\":"
+    "\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null},"
+    "\"sequence_number\":0}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {\"type\":\"response.output_text.delta\",\"content_index\":0,\"delta\":\" usage\","
+    "\"item_id\":\"msg_1\",\"logprobs\":[],\"output_index\":0,\"sequence_number\":1}\n\n"
+    "event: response.completed\n"
+    "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_abc\",\"object\":"
+    "\"response\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":87,"
+    "\"input_tokens_details\":{\"cached_tokens\":48},\"output_tokens\":3,"
+    "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":90}},"
+    "\"sequence_number\":2}\n\n";
+
+TEST(ResponseObserverAgentTest, ResponsesStreamIdUsageAndEnd) {
+  const std::string s = kResponsesStream;
+  for (size_t cut = 1; cut <= s.size(); cut += 5) {
+    ResponseObserver obs(true, 1 << 20, 1 << 20, false, ApiDialect::kResponses);
+    for (size_t i = 0; i < s.size(); i += cut) obs.Feed(std::string_view(s).substr(i, cut));
+    obs.Finish();
+    EXPECT_EQ(obs.events(), 3) << cut;
+    EXPECT_TRUE(obs.saw_done()) << cut;
+    EXPECT_EQ(obs.response_id(), "resp_abc") << cut;
+    EXPECT_EQ(obs.usage().prompt_tokens, 87) << cut;
+    EXPECT_EQ(obs.usage().cached_tokens, 48) << cut;
+    EXPECT_EQ(obs.usage().completion_tokens, 3) << cut;
+  }
+  // Cut before the end: the id is known from response.created, the stream did not finish.
+  ResponseObserver cut(true, 1 << 20, 1 << 20, false, ApiDialect::kResponses);
+  cut.Feed(std::string_view(s).substr(0, s.find("event: response.completed")));
+  cut.Finish();
+  EXPECT_EQ(cut.response_id(), "resp_abc");
+  EXPECT_FALSE(cut.saw_done());
+  EXPECT_EQ(cut.usage().prompt_tokens, -1);
+}
+
+TEST(ResponseObserverAgentTest, ResponsesJsonBody) {
+  ResponseObserver obs(false, 1 << 20, 1 << 20, false, ApiDialect::kResponses);
+  obs.Feed("{\"id\":\"resp_9\",\"created_at\":1,\"output\":[{\"type\":\"message\",\"content\":"
+           "[{\"type\":\"output_text\",\"text\":\"\\\"usage\\\": no\"}]}],\"usage\":{\"input_tokens\":"
+           "911,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":12,"
+           "\"total_tokens\":923},\"user\":null}");
+  obs.Finish();
+  EXPECT_EQ(obs.response_id(), "resp_9");
+  EXPECT_EQ(obs.usage().prompt_tokens, 911);
+  EXPECT_EQ(obs.usage().cached_tokens, 0);
+  EXPECT_EQ(obs.usage().completion_tokens, 12);
+}
+
+TEST(ResponseObserverAgentTest, ChatDialectIgnoresAgentShapes) {
+  ResponseObserver obs(true, 1 << 20);
+  obs.Feed(kResponsesStream);
+  obs.Finish();
+  EXPECT_TRUE(obs.response_id().empty());
+  EXPECT_FALSE(obs.saw_done());
+}
+
 TEST(EngineMetricsTest, ParsesVllmGauges) {
   const char* text =
       "# HELP vllm:num_requests_running x\n"
