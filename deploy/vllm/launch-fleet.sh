@@ -230,7 +230,9 @@ write_kvroute_config() {
     for ((i = 0; i < INSTANCES; i++)); do
       local line="  - {name: gpu$i, url: http://$ADVERTISE:$((BASE_PORT + i)), role: both"
       [ "$CONNECTOR" != mooncake ] || line+=", bootstrap_port: $((BOOT_BASE + i))"
-      echo "$line}"
+      # Every instance runs with --enable-prompt-tokens-details, which omits the details
+      # when nothing was cached: a usage without them is a miss.
+      echo "$line, cached_tokens_absent: zero}"
     done
   } >"$file"
 }

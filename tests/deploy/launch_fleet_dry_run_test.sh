@@ -34,7 +34,7 @@ json=""
 while [ $# -gt 0 ]; do [ "$1" = --kv-transfer-config ] && json=$2; shift; done
 [ "$json" = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' ] || fail "bad quoting: $json"
 expect "$WORK/nixl/kvroute.yaml" "connector: nixl"
-expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both}"
+expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both, cached_tokens_absent: zero}"
 
 # --- Mooncake, 2 instances on chosen GPUs, extra vLLM flags after --.
 bash "$SCRIPT" --model m --instances 2 --gpus 4,6 --connector mooncake --base-port 9000 \
@@ -43,7 +43,7 @@ bash "$SCRIPT" --model m --instances 2 --gpus 4,6 --connector mooncake --base-po
 expect "$WORK/mooncake.out" "CUDA_VISIBLE_DEVICES=6 VLLM_MOONCAKE_BOOTSTRAP_PORT=9101 vllm serve m --host 0.0.0.0 --port 9001"
 expect "$WORK/mooncake.out" "'{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_both\"}' --max-num-seqs 64"
 grep -q NIXL "$WORK/mooncake.out" && fail "NIXL variables in a Mooncake fleet"
-expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101}"
+expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101, cached_tokens_absent: zero}"
 expect "$WORK/mooncake/kvroute.yaml" "heavy_threshold: 30000"
 
 # --- Tensor parallel 2: GPU pairs.
