@@ -424,6 +424,10 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
 
 absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const std::string& path) {
   const std::string where = absl::StrCat(key, ": profile '", path, "'");
+  std::error_code fec;
+  if (!std::filesystem::is_regular_file(path, fec)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read the file"));
+  }
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);

@@ -171,6 +171,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"missing_profile",
                 "profile: /nonexistent/p.yaml\nbackends: [{name: a, url: http://h:1}]",
                 "profile: profile '/nonexistent/p.yaml': cannot read the file"},
+        BadCase{"profile_not_a_regular_file",
+                "profile: /dev/zero\nbackends: [{name: a, url: http://h:1}]",
+                "profile: profile '/dev/zero': cannot read the file"},
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
