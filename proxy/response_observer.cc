@@ -258,9 +258,10 @@ void CachedTokensRule::Apply(bool complete, Usage* usage) {
     }
     return;
   }
+  const AbsentCachedTokens absent = this->absent();
   const bool absent_means_zero =
-      absent_ == AbsentCachedTokens::kZero ||
-      (absent_ == AbsentCachedTokens::kAuto && details_seen_.load(std::memory_order_relaxed));
+      absent == AbsentCachedTokens::kZero ||
+      (absent == AbsentCachedTokens::kAuto && details_seen_.load(std::memory_order_relaxed));
   usage->cached_tokens = complete && absent_means_zero ? 0 : -1;
 }
 

@@ -47,22 +47,27 @@ enum class AbsentCachedTokens {
 // a usage without details means 0 cached tokens: the miss that corrects an
 // over-optimistic shadow. kAuto takes a backend's first details as proof of
 // the flag. Owned by the server's backend table, one per backend; shared by
-// every worker's relays. Thread-safe (one relaxed atomic).
+// every worker's relays. Thread-safe (relaxed atomics: each is a fact on its
+// own).
 class CachedTokensRule {
  public:
   explicit CachedTokensRule(AbsentCachedTokens absent = AbsentCachedTokens::kAuto)
       : absent_(absent) {}
+
+  // The backend's configured reading (set again on a config reload; what it
+  // has seen stays).
+  void Configure(AbsentCachedTokens absent) { absent_.store(absent, std::memory_order_relaxed); }
 
   // Completes the usage of one response. `complete`: the response ended as
   // the engine meant it to (an SSE stream reached [DONE]); a usage cut short
   // is never read as 0. Idempotent.
   void Apply(bool complete, Usage* usage);
 
-  AbsentCachedTokens absent() const { return absent_; }
+  AbsentCachedTokens absent() const { return absent_.load(std::memory_order_relaxed); }
   bool details_seen() const { return details_seen_.load(std::memory_order_relaxed); }
 
  private:
-  const AbsentCachedTokens absent_;
+  std::atomic<AbsentCachedTokens> absent_;
   std::atomic<bool> details_seen_{false};
 };
 

@@ -106,6 +106,11 @@ TEST(CachedTokensRuleTest, AutoLearnsFromTheFirstDetails) {
   EXPECT_EQ(ObserveJson(kWarmBody, &rule).cached_tokens, 16);
   EXPECT_TRUE(rule.details_seen());
   EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, 0);
+  // A reload that says `unknown` stops the inference; what was seen stays.
+  rule.Configure(AbsentCachedTokens::kUnknown);
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, -1);
+  rule.Configure(AbsentCachedTokens::kAuto);
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, 0);
 }
 
 TEST(CachedTokensRuleTest, NoUsageStaysUnknown) {
