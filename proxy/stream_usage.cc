@@ -66,15 +66,21 @@ class TopLevelScanner {
   void SkipWs() {
     while (i_ < t_.size() && IsJsonSpace(t_[i_])) ++i_;
   }
-  // At a '"': past the closing quote.
+  // At a '"': past the closing quote, the first quote after an even run of
+  // backslashes (memchr from quote to quote: prompts are most of a body).
   bool SkipString() {
-    for (++i_; i_ < t_.size(); ++i_) {
-      if (t_[i_] == '\\') {
-        ++i_;
-      } else if (t_[i_] == '"') {
-        ++i_;
+    const size_t open = i_;
+    for (size_t from = open + 1; from < t_.size();) {
+      const void* q = std::memchr(t_.data() + from, '"', t_.size() - from);
+      if (q == nullptr) return false;
+      const size_t at = static_cast<size_t>(static_cast<const char*>(q) - t_.data());
+      size_t backslashes = 0;
+      while (at - backslashes > open + 1 && t_[at - backslashes - 1] == '\\') ++backslashes;
+      if (backslashes % 2 == 0) {
+        i_ = at + 1;
         return true;
       }
+      from = at + 1;
     }
     return false;
   }
@@ -219,6 +225,11 @@ void StreamUsageFilter::Emit(std::string_view piece) {
 }
 
 bool StreamUsageFilter::IsInjectedUsage(std::string_view event) {
+  // Most events: memmem skips ahead where find() stops at every quote.
+  constexpr std::string_view kUsageKey = "\"usage\"";
+  if (memmem(event.data(), event.size(), kUsageKey.data(), kUsageKey.size()) == nullptr) {
+    return false;
+  }
   // The event's one data line; comments and other fields are not expected
   // in a usage chunk, so an event with them is kept.
   std::string_view payload;
@@ -236,10 +247,7 @@ bool StreamUsageFilter::IsInjectedUsage(std::string_view event) {
     payload = line.substr(5);
     if (!payload.empty() && payload.front() == ' ') payload.remove_prefix(1);
   }
-  if (!have_data || payload.find("\"usage\"") == std::string_view::npos ||
-      !HasEmptyChoices(payload)) {
-    return false;
-  }
+  if (!have_data || !HasEmptyChoices(payload)) return false;
   Usage usage;
   if (!ParseUsageOnlyChunk(payload, &usage)) return false;
   observer_->ReportUsage(usage);

@@ -304,7 +304,7 @@ TEST(PlanStreamUsageTest, UnreadableBodiesAreLeftAlone) {
 TEST(PlanStreamUsageTest, EveryPlanKeepsTheBodysOtherMembers) {
   // Values of every JSON shape around a stream_options that turns usage off.
   const std::string members =
-      "\"a\":\"s,}]\\\"{\",\"b\":[{\"x\":[]},-1.5e3,true,null],\"c\":{\"d\":\"}\"},\"e\":0";
+      "\"a\":\"s,}]\\\"{\",\"f\":\"x\\\\\",\"b\":[{\"x\":[]},-1.5e3,true,null],\"c\":{\"d\":\"}\"},\"e\":0";
   for (const std::string& body :
        {"{" + members + ",\"stream_options\":{\"include_usage\":false}}",
         "{\"stream_options\":{\"include_usage\":false}," + members + "}", "{" + members + "}"}) {
