@@ -18,8 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "classifier/classifier.h"
-#include "classifier/kvsize/kvsize.h"
+#include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 
 namespace kvroute::proxy {
 namespace {
