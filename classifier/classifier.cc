@@ -8,7 +8,7 @@ int64_t NewTokens(int64_t prompt_tokens_est, int64_t cached_tokens_est) {
   return std::max<int64_t>(0, prompt_tokens_est - cached_tokens_est);
 }
 
-router::RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
+RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
                               const Thresholds& thresholds) {
   const int64_t cached =
       std::clamp<int64_t>(cached_tokens_est, 0, std::max<int64_t>(0, prompt_tokens_est));
@@ -17,12 +17,12 @@ router::RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_e
                              static_cast<double>(cached) / static_cast<double>(prompt_tokens_est) >
                                  thresholds.warm_cached_fraction;
   if (mostly_cached || new_tokens < thresholds.warm_new_tokens) {
-    return router::RequestClass::kWarm;
+    return RequestClass::kWarm;
   }
   if (new_tokens < thresholds.heavy_threshold) {
-    return router::RequestClass::kMedium;
+    return RequestClass::kMedium;
   }
-  return router::RequestClass::kHeavy;
+  return RequestClass::kHeavy;
 }
 
 OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& params) {

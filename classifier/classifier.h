@@ -3,7 +3,7 @@
 // holds no fleet state. Thread-safe: nothing here has state.
 //
 //   classifier::Thresholds t;            // heavy_threshold = 20000 ...
-//   RequestClass c = classifier::Classify(prompt_est, cached_est, t);
+//   classifier::RequestClass c = classifier::Classify(prompt_est, cached_est, t);
 //
 //   classifier::OffloadCostParams p;     // KV bytes/token, link, prefill rate
 //   classifier::OffloadEstimate e = classifier::EstimateOffload(
@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "classifier/kvsize/kvsize.h"
-#include "router/types.h"
+#include "classifier/request_class.h"
+#include "kvsize/kvsize.h"
 
 namespace kvroute::classifier {
 
@@ -27,7 +27,7 @@ struct Thresholds {
   double warm_cached_fraction = 0.5;
 };
 
-router::RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
+RequestClass Classify(int64_t prompt_tokens_est, int64_t cached_tokens_est,
                               const Thresholds& thresholds);
 
 // New (uncached) tokens: max(0, prompt - cached).
@@ -36,7 +36,7 @@ int64_t NewTokens(int64_t prompt_tokens_est, int64_t cached_tokens_est);
 // Parameters of the offload cost model. Defaults describe a Llama-3-8B-class
 // model (128 KiB of KV per token in bf16) on one H100-class GPU with a
 // 200 Gb/s RDMA link; the proxy fills them from its config's `profile`
-// (KV bytes per token through classifier/kvsize, link, prefill rate) and
+// (KV bytes per token through kvsize/, link, prefill rate) and
 // `router.offload_cost` keys, and refuses `offload_gate: cost` without them.
 struct OffloadCostParams {
   double kv_bytes_per_token = 131072;        // all layers, K and V
@@ -71,7 +71,7 @@ struct OffloadEstimate {
 
 OffloadEstimate EstimateOffload(const OffloadCase& c, const OffloadCostParams& params);
 
-// Cost parameters from a model profile (classifier/kvsize): KV bytes per
+// Cost parameters from a model profile (kvsize/): KV bytes per
 // token are the model's c_KV (K and V of every attention layer, what a
 // connector moves), the rest is the deployment's link and prefill rate.
 OffloadCostParams OffloadCostFromProfile(const kvsize::ModelArch& arch,

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
+#include "router/policy_registry.h"
 
 namespace kvroute::proxy {
 namespace {
@@ -470,12 +471,6 @@ absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const 
   return f;
 }
 
-const std::vector<std::string>& KnownModes() {
-  static const auto* kModes = new std::vector<std::string>{
-      "round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"};
-  return *kModes;
-}
-
 absl::Status ParseHostPort(const std::string& key, const std::string& value, std::string* host,
                            uint16_t* port) {
   const size_t colon = value.rfind(':');
@@ -516,10 +511,7 @@ absl::Status ParseBackendUrl(const std::string& key, const std::string& url, std
 }
 
 absl::Status ValidateConfig(const Config& c) {
-  if (std::find(KnownModes().begin(), KnownModes().end(), c.mode) == KnownModes().end()) {
-    return KeyError("mode", absl::StrCat("unknown mode '", c.mode, "' (expected one of ",
-                                         absl::StrJoin(KnownModes(), ", "), ")"));
-  }
+  KV_RETURN_IF_ERROR(router::CheckPolicyName(c.mode));
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (std::none_of(std::begin(kLevels), std::end(kLevels),
                    [&](const char* l) { return c.log_level == l; })) {
@@ -532,17 +524,12 @@ absl::Status ValidateConfig(const Config& c) {
                     absl::StrCat("must be positive, got ", c.router.thresholds.heavy_threshold));
   }
   if (c.backends.empty()) return KeyError("backends", "the backend list is empty");
-  if (c.mode == "pd_sep") {
-    bool has_prefill = false, has_decode = false;
-    for (const auto& b : c.backends) {
-      has_prefill |= b.spec.role == router::BackendRole::kPrefill;
-      has_decode |= b.spec.role == router::BackendRole::kDecode;
-    }
-    if (!has_prefill || !has_decode) {
-      return KeyError("backends", "mode pd_sep needs at least one backend with role prefill "
-                                  "and one with role decode");
-    }
-  }
+  // `mode` is what flags override; the router receives it as router.mode.
+  router::Options policy_options = c.router;
+  policy_options.mode = c.mode;
+  std::vector<router::BackendSpec> specs;
+  for (const auto& b : c.backends) specs.push_back(b.spec);
+  KV_RETURN_IF_ERROR(router::ValidatePolicy(policy_options, specs));
   return absl::OkStatus();
 }
 
@@ -593,7 +580,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));
   KV_RETURN_IF_ERROR(r.Finish());
-  c.router.policy = c.mode;
+  c.router.mode = c.mode;
   KV_RETURN_IF_ERROR(ValidateConfig(c));
   return c;
 }

@@ -152,7 +152,4 @@ absl::Status ParseHostPort(const std::string& key, const std::string& value,
 absl::Status ParseBackendUrl(const std::string& key, const std::string& url,
                              std::string* host, uint16_t* port);
 
-// The routing modes kvroute knows (DESIGN.md §3).
-const std::vector<std::string>& KnownModes();
-
 }  // namespace kvroute::proxy

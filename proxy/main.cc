@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proxy/config.h"
 #include "proxy/server.h"
+#include "router/policy_registry.h"
 #include "router/router.h"
 
 namespace {
@@ -28,8 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config file (listen, mode, backends, ...)")
       ->required();
   app.add_option("--mode", mode,
-                 "Routing mode: round_robin, least_loaded, baseline, v1, v2, pd_sep "
-                 "(overrides `mode`)");
+                 "Routing mode (overrides `mode`):" + kvroute::router::PolicyHelp());
   app.add_option("--heavy-threshold", heavy_threshold,
                  "New-token count at which a request is HEAVY (overrides `heavy_threshold`, "
                  "default 20000)");
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   }
   Config config = *std::move(loaded);
   if (!mode.empty()) config.mode = mode;
-  config.router.policy = config.mode;
+  config.router.mode = config.mode;
   if (heavy_threshold != -1) config.router.thresholds.heavy_threshold = heavy_threshold;
   if (!request_log.empty()) config.request_log = request_log;
   if (!log_level.empty()) config.log_level = log_level;

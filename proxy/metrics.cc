@@ -8,27 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "proxy/absl_compat.h"
+#include "wire/prometheus_text.h"
 
 namespace kvroute::proxy::metrics {
 namespace {
 constexpr char kSep = '\x1f';  // joins label values into one map key
-}
-
-std::string EscapeLabelValue(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string FormatValue(double v) {
@@ -77,7 +61,7 @@ std::string Family::LabelText(const std::string& key, std::string_view extra_nam
     for (size_t i = 0; i < label_names_.size(); ++i) {
       if (!out.empty()) out.push_back(',');
       absl::StrAppend(&out, label_names_[i], "=\"",
-                      EscapeLabelValue(i < values.size() ? std::string_view(values[i].data(), values[i].size()) : ""), "\"");
+                      wire::EscapeLabelValue(i < values.size() ? std::string_view(values[i].data(), values[i].size()) : ""), "\"");
     }
   }
   if (!extra_name.empty()) {
@@ -88,7 +72,7 @@ std::string Family::LabelText(const std::string& key, std::string_view extra_nam
 }
 
 void Family::RenderHeader(std::string* out) const {
-  absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ", type_, "\n");
+  wire::AppendHelpAndType(out, name_, type_, help_);
 }
 
 ScalarVec::ScalarVec(std::string name, std::string help, std::string type,
@@ -291,7 +275,7 @@ std::string Registry::Render() const {
 }
 
 void RenderGaugeHeader(std::string* out, std::string_view name, std::string_view help) {
-  absl::StrAppend(out, "# HELP ", ToAbsl(name), " ", ToAbsl(help), "\n# TYPE ", ToAbsl(name), " gauge\n");
+  wire::AppendHelpAndType(out, name, "gauge", help);
 }
 
 void RenderSample(std::string* out, std::string_view name,
@@ -304,7 +288,7 @@ void RenderSample(std::string* out, std::string_view name,
     for (const auto& [k, val] : labels) {
       if (!first) out->push_back(',');
       first = false;
-      absl::StrAppend(out, ToAbsl(k), "=\"", EscapeLabelValue(val), "\"");
+      absl::StrAppend(out, ToAbsl(k), "=\"", wire::EscapeLabelValue(val), "\"");
     }
     out->push_back('}');
   }

@@ -32,8 +32,6 @@ namespace kvroute::proxy::metrics {
 
 using Labels = std::initializer_list<std::string_view>;
 
-// Escapes a label value per the text format (backslash, quote, newline).
-std::string EscapeLabelValue(std::string_view v);
 // Formats a sample value the way Prometheus expects (+Inf, NaN, integers
 // without a fraction).
 std::string FormatValue(double v);

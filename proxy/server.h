@@ -9,14 +9,20 @@
 //   server.Shutdown();       // stop accepting, drain in-flight, stop threads
 //   server.Wait();
 //
-// Threading: `config.threads` workers, each running its own io_context; a
-// connection lives on one worker for its whole life, with that worker's
-// upstream pool, so no per-connection state is shared between threads.
-// Shared state (router, metrics, request log) is thread-safe on its own.
+// Threading: `config.threads` workers (worker.h), each running its own
+// io_context; a connection (session.h) lives on one worker for its whole
+// life, with that worker's upstream pool, so no per-connection state is
+// shared between threads. Shared state (shared_state.h: router, metrics,
+// request log) is thread-safe on its own. The files by role: session.h
+// (connection loop, dispatch), completion.h (route, retries), relay.h
+// (upstream leg, SSE relay), ops_handlers.h, backend_monitor.h,
+// proxy_metrics.h; the prefill/decode handoff is transfer/handoff.h.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -26,42 +32,24 @@
 #include "proxy/health.h"
 #include "proxy/http_common.h"
 #include "proxy/metrics.h"
+#include "proxy/proxy_metrics.h"
 #include "proxy/request_log.h"
 #include "proxy/upstream.h"
 #include "router/router.h"
 
 namespace kvroute::proxy {
 
-// The proxy's own metric families, created once per server.
-struct ProxyMetrics {
-  explicit ProxyMetrics(metrics::Registry& reg);
-  metrics::CounterVec* requests;          // route, mode, class, status
-  metrics::HistogramVec* ttfb;            // route, class
-  metrics::HistogramVec* duration;        // route, class
-  metrics::HistogramVec* tpot;            // class
-  metrics::CounterVec* upstream_errors;   // backend, kind
-  metrics::CounterVec* client_disconnects;
-  metrics::CounterVec* stream_errors;     // backend
-  metrics::CounterVec* decisions;         // mode, class, decision mode
-  metrics::HistogramVec* decision_time;
-  metrics::CounterVec* affinity;          // outcome: hit|broken
-  metrics::CounterVec* cached_tokens_est; // backend
-  metrics::CounterVec* cached_tokens_actual;  // backend
-  metrics::HistogramVec* estimate_error;  // relative error: (est - actual) / prompt
-  metrics::GaugeVec* connections;
-  metrics::GaugeVec* inflight;
-  metrics::CounterVec* health_transitions;  // backend, to
-  metrics::CounterVec* retries;           // backend, reason
-  metrics::CounterVec* ejections;         // backend, reason
-  metrics::CounterVec* admission_rejections;
-  metrics::CounterVec* offloads;          // connector, outcome
-  metrics::HistogramVec* transfer_seconds;  // connector
-  metrics::HistogramVec* prefill_seconds;   // connector
-};
+class BackendMonitor;
+struct SharedState;
+struct Worker;
 
 class Server {
  public:
-  Server(Config config, std::unique_ptr<router::Router> router);
+  // `random_seed` seeds every worker's random source (request ids, retry
+  // jitter, bootstrap rooms) so that tests are repeatable; without one the
+  // sources are seeded from the operating system.
+  Server(Config config, std::unique_ptr<router::Router> router,
+         std::optional<uint64_t> random_seed = std::nullopt);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -94,23 +82,13 @@ class Server {
   metrics::Registry& registry() { return registry_; }
   const Config& config() const { return config_; }
 
-  struct Worker;
-  struct State;
-
  private:
   net::awaitable<void> AcceptLoop();
   // Answers a connection beyond limits.max_connections with 503 and closes it.
   static net::awaitable<void> RefuseConnection(tcp::socket sock,
                                                std::shared_ptr<const std::string> response);
   std::shared_ptr<const std::string> RefusalResponse();  // accept loop only
-  net::awaitable<void> MonitorLoop();
-  // One round of health checks; /metrics is scraped when `force_scrape` or
-  // when a backend's last scrape is older than the scrape interval.
-  net::awaitable<void> CheckBackends(Worker& w, bool force_scrape);
   net::awaitable<void> Drain();
-  // A backend's routability changed (HealthTracker callback): tell the
-  // router, count, log, and cut short the requests waiting on an ejected one.
-  void OnHealthChange(const HealthChange& c);
 
   Config config_;
   std::unique_ptr<router::Router> router_;
@@ -119,15 +97,14 @@ class Server {
   RequestLog request_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<tcp::acceptor> acceptor_;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<SharedState> state_;
+  std::unique_ptr<BackendMonitor> monitor_;
+  std::optional<uint64_t> random_seed_;
   uint16_t port_ = 0;
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> threads_;
   std::shared_ptr<const std::string> refusal_;  // built once by RefusalResponse()
   absl::Mutex reload_mu_;
 };
-
-// Parses the engine gauges kvroute uses out of a vLLM /metrics text.
-router::EngineGauges ParseEngineMetrics(std::string_view text);
 
 }  // namespace kvroute::proxy

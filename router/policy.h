@@ -5,7 +5,7 @@
 // sequence number) into a Decision. Policies hold only their options: no
 // clocks, threads, logging, metrics or I/O, so the same snapshot always
 // gives the same Decision. Build them by name with MakePolicy()
-// (router/policy_factory.h).
+// (router/policy_registry.h).
 //
 // Thread-safety: Decide() is const and touches no shared state; one policy
 // object may be used from many threads.

@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "router/bytes_per_token.h"
 #include "router/policy.h"
-#include "router/policy_factory.h"
+#include "router/policy_registry.h"
 #include "router/prefix_hash.h"
 #include "router/session_table.h"
 #include "router/shadow_index.h"

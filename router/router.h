@@ -16,7 +16,7 @@
 // No method does I/O, sleeps, or reads a clock: callers pass `now`.
 //
 // Where things live: router/policies/ (one class per policy, behind
-// router/policy.h, built by router/policy_factory.h), router/shadow_index.h
+// router/policy.h, built from the table in router/policy_registry.h), router/shadow_index.h
 // (prefix-cache model), router/session_table.h, router/bytes_per_token.h.
 // router/README.md explains the model and has the benchmark figures.
 #pragma once
@@ -52,7 +52,8 @@ struct BackendSpec {
 // Router options. Owned by the router module; only proxy's config loader
 // maps YAML onto it.
 struct Options {
-  std::string policy = "round_robin";  // round_robin|least_loaded|baseline|v1|v2|pd_sep
+  // The routing policy by its `mode` name (router/policy_registry.h).
+  std::string mode = "round_robin";
   classifier::Thresholds thresholds;
   size_t chunk_bytes = 256;                  // prompt bytes per shadow-index chunk
   double default_bytes_per_token = 4.0;      // until learned from usage.prompt_tokens
@@ -89,7 +90,7 @@ struct Options {
 
   // `baseline` (and the WARM/MEDIUM path of v1/v2) scores an instance by its
   // estimated time to first token in prefill-token units, see
-  // router/policies/baseline.h:
+  // router/policies/cache_aware.h:
   //   cost = new_tokens + prefill_queue_weight x inflight_prefill_tokens
   //        + decode_tokens_weight x inflight_tokens
   //        + waiting_penalty_tokens x engine_waiting

@@ -2,18 +2,6 @@
 
 namespace kvroute::router {
 
-std::string_view ToString(RequestClass c) {
-  switch (c) {
-    case RequestClass::kWarm:
-      return "WARM";
-    case RequestClass::kMedium:
-      return "MEDIUM";
-    case RequestClass::kHeavy:
-      return "HEAVY";
-  }
-  return "UNKNOWN";
-}
-
 std::string_view ToString(DecisionMode m) {
   switch (m) {
     case DecisionMode::kColocated:

@@ -12,11 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "classifier/request_class.h"
+
 namespace kvroute::router {
 
-// WARM: mostly cached or few new tokens; MEDIUM: cold but below the heavy
-// threshold; HEAVY: at least `heavy_threshold` new tokens (DESIGN.md §3).
-enum class RequestClass { kWarm, kMedium, kHeavy };
+// The classifier's WARM/MEDIUM/HEAVY verdict, carried in every Decision.
+using RequestClass = classifier::RequestClass;
+using classifier::ToString;
 
 // COLOCATED: prefill and decode on one instance. OFFLOAD: prefill on
 // `prefill_backend`, KV moved by the engines, decode on `decode_backend`.
@@ -26,7 +28,6 @@ enum class DecisionMode { kColocated, kOffload };
 // prefill/decode pools only matter to the `pd_sep` policy.
 enum class BackendRole { kBoth, kPrefill, kDecode };
 
-std::string_view ToString(RequestClass c);
 std::string_view ToString(DecisionMode m);
 std::string_view ToString(BackendRole r);
 

@@ -293,13 +293,4 @@ std::string FullResponseJson(Endpoint endpoint, const std::string& id, int64_t c
   return json::serialize(o);
 }
 
-std::string SseEvent(std::string_view payload) {
-  std::string out;
-  out.reserve(payload.size() + 8);
-  out += "data: ";
-  out += payload;
-  out += "\n\n";
-  return out;
-}
-
 }  // namespace sim

@@ -83,8 +83,4 @@ std::string FullResponseJson(Endpoint endpoint, const std::string& id, int64_t c
                              std::string_view finish, const Usage& usage,
                              const std::optional<boost::json::object>& kv_transfer_params);
 
-// "data: <payload>\n\n"
-std::string SseEvent(std::string_view payload);
-inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
-
 }  // namespace sim

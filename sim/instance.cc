@@ -10,6 +10,8 @@
 
 #include "sim/metrics.h"
 #include "sim/tokenizer.h"
+#include "wire/prometheus_text.h"
+#include "wire/sse.h"
 
 namespace sim {
 
@@ -430,18 +432,19 @@ bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* s
 
 std::string Instance::RenderMetrics() {
   const std::string labels =
-      absl::StrCat("engine=\"0\",model_name=\"", options_.profile.model_name, "\"");
+      absl::StrCat("engine=\"0\",model_name=\"",
+                   kvroute::wire::EscapeLabelValue(options_.profile.model_name), "\"");
   std::string out;
   auto gauge = [&](const std::string& name, const std::string& help, double v) {
-    PromHeader(name, "gauge", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "gauge", help);
     absl::StrAppend(&out, name, "{", labels, "} ", PromValue(v), "\n");
   };
   auto counter = [&](const std::string& name, const std::string& help, uint64_t v) {
-    PromHeader(name, "counter", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "counter", help);
     absl::StrAppend(&out, name, "{", labels, "} ", PromValue(static_cast<double>(v)), "\n");
   };
   auto histogram = [&](const std::string& name, const std::string& help, const Histogram& h) {
-    PromHeader(name, "histogram", help, out);
+    kvroute::wire::AppendHelpAndType(&out, name, "histogram", help);
     h.Render(name, labels, out);
   };
   const EngineCounters& c = engine_.counters();
@@ -477,7 +480,8 @@ std::string Instance::RenderMetrics() {
             "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
   histogram("vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.", engine_.prefill_time());
-  PromHeader("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", out);
+  kvroute::wire::AppendHelpAndType(&out, "vllm:cache_config_info", "gauge",
+                                   "Information of the LLMEngine CacheConfig");
   absl::StrAppend(&out, "vllm:cache_config_info{block_size=\"", engine_.config().block_size,
                   "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\","
                   "gpu_memory_utilization=\"",
@@ -819,7 +823,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       const TokenEvent ev = pending->events.front();
       pending->events.pop_front();
       if (first && endpoint == Endpoint::kChatCompletions) {
-        batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model, "", "", true));
+        batch += kvroute::wire::SseData(
+            StreamChunkJson(endpoint, response_id, created, model, "", "", true));
         die = die_after >= 0 && ++events_sent >= die_after;
         if (die) break;
       }
@@ -827,20 +832,21 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
       const std::string_view piece = ev.token == kNoToken
                                          ? std::string_view()
                                          : StandInTokenizer::GeneratedPiece(output_seed, ev.index);
-      batch += SseEvent(StreamChunkJson(endpoint, response_id, created, model, piece,
-                                        FinishReasonName(ev.finish), false));
+      batch += kvroute::wire::SseData(StreamChunkJson(endpoint, response_id, created, model, piece,
+                                                      FinishReasonName(ev.finish), false));
       die = die_after >= 0 && ++events_sent >= die_after;
     }
     const bool finished = !die && pending->done && pending->events.empty();
     if (finished) {
       if (parsed.include_usage) {
         const RequestInfo& info = pending->info;
-        batch += SseEvent(UsageChunkJson(endpoint, response_id, created, model,
-                                         Usage{.prompt_tokens = info.prompt_tokens,
-                                               .completion_tokens = info.completion_tokens,
-                                               .cached_tokens = info.cached_tokens}));
+        batch += kvroute::wire::SseData(
+            UsageChunkJson(endpoint, response_id, created, model,
+                           Usage{.prompt_tokens = info.prompt_tokens,
+                                 .completion_tokens = info.completion_tokens,
+                                 .cached_tokens = info.cached_tokens}));
       }
-      batch += kSseDone;
+      batch += kvroute::wire::kSseDone;
     }
     if (!batch.empty()) {
       const auto chunk = http::make_chunk(net::buffer(batch));

@@ -47,11 +47,6 @@ std::vector<double> RequestLatencyBuckets() {
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
-void PromHeader(const std::string& name, const std::string& type, const std::string& help,
-                std::string& out) {
-  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-}
-
 std::string PromValue(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
     return absl::StrFormat("%.1f", v);

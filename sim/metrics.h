@@ -28,9 +28,6 @@ std::vector<double> TtftBuckets();
 std::vector<double> ItlBuckets();
 std::vector<double> RequestLatencyBuckets();
 
-// "# HELP"/"# TYPE" header lines.
-void PromHeader(const std::string& name, const std::string& type, const std::string& help,
-                std::string& out);
 // A formatted sample value (integers without exponent, others with 9 significant digits).
 std::string PromValue(double v);
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "classifier/kvsize/kvsize.h"
+#include "kvsize/kvsize.h"
 
 namespace sim {
 

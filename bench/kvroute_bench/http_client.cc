@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "wire/sse.h"
 
 namespace kvroute::bench {
 namespace net = boost::asio;
@@ -95,31 +96,6 @@ bool AbsorbChunk(const json::value& v, ChatOutcome& out) {
   }
   return text;
 }
-
-// Incremental server-sent-events splitter: feed bytes, get complete `data:` payloads.
-class SseReader {
- public:
-  template <typename F>
-  void Feed(std::string_view bytes, F&& on_data) {
-    pending_.append(bytes);
-    size_t start = 0;
-    while (true) {
-      const size_t nl = pending_.find('\n', start);
-      if (nl == std::string::npos) break;
-      absl::string_view line(pending_.data() + start, nl - start);
-      start = nl + 1;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (absl::ConsumePrefix(&line, "data:")) {
-        absl::ConsumePrefix(&line, " ");
-        on_data(std::string_view(line.data(), line.size()));
-      }
-    }
-    pending_.erase(0, start);
-  }
-
- private:
-  std::string pending_;
-};
 
 }  // namespace
 
@@ -264,7 +240,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
       std::string_view(head[http::field::content_type]).find("text/event-stream") !=
       std::string_view::npos;
 
-  SseReader sse;
+  wire::SseDataReader sse;
   bool done_marker = false;
   Clock::time_point t_first{}, t_last{};
   bool have_first = false;

@@ -2,7 +2,7 @@
 //
 //   kvroute-bench run --target http://127.0.0.1:8000 --workload agentic --jps 0.5 --duration 60
 //   kvroute-bench ablation --modes baseline,v1,v2 --thresholds 10000,20000,40000 --out out/
-//   kvroute-bench trace-stats --trace ../shared/traces/conversation_trace.jsonl
+//   kvroute-bench trace-stats --trace bench/traces/conversation_trace.jsonl
 #include <cstdio>
 #include <ctime>
 #include <iostream>

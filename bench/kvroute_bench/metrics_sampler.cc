@@ -5,59 +5,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/as_tuple.hpp>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 
 namespace kvroute::bench {
 namespace net = boost::asio;
-
-std::vector<PromSample> ParsePrometheusText(std::string_view text_in) {
-  std::vector<PromSample> out;
-  const absl::string_view text(text_in.data(), text_in.size());
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#') continue;
-    PromSample s;
-    size_t i = 0;
-    while (i < line.size() && line[i] != '{' && line[i] != ' ' && line[i] != '\t') ++i;
-    s.name = std::string(line.substr(0, i));
-    if (i < line.size() && line[i] == '{') {
-      ++i;
-      bool ok = true;
-      while (i < line.size() && line[i] != '}') {
-        const size_t eq = line.find('=', i);
-        if (eq == absl::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"') {
-          ok = false;
-          break;
-        }
-        std::string key(absl::StripAsciiWhitespace(line.substr(i, eq - i)));
-        std::string value;
-        size_t j = eq + 2;
-        for (; j < line.size() && line[j] != '"'; ++j) {
-          if (line[j] == '\\' && j + 1 < line.size()) ++j;
-          value.push_back(line[j]);
-        }
-        if (j >= line.size()) {
-          ok = false;
-          break;
-        }
-        s.labels[std::move(key)] = std::move(value);
-        i = j + 1;
-        while (i < line.size() && (line[i] == ',' || line[i] == ' ')) ++i;
-      }
-      if (!ok || i >= line.size()) continue;
-      ++i;  // '}'
-    }
-    absl::string_view rest = absl::StripLeadingAsciiWhitespace(line.substr(i));
-    absl::string_view value = rest.substr(0, rest.find_first_of(" \t"));
-    if (value == "NaN" || value == "+Inf" || value == "-Inf") continue;
-    if (!absl::SimpleAtod(value, &s.value)) continue;
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples) {
   InstanceSample x;

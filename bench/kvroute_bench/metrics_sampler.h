@@ -21,17 +21,13 @@
 
 #include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/records.h"
+#include "wire/prometheus_text.h"
 
 namespace kvroute::bench {
 
-struct PromSample {
-  std::string name;
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-
-// Parses the Prometheus text exposition format; comments and malformed lines are skipped.
-std::vector<PromSample> ParsePrometheusText(std::string_view text);
+// A scraped sample, and the parser of a scraped page (wire/prometheus_text.h).
+using PromSample = wire::PrometheusSample;
+using wire::ParsePrometheusText;
 
 // KV usage and busy fraction are averaged over label sets (engines), running/waiting summed.
 // Missing metrics stay -1.

@@ -60,7 +60,7 @@ std::string AgenticToolOutput(const AgenticOptions& options, int64_t job_id, int
 int64_t AgenticToolTokens(const AgenticOptions& options, int turn);
 
 // ---------------------------------------------------------------------------------------------
-// Trace replay (Mooncake FAST'25 format, see shared/traces/README.md).
+// Trace replay (Mooncake FAST'25 format, see bench/traces/README.md).
 
 struct TraceRecord {
   int64_t index = 0;  // line number among the kept records

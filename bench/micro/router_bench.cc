@@ -60,7 +60,7 @@ void BM_RouteDecision(benchmark::State& state) {
   const size_t tokens = static_cast<size_t>(state.range(0));
   const int instances = static_cast<int>(state.range(1));
   Options o;
-  o.policy = "baseline";
+  o.mode = "baseline";
   o.chunk_bytes = kChunkBytes;
   std::vector<BackendSpec> specs(instances);
   for (int i = 0; i < instances; ++i) specs[i].name = "gpu" + std::to_string(i);

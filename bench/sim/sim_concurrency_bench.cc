@@ -23,6 +23,7 @@
 
 #include "sim/fleet.h"
 #include "sim/profile.h"
+#include "wire/sse.h"
 
 namespace {
 
@@ -84,7 +85,8 @@ net::awaitable<void> Stream(uint16_t port, int id, const std::string* prefix, in
     http::response_parser<http::string_body> parser;
     parser.body_limit(64 * 1024 * 1024);
     // Count SSE events as they arrive (a request can outlast the measurement window).
-    size_t scanned = 0;
+    kvroute::wire::SseDataReader sse;
+    size_t fed = 0;
     while (!parser.is_done()) {
       auto [rec, rn] = co_await http::async_read_some(stream, buffer, parser, kNoThrow);
       if (rec) {
@@ -93,12 +95,8 @@ net::awaitable<void> Stream(uint16_t port, int id, const std::string* prefix, in
       }
       const std::string& text = parser.get().body();
       uint64_t events = 0;
-      size_t pos = scanned;
-      while ((pos = text.find("data: ", pos)) != std::string::npos) {
-        ++events;
-        pos += 6;
-      }
-      scanned = text.size() >= 5 ? text.size() - 5 : 0;
+      sse.Feed(std::string_view(text).substr(fed), [&](std::string_view) { ++events; });
+      fed = text.size();
       counters->events += events;
     }
     if (parser.get().result_int() != 200) {

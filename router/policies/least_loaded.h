@@ -1,6 +1,6 @@
-// least_loaded: the healthy backend with the fewest in-flight requests; ties
-// go to the lowest index. Ignores caches and sessions (the class is still
-// computed). Thread-safe (stateless).
+// LeastLoadedPolicy (mode `least_loaded`): the healthy backend with the fewest in-flight requests;
+// ties go to the lowest index. Ignores caches and sessions (the class is still computed).
+// Thread-safe (stateless).
 #pragma once
 
 #include "classifier/classifier.h"

@@ -1,7 +1,6 @@
-// round_robin: the (sequence mod healthy count)-th healthy backend, so the
-// same snapshot always picks the same backend and healthy backends share
-// requests evenly. Ignores caches, load and sessions (the class is still
-// computed). Thread-safe (stateless).
+// RoundRobinPolicy (mode `round_robin`): the (sequence mod healthy count)-th healthy backend, so
+// the same snapshot always picks the same backend and healthy backends share requests evenly.
+// Ignores caches, load and sessions (the class is still computed). Thread-safe (stateless).
 #pragma once
 
 #include "classifier/classifier.h"

@@ -7,8 +7,6 @@
 namespace kvroute::classifier {
 namespace {
 
-using router::RequestClass;
-
 struct Case {
   int64_t prompt;
   int64_t cached;
@@ -116,7 +114,6 @@ TEST(OffloadCostTest, NothingToMoveSavesNothing) {
 
 namespace kvroute::classifier {
 namespace {
-
 TEST(OffloadCostTest, FromProfile) {
   // Llama-3-8B: 32 layers, 8 KV heads, head dim 128, BF16 -> 128 KiB/token.
   const kvsize::ModelArch arch{.name = "llama-3-8b",

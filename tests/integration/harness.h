@@ -118,7 +118,7 @@ class FleetHarness {
     config_.listen_host = "127.0.0.1";
     config_.listen_port = 0;
     config_.mode = mode;
-    config_.router.policy = mode;
+    config_.router.mode = mode;
     config_.threads = 2;
     config_.monitor.enabled = false;
     config_.request_log = log_path_;

@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Connectors, OffloadTest,
 // failure can be aimed at one leg.
 void PdSep(proxy::Config& c, const std::string& connector) {
   c.mode = "pd_sep";
-  c.router.policy = "pd_sep";
+  c.router.mode = "pd_sep";
   c.transfer.connector = connector;
   c.backends[0].spec.role = router::BackendRole::kPrefill;
   c.backends[1].spec.role = router::BackendRole::kDecode;

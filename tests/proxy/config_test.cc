@@ -24,7 +24,7 @@ TEST(ConfigTest, MinimalConfigFromDesign) {
   EXPECT_EQ(c->listen_host, "127.0.0.1");
   EXPECT_EQ(c->listen_port, 8000);
   EXPECT_EQ(c->mode, "v2");
-  EXPECT_EQ(c->router.policy, "v2");
+  EXPECT_EQ(c->router.mode, "v2");
   EXPECT_EQ(c->router.thresholds.heavy_threshold, 20000);
   ASSERT_EQ(c->backends.size(), 2u);
   EXPECT_EQ(c->backends[1].name, "gpu1");
@@ -185,6 +185,24 @@ TEST(ConfigTest, ValidateRejectsOverriddenMode) {
   absl::Status st = ValidateConfig(*c);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(std::string(st.message()).find("mode: unknown mode 'fastest'"), std::string::npos);
+}
+
+// The config and the router apply one pd_sep rule (router/policy_registry.h):
+// a prefill-capable and a distinct decode-capable backend, `both` counting for
+// either pool.
+TEST(ConfigTest, PdSepPoolsFollowThePolicyRule) {
+  EXPECT_TRUE(ParseConfig("mode: pd_sep\nbackends: [{name: a, url: http://h:1}, "
+                          "{name: b, url: http://h:2}]",
+                          "test")
+                  .ok());
+  absl::StatusOr<Config> c =
+      ParseConfig("mode: pd_sep\nbackends: [{name: a, url: http://h:1, role: prefill}, "
+                  "{name: b, url: http://h:2, role: prefill}]",
+                  "test");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("backends: mode pd_sep needs"),
+            std::string::npos)
+      << c.status();
 }
 
 TEST(ConfigTest, HostPortForms) {

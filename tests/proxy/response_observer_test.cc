@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "proxy/server.h"
+#include "proxy/backend_monitor.h"
 
 namespace kvroute::proxy {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "classifier/classifier.h"
 #include "gtest/gtest.h"
-#include "router/policy_factory.h"
+#include "router/policy_registry.h"
 
 namespace kvroute::router {
 namespace {
@@ -62,7 +62,7 @@ class PolicyPropertyTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(PolicyPropertyTest, Invariants) {
   const std::string name = GetParam();
   Options o;
-  o.policy = name;
+  o.mode = name;
   std::vector<BackendSpec> specs(2);
   specs[0].role = BackendRole::kPrefill;
   specs[1].role = BackendRole::kDecode;

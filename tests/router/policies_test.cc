@@ -4,8 +4,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "router/policy_factory.h"
+#include "router/policy_registry.h"
 #include "tests/router/policy_test_util.h"
 
 namespace kvroute::router {
@@ -20,7 +21,7 @@ using testing::SetPrefill;
 using testing::SetUnhealthy;
 
 std::unique_ptr<Policy> Make(const std::string& name, Options o = {}) {
-  o.policy = name;
+  o.mode = name;
   std::vector<BackendSpec> specs(4);
   auto p = MakePolicy(o, specs);
   EXPECT_TRUE(p.ok()) << p.status();
@@ -29,7 +30,7 @@ std::unique_ptr<Policy> Make(const std::string& name, Options o = {}) {
 
 struct PolicyCase {
   std::string label;
-  std::string policy;
+  std::string mode;
   std::function<FleetSnapshot()> fleet;
   int want_prefill;
   int want_decode;
@@ -45,7 +46,7 @@ TEST_P(PolicyTableTest, Decides) {
   const PolicyCase& c = GetParam();
   Options o;
   o.offload_gate = "threshold";
-  auto policy = Make(c.policy, o);
+  auto policy = Make(c.mode, o);
   const FleetSnapshot fleet = c.fleet();
   absl::StatusOr<Decision> d = policy->Decide(fleet);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -278,23 +279,79 @@ TEST(V2CostGateTest, SlowLinkServesAsBaseline) {
   EXPECT_EQ(d->mode, DecisionMode::kOffload);
 }
 
-TEST(PolicyFactoryTest, NamesAndErrors) {
+TEST(PolicyRegistryTest, NamesAndErrors) {
   for (const std::string& name : PolicyNames()) {
     Options o;
-    o.policy = name;
+    o.mode = name;
     std::vector<BackendSpec> specs(2);
     auto p = MakePolicy(o, specs);
     ASSERT_TRUE(p.ok()) << name;
     EXPECT_EQ((*p)->name(), name);
   }
   Options o;
-  o.policy = "nope";
+  o.mode = "nope";
   auto p = MakePolicy(o, std::vector<BackendSpec>(2));
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  o.policy = "pd_sep";
+  EXPECT_NE(p.status().message().find("mode: unknown mode 'nope' (expected one of round_robin"),
+            std::string::npos)
+      << p.status();
+  o.mode = "pd_sep";
   std::vector<BackendSpec> only_prefill(2);
   only_prefill[0].role = only_prefill[1].role = BackendRole::kPrefill;
   EXPECT_EQ(MakePolicy(o, only_prefill).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PolicyRegistryTest, EveryRowIsComplete) {
+  ASSERT_EQ(Policies().size(), PolicyNames().size());
+  for (const PolicyEntry& e : Policies()) {
+    EXPECT_FALSE(e.name.empty());
+    EXPECT_FALSE(e.description.empty()) << e.name;
+    EXPECT_EQ(e.description.find('\n'), std::string_view::npos) << e.name;
+    EXPECT_NE(e.make, nullptr) << e.name;
+    EXPECT_EQ(FindPolicy(e.name), &e) << e.name;
+    EXPECT_NE(PolicyHelp().find(e.description), std::string::npos) << e.name;
+  }
+  EXPECT_EQ(FindPolicy("v3"), nullptr);
+  EXPECT_TRUE(CheckPolicyName("v2").ok());
+  EXPECT_EQ(CheckPolicyName("v3").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// pd_sep needs a prefill-capable and a distinct decode-capable instance; `both`
+// counts for either pool.
+TEST(PolicyRegistryTest, PdSepPools) {
+  Options o;
+  o.mode = "pd_sep";
+  auto fleet = [](std::vector<BackendRole> roles) {
+    std::vector<BackendSpec> specs(roles.size());
+    for (size_t i = 0; i < roles.size(); ++i) specs[i].role = roles[i];
+    return specs;
+  };
+  using R = BackendRole;
+  EXPECT_TRUE(ValidatePolicy(o, fleet({R::kPrefill, R::kDecode})).ok());
+  EXPECT_TRUE(ValidatePolicy(o, fleet({R::kBoth, R::kBoth})).ok());
+  EXPECT_TRUE(ValidatePolicy(o, fleet({R::kPrefill, R::kBoth})).ok());
+  EXPECT_TRUE(ValidatePolicy(o, fleet({R::kBoth, R::kDecode})).ok());
+  for (const auto& bad : {fleet({R::kBoth}), fleet({R::kPrefill, R::kPrefill}),
+                          fleet({R::kDecode, R::kDecode}), fleet({})}) {
+    const absl::Status st = ValidatePolicy(o, bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StartsWith(st.message(), "backends: mode pd_sep needs")) << st;
+  }
+}
+
+TEST(PolicyRegistryTest, OffloadGate) {
+  Options o;
+  o.mode = "v2";
+  for (const char* gate : {"threshold", "cost"}) {
+    o.offload_gate = gate;
+    EXPECT_TRUE(ValidatePolicy(o, std::vector<BackendSpec>(2)).ok()) << gate;
+  }
+  o.offload_gate = "maybe";
+  const absl::Status st = ValidatePolicy(o, std::vector<BackendSpec>(2));
+  EXPECT_TRUE(absl::StartsWith(st.message(), "offload_gate: unknown value 'maybe'")) << st;
+  // Only v2 reads the gate.
+  o.mode = "v1";
+  EXPECT_TRUE(ValidatePolicy(o, std::vector<BackendSpec>(2)).ok());
 }
 
 TEST(PolicyTest, NoHealthyIsUnavailable) {

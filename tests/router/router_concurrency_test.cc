@@ -52,7 +52,7 @@ class RouterConcurrencyTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(RouterConcurrencyTest, EveryReservationIsReleased) {
   Options o;
-  o.policy = GetParam();
+  o.mode = GetParam();
   o.thresholds.heavy_threshold = 2000;  // some requests are HEAVY (v1/v2 offload paths)
   auto created = Router::Create(o, Fleet(GetParam() == "pd_sep"));
   ASSERT_TRUE(created.ok()) << created.status();

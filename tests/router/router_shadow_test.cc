@@ -35,7 +35,7 @@ std::vector<BackendSpec> Fleet(int n, int64_t capacity_tokens = 0) {
 
 std::unique_ptr<Router> Make(const std::string& policy, std::vector<BackendSpec> fleet,
                              Options o = {}) {
-  o.policy = policy;
+  o.mode = policy;
   o.chunk_bytes = kChunk;
   auto r = Router::Create(o, std::move(fleet));
   EXPECT_TRUE(r.ok()) << r.status();

@@ -25,7 +25,7 @@ std::vector<BackendSpec> Fleet(int n) {
 }
 
 std::unique_ptr<Router> Make(const std::string& policy, int n, Options o = {}) {
-  o.policy = policy;
+  o.mode = policy;
   auto r = Router::Create(o, Fleet(n));
   EXPECT_TRUE(r.ok()) << r.status();
   return *std::move(r);
@@ -43,22 +43,22 @@ RequestFeatures Req(std::string prompt, std::string session = "") {
 
 TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
   Options o;
-  o.policy = "fastest";
+  o.mode = "fastest";
   absl::StatusOr<std::unique_ptr<Router>> r = Router::Create(o, Fleet(2));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("fastest"), std::string::npos);
 
-  o.policy = "round_robin";
+  o.mode = "round_robin";
   r = Router::Create(o, {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  o.policy = "v2";
+  o.mode = "v2";
   o.offload_gate = "maybe";
   r = Router::Create(o, Fleet(2));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  o.policy = "pd_sep";
+  o.mode = "pd_sep";
   o.offload_gate = "threshold";
   r = Router::Create(o, Fleet(1));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -67,7 +67,7 @@ TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
   for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"}) {
-    o.policy = name;
+    o.mode = name;
     EXPECT_TRUE(Router::Create(o, Fleet(4)).ok()) << name;
   }
 }

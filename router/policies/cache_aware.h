@@ -1,4 +1,4 @@
-// baseline: cache-aware routing with token-level load balance and session
+// CacheAwarePolicy (mode `baseline`): cache-aware routing with token-level load balance and session
 // affinity (DESIGN.md §3, Exp A). Every class is routed the same way.
 //
 // Scoring. For each healthy instance i the policy estimates the request's
@@ -36,9 +36,9 @@
 
 namespace kvroute::router {
 
-class BaselinePolicy : public Policy {
+class CacheAwarePolicy : public Policy {
  public:
-  explicit BaselinePolicy(const Options& options);
+  explicit CacheAwarePolicy(const Options& options);
   std::string_view name() const override { return "baseline"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 

@@ -1,15 +1,15 @@
-#include "router/policies/baseline.h"
+#include "router/policies/cache_aware.h"
 
 #include <algorithm>
 
 namespace kvroute::router {
 
-BaselinePolicy::BaselinePolicy(const Options& options)
+CacheAwarePolicy::CacheAwarePolicy(const Options& options)
     : thresholds_(options.thresholds),
       weights_(options.baseline),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
-double BaselinePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
+double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
   const BackendSnapshot& b = fleet.backends[backend];
   return static_cast<double>(policy_internal::NewTokensOn(fleet, backend)) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
@@ -18,7 +18,7 @@ double BaselinePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
              static_cast<double>(std::max<int64_t>(0, b.engine_waiting));
 }
 
-int BaselinePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
+int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
   int best = -1;
   double best_cost = 0;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
@@ -32,7 +32,7 @@ int BaselinePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
   return best;
 }
 
-absl::StatusOr<Decision> BaselinePolicy::Decide(const FleetSnapshot& fleet) const {
+absl::StatusOr<Decision> CacheAwarePolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
   const policy_internal::Affinity affinity = policy_internal::EvaluateAffinity(fleet, overload_);

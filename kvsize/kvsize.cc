@@ -1,4 +1,4 @@
-#include "classifier/kvsize/kvsize.h"
+#include "kvsize/kvsize.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "router/policies/pd_sep.h"
+#include "router/policies/static_pd.h"
 
 #include <tuple>
 
@@ -45,7 +45,20 @@ int BestDecode(const FleetSnapshot& fleet, int exclude) {
 
 }  // namespace
 
-absl::StatusOr<Decision> PdSepPolicy::Decide(const FleetSnapshot& fleet) const {
+absl::Status StaticPdPolicy::CheckPools(const std::vector<BackendSpec>& backends) {
+  int prefill = 0;
+  int decode = 0;
+  for (const BackendSpec& b : backends) {
+    prefill += CanPrefill(b.role) ? 1 : 0;
+    decode += CanDecode(b.role) ? 1 : 0;
+  }
+  if (backends.size() >= 2 && prefill > 0 && decode > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "backends: mode pd_sep needs at least two backends, one that can prefill "
+      "(role prefill|both) and one that can decode (role decode|both)");
+}
+
+absl::StatusOr<Decision> StaticPdPolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
   int prefill = BestPrefill(fleet, -1);

@@ -1,14 +1,14 @@
-#include "router/policies/v1.h"
+#include "router/policies/heavy_to_least_decode.h"
 
 #include <tuple>
 
 namespace kvroute::router {
 
-absl::StatusOr<Decision> V1Policy::Decide(const FleetSnapshot& fleet) const {
+absl::StatusOr<Decision> HeavyToLeastDecodePolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, baseline_.thresholds());
+      policy_internal::ClassifyFleet(fleet, cache_aware_.thresholds());
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
-  if (c.request_class != RequestClass::kHeavy) return baseline_.Decide(fleet);
+  if (c.request_class != RequestClass::kHeavy) return cache_aware_.Decide(fleet);
   int best = -1;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
     const BackendSnapshot& b = fleet.backends[i];

@@ -1,18 +1,28 @@
-#include "router/policies/v2.h"
+#include "router/policies/heavy_offload.h"
 
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvroute::router {
 
-absl::StatusOr<Decision> V2Policy::Decide(const FleetSnapshot& fleet) const {
+absl::StatusOr<HeavyOffloadPolicy::Gate> HeavyOffloadPolicy::ParseGate(std::string_view gate) {
+  if (gate == "threshold") return Gate::kThreshold;
+  if (gate == "cost") return Gate::kCost;
+  return absl::InvalidArgumentError(absl::StrCat("offload_gate: unknown value '",
+                                                 absl::string_view(gate.data(), gate.size()),
+                                                 "' (threshold|cost)"));
+}
+
+absl::StatusOr<Decision> HeavyOffloadPolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c =
-      policy_internal::ClassifyFleet(fleet, baseline_.thresholds());
+      policy_internal::ClassifyFleet(fleet, cache_aware_.thresholds());
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
-  if (c.request_class != RequestClass::kHeavy) return baseline_.Decide(fleet);
+  if (c.request_class != RequestClass::kHeavy) return cache_aware_.Decide(fleet);
 
   const int n = static_cast<int>(fleet.backends.size());
   const policy_internal::Affinity affinity =
-      policy_internal::EvaluateAffinity(fleet, baseline_.overload_rule());
+      policy_internal::EvaluateAffinity(fleet, cache_aware_.overload_rule());
   int decode = affinity.backend;
   // An overloaded session instance is not a decode candidate while another
   // healthy instance exists.
@@ -21,7 +31,7 @@ absl::StatusOr<Decision> V2Policy::Decide(const FleetSnapshot& fleet) const {
     double decode_cost = 0;
     for (int i = 0; i < n; ++i) {
       if (!fleet.backends[i].healthy || (pass == 0 && i == excluded)) continue;
-      const double cost = baseline_.Cost(fleet, i);
+      const double cost = cache_aware_.Cost(fleet, i);
       if (decode < 0 ||
           fleet.backends[i].cached_tokens_est > fleet.backends[decode].cached_tokens_est ||
           (fleet.backends[i].cached_tokens_est == fleet.backends[decode].cached_tokens_est &&
@@ -56,7 +66,7 @@ absl::StatusOr<Decision> V2Policy::Decide(const FleetSnapshot& fleet) const {
                                      .decode_queued_prefill_tokens = b.inflight_prefill_tokens,
                                      .prefill_queued_prefill_tokens = a.inflight_prefill_tokens},
                                     cost_);
-    if (!e.worthwhile) return baseline_.Decide(fleet);
+    if (!e.worthwhile) return cache_aware_.Decide(fleet);
     d = policy_internal::MakeOffload(fleet, c, prefill, decode);
   } else {
     d = policy_internal::MakeOffload(fleet, c, prefill, decode);

@@ -1,4 +1,4 @@
-// pd_sep: the PD-separated reference. Every request is an OFFLOAD from the
+// StaticPdPolicy (mode `pd_sep`): the PD-separated reference. Every request is an OFFLOAD from the
 // prefill pool (BackendRole kPrefill or kBoth) to the decode pool (kDecode or
 // kBoth), A != B. A = the prefill-pool instance that would finish the
 // prefill first (inflight_prefill_tokens + new tokens there, then lowest
@@ -10,14 +10,21 @@
 // Thread-safe (stateless).
 #pragma once
 
+#include <vector>
+
 #include "classifier/classifier.h"
 #include "router/policy.h"
+#include "router/router.h"
 
 namespace kvroute::router {
 
-class PdSepPolicy : public Policy {
+class StaticPdPolicy : public Policy {
  public:
-  explicit PdSepPolicy(classifier::Thresholds thresholds) : thresholds_(thresholds) {}
+  explicit StaticPdPolicy(classifier::Thresholds thresholds) : thresholds_(thresholds) {}
+  // OK when `backends` has two instances or more, one that can prefill
+  // (role prefill|both) and one that can decode (role decode|both);
+  // InvalidArgument naming backends otherwise.
+  static absl::Status CheckPools(const std::vector<BackendSpec>& backends);
   std::string_view name() const override { return "pd_sep"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 

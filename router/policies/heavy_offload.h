@@ -1,5 +1,5 @@
-// v2 (adaptive offload, Exp D): WARM and MEDIUM as `baseline`; HEAVY becomes
-// an OFFLOAD: decode on B, prefill on A != B, KV moved by the engines.
+// HeavyOffloadPolicy (mode `v2`, adaptive offload, Exp D): WARM and MEDIUM as `baseline`; HEAVY
+// becomes an OFFLOAD: decode on B, prefill on A != B, KV moved by the engines.
 //
 // B keeps the cache: the session's instance when affinity holds (healthy,
 // not overloaded), else the best cache hit (ties: lower baseline cost, then
@@ -20,20 +20,24 @@
 // request is served co-located. Thread-safe (stateless).
 #pragma once
 
-#include "router/policies/baseline.h"
+#include "router/policies/cache_aware.h"
 
 namespace kvroute::router {
 
-class V2Policy : public Policy {
+class HeavyOffloadPolicy : public Policy {
  public:
   enum class Gate { kThreshold, kCost };
-  V2Policy(const Options& options, Gate gate)
-      : baseline_(options), gate_(gate), cost_(options.offload_cost) {}
+  // Options::offload_gate ("threshold" | "cost") as a Gate; InvalidArgument
+  // naming offload_gate otherwise.
+  static absl::StatusOr<Gate> ParseGate(std::string_view gate);
+
+  HeavyOffloadPolicy(const Options& options, Gate gate)
+      : cache_aware_(options), gate_(gate), cost_(options.offload_cost) {}
   std::string_view name() const override { return "v2"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:
-  BaselinePolicy baseline_;
+  CacheAwarePolicy cache_aware_;
   Gate gate_;
   classifier::OffloadCostParams cost_;
 };

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "classifier/kvsize/kvsize.h"
+#include "kvsize/kvsize.h"
 
 namespace {
 

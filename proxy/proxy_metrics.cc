@@ -1,0 +1,111 @@
+#include "proxy/proxy_metrics.h"
+
+#include <string>
+
+namespace kvroute::proxy {
+
+ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
+    : requests(reg.AddCounter("kvroute_requests_total",
+                              "Completion requests by route, mode, class and HTTP status.",
+                              {"route", "mode", "class", "status"})),
+      ttfb(reg.AddHistogram("kvroute_time_to_first_byte_seconds",
+                            "Time from request arrival to the engine's response header, which "
+                            "for a stream is its first token.",
+                            {"route", "class"}, metrics::LatencyBuckets())),
+      duration(reg.AddHistogram("kvroute_request_duration_seconds",
+                                "End-to-end request latency as seen by kvroute.",
+                                {"route", "class"}, metrics::LatencyBuckets())),
+      tpot(reg.AddHistogram("kvroute_time_per_output_token_seconds",
+                            "Mean time per output token after the first, per request.", {"class"},
+                            metrics::LatencyBuckets())),
+      upstream_errors(reg.AddCounter("kvroute_upstream_errors_total",
+                                     "Failed upstream exchanges by backend and kind.",
+                                     {"backend", "kind"})),
+      client_disconnects(reg.AddCounter("kvroute_client_disconnects_total",
+                                        "Requests whose client went away before the end.")),
+      stream_errors(reg.AddCounter("kvroute_stream_errors_total",
+                                   "Responses that broke after their first byte.", {"backend"})),
+      decisions(reg.AddCounter("kvroute_decisions_total", "Routing decisions.",
+                               {"mode", "class", "decision"})),
+      decision_time(
+          reg.AddHistogram("kvroute_decision_seconds", "Time to hash the prompt and decide.", {},
+                           {1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2})),
+      affinity(reg.AddCounter("kvroute_affinity_total", "Session affinity outcomes.", {"outcome"})),
+      cached_tokens_est(reg.AddCounter("kvroute_cached_tokens_estimated_total",
+                                       "Prompt tokens the router estimated cached, for "
+                                       "requests whose engine reported cached_tokens.",
+                                       {"backend"})),
+      cached_tokens_actual(reg.AddCounter("kvroute_cached_tokens_actual_total",
+                                          "Prompt tokens the engine reported cached.",
+                                          {"backend"})),
+      estimate_error(
+          reg.AddHistogram("kvroute_cache_estimate_error_ratio",
+                           "(estimated - actual cached tokens) / prompt tokens, per request.", {},
+                           {-1, -0.5, -0.25, -0.1, -0.05, -0.01, 0.01, 0.05, 0.1, 0.25, 0.5, 1})),
+      connections(reg.AddGauge("kvroute_client_connections", "Open client connections.")),
+      inflight(reg.AddGauge("kvroute_requests_inflight", "Completion requests in flight.")),
+      health_transitions(reg.AddCounter("kvroute_backend_health_transitions_total",
+                                        "Backend health changes.", {"backend", "to"})),
+      retries(
+          reg.AddCounter("kvroute_retries_total",
+                         "Upstream attempts made again before any byte reached the client, "
+                         "by the backend retried on and reason (stale_connection: a pooled "
+                         "keep-alive connection was dead; prefill_failed / decode_failed: a "
+                         "handoff fell back to co-located serving; connect, timeout, 5xx, ejected, "
+                         "upstream_error: the previous instance failed the request and it "
+                         "was routed again, avoiding it).",
+                         {"backend", "reason"})),
+      ejections(reg.AddCounter("kvroute_backend_ejections_total",
+                               "Times a backend was taken out of rotation, by reason "
+                               "(health_check, passive_failures, half_open_failure).",
+                               {"backend", "reason"})),
+      admission_rejections(reg.AddCounter(
+          "kvroute_admission_rejections_total",
+          "Completion requests refused with 429 because kvroute was at "
+          "limits.max_inflight_requests and the queue was full or its wait ran out.")),
+      offloads(reg.AddCounter("kvroute_offloads_total",
+                              "Prefill/decode handoffs by connector and outcome (ok, "
+                              "prefill_failed, decode_failed, stream_error, client_gone, "
+                              "over_bound, bootstrap_failed, no_kv_params, bad_body, failed).",
+                              {"connector", "outcome"})),
+      transfer_seconds(reg.AddHistogram("kvroute_transfer_seconds",
+                                        "Handoff time: prefill done to the decode leg's first "
+                                        "byte.",
+                                        {"connector"}, metrics::LatencyBuckets())),
+      prefill_seconds(reg.AddHistogram("kvroute_prefill_leg_seconds",
+                                       "Duration of the prefill leg of a handoff.", {"connector"},
+                                       metrics::LatencyBuckets())) {}
+
+void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router) {
+  reg.AddCollector([r = router](std::string* out) {
+    const auto report = r->Report();
+    struct G {
+      const char* name;
+      const char* help;
+      double (*get)(const router::BackendReport&);
+    };
+    static const G kGauges[] = {
+        {"kvroute_backend_healthy", "1 when the backend is healthy.",
+         [](const router::BackendReport& b) { return b.healthy ? 1.0 : 0.0; }},
+        {"kvroute_backend_inflight_requests", "Requests in flight per backend.",
+         [](const router::BackendReport& b) { return double(b.inflight_requests); }},
+        {"kvroute_backend_inflight_prefill_tokens",
+         "Estimated new prompt tokens of requests not yet at their first token.",
+         [](const router::BackendReport& b) { return double(b.inflight_prefill_tokens); }},
+        {"kvroute_backend_decoding_requests", "Requests past their first token.",
+         [](const router::BackendReport& b) { return double(b.decoding_requests); }},
+        {"kvroute_backend_shadow_tokens", "Tokens the shadow index believes cached.",
+         [](const router::BackendReport& b) { return double(b.shadow_tokens); }},
+        {"kvroute_backend_kv_usage", "Engine-reported KV cache usage (0..1), -1 unknown.",
+         [](const router::BackendReport& b) { return b.kv_usage; }},
+    };
+    for (const G& g : kGauges) {
+      metrics::RenderGaugeHeader(out, g.name, g.help);
+      for (const auto& b : report) {
+        if (!b.retired) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
+      }
+    }
+  });
+}
+
+}  // namespace kvroute::proxy

@@ -1,0 +1,367 @@
+#include "proxy/relay.h"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "proxy/absl_compat.h"
+#include "proxy/buffer_stash.h"
+#include "proxy/eager_io.h"
+#include "proxy/relay_parser.h"
+#include "proxy/session.h"
+#include "proxy/shared_state.h"
+#include "proxy/watchdog.h"
+#include "proxy/worker.h"
+
+namespace kvroute::proxy {
+
+namespace {
+
+// Upstream responses are relayed in pieces of up to kRelayChunkBytes.
+constexpr size_t kRelayChunkBytes = 16 * 1024;
+
+bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
+  return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
+}
+
+// Waits until the client's socket is readable. Readable at end of stream
+// means the client closed: cancel the upstream exchange so the engine stops
+// generating. Readable with data means a pipelined request: stop watching.
+// Readable with nothing there is a stale readiness event (bytes the eager
+// reads took while the event was queued): wait again. Peeking tells these
+// apart; FIONREAD (available()) says 0 for both of the last two.
+// A plain handler, not a coroutine, and not cancelled when the leg ends
+// (a cancellation is one more trip through the scheduler per request): it
+// completes, doing nothing, when the client sends its next request or
+// closes, or when the connection closes.
+void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
+  sock.async_wait(tcp::socket::wait_read,
+                  [&sock, st = std::move(st)](beast::error_code ec) mutable {
+                    if (st->relay_done || ec == net::error::operation_aborted) return;
+                    if (!ec) {
+                      if (!sock.non_blocking()) sock.non_blocking(true, ec);
+                      char byte;
+                      sock.receive(net::buffer(&byte, 1), tcp::socket::message_peek, ec);
+                      if (!ec) return;  // a pipelined request: stop watching
+                      if (ec == net::error::would_block || ec == net::error::try_again) {
+                        WatchClient(sock, std::move(st));  // nothing there after all
+                        return;
+                      }
+                    }
+                    st->client_gone = true;  // end of stream, reset or another error
+                    if (st->upstream != nullptr) st->upstream->cancel();
+                  });
+}
+
+}  // namespace
+
+net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, const Decor& decor,
+                                  bool client_wants_stream, LegOptions opts) {
+  Worker& worker = s.worker();
+  SharedState& state = s.state();
+  const Config& cfg = s.config();
+  beast::tcp_stream& client = s.client();
+  RelayResult r;
+  const auto write_timeout = ToChrono(cfg.limits.write_timeout);  // of each client write
+  worker.Ensure(*state.router, backend);
+  UpstreamPool& pool = worker.pool;
+  const router::BackendSpec& spec = pool.backend(backend);
+  const auto t0 = Clock::now();
+  // The request's header bytes, written with its body: the client's
+  // fields less the hop-by-hop and framing ones, kvroute's request id, this
+  // backend's Host, the body's length (no edits to the field map).
+  std::string up_header;
+  up_header.reserve(256);
+  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, up.body().size(), &up_header);
+  const std::array<net::const_buffer, 2> up_bytes{net::buffer(up_header), net::buffer(up.body())};
+
+  std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
+  if (opts.watch_client) {
+    WatchClient(client.socket(), leg);
+  }
+  auto finish = [&] {
+    leg->relay_done = true;
+    leg->upstream = nullptr;
+  };
+  auto note_aborted = [&] {
+    r.client_gone = leg->client_gone;
+    r.error = leg->client_gone ? "client disconnected" : "cancelled";
+    if (leg->client_gone) state.metrics->client_disconnects->Inc({});
+  };
+
+  std::unique_ptr<Connection> conn;
+  BufferStash<beast::flat_buffer>::Lease up_buf_lease(worker.read_buffers);
+  beast::flat_buffer& up_buf = *up_buf_lease;
+  // Beast reads at most the buffer's free capacity (512 B when empty):
+  // reserved, a response comes in relay-sized pieces.
+  up_buf.reserve(kRelayChunkBytes);
+  // The engine's response: parsed without a field map, its forwarded
+  // fields kept as wire lines (relay_parser.h).
+  std::optional<RelayResponseParser> parser;
+  static constexpr std::string_view kOwnFields[] = {"X-Request-Id", "X-Kvroute-Backend",
+                                                    "X-Kvroute-Class"};
+  const size_t own_count = decor.request_class.empty() ? 2 : 3;
+  const absl::Span<const std::string_view> own_fields(kOwnFields, own_count);
+  // Until the response header arrives the leg can be cut short by an
+  // ejection of its backend (ApplyHealthChange, backend_monitor.h) and
+  // retried elsewhere.
+  class WaitingMark {
+   public:
+    WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
+      set_->insert(leg_);
+    }
+    WaitingMark(const WaitingMark&) = delete;
+    WaitingMark& operator=(const WaitingMark&) = delete;
+    ~WaitingMark() { set_->erase(leg_); }
+
+   private:
+    absl::flat_hash_set<LegState*>* set_;
+    LegState* leg_;
+  };
+  std::optional<WaitingMark> waiting;
+  waiting.emplace(&worker.waiting[backend], leg.get());
+  auto passive = [&](bool ok, Clock::time_point at) {
+    state.health->OnRequest(backend, ok, WallAt(at));
+  };
+  std::string held_header;  // a client header to send with the first body bytes
+  for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
+    beast::error_code ec;
+    bool reused = false;
+    if (attempt == 0) {
+      conn = pool.TakeIdle(backend);  // no coroutine when a connection is idle
+      reused = conn != nullptr;
+      if (!conn) std::tie(ec, conn) = co_await pool.Connect(backend);
+    } else {
+      std::tie(ec, conn) = co_await pool.Connect(backend);
+    }
+    if (leg->aborted()) break;
+    if (ec && !leg->ejected) {
+      r.upstream_failed = true;
+      r.timed_out = ec == beast::error::timeout;
+      r.error = absl::StrCat("connect failed: ", ec.message());
+      state.metrics->upstream_errors->Inc({spec.name, "connect"});
+      passive(false, Clock::now());
+      break;
+    }
+    if (leg->ejected) {
+      conn.reset();
+      break;
+    }
+    leg->upstream = conn.get();
+    const WriteAttempt up_write = WriteNow(*conn, up_bytes);
+    beast::error_code wec = up_write.ec;
+    if (!up_write.done) {
+      wec = co_await WriteRest(*conn, up_bytes, up_write.written,
+                               ToChrono(pool.options().first_byte_timeout));
+    }
+    if (!wec) {
+      parser.emplace(own_fields);
+      parser->body_limit(boost::none);
+      up_buf.clear();
+      // Nothing can have arrived yet: wait first, then parse. A reused
+      // connection written at once has not waited since t0.
+      const auto sent = attempt == 0 && reused && up_write.done ? t0 : Clock::now();
+      Watchdog::Scoped wait(s.watchdog(), sent + ToChrono(pool.options().first_byte_timeout),
+                            &conn->socket());
+      auto [hec, hn] = co_await EagerRead(
+          conn->socket(), up_buf,
+          [&](beast::error_code& e) {
+            return http::read_header(conn->socket(), up_buf, *parser, e);
+          },
+          /*try_first=*/false);
+      if (wait.expired()) hec = beast::error::timeout;
+      if (!hec && !leg->aborted()) break;
+      wec = hec ? hec : net::error::operation_aborted;
+      if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() && !leg->ejected) {
+        state.metrics->retries->Inc({spec.name, "stale_connection"});
+        parser.reset();
+        leg->upstream = nullptr;
+        conn.reset();
+        continue;  // stale keep-alive connection: once more on a fresh one
+      }
+    } else if (reused && !leg->aborted() && !leg->ejected && wec != beast::error::timeout) {
+      state.metrics->retries->Inc({spec.name, "stale_connection"});
+      leg->upstream = nullptr;
+      conn.reset();
+      continue;
+    }
+    parser.reset();
+    leg->upstream = nullptr;
+    conn.reset();
+    if (leg->aborted() || leg->ejected) break;
+    r.upstream_failed = true;
+    r.timed_out = wec == beast::error::timeout;
+    r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
+    state.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
+    passive(false, Clock::now());
+    break;
+  }
+  waiting.reset();
+  if (leg->aborted()) {
+    note_aborted();
+  } else if (leg->ejected && !parser) {
+    r.upstream_failed = true;
+    r.ejected = true;
+    r.error = "backend was ejected while the request waited for its response";
+    state.metrics->upstream_errors->Inc({spec.name, "ejected"});
+  }
+  if (!parser || r.upstream_failed || leg->aborted()) {
+    finish();
+    co_return r;
+  }
+
+  // Response header from the engine: relay it with kvroute's headers.
+  r.status = parser->status();
+  const auto t_header = Clock::now();
+  r.t_first_byte = WallSecondsAt(t_header);
+  r.ttfb_s = Seconds(t_header - t0);
+  r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
+  const boost::optional<uint64_t> length = parser->content_length();
+  const bool chunked = !length.has_value();
+  passive(r.status < 500, t_header);
+  if (opts.fail_on_5xx && r.status >= 500) {
+    r.upstream_failed = true;
+    r.error = absl::StrCat("backend answered HTTP ", r.status);
+    state.metrics->upstream_errors->Inc({spec.name, "5xx"});
+    leg->upstream = nullptr;
+    conn.reset();
+    finish();
+    co_return r;
+  }
+  if (opts.to_client) {
+    // The engine's forwarded fields, then kvroute's, then the framing.
+    const std::array<std::pair<std::string_view, std::string_view>, 3> extra = {{
+        {kOwnFields[0], decor.request_id},
+        {kOwnFields[1], decor.backend_label},
+        {kOwnFields[2], decor.request_class},
+    }};
+    std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count), length);
+    beast::error_code hwec;
+    if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
+      // A small plain body: its header goes out with the body in one
+      // write (one syscall fewer per request).
+      held_header = std::move(header);
+    } else {
+      hwec = co_await EagerWrite(client, net::buffer(header), write_timeout);
+    }
+    if (hwec) {
+      r.client_gone = true;
+      r.error = "client write failed";
+      state.metrics->client_disconnects->Inc({});
+      finish();
+      co_return r;
+    }
+    r.headers_sent = true;
+  }
+  if (opts.on_first_byte) opts.on_first_byte(t_header);
+
+  ResponseObserver observer(r.sse, pool.options().max_observed_body);
+  bool hook_fired = false;
+  auto fire_hook = [&] {
+    if (hook_fired) return;
+    hook_fired = true;
+    observer.Finish();
+    if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
+  };
+  // The body's bytes land here: a stashed buffer, so the coroutine frame
+  // stays small and no chunk is allocated per request.
+  BufferStash<beast::flat_buffer>::Lease chunk_lease(worker.read_buffers);
+  char* const chunk = static_cast<char*>(chunk_lease->prepare(kRelayChunkBytes).data());
+  bool upstream_ok = true;
+  for (bool first = true; !parser->is_done(); first = false) {
+    parser->set_body_buffer(chunk, kRelayChunkBytes);
+    // The first read follows the header (and its write, which does not
+    // wait while the client reads): its idle deadline counts from there.
+    const auto now = first ? t_header : Clock::now();
+    Watchdog::Scoped wait(s.watchdog(), now + ToChrono(pool.options().idle_timeout),
+                          &conn->socket());
+    auto read_some = [&](beast::error_code& e) {
+      return http::read_some(conn->socket(), up_buf, *parser, e);
+    };
+    auto [rec, rn] = ReadNow(conn->socket(), read_some);
+    if (rec == net::error::would_block) {
+      std::tie(rec, rn) = co_await EagerRead(conn->socket(), up_buf, read_some, false);
+    }
+    if (wait.expired()) rec = beast::error::timeout;
+    const size_t n = kRelayChunkBytes - parser->body_left();
+    if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
+      upstream_ok = false;
+      if (leg->aborted()) {
+        note_aborted();
+      } else {
+        r.timed_out = rec == beast::error::timeout;
+        r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
+        state.metrics->stream_errors->Inc({spec.name});
+        passive(false, Clock::now());
+      }
+      break;
+    }
+    if (n == 0) continue;
+    observer.Feed(std::string_view(chunk, n));
+    if (parser->is_done()) fire_hook();
+    if (!opts.to_client) {
+      if (opts.capture != nullptr && opts.capture->size() + n <= opts.max_capture) {
+        opts.capture->append(chunk, n);
+      }
+      continue;
+    }
+    beast::error_code wec;
+    if (chunked) {
+      const auto piece = http::make_chunk(net::buffer(chunk, n));
+      const WriteAttempt w = WriteNow(client, piece);
+      wec = w.ec;
+      if (!w.done) wec = co_await WriteRest(client, piece, w.written, write_timeout);
+    } else {
+      // The held header, if any (else an empty buffer), goes with the body.
+      const std::array<net::const_buffer, 2> both{net::buffer(held_header), net::buffer(chunk, n)};
+      const WriteAttempt w = WriteNow(client, both);
+      wec = w.ec;
+      if (!w.done) wec = co_await WriteRest(client, both, w.written, write_timeout);
+      held_header.clear();
+    }
+    if (wec) {
+      upstream_ok = false;
+      r.client_gone = true;
+      r.error = "client write failed";
+      state.metrics->client_disconnects->Inc({});
+      break;
+    }
+  }
+  if (!held_header.empty() && !r.client_gone) {
+    // No body bytes came: the client gets the header, as it would have.
+    co_await EagerWrite(client, net::buffer(held_header), write_timeout);
+  }
+  observer.Finish();
+  r.usage = observer.usage();
+  r.events = observer.events();
+  if (upstream_ok) {
+    r.completed = true;
+    fire_hook();
+    if (chunked && opts.to_client) {
+      if (co_await EagerWrite(client, http::make_chunk_last(), write_timeout)) {
+        r.completed = false;
+      }
+    }
+    const bool reusable = parser->keep_alive();
+    leg->upstream = nullptr;
+    pool.Release(backend, std::move(conn), reusable);
+  } else {
+    leg->upstream = nullptr;
+    conn.reset();  // closing the connection cancels the engine's request
+    if (opts.to_client && !r.client_gone && chunked && r.sse && client_wants_stream) {
+      // Tell the client the stream ended abnormally instead of truncating.
+      const std::string event =
+          absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
+      co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);
+      co_await EagerWrite(client, http::make_chunk_last(), write_timeout);
+    }
+  }
+  finish();
+  co_return r;
+}
+
+}  // namespace kvroute::proxy
