@@ -325,9 +325,10 @@ const std::vector<std::string_view>& StreamUsageFilter::Feed(std::string_view by
 
 const std::vector<std::string_view>& StreamUsageFilter::Finish() {
   out_.clear();
-  completed_ = std::move(held_);
+  // Its own string: the last Feed's pieces may point into completed_.
+  tail_ = std::move(held_);
   held_.clear();
-  Emit(completed_);
+  Emit(tail_);
   return out_;
 }
 

@@ -100,7 +100,8 @@ class StreamUsageFilter {
   // stay valid until the next call.
   const std::vector<std::string_view>& Feed(std::string_view bytes);
   // The end of the body: whatever is still held (an unfinished last event)
-  // goes out as it is.
+  // goes out as it is. The pieces of the last Feed stay valid; its returned
+  // list does not (copy the pieces out before calling this).
   const std::vector<std::string_view>& Finish();
 
   int64_t dropped_events() const { return dropped_; }
@@ -116,6 +117,7 @@ class StreamUsageFilter {
   std::vector<std::string_view> out_;
   std::string held_;         // the start of an event whose end has not come
   std::string completed_;    // a held event, completed by this read, going out
+  std::string tail_;         // what Finish sends
   bool oversized_ = false;   // the current event outgrew the bound: passing through
   size_t line_bytes_ = 0;    // bytes of the current line so far (its '\n' not yet seen)
   bool line_is_cr_ = false;  // the current line so far is exactly "\r"

@@ -183,6 +183,22 @@ TEST(StreamUsageFilterTest, UnfinishedLastEventGoesOutAtFinish) {
   EXPECT_EQ(f.client, stream);
 }
 
+TEST(StreamUsageFilterTest, FeedPiecesOutliveFinish) {
+  // The relay copies a read's pieces out, then calls Finish at the end of
+  // the body: the pieces must still point at the right bytes.
+  ResponseObserver observer(true, 1 << 20);
+  StreamUsageFilter filter(&observer, 1 << 20);
+  const std::string first = kChatHead.substr(0, 40);
+  const std::string second = kChatHead.substr(40) + "data: {\"unfinished\"";
+  filter.Feed(first);  // held
+  const std::vector<std::string_view> kept = filter.Feed(second);
+  const std::vector<std::string_view> rest = filter.Finish();
+  std::string client;
+  for (std::string_view p : kept) client += p;
+  for (std::string_view p : rest) client += p;
+  EXPECT_EQ(client, first + second);
+}
+
 TEST(StreamUsageFilterTest, OversizedEventPassesThroughAsItComes) {
   const std::string big = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1},\"pad\":\"" +
                           std::string(300, 'x') + "\"}\n\n";
