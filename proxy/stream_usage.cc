@@ -177,6 +177,19 @@ bool HasEmptyChoices(std::string_view text) {
   return false;
 }
 
+// Whether a raw key (escapes untouched) names stream_options: the engine
+// decodes `"stream\u005foptions"` to the same key.
+bool IsStreamOptionsKey(std::string_view raw) {
+  if (raw == "stream_options") return true;
+  if (raw.find('\\') == std::string_view::npos || raw.size() > 96) return false;
+  std::string quoted;
+  quoted.reserve(raw.size() + 2);
+  quoted.append("\"").append(raw).append("\"");
+  boost::system::error_code ec;
+  const json::value v = json::parse(quoted, ec);
+  return !ec && v.is_string() && v.get_string() == "stream_options";
+}
+
 }  // namespace
 
 std::array<std::string_view, 3> StreamUsagePlan::Pieces(std::string_view body) const {
@@ -199,13 +212,17 @@ std::string StreamUsagePlan::Apply(std::string_view body) const {
 StreamUsagePlan PlanStreamUsage(std::string_view body) {
   TopLevelScanner sc(body);
   if (!sc.Open()) return {};
-  // Most bodies: no stream_options anywhere, nothing to scan.
-  if (body.find(kStreamOptionsKey) == std::string_view::npos) return InsertAfterBrace(sc);
+  // Most bodies: no stream_options anywhere, and no \u escape that could
+  // spell one, so nothing to scan.
+  if (body.find(kStreamOptionsKey) == std::string_view::npos &&
+      body.find("\\u") == std::string_view::npos) {
+    return InsertAfterBrace(sc);
+  }
   std::optional<std::pair<size_t, size_t>> found;
   std::string_view key;
   size_t vb = 0, ve = 0;
   while (sc.Next(&key, &vb, &ve)) {
-    if (key != "stream_options") continue;
+    if (!IsStreamOptionsKey(key)) continue;
     if (found) return {};  // twice: which one the engine keeps is its business
     found.emplace(vb, ve);
   }

@@ -262,6 +262,19 @@ TEST(PlanStreamUsageTest, KeyInsideAStringOrNestedIsNotTheMember) {
   EXPECT_TRUE(o.at("extra").at("stream_options").is_null());
 }
 
+TEST(PlanStreamUsageTest, EscapedKeyIsTheSameMember) {
+  // JSON decodes "stream\u005foptions" to stream_options: the client asked.
+  const std::string asked = R"({"stream":true,"stream\u005foptions":{"include_usage":true}})";
+  EXPECT_EQ(PlanStreamUsage(asked).action, Action::kClientAsked);
+  const std::string off = R"({"stream":true,"stream\u005foptions":{"include_usage":false}})";
+  const StreamUsagePlan plan = PlanStreamUsage(off);
+  ASSERT_EQ(plan.action, Action::kReplace);
+  EXPECT_EQ(Parsed(plan.Apply(off)).at("stream_options").at("include_usage"), true);
+  // A \u escape elsewhere (a non-ASCII prompt) still gets the insert.
+  const std::string text = R"({"prompt":"caf\u00e9","stream":true})";
+  EXPECT_EQ(PlanStreamUsage(text).action, Action::kInsert);
+}
+
 TEST(PlanStreamUsageTest, ClientThatAskedIsLeftAlone) {
   // vLLM's StreamOptions defaults include_usage to true.
   for (const char* body :
