@@ -79,8 +79,9 @@ struct StreamUsagePlan {
 };
 
 // Plans the change for a streamed request (`"stream": true`) of the chat or
-// completions endpoints. Scans only the body's top-level keys; a body
-// without the bytes `"stream_options"` is not scanned at all.
+// completions endpoints. Scans only the body's top-level keys (a key written
+// with \u escapes is decoded before it is compared); a body with neither
+// the bytes `"stream_options"` nor a \u escape is not scanned at all.
 StreamUsagePlan PlanStreamUsage(std::string_view body);
 
 // Takes the usage-only chunk kvroute asked for out of an SSE stream and
