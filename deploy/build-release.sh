@@ -21,9 +21,8 @@
 #
 # PGO lays hot code out together and predicts its branches; on the request
 # path, whose time goes as much to fetching instructions (Asio, Beast and
-# kvroute's own code) as to running them, it cut user time per small request
-# by about an eighth and CPU per request by 7% (medians of seven runs,
-# bench/perf/README.md, "The seventh round").
+# kvroute's own code) as to running them, that layout is where the build's
+# gain comes from (bench/perf/README.md has the measurements).
 #
 # Needs what deploy/install-deps.sh installs (cmake, ninja, g++, python3).
 # Environment: BUILD_DIR [build-pgo], TRAIN_REQUESTS [3000], CHECK_REQUESTS [300]

@@ -6,11 +6,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "proxy/absl_compat.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
+#include "wire/prometheus_text.h"
 
 namespace kvroute::proxy {
 
@@ -78,38 +78,26 @@ void ApplyHealthChange(const HealthChange& c, router::Router& router, ProxyMetri
 router::EngineGauges ParseEngineMetrics(std::string_view text) {
   router::EngineGauges g;
   int64_t block_size = 0, num_blocks = 0;
-  for (absl::string_view line : absl::StrSplit(ToAbsl(text), '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t name_end = line.find_first_of("{ ");
-    if (name_end == absl::string_view::npos) continue;
-    const absl::string_view name = line.substr(0, name_end);
-    const size_t value_pos = line.rfind(' ');
-    double v = 0;
-    if (value_pos == absl::string_view::npos || !absl::SimpleAtod(line.substr(value_pos + 1), &v)) {
-      continue;
-    }
-    if (name == "vllm:num_requests_running") {
+  auto label = [](const wire::PrometheusSample& s, const char* key) -> int64_t {
+    const auto it = s.labels.find(key);
+    int64_t out = 0;
+    if (it == s.labels.end() || !absl::SimpleAtoi(it->second, &out)) return 0;
+    return out;
+  };
+  for (const wire::PrometheusSample& s : wire::ParsePrometheusText(text)) {
+    // An engine with several data-parallel ranks reports one series per
+    // rank: counts add up, usage takes the fullest rank.
+    if (s.name == "vllm:num_requests_running") {
       g.num_requests_running =
-          std::max<int64_t>(0, g.num_requests_running) + static_cast<int64_t>(v);
-    } else if (name == "vllm:num_requests_waiting") {
+          std::max<int64_t>(0, g.num_requests_running) + static_cast<int64_t>(s.value);
+    } else if (s.name == "vllm:num_requests_waiting") {
       g.num_requests_waiting =
-          std::max<int64_t>(0, g.num_requests_waiting) + static_cast<int64_t>(v);
-    } else if (name == "vllm:kv_cache_usage_perc" || name == "vllm:gpu_cache_usage_perc") {
-      g.kv_cache_usage_perc = std::max(g.kv_cache_usage_perc, v);
-    } else if (name == "vllm:cache_config_info") {
-      auto label = [&](absl::string_view key) -> int64_t {
-        const std::string needle = absl::StrCat(key, "=\"");
-        const size_t p = line.find(needle);
-        if (p == absl::string_view::npos) return 0;
-        const size_t s = p + needle.size();
-        const size_t e = line.find('"', s);
-        int64_t out = 0;
-        if (e == absl::string_view::npos || !absl::SimpleAtoi(line.substr(s, e - s), &out))
-          return 0;
-        return out;
-      };
-      block_size = label("block_size");
-      num_blocks = label("num_gpu_blocks");
+          std::max<int64_t>(0, g.num_requests_waiting) + static_cast<int64_t>(s.value);
+    } else if (s.name == "vllm:kv_cache_usage_perc" || s.name == "vllm:gpu_cache_usage_perc") {
+      g.kv_cache_usage_perc = std::max(g.kv_cache_usage_perc, s.value);
+    } else if (s.name == "vllm:cache_config_info") {
+      block_size = label(s, "block_size");
+      num_blocks = label(s, "num_gpu_blocks");
     }
   }
   if (block_size > 0 && num_blocks > 0) g.capacity_tokens = block_size * num_blocks;

@@ -298,7 +298,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
   RequestRecord rec;
   rec.t_arrival = WallSecondsAt(t0);
   rec.route = std::string(route);
-  rec.mode = cfg.mode;
+  rec.mode = cfg.router.mode;
   std::string_view rid_header = req.request_id();
   rec.id = rid_header.empty() || rid_header.size() > 256 ? NewRequestId(s.worker().random)
                                                          : std::string(rid_header);
@@ -312,7 +312,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.t_done = WallSecondsAt(t_done);
     const std::string status = std::to_string(rec.status);
     const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
-    state.metrics->requests->Inc({route, cfg.mode, cls, status});
+    state.metrics->requests->Inc({route, cfg.router.mode, cls, status});
     state.metrics->duration->Observe({route, cls}, Seconds(t_done - t0));
     state.request_log->Write(rec);
     // Last: a drain waits for this, so the log and metrics are complete.
@@ -398,7 +398,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.cached_tokens_est = d.cached_tokens_est;
     rec.new_tokens_est = d.new_tokens_est;
     state.metrics->decisions->Inc(
-        {cfg.mode, rec.request_class, std::string(router::ToString(d.mode))});
+        {cfg.router.mode, rec.request_class, std::string(router::ToString(d.mode))});
     if (d.affinity_hit) state.metrics->affinity->Inc({"hit"});
     if (d.affinity_broken) state.metrics->affinity->Inc({"broken"});
     const bool offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&

@@ -511,7 +511,7 @@ absl::Status ParseBackendUrl(const std::string& key, const std::string& url, std
 }
 
 absl::Status ValidateConfig(const Config& c) {
-  KV_RETURN_IF_ERROR(router::CheckPolicyName(c.mode));
+  KV_RETURN_IF_ERROR(router::CheckPolicyName(c.router.mode));
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (std::none_of(std::begin(kLevels), std::end(kLevels),
                    [&](const char* l) { return c.log_level == l; })) {
@@ -524,12 +524,9 @@ absl::Status ValidateConfig(const Config& c) {
                     absl::StrCat("must be positive, got ", c.router.thresholds.heavy_threshold));
   }
   if (c.backends.empty()) return KeyError("backends", "the backend list is empty");
-  // `mode` is what flags override; the router receives it as router.mode.
-  router::Options policy_options = c.router;
-  policy_options.mode = c.mode;
   std::vector<router::BackendSpec> specs;
   for (const auto& b : c.backends) specs.push_back(b.spec);
-  KV_RETURN_IF_ERROR(router::ValidatePolicy(policy_options, specs));
+  KV_RETURN_IF_ERROR(router::ValidatePolicy(c.router, specs));
   return absl::OkStatus();
 }
 
@@ -560,7 +557,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   std::string listen;
   KV_RETURN_IF_ERROR(r.String("listen", &listen));
   if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
-  KV_RETURN_IF_ERROR(r.String("mode", &c.mode));
+  KV_RETURN_IF_ERROR(r.String("mode", &c.router.mode));
   KV_RETURN_IF_ERROR(r.Integer("heavy_threshold", &c.router.thresholds.heavy_threshold, 1,
                                int64_t{1} << 40));
   KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
@@ -580,7 +577,6 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));
   KV_RETURN_IF_ERROR(r.Finish());
-  c.router.mode = c.mode;
   KV_RETURN_IF_ERROR(ValidateConfig(c));
   return c;
 }

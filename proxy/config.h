@@ -111,6 +111,13 @@ struct ProfileFigures {
 // named the file), the file and the offending profile key.
 absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const std::string& path);
 
+// The router options a config starts from: mode `baseline`.
+inline router::Options DefaultRouterOptions() {
+  router::Options o;
+  o.mode = "baseline";
+  return o;
+}
+
 struct Config {
   // The fleet's model/GPU profile (`profile`, resolved against the config
   // file's directory); empty: none. It fills router.offload_cost below the
@@ -118,7 +125,6 @@ struct Config {
   std::string profile;
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8000;
-  std::string mode = "baseline";
   std::string request_log;  // empty: no request log
   // Also write each request's prompt text to the request log. Off by
   // default: prompts and completions reach no log unless this is set.
@@ -128,7 +134,8 @@ struct Config {
   ServerLimits limits;
   UpstreamOptions upstream;
   MonitorOptions monitor;
-  router::Options router;
+  // router.mode is the top-level `mode` key and the --mode flag.
+  router::Options router = DefaultRouterOptions();
   TransferOptions transfer;
   AdminOptions admin;
   std::vector<BackendConfig> backends;

@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
     return kConfigError;
   }
   Config config = *std::move(loaded);
-  if (!mode.empty()) config.mode = mode;
-  config.router.mode = config.mode;
+  if (!mode.empty()) config.router.mode = mode;
   if (heavy_threshold != -1) config.router.thresholds.heavy_threshold = heavy_threshold;
   if (!request_log.empty()) config.request_log = request_log;
   if (!log_level.empty()) config.log_level = log_level;
@@ -96,7 +95,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "kvroute: listening on " << config.listen_host << ":" << server.port() << std::endl;
-  spdlog::info("mode {} heavy_threshold {} backends {}", config.mode,
+  spdlog::info("mode {} heavy_threshold {} backends {}", config.router.mode,
                config.router.thresholds.heavy_threshold, config.backends.size());
 
   // SIGHUP re-reads the config file and applies its backend list (the

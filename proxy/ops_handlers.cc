@@ -72,7 +72,7 @@ net::awaitable<bool> ServeAdminBackends(Session& s, const ClientRequest& req) {
     arr.push_back(std::move(o));
   }
   boost::json::object root;
-  root["mode"] = s.config().mode;
+  root["mode"] = s.config().router.mode;
   root["backends"] = std::move(arr);
   co_return co_await s.SendBody(200, "application/json", boost::json::serialize(root),
                                 req.keep_alive());

@@ -18,6 +18,7 @@
 #include "proxy/stream_usage.h"
 #include "proxy/watchdog.h"
 #include "proxy/worker.h"
+#include "wire/sse.h"
 
 namespace kvroute::proxy {
 
@@ -403,8 +404,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     }
     if (opts.to_client && !r.client_gone && client_chunked && r.sse && client_wants_stream) {
       // Tell the client the stream ended abnormally instead of truncating.
-      const std::string event =
-          absl::StrCat("data: ", OpenAiErrorBody(502, r.error), "\n\ndata: [DONE]\n\n");
+      std::string event = wire::SseData(OpenAiErrorBody(502, r.error));
+      event += wire::kSseDone;
       co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);
       co_await EagerWrite(client, http::make_chunk_last(), write_timeout);
     }

@@ -10,8 +10,8 @@
 //   std::string h = p.ClientHeader({{"X-Request-Id", id}}, content_length);
 //   p.set_body_buffer(chunk, sizeof chunk);  http::read_some(sock, buf, p, ec);
 //
-// Why: the map, the edits and the serializer were ~13 k instructions of a
-// small request's ~78 k (bench/perf/README.md). The client's header is the
+// Why: a field map, its edits and Beast's serializer cost more than the
+// relay itself on a small response (bench/perf/README.md). The client's header is the
 // bytes Beast's serializer wrote for the edited map: the status line with
 // Beast's reason phrase, the forwarded fields as received, kvroute's fields,
 // then the framing field.

@@ -194,9 +194,11 @@ json::object UsageJson(const Usage& usage) {
   u["prompt_tokens"] = usage.prompt_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   u["completion_tokens"] = usage.completion_tokens;
-  json::object details;
-  details["cached_tokens"] = usage.cached_tokens;
-  u["prompt_tokens_details"] = std::move(details);
+  if (usage.cached_tokens > 0 || usage.always_report_cached_tokens) {
+    json::object details;
+    details["cached_tokens"] = usage.cached_tokens;
+    u["prompt_tokens_details"] = std::move(details);
+  }
   return u;
 }
 

@@ -62,6 +62,9 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;
+  // vLLM sends prompt_tokens_details only when cached_tokens > 0 (every serving path checks
+  // `enable_prompt_tokens_details and num_cached_tokens`); true sends it always.
+  bool always_report_cached_tokens = false;
 };
 
 boost::json::object UsageJson(const Usage& usage);

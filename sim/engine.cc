@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "sim/nic_share.h"
 #include "sim/tokenizer.h"
 
 namespace sim {
@@ -23,6 +24,9 @@ EngineConfig EngineConfig::FromProfile(const Profile& profile) {
   c.num_gpu_blocks = profile.NumGpuBlocks();
   c.max_num_batched_tokens = profile.max_num_batched_tokens;
   c.max_num_seqs = profile.max_num_seqs;
+  c.admission = profile.admission;
+  c.cache_generated_blocks = profile.cache_generated_blocks;
+  c.num_layers = std::max(1, profile.arch.num_attention_layers);
   c.timing = profile.timing;
   c.link = profile.link;
   c.kv_bytes_per_token = profile.KvBytesPerToken();
@@ -59,6 +63,7 @@ struct Engine::Request {
   FinishReason natural_finish = FinishReason::kLength;
   bool admitted_once = false;
   double transfer_done = 0;
+  SharedTransfer pull;  // the byte phase of a KV pull on this instance's NIC
   double last_token_time = 0;
   State state = State::kWaiting;
   RequestInfo info;
@@ -132,7 +137,9 @@ void Engine::Abort(RequestHandle handle) {
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
       break;
     case Request::State::kTransferring:
+      DrainPulls(now_);
       transferring_.erase(std::find(transferring_.begin(), transferring_.end(), r));
+      ProjectPulls();
       break;
     case Request::State::kRunning:
       running_.erase(std::find(running_.begin(), running_.end(), r));
@@ -144,10 +151,54 @@ void Engine::Abort(RequestHandle handle) {
   requests_.erase(it);
 }
 
+void Engine::StartPull(RequestHandle handle, int source_pulls) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  r->spec.source_pulls = source_pulls;
+  if (r->state == Request::State::kWaiting) {
+    r->spec.await_remote_kv = false;
+  } else if (r->state == Request::State::kTransferring && r->pull.start == kForever) {
+    DrainPulls(now_);
+    r->pull.start = now_ + TransferFixedTime(r->info.pulled_tokens);
+    r->pull.max_rate = SourceRate(r->spec);
+    ProjectPulls();
+  }
+}
+
+void Engine::CancelPull(RequestHandle handle) {
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  if (r->state == Request::State::kWaiting) {
+    r->spec.pull_remote_kv = false;
+    r->spec.await_remote_kv = false;
+  } else if (r->state == Request::State::kTransferring && r->pull.start == kForever) {
+    DrainPulls(now_);
+    transferring_.erase(std::find(transferring_.begin(), transferring_.end(), r));
+    ProjectPulls();
+    counters_.external_prefix_cache_hits -= r->info.pulled_tokens;
+    r->info.cached_tokens -= r->info.pulled_tokens;
+    r->info.pulled_tokens = 0;
+    r->state = Request::State::kRunning;
+    running_.push_back(r);
+  }
+}
+
 int64_t Engine::MaxHitBlocks(const Request& r) const {
   // At least one token is always computed, so a fully cached prompt recomputes its last token.
   return std::min<int64_t>(static_cast<int64_t>(r.hashes.size()),
                            (static_cast<int64_t>(r.tokens.size()) - 1) / config_.block_size);
+}
+
+int64_t Engine::BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) const {
+  const int64_t prompt = static_cast<int64_t>(r.tokens.size());
+  const int64_t total = CeilDiv(prompt, config_.block_size);
+  // A pull needs room for everything it moves, whatever the rule.
+  if (config_.admission == AdmissionRule::kFullPrompt || r.spec.pull_remote_kv) return total;
+  const int64_t first_chunk_end =
+      std::min<int64_t>(prompt, hit_blocks * config_.block_size + std::max(1, budget));
+  return std::max(hit_blocks, CeilDiv(first_chunk_end, config_.block_size));
 }
 
 bool Engine::CanAdmit(const Request& r) const {
@@ -156,8 +207,8 @@ bool Engine::CanAdmit(const Request& r) const {
   }
   const std::span<const BlockHash> hashes(r.hashes.data(), MaxHitBlocks(r));
   const int64_t hit = blocks_.CountCachedPrefix(hashes);
-  const int64_t total = CeilDiv(static_cast<int64_t>(r.tokens.size()), config_.block_size);
-  return blocks_.CanAllocate(hashes, hit, total - hit);
+  const int64_t blocks = BlocksToAdmit(r, hit, config_.max_num_batched_tokens);
+  return blocks_.CanAllocate(hashes, hit, blocks - hit);
 }
 
 bool Engine::HasRunnableWork() const {
@@ -173,17 +224,67 @@ std::optional<double> Engine::NextTimedEvent() const {
   auto consider = [&](double t) {
     if (!next || t < *next) next = t;
   };
-  for (const Request* r : transferring_) consider(r->transfer_done);
+  for (const Request* r : transferring_) {
+    if (r->transfer_done != kForever) consider(r->transfer_done);
+  }
   if (!waiting_.empty()) {
     for (const auto& [id, hold] : holds_) consider(hold.deadline);
   }
   return next;
 }
 
+double Engine::TransferFixedTime(int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  const double descriptors =
+      static_cast<double>(CeilDiv(tokens, config_.block_size)) * config_.num_layers * 2;
+  return config_.link.overhead_s + config_.link.per_descriptor_s * descriptors;
+}
+
 double Engine::TransferTime(int64_t tokens) const {
   if (tokens <= 0) return 0;
-  return config_.link.overhead_s + static_cast<double>(tokens) * config_.kv_bytes_per_token /
-                                       config_.link.bandwidth_bytes_per_s;
+  return TransferFixedTime(tokens) + static_cast<double>(tokens) * config_.kv_bytes_per_token /
+                                         config_.link.bandwidth_bytes_per_s;
+}
+
+double Engine::SourceRate(const RequestSpec& spec) const {
+  // The fleet's NICs are alike: the source sends at most its bandwidth over its pulls.
+  return config_.link.bandwidth_bytes_per_s / std::max(1, spec.source_pulls);
+}
+
+void Engine::DrainPulls(double t) {
+  std::vector<SharedTransfer*> flows;
+  for (Request* r : transferring_) flows.push_back(&r->pull);
+  if (t > pulls_drained_at_) {
+    RunSharedLink(flows, config_.link.bandwidth_bytes_per_s, pulls_drained_at_, t);
+  }
+  pulls_drained_at_ = std::max(pulls_drained_at_, t);
+}
+
+void Engine::ProjectPulls() {
+  std::vector<SharedTransfer> copies;
+  copies.reserve(transferring_.size());
+  for (const Request* r : transferring_) copies.push_back(r->pull);
+  std::vector<SharedTransfer*> flows;
+  for (SharedTransfer& c : copies) flows.push_back(&c);
+  RunSharedLink(flows, config_.link.bandwidth_bytes_per_s, pulls_drained_at_, kForever);
+  for (size_t i = 0; i < transferring_.size(); ++i) {
+    // A pull whose source has not published yet never finishes by itself.
+    transferring_[i]->transfer_done = copies[i].finish >= 0 ? copies[i].finish : kForever;
+  }
+}
+
+double Engine::StepCost(std::span<const std::pair<int64_t, int64_t>> chunks, int decode_seqs,
+                        int64_t kv_tokens) const {
+  const TimingModel& tm = config_.timing;
+  int64_t tokens = decode_seqs;
+  double prefill = 0;
+  for (const auto& [context, n] : chunks) {
+    tokens += n;
+    prefill += tm.PrefillChunkCost(context, n);
+  }
+  return tm.step_fixed_s + tm.weight_read_s * tm.WeightFraction(tokens) + prefill +
+         tm.decode_s_per_seq * decode_seqs +
+         tm.kv_read_s_per_token * static_cast<double>(kv_tokens);
 }
 
 void Engine::Preempt(Request* r) {
@@ -199,7 +300,10 @@ void Engine::Preempt(Request* r) {
 }
 
 void Engine::CommitFullBlocks(Request* r) {
-  const int full = r->num_computed / config_.block_size;
+  int full = r->num_computed / config_.block_size;
+  if (!config_.cache_generated_blocks) {
+    full = std::min(full, r->info.prompt_tokens / config_.block_size);
+  }
   while (static_cast<int>(r->hashes.size()) < full) {
     const size_t k = r->hashes.size();
     const BlockHash parent = k == 0 ? 0 : r->hashes[k - 1];
@@ -232,6 +336,7 @@ bool Engine::ReleaseHold(const std::string& request_id) {
 }
 
 void Engine::CompleteTransfers(StepResult& result) {
+  DrainPulls(now_);
   for (auto it = transferring_.begin(); it != transferring_.end();) {
     Request* r = *it;
     if (r->transfer_done > now_) {
@@ -360,9 +465,9 @@ StepResult Engine::Step() {
     waiting_.pop_front();
     const std::span<const BlockHash> hashes(r->hashes.data(), MaxHitBlocks(*r));
     const int64_t hit = blocks_.CountCachedPrefix(hashes);
-    const int64_t total = CeilDiv(static_cast<int64_t>(r->tokens.size()), config_.block_size);
+    const int64_t blocks = BlocksToAdmit(*r, hit, budget);
     r->blocks = blocks_.AcquireCached(hashes, hit);
-    std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(total - hit);
+    std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(blocks - hit);
     r->blocks.insert(r->blocks.end(), fresh->begin(), fresh->end());
     r->num_computed = static_cast<int>(hit * config_.block_size);
     r->num_committed = static_cast<int>(hit);
@@ -385,9 +490,14 @@ StepResult Engine::Step() {
       if (pulled > 0) {
         r->info.pulled_tokens = pulled;
         r->info.cached_tokens += pulled;
-        r->transfer_done = now_ + TransferTime(pulled);
+        DrainPulls(now_);
+        r->pull = SharedTransfer{
+            .start = r->spec.await_remote_kv ? kForever : now_ + TransferFixedTime(pulled),
+            .bytes = static_cast<double>(pulled) * config_.kv_bytes_per_token,
+            .max_rate = SourceRate(r->spec)};
         r->state = Request::State::kTransferring;
         transferring_.push_back(r);
+        ProjectPulls();
         continue;
       }
     }
@@ -399,21 +509,20 @@ StepResult Engine::Step() {
   }
 
   // 3. Step time.
-  const TimingModel& tm = config_.timing;
-  double kv_read = 0;
+  int64_t kv_read = 0;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
   for (const Scheduled& s : scheduled) {
     if (s.n == 1 && s.r->num_computed + 1 == static_cast<int>(s.r->tokens.size())) {
       ++result.decode_seqs;
       kv_read += s.r->num_computed + 1;
     } else {
       result.prefill_tokens += s.n;
+      chunks.emplace_back(s.r->num_computed, s.n);
     }
   }
   if (scheduled.empty()) return result;
   ++counters_.steps;
-  result.duration =
-      slowdown_ * (tm.step_fixed_s + tm.prefill_s_per_token * result.prefill_tokens +
-                   tm.decode_s_per_seq * result.decode_seqs + tm.kv_read_s_per_token * kv_read);
+  result.duration = slowdown_ * StepCost(chunks, result.decode_seqs, kv_read);
   const double end = now_ + result.duration;
   UpdateBusy(end);
 

@@ -1,6 +1,7 @@
 // The engine model of one simulated vLLM instance: paged KV with prefix caching, a step
 // scheduler with a chunked-prefill token budget, admission that waits on KV blocks,
-// preemption, a step-time model and a KV-transfer-time model.
+// preemption, a step-time model (TimingModel, sim/profile.h) and a KV-transfer-time model
+// in which the pulls into one instance share its NIC (nic_share.h).
 //
 // Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
 // a test can drive it step by step and get the same result every time. The real-time driver
@@ -24,7 +25,9 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/block_manager.h"
@@ -38,6 +41,10 @@ struct EngineConfig {
   int64_t num_gpu_blocks = 1024;
   int max_num_batched_tokens = 8192;
   int max_num_seqs = 256;
+  AdmissionRule admission = AdmissionRule::kFullPrompt;
+  bool cache_generated_blocks = true;
+  // Attention layers: a pull moves one RDMA descriptor per block, layer and K/V.
+  int num_layers = 1;
   TimingModel timing;
   LinkModel link;
   double kv_bytes_per_token = 98304;
@@ -67,6 +74,12 @@ struct RequestSpec {
   // Decode leg of a P/D handoff: the prompt's KV is available at a prefill instance; the
   // engine pulls what it does not hold locally (modelled transfer time) instead of computing.
   bool pull_remote_kv = false;
+  // With pull_remote_kv: the prefill has not finished yet (Mooncake, SGLang). The leg is
+  // admitted like a pull and its blocks are allocated and held, but no byte moves until
+  // StartPull(); CancelPull() makes it prefill locally in those blocks.
+  bool await_remote_kv = false;
+  // Pulls sharing the source instance's NIC, this one included (KvHandle::source_pulls).
+  int source_pulls = 1;
 };
 
 // TokenEvent::token of an event that only ends the request (no new token).
@@ -136,6 +149,11 @@ class Engine {
   RequestHandle Submit(RequestSpec spec);
   // Drops a request wherever it is (client went away); no further events for it.
   void Abort(RequestHandle handle);
+  // The prefill an await_remote_kv leg waits for has published its KV: the pull starts now
+  // (or at admission, if the leg is still queued).
+  void StartPull(RequestHandle handle, int source_pulls = 1);
+  // No prefill came for an await_remote_kv leg: it computes its prompt here instead.
+  void CancelPull(RequestHandle handle);
 
   // Whether Step() would schedule something now.
   bool HasRunnableWork() const;
@@ -154,8 +172,15 @@ class Engine {
   bool HasHold(const std::string& request_id) const { return holds_.contains(request_id); }
   size_t num_holds() const { return holds_.size(); }
 
-  // Modelled RDMA time to pull `tokens` tokens of KV.
+  // Modelled time to pull `tokens` tokens of KV over an otherwise idle NIC: handover,
+  // descriptors and bytes at the full bandwidth.
   double TransferTime(int64_t tokens) const;
+  // The fixed part of a pull (handover and descriptors), before its bytes flow.
+  double TransferFixedTime(int64_t tokens) const;
+  // Modelled duration of a step that prefills `chunks` (context, new tokens) and decodes
+  // `decode_seqs` sequences reading `kv_tokens` tokens of KV, before the slowdown fault.
+  double StepCost(std::span<const std::pair<int64_t, int64_t>> chunks, int decode_seqs,
+                  int64_t kv_tokens) const;
   // Step-time multiplier (fault injection: "slow down by a factor").
   void set_slowdown(double factor) { slowdown_ = factor > 0 ? factor : 1; }
 
@@ -183,6 +208,9 @@ class Engine {
   };
 
   bool CanAdmit(const Request& r) const;
+  // Blocks (cached ones included) a waiting request takes when admitted with `budget` tokens
+  // of this step left: the whole prompt, or its first chunk under AdmissionRule::kFirstChunk.
+  int64_t BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) const;
   int64_t MaxHitBlocks(const Request& r) const;
   void Preempt(Request* r);
   void CommitFullBlocks(Request* r);
@@ -190,6 +218,12 @@ class Engine {
   void Finish(Request* r, FinishReason reason, double t);
   void ExpireHolds();
   void CompleteTransfers(StepResult& result);
+  // The most a pull's source NIC sends it (its bandwidth split over the source's pulls).
+  double SourceRate(const RequestSpec& spec) const;
+  // Moves the byte phase of every pull forward to `t` on the shared NIC.
+  void DrainPulls(double t);
+  // Recomputes every pull's transfer_done from the current state (no later arrivals).
+  void ProjectPulls();
   void UpdateBusy(double busy_until);
   int TargetOutputLength(const RequestSpec& spec) const;
 
@@ -202,6 +236,7 @@ class Engine {
   std::vector<Request*> running_;       // admission order; preemption takes from the back
   std::deque<Request*> waiting_;        // FIFO; preempted requests go to the front
   std::vector<Request*> transferring_;  // decode legs pulling KV
+  double pulls_drained_at_ = 0;
   absl::flat_hash_map<std::string, Hold> holds_;
   EngineCounters counters_;
   double busy_ewma_ = 0;

@@ -178,6 +178,7 @@ InstanceGauges Instance::gauges() const {
 }
 
 void Instance::ReleaseHeldKv(const std::string& hold_id) {
+  fabric_.EndPull(this);  // only a claimed hold is released by its puller
   net::post(strand_, [this, hold_id] { engine_.ReleaseHold(hold_id); });
 }
 
@@ -221,7 +222,7 @@ void Instance::ResetConnections() {
   }
   AbortWaitingRequests();
   Log()->info("instance {}: killed: {} connections reset, {} requests dropped", options_.index,
-              streams_.size(), pendings_.size() + pairing_.size());
+              streams_.size(), pendings_.size());
 }
 
 double Instance::VirtualNow() const {
@@ -452,7 +453,7 @@ std::string Instance::RenderMetrics() {
         engine_.num_running());
   // Decode legs waiting for their KV count as waiting, as in vLLM (WAITING_FOR_REMOTE_KVS).
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-        engine_.num_waiting() + static_cast<double>(pairing_.size()));
+        engine_.num_waiting());
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
         engine_.KvUsage());
   counter("vllm:prefix_cache_queries_total",
@@ -705,6 +706,31 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
                   options_.index, base_id, *claim_key);
     }
   }
+  // A decode leg whose prefill may still be running (Mooncake, SGLang) is admitted at once and
+  // holds its blocks while it waits, as vLLM allocates them on arrival.
+  spec.pull_remote_kv = pending->kv_source.has_value() || wait_key.has_value();
+  spec.await_remote_kv = wait_key.has_value();
+  if (pending->kv_source) spec.source_pulls = pending->kv_source->source_pulls;
+  spec.prompt = std::move(tokens);
+
+  // An idle engine's clock catches up with the wall clock before the arrival is stamped.
+  if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
+  const RequestHandle handle = engine_.Submit(std::move(spec));
+  pendings_[handle] = pending;
+  Wake();
+
+  // Cleans up whatever way the session leaves.
+  struct Cleanup {
+    Instance* self;
+    RequestHandle handle;
+    std::shared_ptr<Pending> p;
+    ~Cleanup() {
+      if (!p->done) self->engine_.Abort(handle);
+      p->ReleaseSource();
+      self->pendings_.erase(handle);
+    }
+  } cleanup{this, handle, pending};
+
   if (wait_key) {
     std::weak_ptr<Pending> weak = pending;
     const uint64_t ticket = fabric_.ClaimOrWait(*wait_key, [this, weak](KvHandle h) {
@@ -739,27 +765,14 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
           "locally",
           options_.index, base_id, *wait_key, profile.pd_pair_timeout_s);
     }
-  }
-  spec.pull_remote_kv = pending->kv_source.has_value();
-  spec.prompt = std::move(tokens);
-
-  // An idle engine's clock catches up with the wall clock before the arrival is stamped.
-  if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
-  const RequestHandle handle = engine_.Submit(std::move(spec));
-  pendings_[handle] = pending;
-  Wake();
-
-  // Cleans up whatever way the session leaves.
-  struct Cleanup {
-    Instance* self;
-    RequestHandle handle;
-    std::shared_ptr<Pending> p;
-    ~Cleanup() {
-      if (!p->done) self->engine_.Abort(handle);
-      p->ReleaseSource();
-      self->pendings_.erase(handle);
+    if (options_.time_scale > 0 && idle_) engine_.AdvanceTo(VirtualNow());
+    if (pending->pair_done) {
+      engine_.StartPull(handle, pending->kv_source->source_pulls);
+    } else {
+      engine_.CancelPull(handle);
     }
-  } cleanup{this, handle, pending};
+    Wake();
+  }
 
   const std::string& model = profile.model_name;
   const int die_after = f.die_after_events;
@@ -776,7 +789,8 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     const RequestInfo& info = pending->info;
     const Usage usage{.prompt_tokens = info.prompt_tokens,
                       .completion_tokens = info.completion_tokens,
-                      .cached_tokens = info.cached_tokens};
+                      .cached_tokens = info.cached_tokens,
+                      .always_report_cached_tokens = options_.profile.always_report_cached_tokens};
     std::optional<json::object> kv_params;
     if (prefill_leg && !info.held_blocks.empty()) {
       json::object p;
@@ -840,11 +854,12 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
     if (finished) {
       if (parsed.include_usage) {
         const RequestInfo& info = pending->info;
-        batch += kvroute::wire::SseData(
-            UsageChunkJson(endpoint, response_id, created, model,
-                           Usage{.prompt_tokens = info.prompt_tokens,
-                                 .completion_tokens = info.completion_tokens,
-                                 .cached_tokens = info.cached_tokens}));
+        batch += kvroute::wire::SseData(UsageChunkJson(
+            endpoint, response_id, created, model,
+            Usage{.prompt_tokens = info.prompt_tokens,
+                  .completion_tokens = info.completion_tokens,
+                  .cached_tokens = info.cached_tokens,
+                  .always_report_cached_tokens = options_.profile.always_report_cached_tokens}));
       }
       batch += kvroute::wire::kSseDone;
     }

@@ -149,7 +149,7 @@ class Instance : public KvHolder {
   uint64_t next_request_seq_ = 0;
   absl::flat_hash_map<RequestHandle, std::shared_ptr<Pending>> pendings_;
   absl::flat_hash_set<Stream*> streams_;
-  // Decode legs waiting for their prefill leg (not yet in pendings_).
+  // Decode legs waiting for their prefill leg to publish (admitted, holding their blocks).
   absl::flat_hash_set<Pending*> pairing_;
 
   mutable absl::Mutex mu_;

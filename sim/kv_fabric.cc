@@ -10,6 +10,7 @@ void KvFabric::Publish(const std::string& key, KvHandle handle) {
     if (it != waiting_.end()) {
       waiter = std::move(it->second.waiter);
       waiting_.erase(it);
+      handle.source_pulls = ++pulls_[handle.holder];
     } else {
       if (published_.size() >= kMaxEntries) published_.erase(published_.begin());
       published_[key] = std::move(handle);
@@ -25,6 +26,7 @@ std::optional<KvHandle> KvFabric::Claim(const std::string& key) {
   if (it == published_.end()) return std::nullopt;
   KvHandle h = std::move(it->second);
   published_.erase(it);
+  h.source_pulls = ++pulls_[h.holder];
   return h;
 }
 
@@ -38,6 +40,7 @@ uint64_t KvFabric::ClaimOrWait(const std::string& key, Waiter waiter) {
     if (it != published_.end()) {
       ready = std::move(it->second);
       published_.erase(it);
+      ready->source_pulls = ++pulls_[ready->holder];
     } else {
       if (waiting_.size() >= kMaxEntries) waiting_.erase(waiting_.begin());
       waiting_[key] = Pending{ticket, std::move(waiter)};
@@ -54,8 +57,15 @@ void KvFabric::CancelWait(const std::string& key, uint64_t ticket) {
   if (it != waiting_.end() && it->second.ticket == ticket) waiting_.erase(it);
 }
 
+void KvFabric::EndPull(const KvHolder* holder) {
+  absl::MutexLock lock(&mu_);
+  auto it = pulls_.find(holder);
+  if (it != pulls_.end() && --it->second <= 0) pulls_.erase(it);
+}
+
 void KvFabric::ForgetHolder(const KvHolder* holder) {
   absl::MutexLock lock(&mu_);
+  pulls_.erase(holder);
   for (auto it = published_.begin(); it != published_.end();) {
     if (it->second.holder == holder) {
       published_.erase(it++);

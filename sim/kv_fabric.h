@@ -33,6 +33,9 @@ class KvHolder {
 struct KvHandle {
   KvHolder* holder = nullptr;
   std::string hold_id;
+  // Set when claimed: pulls from this holder's NIC claimed and not yet released, this one
+  // included. The pull's share of the source NIC is 1 / source_pulls of its bandwidth.
+  int source_pulls = 1;
 };
 
 class KvFabric {
@@ -51,6 +54,8 @@ class KvFabric {
   void CancelWait(const std::string& key, uint64_t ticket);
   // Drops entries published by `holder` (instance shutting down).
   void ForgetHolder(const KvHolder* holder);
+  // A pull claimed from `holder` has ended (its KV was released).
+  void EndPull(const KvHolder* holder);
 
  private:
   struct Pending {
@@ -61,6 +66,8 @@ class KvFabric {
   absl::flat_hash_map<std::string, KvHandle> published_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Pending> waiting_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  // Pulls claimed and not yet ended, per source (bounded by the holders of one fleet).
+  absl::flat_hash_map<const KvHolder*, int> pulls_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sim

@@ -3,10 +3,27 @@
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace sim {
+
+double TimingModel::WeightFraction(int64_t tokens) const {
+  if (num_experts <= 0 || experts_per_token <= 0 || tokens <= 0) return 1;
+  const double untouched =
+      std::pow(1 - std::min(1.0, static_cast<double>(experts_per_token) / num_experts),
+               static_cast<double>(tokens));
+  return (1 - expert_weight_fraction) + expert_weight_fraction * (1 - untouched);
+}
+
+double TimingModel::PrefillChunkCost(int64_t context, int64_t n) const {
+  const double nd = static_cast<double>(n);
+  return prefill_s_per_token * nd +
+         attn_s_per_token_pair * nd * (static_cast<double>(context) + nd / 2);
+}
 
 int64_t Profile::NumGpuBlocks() const {
   if (num_gpu_blocks_override > 0) return num_gpu_blocks_override;
@@ -22,10 +39,21 @@ Profile DefaultProfile() {
                              .kv_bytes_per_element = 2,
                              .weight_bytes = 30.5e9 * 2};
   p.deployment = kvsize::Deployment{.gpu_name = "H20",
-                                    .gpu_memory_bytes = 96e9,
+                                    .gpu_memory_bytes = 102.6e9,
                                     .tensor_parallel = 1,
                                     .utilisation = 0.9,
                                     .overhead_bytes_per_gpu = 3.22e9};
+  p.max_num_seqs = 1024;
+  p.timing = TimingModel{.step_fixed_s = 0.0047,
+                         .prefill_s_per_token = 1.1e-4,
+                         .decode_s_per_seq = 3e-5,
+                         .kv_read_s_per_token = 3.07e-8,
+                         .attn_s_per_token_pair = 7.9e-9,
+                         .weight_read_s = 0.0191,
+                         .expert_weight_fraction = 0.95,
+                         .num_experts = 128,
+                         .experts_per_token = 8};
+  p.link = LinkModel{.bandwidth_bytes_per_s = 22e9, .overhead_s = 0.15, .per_descriptor_s = 2.8e-6};
   return p;
 }
 
@@ -82,15 +110,64 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   Read(eng, "engine", "kv_hold_timeout_s", p.kv_hold_timeout_s, err);
   Read(eng, "engine", "pd_pair_timeout_s", p.pd_pair_timeout_s, err);
   Read(eng, "engine", "mean_output_tokens", p.mean_output_tokens, err);
+  std::string admission = p.admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt";
+  Read(eng, "engine", "admission", admission, err);
+  Read(eng, "engine", "cache_generated_blocks", p.cache_generated_blocks, err);
+  Read(eng, "engine", "always_report_cached_tokens", p.always_report_cached_tokens, err);
   const YAML::Node timing = root["timing"];
+  // A timing section stands alone: terms it leaves out cost nothing (a dense profile must not
+  // inherit the built-in model's experts).
+  if (timing) {
+    p.timing = TimingModel{.step_fixed_s = 0,
+                           .prefill_s_per_token = 0,
+                           .decode_s_per_seq = 0,
+                           .kv_read_s_per_token = 0};
+  }
   Read(timing, "timing", "step_fixed_s", p.timing.step_fixed_s, err);
   Read(timing, "timing", "prefill_s_per_token", p.timing.prefill_s_per_token, err);
   Read(timing, "timing", "decode_s_per_seq", p.timing.decode_s_per_seq, err);
   Read(timing, "timing", "kv_read_s_per_token", p.timing.kv_read_s_per_token, err);
+  Read(timing, "timing", "attn_s_per_token_pair", p.timing.attn_s_per_token_pair, err);
+  Read(timing, "timing", "weight_read_s", p.timing.weight_read_s, err);
+  Read(timing, "timing", "expert_weight_fraction", p.timing.expert_weight_fraction, err);
+  Read(timing, "timing", "num_experts", p.timing.num_experts, err);
+  Read(timing, "timing", "experts_per_token", p.timing.experts_per_token, err);
   const YAML::Node link = root["link"];
   Read(link, "link", "bandwidth_bytes_per_s", p.link.bandwidth_bytes_per_s, err);
   Read(link, "link", "overhead_s", p.link.overhead_s, err);
+  Read(link, "link", "per_descriptor_s", p.link.per_descriptor_s, err);
   if (!err.empty()) return absl::InvalidArgumentError(err);
+
+  if (admission == "full_prompt") {
+    p.admission = AdmissionRule::kFullPrompt;
+  } else if (admission == "first_chunk") {
+    p.admission = AdmissionRule::kFirstChunk;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.admission: bad value '", admission, "' (full_prompt or first_chunk)"));
+  }
+  const std::pair<const char*, double> non_negative[] = {
+      {"timing.step_fixed_s", p.timing.step_fixed_s},
+      {"timing.prefill_s_per_token", p.timing.prefill_s_per_token},
+      {"timing.decode_s_per_seq", p.timing.decode_s_per_seq},
+      {"timing.kv_read_s_per_token", p.timing.kv_read_s_per_token},
+      {"timing.attn_s_per_token_pair", p.timing.attn_s_per_token_pair},
+      {"timing.weight_read_s", p.timing.weight_read_s},
+      {"timing.num_experts", p.timing.num_experts},
+      {"timing.experts_per_token", p.timing.experts_per_token},
+      {"link.overhead_s", p.link.overhead_s},
+      {"link.per_descriptor_s", p.link.per_descriptor_s}};
+  for (const auto& [key, value] : non_negative) {
+    if (!(value >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " must be >= 0 (got ", value, ")"));
+    }
+  }
+  if (!(p.timing.expert_weight_fraction >= 0 && p.timing.expert_weight_fraction <= 1)) {
+    return absl::InvalidArgumentError("timing.expert_weight_fraction must be in [0, 1]");
+  }
+  if (p.timing.experts_per_token > p.timing.num_experts) {
+    return absl::InvalidArgumentError("timing.experts_per_token must be <= timing.num_experts");
+  }
 
   if (p.block_size <= 0) return absl::InvalidArgumentError("engine.block_size must be > 0");
   if (p.max_num_batched_tokens <= 0) {

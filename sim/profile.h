@@ -12,20 +12,52 @@
 
 namespace sim {
 
-// step = step_fixed_s + prefill_s_per_token * prefill tokens in the step
-//        + decode_s_per_seq * decoding sequences + kv_read_s_per_token * KV tokens they read.
+// The cost of one scheduler step, as vLLM's GPU spends it (sim/README.md gives each
+// coefficient's source):
+//   step = step_fixed_s                                  launch, sampling, scheduler
+//        + weight_read_s x WeightFraction(tokens)        weights read once per step
+//        + prefill_s_per_token x prefill tokens          linear layers (FLOP-bound)
+//        + attn_s_per_token_pair x sum n x (c + n / 2)   attention of a chunk of n new
+//                                                        tokens after c computed ones
+//        + decode_s_per_seq x decoding sequences
+//        + kv_read_s_per_token x KV tokens the decodes read
+// WeightFraction(t) is 1 for a dense model; for a mixture of experts it is the shared part
+// plus the routed experts' share times the fraction of experts t tokens touch,
+// 1 - (1 - experts_per_token / num_experts)^t.
 struct TimingModel {
   double step_fixed_s = 0.02;
   double prefill_s_per_token = 1.0 / 7000;
   double decode_s_per_seq = 5e-4;
   double kv_read_s_per_token = 2.5e-8;
+  double attn_s_per_token_pair = 0;
+  double weight_read_s = 0;
+  // Share of the weight bytes in routed experts (0: dense).
+  double expert_weight_fraction = 0;
+  int num_experts = 0;
+  int experts_per_token = 0;
+
+  // Fraction of weight_read_s a step with `tokens` tokens reads.
+  double WeightFraction(int64_t tokens) const;
+  // Cost of prefilling `n` tokens after `context` already computed ones (no fixed part).
+  double PrefillChunkCost(int64_t context, int64_t n) const;
 };
 
-// transfer = overhead_s + tokens * kv_bytes_per_token / bandwidth_bytes_per_s.
+// KV transfer of a P/D handoff:
+//   overhead_s                                   handover: the decode's request reaches the
+//                                                connector, metadata, notification
+//   + per_descriptor_s x blocks x layers x 2     one RDMA descriptor per block, layer, K/V
+//   + bytes / the NIC's share                    processor sharing between the pulls that
+//                                                run into one instance at once
 struct LinkModel {
   double bandwidth_bytes_per_s = 25e9;
   double overhead_s = 0.1;
+  double per_descriptor_s = 0;
 };
+
+// How a waiting request gets in: kFullPrompt reserves the whole prompt's blocks (vLLM since
+// `scheduler_reserve_full_isl`); kFirstChunk reserves only its first chunk and preempts
+// later when the pool runs out (the vLLM releases before that change, e.g. v0.12).
+enum class AdmissionRule { kFullPrompt, kFirstChunk };
 
 struct Profile {
   std::string model_name = "Qwen/Qwen3-Coder-30B-A3B-Instruct";
@@ -34,7 +66,14 @@ struct Profile {
   kvsize::Deployment deployment;
   int block_size = 16;
   int max_num_batched_tokens = 8192;
-  int max_num_seqs = 256;
+  int max_num_seqs = 1024;
+  AdmissionRule admission = AdmissionRule::kFullPrompt;
+  // Whether generated tokens' blocks enter the prefix cache. false models a chat template
+  // that re-renders the previous answer differently (reasoning stripped, retokenised): the
+  // next turn's hit ends where the previous prompt ended.
+  bool cache_generated_blocks = true;
+  // vLLM omits usage.prompt_tokens_details when nothing was cached; true always sends it.
+  bool always_report_cached_tokens = false;
   // > 0 overrides the block count derived from the KV arithmetic (tests use tiny instances).
   int64_t num_gpu_blocks_override = 0;
   // How long a prefill instance holds blocks for a remote decode that has not pulled them.
@@ -52,7 +91,8 @@ struct Profile {
   int64_t NumGpuBlocks() const;
 };
 
-// The built-in default: the fleet of the design notes (H20 96 GB, Qwen3-Coder-30B-A3B BF16).
+// The built-in default: the fleet of the design notes (H20, Qwen3-Coder-30B-A3B BF16), with
+// the calibrated timing of configs/profiles/h20-qwen3-coder-30b-a3b.yaml.
 Profile DefaultProfile();
 
 absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text);

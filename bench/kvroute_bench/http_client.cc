@@ -73,6 +73,10 @@ bool AbsorbChunk(const json::value& v, ChatOutcome& out) {
     out.completion_tokens = IntField(usage, "completion_tokens");
     if (const json::value* d = usage.if_contains("prompt_tokens_details"); d && d->is_object()) {
       out.cached_tokens = IntField(d->as_object(), "cached_tokens");
+    } else if (out.prompt_tokens >= 0) {
+      // vLLM (with --enable-prompt-tokens-details, as the simulator) omits the details when
+      // nothing was cached.
+      out.cached_tokens = 0;
     }
   }
   bool text = false;

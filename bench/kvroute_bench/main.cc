@@ -3,6 +3,7 @@
 //   kvroute-bench run --target http://127.0.0.1:8000 --workload agentic --jps 0.5 --duration 60
 //   kvroute-bench ablation --modes baseline,v1,v2 --thresholds 10000,20000,40000 --out out/
 //   kvroute-bench trace-stats --trace bench/traces/conversation_trace.jsonl
+//   kvroute-bench calibrate --target http://gpu-host:8000 --profile base.yaml --out fitted.yaml
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -12,7 +13,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include <fstream>
+#include <sstream>
+
 #include "bench/kvroute_bench/ablation.h"
+#include "bench/kvroute_bench/calibrate.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
 #include "spdlog/spdlog.h"
@@ -222,6 +227,30 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("--window", stats_flags.window, "START:END seconds");
   stats_cmd->add_option("--block-size", stats_flags.trace.block_size, "tokens per hash id");
 
+  // calibrate
+  CLI::App* cal_cmd = app.add_subcommand(
+      "calibrate", "fit a kvroute-sim profile's timing section to one vLLM instance");
+  kb::CalibrateOptions cal;
+  std::string cal_target, cal_profile, cal_out;
+  cal_cmd->add_option("--target", cal_target, "the instance's base URL")->required();
+  cal_cmd->add_option("--profile", cal_profile,
+                      "base profile: model, GPU and engine sections (default: built-in H20)");
+  cal_cmd->add_option("--out", cal_out, "write the base profile with the fitted timing here");
+  cal_cmd->add_option("--model", cal.model, "model name (default: first of GET /v1/models)");
+  cal_cmd->add_option("--prompt-lengths", cal.prompt_lengths, "prefill probes (tokens)")
+      ->delimiter(',')->capture_default_str();
+  cal_cmd->add_option("--decode-batches", cal.decode_batches, "decode probes (batch sizes)")
+      ->delimiter(',')->capture_default_str();
+  cal_cmd->add_option("--decode-context", cal.decode_context,
+                      "prompt tokens of each decode-batch request")->capture_default_str();
+  cal_cmd->add_option("--long-contexts", cal.long_contexts, "batch-1 decode probes at these "
+                      "contexts (tokens)")->delimiter(',')->capture_default_str();
+  cal_cmd->add_option("--decode-tokens", cal.decode_tokens, "output tokens per decode request")
+      ->capture_default_str();
+  cal_cmd->add_option("--window-steps", cal.window_steps, "decode steps measured per probe")
+      ->capture_default_str();
+  cal_cmd->add_option("--seed", cal.seed, "prompt seed")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
@@ -241,6 +270,35 @@ int main(int argc, char** argv) {
                 recs.size(), recs.back().timestamp_ms / 1000.0, static_cast<long long>(input),
                 static_cast<double>(input) / static_cast<double>(recs.size()),
                 static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs));
+    return 0;
+  }
+
+  if (*cal_cmd) {
+    auto ep = kb::ParseHttpUrl(cal_target);
+    if (!ep.ok()) return Fail(ep.status());
+    cal.target = *ep;
+    std::string base_text;
+    if (!cal_profile.empty()) {
+      std::ifstream in(cal_profile);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      base_text = ss.str();
+      absl::StatusOr<sim::Profile> base = sim::LoadProfile(cal_profile);
+      if (!base.ok()) return Fail(base.status());
+      cal.base = *std::move(base);
+    } else {
+      cal.base = sim::DefaultProfile();
+    }
+    absl::StatusOr<kb::Calibration> fitted = kb::Calibrate(cal);
+    if (!fitted.ok()) return Fail(fitted.status());
+    const std::string timing = kb::TimingYaml(*fitted, cal_target);
+    std::cout << timing;
+    if (!cal_out.empty()) {
+      std::ofstream out(cal_out);
+      out << (base_text.empty() ? timing : kb::ReplaceTimingSection(base_text, timing));
+      if (!out) return Fail(absl::UnavailableError(absl::StrCat("cannot write ", cal_out)));
+      std::cout << "profile: " << cal_out << "\n";
+    }
     return 0;
   }
 

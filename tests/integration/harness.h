@@ -117,7 +117,6 @@ class FleetHarness {
     std::filesystem::remove(log_path_);
     config_.listen_host = "127.0.0.1";
     config_.listen_port = 0;
-    config_.mode = mode;
     config_.router.mode = mode;
     config_.threads = 2;
     config_.monitor.enabled = false;

@@ -60,7 +60,12 @@ TEST(RouterSimTest, ColdThirtyThousandTokenPromptIsHeavyAtDefaultThreshold) {
 TEST(RouterSimTest, ShadowFollowsTheEnginesEvictions) {
   // One instance with 2,048 blocks x 16 = 32,768 tokens of KV; kvroute learns
   // the capacity from vllm:cache_config_info.
-  FleetHarness h(1, "baseline", {}, [](sim::Profile& p) { p.num_gpu_blocks_override = 2048; });
+  // The engines report cached_tokens even when it is 0, so the evicted prompt's log line has
+  // the engine's figure rather than "unknown".
+  FleetHarness h(1, "baseline", {}, [](sim::Profile& p) {
+    p.num_gpu_blocks_override = 2048;
+    p.always_report_cached_tokens = true;
+  });
   std::vector<json::array> prompts;
   for (int i = 0; i < 4; ++i) {
     json::array m;

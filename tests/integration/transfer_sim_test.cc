@@ -54,7 +54,6 @@ INSTANTIATE_TEST_SUITE_P(Connectors, OffloadTest,
 // pd_sep pins A = gpu0 (prefill pool) and B = gpu1 (decode pool), so each
 // failure can be aimed at one leg.
 void PdSep(proxy::Config& c, const std::string& connector) {
-  c.mode = "pd_sep";
   c.router.mode = "pd_sep";
   c.transfer.connector = connector;
   c.backends[0].spec.role = router::BackendRole::kPrefill;

@@ -5,7 +5,7 @@
 namespace kvsize {
 namespace {
 
-// The worked example of issue 3: Qwen3.6-35B-A3B on 2 x H100.
+// A worked example: Qwen3.6-35B-A3B on 2 x H100.
 ModelArch Qwen36() {
   return ModelArch{.name = "Qwen3.6-35B-A3B",
                    .num_attention_layers = 10,

@@ -23,7 +23,7 @@ TEST(ConfigTest, MinimalConfigFromDesign) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen_host, "127.0.0.1");
   EXPECT_EQ(c->listen_port, 8000);
-  EXPECT_EQ(c->mode, "v2");
+  EXPECT_EQ(c->router.mode, "v2");
   EXPECT_EQ(c->router.mode, "v2");
   EXPECT_EQ(c->router.thresholds.heavy_threshold, 20000);
   ASSERT_EQ(c->backends.size(), 2u);
@@ -181,7 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ConfigTest, ValidateRejectsOverriddenMode) {
   absl::StatusOr<Config> c = ParseConfig(kMinimal, "test");
   ASSERT_TRUE(c.ok());
-  c->mode = "fastest";
+  c->router.mode = "fastest";
   absl::Status st = ValidateConfig(*c);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(std::string(st.message()).find("mode: unknown mode 'fastest'"), std::string::npos);

@@ -22,7 +22,6 @@ inline Config TestConfig(const std::vector<uint16_t>& ports) {
   Config c;
   c.listen_host = "127.0.0.1";
   c.listen_port = 0;
-  c.mode = "round_robin";
   c.router.mode = "round_robin";
   c.threads = 2;
   c.monitor.enabled = false;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 namespace sim {
@@ -17,10 +18,39 @@ TEST(ProfileTest, H20FleetProfileDerivesItsCapacity) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->model_name, "Qwen/Qwen3-Coder-30B-A3B-Instruct");
   EXPECT_DOUBLE_EQ(p->KvBytesPerToken(), 98304);
-  EXPECT_NEAR(p->Capacity().token_capacity, 225.6e3, 0.1e3);
+  // 97,871 MiB of H20 memory: (0.9 x 102.6e9 - 3.22e9 - 61e9) / 98,304.
+  EXPECT_NEAR(p->Capacity().token_capacity, 286.05e3, 0.1e3);
   EXPECT_EQ(p->NumGpuBlocks(), static_cast<int64_t>(p->Capacity().token_capacity / 16));
-  EXPECT_NEAR(1 / p->timing.prefill_s_per_token, 7000, 10);
-  EXPECT_DOUBLE_EQ(p->link.overhead_s, 0.1);
+  EXPECT_EQ(p->max_num_seqs, 1024);
+  EXPECT_EQ(p->admission, AdmissionRule::kFullPrompt);
+  EXPECT_FALSE(p->always_report_cached_tokens);
+  EXPECT_EQ(p->timing.num_experts, 128);
+  EXPECT_DOUBLE_EQ(p->link.per_descriptor_s, 2.8e-6);
+}
+
+TEST(ProfileTest, BuiltInDefaultIsTheH20Profile) {
+  absl::StatusOr<Profile> file = LoadProfile(ProfilePath("h20-qwen3-coder-30b-a3b.yaml"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const Profile builtin = DefaultProfile();
+  EXPECT_EQ(builtin.NumGpuBlocks(), file->NumGpuBlocks());
+  EXPECT_DOUBLE_EQ(builtin.timing.step_fixed_s, file->timing.step_fixed_s);
+  EXPECT_DOUBLE_EQ(builtin.timing.prefill_s_per_token, file->timing.prefill_s_per_token);
+  EXPECT_DOUBLE_EQ(builtin.timing.attn_s_per_token_pair, file->timing.attn_s_per_token_pair);
+  EXPECT_DOUBLE_EQ(builtin.timing.weight_read_s, file->timing.weight_read_s);
+  EXPECT_DOUBLE_EQ(builtin.timing.expert_weight_fraction, file->timing.expert_weight_fraction);
+  EXPECT_DOUBLE_EQ(builtin.timing.decode_s_per_seq, file->timing.decode_s_per_seq);
+  EXPECT_DOUBLE_EQ(builtin.timing.kv_read_s_per_token, file->timing.kv_read_s_per_token);
+  EXPECT_DOUBLE_EQ(builtin.link.bandwidth_bytes_per_s, file->link.bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(builtin.link.overhead_s, file->link.overhead_s);
+  EXPECT_DOUBLE_EQ(builtin.link.per_descriptor_s, file->link.per_descriptor_s);
+}
+
+TEST(ProfileTest, MixtureOfExpertsWeightFractionSaturatesWithTokens) {
+  TimingModel t{.expert_weight_fraction = 0.95, .num_experts = 128, .experts_per_token = 8};
+  EXPECT_NEAR(t.WeightFraction(1), 0.05 + 0.95 * 8.0 / 128, 1e-12);
+  EXPECT_NEAR(t.WeightFraction(32), 0.05 + 0.95 * (1 - std::pow(120.0 / 128, 32)), 1e-12);
+  EXPECT_NEAR(t.WeightFraction(8192), 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(TimingModel{}.WeightFraction(1), 1.0);  // dense
 }
 
 TEST(ProfileTest, LlamaH100ProfileHolds434KTokens) {
@@ -42,6 +72,18 @@ TEST(ProfileTest, BadValuesNameTheKey) {
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(std::string(p.status().message()), ::testing::HasSubstr("engine.block_size"));
   EXPECT_FALSE(ParseProfile("engine:\n  max_num_seqs: 0\n").ok());
+  p = ParseProfile("engine:\n  admission: sometimes\n");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()), ::testing::HasSubstr("engine.admission"));
+  p = ParseProfile("timing:\n  attn_s_per_token_pair: -1\n");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()),
+              ::testing::HasSubstr("timing.attn_s_per_token_pair"));
+  EXPECT_FALSE(ParseProfile("timing:\n  num_experts: 4\n  experts_per_token: 8\n").ok());
+  p = ParseProfile("engine:\n  admission: first_chunk\n  cache_generated_blocks: false\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->admission, AdmissionRule::kFirstChunk);
+  EXPECT_FALSE(p->cache_generated_blocks);
   EXPECT_FALSE(ParseProfile("- a list\n").ok());
   EXPECT_FALSE(LoadProfile("/nonexistent.yaml").ok());
   // A model too big for the GPU leaves no KV.
