@@ -35,8 +35,9 @@ int64_t NewTokens(int64_t prompt_tokens_est, int64_t cached_tokens_est);
 
 // Parameters of the offload cost model. Defaults describe a Llama-3-8B-class
 // model (128 KiB of KV per token in bf16) on one H100-class GPU with a
-// 200 Gb/s RDMA link; the proxy fills them from the model/GPU profile
-// (kvsize/) when it has one.
+// 200 Gb/s RDMA link; the proxy fills them from its config's `profile`
+// (KV bytes per token through kvsize/, link, prefill rate) and
+// `router.offload_cost` keys, and refuses `offload_gate: cost` without them.
 struct OffloadCostParams {
   double kv_bytes_per_token = 131072;        // all layers, K and V
   double link_bytes_per_second = 25e9;       // effective RDMA bandwidth

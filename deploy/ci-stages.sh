@@ -75,7 +75,7 @@ stage_fuzz() {
   # client_request_fuzz is not run here: Beast 1.81's own chunked-body parser trips a
   # debug assertion (parse_chunk_header: n >= 5) on some fuzzed chunked bodies, whichever
   # parser drives it; ctest replays its seed corpus (client_request_fuzz_seed_corpus).
-  local targets=(features_fuzz response_observer_fuzz config_fuzz kv_event_batch_fuzz)
+  local targets=(features_fuzz response_observer_fuzz config_fuzz kv_event_batch_fuzz stream_usage_fuzz)
   cmake --build build-asan -j "$JOBS" --target "${targets[@]}"
   for t in "${targets[@]}"; do
     local seeds=tests/fuzz/corpus/${t%_fuzz}

@@ -111,9 +111,11 @@ if [ "$SERVE" -eq 1 ]; then
     echo "listen: 127.0.0.1:8000"
     echo "mode: v2"
     echo "heavy_threshold: 20000"
+    echo "profile: $ROOT/$PROFILE    # the simulated fleet's model, GPU and link"
     echo "backends:"
     for i in $(seq 0 $((INSTANCES - 1))); do
-      echo "  - {name: gpu$i, url: http://127.0.0.1:$((8100 + i))}"
+      # kvroute-sim writes prompt_tokens_details as vLLM with --enable-prompt-tokens-details.
+      echo "  - {name: gpu$i, url: http://127.0.0.1:$((8100 + i)), cached_tokens_absent: zero}"
     done
   } >"$SERVE_DIR/kvroute.yaml"
   # kvroute's health checks mark instances up as soon as they answer; no fixed sleeps.

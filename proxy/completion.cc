@@ -73,6 +73,7 @@ LegOptions BeginColocated(Session& s, CompleteHook* hook, ClientRequest& tmpl, s
   LegOptions opts;
   opts.on_first_byte = std::move(on_first_byte);
   opts.fail_on_5xx = true;
+  opts.ask_stream_usage = true;
   ArmCompletion(hook, opts, backend, kv_transferred);
   return opts;
 }
@@ -144,6 +145,7 @@ class HttpLegRunner final : public transfer::LegRunner {
     opts.on_first_byte = on_first_byte_;
     opts.state = decode_state_;
     opts.fail_on_5xx = true;
+    opts.ask_stream_usage = true;
     ArmCompletion(hook_, opts, b_, kv_transferred);
     decode_ = co_await Relay(s_, b_, dec, decor_, client_wants_stream_, std::move(opts));
     co_return Report(decode_);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 #include "router/policy_registry.h"
 
 namespace kvroute::proxy {
@@ -189,7 +190,29 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
   return r.Finish();
 }
 
-absl::Status ParseRouter(const YAML::Node& n, router::Options* o) {
+// `router.offload_cost`: each key given, or -1 (from the profile, else the
+// model's default).
+struct OffloadCostKeys {
+  double kv_bytes_per_token = -1;
+  double link_bytes_per_second = -1;
+  double transfer_overhead_seconds = -1;
+  double prefill_tokens_per_second = -1;
+  double margin = -1;
+};
+
+absl::Status ParseOffloadCost(const YAML::Node& n, OffloadCostKeys* k) {
+  const std::string path = "router.offload_cost";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(r.Double("kv_bytes_per_token", &k->kv_bytes_per_token, 1, 1e9));
+  KV_RETURN_IF_ERROR(r.Double("link_bytes_per_second", &k->link_bytes_per_second, 1, 1e13));
+  KV_RETURN_IF_ERROR(r.Double("transfer_overhead_s", &k->transfer_overhead_seconds, 0, 3600));
+  KV_RETURN_IF_ERROR(r.Double("prefill_tokens_per_second", &k->prefill_tokens_per_second, 1, 1e9));
+  KV_RETURN_IF_ERROR(r.Double("margin", &k->margin, 0, 1000));
+  return r.Finish();
+}
+
+absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKeys* cost) {
   KV_RETURN_IF_ERROR(RequireMap(n, "router"));
   MapReader r(n, "router");
   KV_RETURN_IF_ERROR(r.Integer("chunk_bytes", &o->chunk_bytes, 16, 1 << 20));
@@ -219,7 +242,72 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o) {
     return KeyError("router.offload_gate", absl::StrCat("unknown gate '", o->offload_gate,
                                                         "' (expected threshold or cost)"));
   }
+  if (const YAML::Node* c = r.Find("offload_cost")) KV_RETURN_IF_ERROR(ParseOffloadCost(*c, cost));
   return r.Finish();
+}
+
+// The offload cost model from its defaults, then the profile, then the
+// `router.offload_cost` keys. With `offload_gate: cost` the figures that
+// decide it (KV bytes per token, link bandwidth, prefill rate) must come
+// from the profile or the keys: the defaults describe one model on one GPU,
+// not this fleet.
+absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& profile,
+                             bool has_profile, router::Options* o) {
+  classifier::OffloadCostParams& p = o->offload_cost;
+  struct Figure {
+    double key;
+    double profile;
+    double* out;
+    const char* key_name;
+    const char* profile_key;
+  };
+  const Figure figures[] = {
+      {keys.kv_bytes_per_token, profile.kv_bytes_per_token, &p.kv_bytes_per_token,
+       "kv_bytes_per_token", "model.num_attention_layers, model.num_kv_heads and model.head_dim"},
+      {keys.link_bytes_per_second, profile.link_bytes_per_second, &p.link_bytes_per_second,
+       "link_bytes_per_second", "link.bandwidth_bytes_per_s"},
+      {keys.prefill_tokens_per_second, profile.prefill_tokens_per_second,
+       &p.prefill_tokens_per_second, "prefill_tokens_per_second", "timing.prefill_s_per_token"},
+  };
+  for (const Figure& f : figures) {
+    if (f.key > 0) {
+      *f.out = f.key;
+    } else if (f.profile > 0) {
+      *f.out = f.profile;
+    } else if (o->offload_gate == "cost") {
+      return KeyError(
+          "router.offload_gate",
+          absl::StrCat("cost needs router.offload_cost.", f.key_name, " or a `profile` with ",
+                       f.profile_key, has_profile ? " (the profile has none)" : ""));
+    }
+  }
+  if (keys.transfer_overhead_seconds >= 0) {
+    p.transfer_overhead_seconds = keys.transfer_overhead_seconds;
+  } else if (profile.transfer_overhead_seconds >= 0) {
+    p.transfer_overhead_seconds = profile.transfer_overhead_seconds;
+  }
+  if (keys.margin >= 0) p.margin = keys.margin;
+  return absl::OkStatus();
+}
+
+// One number of a profile: `section.key`, absent leaves *out alone.
+absl::Status ProfileNumber(const YAML::Node& root, const std::string& where,
+                           const std::string& section, const std::string& key, double* out) {
+  const YAML::Node s = root[section];
+  if (!s || s.IsNull()) return absl::OkStatus();
+  if (!s.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", section, ": expected a map, got ", Show(s)));
+  }
+  const YAML::Node v = s[key];
+  if (!v || v.IsNull()) return absl::OkStatus();
+  double d = 0;
+  if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &d) || !(d > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", section, ".", key,
+                                                   ": expected a positive number, got ", Show(v)));
+  }
+  *out = d;
+  return absl::OkStatus();
 }
 
 absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
@@ -321,6 +409,8 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &b.bootstrap_port, 1, 65535));
     KV_RETURN_IF_ERROR(r.String("kv_events", &b.kv_events));
     KV_RETURN_IF_ERROR(r.String("kv_events_replay", &b.kv_events_replay));
+    std::string absent = "auto";
+    KV_RETURN_IF_ERROR(r.String("cached_tokens_absent", &absent));
     KV_RETURN_IF_ERROR(r.Finish());
     if (!b.kv_events.empty()) {
       KV_RETURN_IF_ERROR(CheckTcpEndpoint(path + ".kv_events", b.kv_events));
@@ -330,6 +420,17 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
         return KeyError(path + ".kv_events_replay", "needs kv_events on the same backend");
       }
       KV_RETURN_IF_ERROR(CheckTcpEndpoint(path + ".kv_events_replay", b.kv_events_replay));
+    }
+    if (absent == "auto") {
+      b.cached_tokens_absent = AbsentCachedTokens::kAuto;
+    } else if (absent == "zero") {
+      b.cached_tokens_absent = AbsentCachedTokens::kZero;
+    } else if (absent == "unknown") {
+      b.cached_tokens_absent = AbsentCachedTokens::kUnknown;
+    } else {
+      return KeyError(
+          path + ".cached_tokens_absent",
+          absl::StrCat("unknown value '", absent, "' (expected auto, zero or unknown)"));
     }
     if (b.name.empty()) return KeyError(path + ".name", "missing or empty");
     if (!names.insert(b.name).second) {
@@ -354,6 +455,55 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
 }
 
 }  // namespace
+
+absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const std::string& path) {
+  const std::string where = absl::StrCat(key, ": profile '", path, "'");
+  std::error_code fec;
+  if (!std::filesystem::is_regular_file(path, fec)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read the file"));
+  }
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read the file"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": YAML syntax error: ", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a YAML map at top level"));
+  }
+  ProfileFigures f;
+  double layers = -1, kv_heads = -1, head_dim = -1, kv_bytes = 2, prefill_s_per_token = -1;
+  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "num_attention_layers", &layers));
+  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "num_kv_heads", &kv_heads));
+  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "head_dim", &head_dim));
+  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "kv_bytes_per_element", &kv_bytes));
+  KV_RETURN_IF_ERROR(
+      ProfileNumber(root, where, "link", "bandwidth_bytes_per_s", &f.link_bytes_per_second));
+  KV_RETURN_IF_ERROR(
+      ProfileNumber(root, where, "timing", "prefill_s_per_token", &prefill_s_per_token));
+  // link.overhead_s may be 0.
+  if (const YAML::Node link = root["link"]; link && link.IsMap() && link["overhead_s"]) {
+    const YAML::Node v = link["overhead_s"];
+    double d = -1;
+    if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &d) || !(d >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": link.overhead_s: expected a number >= 0, got ", Show(v)));
+    }
+    f.transfer_overhead_seconds = d;
+  }
+  if (layers > 0 && kv_heads > 0 && head_dim > 0) {
+    kvsize::ModelArch arch;
+    arch.num_attention_layers = static_cast<int>(layers);
+    arch.num_kv_heads = static_cast<int>(kv_heads);
+    arch.head_dim = static_cast<int>(head_dim);
+    arch.kv_bytes_per_element = kv_bytes;
+    f.kv_bytes_per_token = kvsize::KvBytesPerToken(arch);
+  }
+  if (prefill_s_per_token > 0) f.prefill_tokens_per_second = 1.0 / prefill_s_per_token;
+  return f;
+}
 
 absl::Status ParseHostPort(const std::string& key, const std::string& value, std::string* host,
                            uint16_t* port) {
@@ -414,7 +564,8 @@ absl::Status ValidateConfig(const Config& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source) {
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source,
+                                   const std::string& base_dir) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -426,6 +577,17 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   }
   Config c;
   MapReader r(root, "");
+  ProfileFigures profile;
+  KV_RETURN_IF_ERROR(r.String("profile", &c.profile));
+  if (!c.profile.empty()) {
+    std::filesystem::path p(c.profile);
+    if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+    c.profile = p.string();
+    absl::StatusOr<ProfileFigures> read = LoadProfileFigures("profile", c.profile);
+    if (!read.ok()) return read.status();
+    profile = *read;
+  }
+  OffloadCostKeys offload_cost;
   std::string listen;
   KV_RETURN_IF_ERROR(r.String("listen", &listen));
   if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
@@ -439,7 +601,10 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("limits")) KV_RETURN_IF_ERROR(ParseLimits(*n, &c.limits));
   if (const YAML::Node* n = r.Find("upstream")) KV_RETURN_IF_ERROR(ParseUpstream(*n, &c.upstream));
   if (const YAML::Node* n = r.Find("health")) KV_RETURN_IF_ERROR(ParseMonitor(*n, &c.monitor));
-  if (const YAML::Node* n = r.Find("router")) KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router));
+  if (const YAML::Node* n = r.Find("router")) {
+    KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router, &offload_cost));
+  }
+  KV_RETURN_IF_ERROR(FillOffloadCost(offload_cost, profile, !c.profile.empty(), &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
@@ -456,7 +621,7 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  return ParseConfig(ss.str(), path, std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace kvroute::proxy

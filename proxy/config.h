@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proxy/health.h"
+#include "proxy/response_observer.h"
 #include "router/router.h"
 
 namespace kvroute::proxy {
@@ -97,8 +98,25 @@ struct BackendConfig {
   // and replay_endpoint), tcp://host:port; empty: the engine publishes none.
   std::string kv_events;
   std::string kv_events_replay;
+  // How a `usage` without `prompt_tokens_details` is read
+  // (`cached_tokens_absent: auto | zero | unknown`, proxy/response_observer.h).
+  AbsentCachedTokens cached_tokens_absent = AbsentCachedTokens::kAuto;
   router::BackendSpec spec;
 };
+
+// The parts of a model/GPU profile (configs/profiles/*.yaml, the simulator's
+// format) that kvroute reads; other keys are the simulator's and ignored.
+// -1: the profile does not give it.
+struct ProfileFigures {
+  double kv_bytes_per_token = -1;     // model.*: 2 x attention layers x KV heads x head_dim x bytes
+  double link_bytes_per_second = -1;  // link.bandwidth_bytes_per_s
+  double transfer_overhead_seconds = -1;  // link.overhead_s
+  double prefill_tokens_per_second = -1;  // 1 / timing.prefill_s_per_token
+};
+
+// Reads a profile file. InvalidArgument naming `key` (the config key that
+// named the file), the file and the offending profile key.
+absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const std::string& path);
 
 // The router options a config starts from: mode `baseline`.
 inline router::Options DefaultRouterOptions() {
@@ -117,6 +135,10 @@ struct KvEventsOptions {
 };
 
 struct Config {
+  // The fleet's model/GPU profile (`profile`, resolved against the config
+  // file's directory); empty: none. It fills router.offload_cost below the
+  // `router.offload_cost` keys.
+  std::string profile;
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8000;
   std::string request_log;  // empty: no request log
@@ -138,9 +160,10 @@ struct Config {
 
 // Parses `yaml_text` (named `source` in errors). InvalidArgument on any
 // unknown key, wrong type, bad value, bad URL, duplicate backend name or
-// empty backend list.
-absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
-                                   const std::string& source);
+// empty backend list. A relative `profile` path is read from `base_dir`
+// (empty: the working directory); LoadConfigFile passes the file's own.
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source,
+                                   const std::string& base_dir = "");
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 
 // Validates what flags may override after loading (mode, listen, ...).

@@ -7,6 +7,7 @@
 #include <array>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -16,6 +17,7 @@
 #include "proxy/relay_parser.h"
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
+#include "proxy/stream_usage.h"
 #include "proxy/watchdog.h"
 #include "proxy/worker.h"
 #include "wire/sse.h"
@@ -74,13 +76,26 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   UpstreamPool& pool = worker.pool;
   const router::BackendSpec& spec = pool.backend(backend);
   const auto t0 = Clock::now();
+  // A stream whose client did not ask for usage asks the engine for it:
+  // the body goes as three pieces (the client's bytes around kvroute's).
+  StreamUsagePlan usage_plan;
+  // Only chat and completions have stream_options; the agent APIs send
+  // their usage unasked.
+  const bool openai_stream =
+      decor.endpoint == Endpoint::kChat || decor.endpoint == Endpoint::kCompletions;
+  if (opts.ask_stream_usage && opts.to_client && client_wants_stream && openai_stream) {
+    usage_plan = PlanStreamUsage(up.body());
+  }
+  const std::array<std::string_view, 3> body = usage_plan.Pieces(up.body());
   // The request's header bytes, written with its body: the client's
   // fields less the hop-by-hop and framing ones, kvroute's request id, this
   // backend's Host, the body's length (no edits to the field map).
   std::string up_header;
   up_header.reserve(256);
-  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, up.body().size(), &up_header);
-  const std::array<net::const_buffer, 2> up_bytes{net::buffer(up_header), net::buffer(up.body())};
+  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, usage_plan.BodySize(up.body()),
+                       &up_header);
+  const std::array<net::const_buffer, 4> up_bytes{net::buffer(up_header), net::buffer(body[0]),
+                                                  net::buffer(body[1]), net::buffer(body[2])};
 
   std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
   if (opts.watch_client) {
@@ -225,6 +240,10 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
   const boost::optional<uint64_t> length = parser->content_length();
   const bool chunked = !length.has_value();
+  // The usage chunk kvroute asked for comes out of the client's stream, so
+  // the client's framing is chunked whatever the engine's.
+  const bool filter_usage = usage_plan.edits_body() && r.sse && opts.to_client;
+  const bool client_chunked = chunked || filter_usage;
   passive(r.status < 500, t_header);
   if (opts.fail_on_5xx && r.status >= 500) {
     r.upstream_failed = true;
@@ -242,7 +261,8 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
         {kOwnFields[1], decor.backend_label},
         {kOwnFields[2], decor.request_class},
     }};
-    std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count), length);
+    std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count),
+                                              client_chunked ? boost::none : length);
     beast::error_code hwec;
     if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
       // A small plain body: its header goes out with the body in one
@@ -262,8 +282,14 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   }
   if (opts.on_first_byte) opts.on_first_byte(t_header);
 
-  ResponseObserver observer(r.sse, pool.options().max_observed_body, 1 << 20,
-                            /*keep_transfer_params=*/false, DialectFor(decor.endpoint));
+  ResponseObserver observer(r.sse, pool.options().max_observed_body,
+                            pool.options().max_observed_body, /*keep_transfer_params=*/false,
+                            DialectFor(decor.endpoint), &state.cached_tokens_rules[static_cast<size_t>(backend)]);
+  // With filter_usage, the client's bytes pass through the filter, which
+  // feeds the observer; the pieces of one read go out as one chunk.
+  std::optional<StreamUsageFilter> usage_filter;
+  absl::InlinedVector<net::const_buffer, 4> pieces;
+  if (filter_usage) usage_filter.emplace(&observer, pool.options().max_observed_body);
   bool hook_fired = false;
   auto fire_hook = [&] {
     if (hook_fired) return;
@@ -310,7 +336,19 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
       break;
     }
     if (n == 0) continue;
-    observer.Feed(std::string_view(chunk, n));
+    if (usage_filter) {
+      pieces.clear();
+      for (std::string_view p : usage_filter->Feed(std::string_view(chunk, n))) {
+        pieces.push_back(net::buffer(p.data(), p.size()));
+      }
+      if (parser->is_done()) {
+        for (std::string_view p : usage_filter->Finish()) {
+          pieces.push_back(net::buffer(p.data(), p.size()));
+        }
+      }
+    } else {
+      observer.Feed(std::string_view(chunk, n));
+    }
     if (parser->is_done()) fire_hook();
     if (!opts.to_client) {
       if (opts.capture != nullptr && opts.capture->size() + n <= opts.max_capture) {
@@ -319,7 +357,13 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
       continue;
     }
     beast::error_code wec;
-    if (chunked) {
+    if (usage_filter) {
+      if (net::buffer_size(pieces) == 0) continue;  // all taken out: no empty chunk
+      const auto piece = http::make_chunk(pieces);
+      const WriteAttempt w = WriteNow(client, piece);
+      wec = w.ec;
+      if (!w.done) wec = co_await WriteRest(client, piece, w.written, write_timeout);
+    } else if (chunked) {
       const auto piece = http::make_chunk(net::buffer(chunk, n));
       const WriteAttempt w = WriteNow(client, piece);
       wec = w.ec;
@@ -350,7 +394,7 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   if (upstream_ok) {
     r.completed = true;
     fire_hook();
-    if (chunked && opts.to_client) {
+    if (client_chunked && opts.to_client) {
       if (co_await EagerWrite(client, http::make_chunk_last(), write_timeout)) {
         r.completed = false;
       }
@@ -361,7 +405,15 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   } else {
     leg->upstream = nullptr;
     conn.reset();  // closing the connection cancels the engine's request
-    if (opts.to_client && !r.client_gone && chunked && r.sse && client_wants_stream) {
+    if (usage_filter && !r.client_gone) {
+      // The bytes the filter still holds (an unfinished event) were the
+      // client's before the stream broke.
+      const auto& rest = usage_filter->Finish();
+      if (!rest.empty()) {
+        co_await EagerWrite(client, http::make_chunk(net::buffer(rest.front())), write_timeout);
+      }
+    }
+    if (opts.to_client && !r.client_gone && client_chunked && r.sse && client_wants_stream) {
       // Tell the client the stream ended abnormally instead of truncating.
       const std::string event = MidStreamErrorEvent(decor.endpoint, r.error);
       co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);

@@ -103,6 +103,10 @@ struct LegOptions {
   // go to the client, so that whatever the client sends next (a session's
   // next turn) is routed with this response already learned.
   std::function<void(int status, const Usage& usage)> before_last_write;
+  // A chat/completions leg whose response goes to the client: when the
+  // client streams without asking for usage, ask the engine for it and take
+  // it back out of the client's stream (proxy/stream_usage.h).
+  bool ask_stream_usage = false;
 };
 
 // Sends `up` to `backend` and relays the response to the client as it

@@ -21,9 +21,12 @@ bool UsageFromObject(const json::object& obj, Usage* out) {
   const json::value* usage = obj.if_contains("usage");
   if (usage == nullptr || !usage->is_object()) return false;
   const json::object& u = usage->get_object();
+  out->reported = true;
   out->prompt_tokens = IntOr(u, "prompt_tokens");
   out->completion_tokens = IntOr(u, "completion_tokens");
+  out->has_details = false;
   if (const json::value* d = u.if_contains("prompt_tokens_details"); d && d->is_object()) {
+    out->has_details = true;
     out->cached_tokens = IntOr(d->get_object(), "cached_tokens");
   }
   return true;
@@ -86,8 +89,10 @@ class UsageHandler {
   // root has no usage object.
   bool Result(Usage* out) const {
     if (!found_) return false;
+    out->reported = true;
     out->prompt_tokens = prompt_;
     out->completion_tokens = completion_;
+    out->has_details = details_;
     if (details_) out->cached_tokens = cached_;
     return true;
   }
@@ -240,13 +245,50 @@ bool ParseUsageFromJson(std::string_view text, Usage* out, std::string* kv_trans
   return UsageFromObject(obj, out);
 }
 
+bool ParseUsageOnlyChunk(std::string_view text, Usage* out) {
+  boost::system::error_code ec;
+  unsigned char scratch[4096];
+  json::monotonic_resource mr(scratch, sizeof(scratch));
+  json::value root = json::parse(json::string_view(text.data(), text.size()), ec, &mr);
+  if (ec || !root.is_object()) return false;
+  const json::object& obj = root.get_object();
+  const json::value* choices = obj.if_contains("choices");
+  if (choices == nullptr || !choices->is_array() || !choices->get_array().empty()) return false;
+  Usage u;
+  if (!UsageFromObject(obj, &u)) return false;
+  *out = u;
+  return true;
+}
+
+void CachedTokensRule::Apply(bool complete, Usage* usage) {
+  if (!usage->reported) return;
+  if (usage->has_details) {
+    if (!details_seen_.load(std::memory_order_relaxed)) {
+      details_seen_.store(true, std::memory_order_relaxed);
+    }
+    return;
+  }
+  const AbsentCachedTokens absent = this->absent();
+  const bool absent_means_zero =
+      absent == AbsentCachedTokens::kZero ||
+      (absent == AbsentCachedTokens::kAuto && details_seen_.load(std::memory_order_relaxed));
+  usage->cached_tokens = complete && absent_means_zero ? 0 : -1;
+}
+
 ResponseObserver::ResponseObserver(bool sse, size_t max_json_body, size_t max_event_bytes,
-                                   bool keep_transfer_params, ApiDialect dialect)
+                                   bool keep_transfer_params, ApiDialect dialect,
+                                   CachedTokensRule* cached_tokens_rule)
     : sse_(sse),
       max_json_body_(max_json_body),
       max_event_bytes_(max_event_bytes),
       keep_transfer_params_(keep_transfer_params),
-      dialect_(dialect) {}
+      dialect_(dialect),
+      cached_tokens_rule_(cached_tokens_rule) {}
+
+void ResponseObserver::ReportUsage(const Usage& usage) {
+  ++events_;
+  usage_ = usage;
+}
 
 void ResponseObserver::Feed(std::string_view bytes) {
   if (!sse_) {
@@ -315,6 +357,13 @@ void ResponseObserver::Finish() {
     }
   }
   pending_.clear();
+  // A JSON body's usage is read only from a whole body; a stream's usage
+  // chunk comes just before [DONE].
+  // The rule reads vLLM's prompt_tokens_details, which only the OpenAI
+  // dialect has; the agent APIs report their cache counts their own way.
+  if (cached_tokens_rule_ != nullptr && dialect_ == ApiDialect::kOpenAi) {
+    cached_tokens_rule_->Apply(!sse_ || saw_done_, &usage_);
+  }
 }
 
 // An event of the agent APIs: only the few that carry usage, an id or the

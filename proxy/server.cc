@@ -59,6 +59,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
   state_->handoff->bootstrap().SetPorts(
       BootstrapPorts(config_.backends, config_.transfer.bootstrap_port),
       config_.transfer.bootstrap_port);
+  state_->ConfigureCachedTokens(config_.backends, *router_->Backends());
   monitor_ = std::make_unique<BackendMonitor>(config_, *router_, *state_->health);
   RegisterBackendGauges(registry_, router_.get());
 }
@@ -166,6 +167,7 @@ absl::Status Server::ReloadBackends(const std::vector<BackendConfig>& backends,
   state_->health->Resize(static_cast<int>(fleet->size()));
   state_->handoff->bootstrap().SetPorts(BootstrapPorts(backends, default_bootstrap_port),
                                         default_bootstrap_port);
+  state_->ConfigureCachedTokens(backends, *fleet);
   for (auto& w : workers_) {
     net::post(w->ioc, [w = w.get(), fleet] { w->Sync(*fleet); });
   }

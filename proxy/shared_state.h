@@ -3,12 +3,14 @@
 // to proxy/: the Server owns it and hands each Session a reference.
 //
 // Thread-safety: the pointed-to objects are thread-safe on their own; the
-// counters are atomics.
+// counters and the cached-token rules are atomics.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "proxy/admission.h"
 #include "proxy/config.h"
@@ -17,6 +19,7 @@
 #include "proxy/proxy_metrics.h"
 #include "proxy/request_log.h"
 #include "proxy/response_homes.h"
+#include "proxy/response_observer.h"
 #include "router/router.h"
 #include "transfer/handoff.h"
 
@@ -38,6 +41,20 @@ struct SharedState {
   std::unique_ptr<transfer::Handoff> handoff;
   // Responses API: the backend holding each stored response kvroute relayed.
   std::unique_ptr<ResponseHomes> response_homes;
+  // How each backend's `usage` without prompt_tokens_details is read, by
+  // the router's backend index (a retired slot keeps its last rule).
+  std::array<CachedTokensRule, router::kMaxBackends> cached_tokens_rules;
+  // Sets the rules of `backends` (a config's list) at their slots in `fleet`.
+  void ConfigureCachedTokens(const std::vector<BackendConfig>& backends,
+                             const std::vector<router::BackendSpec>& fleet) {
+    for (const BackendConfig& b : backends) {
+      for (size_t i = 0; i < fleet.size() && i < cached_tokens_rules.size(); ++i) {
+        if (!fleet[i].retired && fleet[i].name == b.name) {
+          cached_tokens_rules[i].Configure(b.cached_tokens_absent);
+        }
+      }
+    }
+  }
 };
 
 }  // namespace kvroute::proxy

@@ -264,6 +264,9 @@ write_kvroute_config() {
     for ((i = 0; i < INSTANCES; i++)); do
       local line="  - {name: gpu$i, url: http://$ADVERTISE:$((BASE_PORT + i)), role: both"
       [ "$CONNECTOR" != mooncake ] || line+=", bootstrap_port: $((BOOT_BASE + i))"
+      # Every instance runs with --enable-prompt-tokens-details, which omits the details
+      # when nothing was cached: a usage without them is a miss.
+      line+=", cached_tokens_absent: zero"
       if [ "$KV_EVENTS" -eq 1 ]; then
         line+=", kv_events: tcp://$ADVERTISE:$((KV_EVENTS_BASE + i))"
         line+=", kv_events_replay: tcp://$ADVERTISE:$((KV_REPLAY_BASE + i))"

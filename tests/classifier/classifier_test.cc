@@ -128,5 +128,28 @@ TEST(OffloadCostTest, FromProfile) {
   EXPECT_DOUBLE_EQ(p.transfer_overhead_seconds, 0.002);
 }
 
+// The gate depends on the fleet the config describes: Qwen3-Coder-30B-A3B on
+// H20 (98,304 B/token, ~7,000 prefill tokens/s, the profile's 0.1 s
+// overhead) over 200 Gb RDMA or 10 GbE TCP, with the configured margin.
+TEST(OffloadCostTest, ConfiguredFleetDecidesTheGate) {
+  const kvsize::ModelArch qwen{.name = "qwen3-coder-30b-a3b",
+                               .num_attention_layers = 48,
+                               .num_kv_heads = 4,
+                               .head_dim = 128,
+                               .kv_bytes_per_element = 2};
+  const OffloadCase heavy{.prompt_tokens = 8000};
+  OffloadCostParams rdma = OffloadCostFromProfile(qwen, 25e9, 7000, 0.1);
+  const OffloadEstimate on_rdma = EstimateOffload(heavy, rdma);
+  EXPECT_NEAR(on_rdma.transfer_seconds, 0.1 + 8000.0 * 98304 / 25e9, 1e-9);
+  EXPECT_TRUE(on_rdma.worthwhile);  // 1.14 s saved > 0.13 s moved
+
+  OffloadCostParams tcp = OffloadCostFromProfile(qwen, 1.25e9, 7000, 0.1);
+  EXPECT_TRUE(EstimateOffload(heavy, tcp).worthwhile);  // 1.14 s > 0.73 s
+  tcp.margin = 2;
+  EXPECT_FALSE(EstimateOffload(heavy, tcp).worthwhile);  // 1.14 s < 2 x 0.73 s
+  rdma.margin = 2;
+  EXPECT_TRUE(EstimateOffload(heavy, rdma).worthwhile);
+}
+
 }  // namespace
 }  // namespace kvroute::classifier

@@ -42,7 +42,7 @@ done
 [ "$events_json" = '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5800"}' ] ||
   fail "bad --kv-events-config: $events_json"
 expect "$WORK/nixl/kvroute.yaml" "connector: nixl"
-expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both, kv_events: tcp://10.1.2.3:5564, kv_events_replay: tcp://10.1.2.3:5807}"
+expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role: both, cached_tokens_absent: zero, kv_events: tcp://10.1.2.3:5564, kv_events_replay: tcp://10.1.2.3:5807}"
 expect "$WORK/nixl/kvroute.yaml" "block_size: 16"
 
 # --- Mooncake, 2 instances on chosen GPUs, extra vLLM flags after --.
@@ -53,7 +53,7 @@ expect "$WORK/mooncake.out" "CUDA_VISIBLE_DEVICES=6 VLLM_MOONCAKE_BOOTSTRAP_PORT
 expect "$WORK/mooncake.out" "'{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_both\"}' --kv-events-config"
 expect "$WORK/mooncake.out" "\"replay_endpoint\":\"tcp://*:5801\"}' --max-num-seqs 64"
 grep -q NIXL "$WORK/mooncake.out" && fail "NIXL variables in a Mooncake fleet"
-expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101, kv_events: tcp://127.0.0.1:5558, kv_events_replay: tcp://127.0.0.1:5801}"
+expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001, role: both, bootstrap_port: 9101, cached_tokens_absent: zero, kv_events: tcp://127.0.0.1:5558, kv_events_replay: tcp://127.0.0.1:5801}"
 expect "$WORK/mooncake/kvroute.yaml" "heavy_threshold: 30000"
 
 # --- Tensor parallel 2: GPU pairs.
@@ -67,12 +67,12 @@ bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advert
   --kv-events-base-port 7000 --kv-events-replay-base-port 7100 --out "$WORK/events" --dry-run \
   >"$WORK/events.out"
 expect "$WORK/events.out" "\"endpoint\":\"tcp://*:7001\",\"replay_endpoint\":\"tcp://*:7101\"}'"
-expect "$WORK/events/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, kv_events: tcp://127.0.0.1:7001, kv_events_replay: tcp://127.0.0.1:7101}"
+expect "$WORK/events/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero, kv_events: tcp://127.0.0.1:7001, kv_events_replay: tcp://127.0.0.1:7101}"
 bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
   --no-kv-events --out "$WORK/noevents" --dry-run >"$WORK/noevents.out"
 grep -q -- --kv-events-config "$WORK/noevents.out" && fail "--no-kv-events still passes --kv-events-config"
 grep -q kv_events "$WORK/noevents/kvroute.yaml" && fail "--no-kv-events still writes kv_events"
-expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both}"
+expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero}"
 
 # --- Argument errors exit 2 with a message.
 for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \

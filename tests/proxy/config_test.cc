@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace kvroute::proxy {
@@ -158,6 +159,35 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"kv_events_unknown_key",
                 "kv_events: {hwm: 5}\nbackends: [{name: a, url: http://h:1}]",
                 "kv_events.hwm: unknown key"},
+        BadCase{"bad_cached_tokens_absent",
+                "backends: [{name: a, url: http://h:1, cached_tokens_absent: never}]",
+                "backends[0].cached_tokens_absent: unknown value 'never' (expected auto, zero "
+                "or unknown)"},
+        BadCase{"cost_gate_with_nothing",
+                "router: {offload_gate: cost}\nbackends: [{name: a, url: http://h:1}]",
+                "router.offload_gate: cost needs router.offload_cost.kv_bytes_per_token or a "
+                "`profile`"},
+        BadCase{"cost_gate_missing_one_figure",
+                "router: {offload_gate: cost, offload_cost: {kv_bytes_per_token: 98304, "
+                "link_bytes_per_second: 25e9}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.offload_gate: cost needs router.offload_cost.prefill_tokens_per_second "
+                "or a `profile` with timing.prefill_s_per_token"},
+        BadCase{"offload_cost_unknown_key",
+                "router: {offload_cost: {bandwidth: 1}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.offload_cost.bandwidth: unknown key"},
+        BadCase{"offload_cost_bad_value",
+                "router: {offload_cost: {link_bytes_per_second: fast}}\n"
+                "backends: [{name: a, url: http://h:1}]",
+                "router.offload_cost.link_bytes_per_second: expected a number, got 'fast'"},
+        BadCase{"offload_cost_not_a_map",
+                "router: {offload_cost: 5}\nbackends: [{name: a, url: http://h:1}]",
+                "router.offload_cost: expected a map"},
+        BadCase{"missing_profile",
+                "profile: /nonexistent/p.yaml\nbackends: [{name: a, url: http://h:1}]",
+                "profile: profile '/nonexistent/p.yaml': cannot read the file"},
+        BadCase{"profile_not_a_regular_file",
+                "profile: /dev/zero\nbackends: [{name: a, url: http://h:1}]",
+                "profile: profile '/dev/zero': cannot read the file"},
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
@@ -216,6 +246,131 @@ TEST(ConfigTest, HostPortForms) {
   EXPECT_EQ(port, 80);
   EXPECT_FALSE(ParseHostPort("listen", ":80", &host, &port).ok());
   EXPECT_FALSE(ParseHostPort("listen", "h:-1", &host, &port).ok());
+}
+
+TEST(ConfigTest, CachedTokensAbsentPerBackend) {
+  absl::StatusOr<Config> c = ParseConfig(R"(
+backends:
+  - {name: a, url: http://h:1}
+  - {name: b, url: http://h:2, cached_tokens_absent: zero}
+  - {name: c, url: http://h:3, cached_tokens_absent: unknown}
+  - {name: d, url: http://h:4, cached_tokens_absent: auto}
+)",
+                                         "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backends[0].cached_tokens_absent, AbsentCachedTokens::kAuto);
+  EXPECT_EQ(c->backends[1].cached_tokens_absent, AbsentCachedTokens::kZero);
+  EXPECT_EQ(c->backends[2].cached_tokens_absent, AbsentCachedTokens::kUnknown);
+  EXPECT_EQ(c->backends[3].cached_tokens_absent, AbsentCachedTokens::kAuto);
+}
+
+TEST(ConfigTest, OffloadCostFromKeys) {
+  absl::StatusOr<Config> c = ParseConfig(R"(
+router:
+  offload_gate: cost
+  offload_cost:
+    kv_bytes_per_token: 98304
+    link_bytes_per_second: 22e9
+    transfer_overhead_s: 0.15
+    prefill_tokens_per_second: 7000
+    margin: 1.5
+backends: [{name: a, url: http://h:1}]
+)",
+                                         "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const classifier::OffloadCostParams& p = c->router.offload_cost;
+  EXPECT_EQ(p.kv_bytes_per_token, 98304);
+  EXPECT_EQ(p.link_bytes_per_second, 22e9);
+  EXPECT_EQ(p.transfer_overhead_seconds, 0.15);
+  EXPECT_EQ(p.prefill_tokens_per_second, 7000);
+  EXPECT_EQ(p.margin, 1.5);
+}
+
+// The H20 / Qwen3-Coder-30B-A3B profile: c_KV = 2 x 48 x 4 x 128 x 2 B.
+TEST(ConfigTest, OffloadCostFromShippedProfile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(KVROUTE_SOURCE_DIR) / "configs";
+  absl::StatusOr<Config> c = ParseConfig(R"(
+profile: profiles/h20-qwen3-coder-30b-a3b.yaml
+router: {offload_gate: cost}
+backends: [{name: a, url: http://h:1}]
+)",
+                                         "test", dir.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->profile, (dir / "profiles/h20-qwen3-coder-30b-a3b.yaml").string());
+  const classifier::OffloadCostParams& p = c->router.offload_cost;
+  EXPECT_EQ(p.kv_bytes_per_token, 98304);
+  // The figures below are the profile's own, whatever it says today.
+  absl::StatusOr<ProfileFigures> f =
+      LoadProfileFigures("profile", (dir / "profiles/h20-qwen3-coder-30b-a3b.yaml").string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GT(f->link_bytes_per_second, 0);
+  EXPECT_GT(f->prefill_tokens_per_second, 0);
+  EXPECT_EQ(p.link_bytes_per_second, f->link_bytes_per_second);
+  EXPECT_EQ(p.prefill_tokens_per_second, f->prefill_tokens_per_second);
+  EXPECT_EQ(p.transfer_overhead_seconds, f->transfer_overhead_seconds);
+}
+
+TEST(ConfigTest, ProfileFillsBelowExplicitKeysAndToleratesOtherKeys) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "kvroute_config_profile_test";
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "gpu.yaml");
+    out << "model: {name: x, num_attention_layers: 32, num_kv_heads: 8, head_dim: 128,\n"
+           "        kv_bytes_per_element: 1, new_model_key: [1, 2]}\n"
+           "timing: {prefill_s_per_token: 5.0e-5, prefill_attn_s_per_token_ctx: 1e-9}\n"
+           "link: {bandwidth_bytes_per_s: 50e9, overhead_s: 0, per_descriptor_s: 1e-6}\n"
+           "fabric: {anything: goes}\n";
+  }
+  absl::StatusOr<Config> c = LoadConfigFile([&] {
+    std::ofstream out(dir / "kvroute.yaml");
+    out << "profile: gpu.yaml\n"
+           "router: {offload_gate: cost, offload_cost: {prefill_tokens_per_second: 12345}}\n"
+           "backends: [{name: a, url: http://h:1}]\n";
+    return (dir / "kvroute.yaml").string();
+  }());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const classifier::OffloadCostParams& p = c->router.offload_cost;
+  EXPECT_EQ(p.kv_bytes_per_token, 2.0 * 32 * 8 * 128 * 1);  // FP8 KV
+  EXPECT_EQ(p.link_bytes_per_second, 50e9);
+  EXPECT_EQ(p.transfer_overhead_seconds, 0);
+  EXPECT_EQ(p.prefill_tokens_per_second, 12345);  // the key wins over 1 / 5e-5
+
+  // A profile key of the wrong type is named.
+  {
+    std::ofstream out(dir / "bad.yaml");
+    out << "model: {num_attention_layers: many, num_kv_heads: 8, head_dim: 128}\n";
+  }
+  absl::StatusOr<Config> bad = ParseConfig(
+      "profile: bad.yaml\nbackends: [{name: a, url: http://h:1}]\n", "test", dir.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message())
+                .find("bad.yaml': model.num_attention_layers: expected a positive number, "
+                      "got 'many'"),
+            std::string::npos)
+      << bad.status();
+  // A profile without timing cannot feed the cost gate, and the error says which key.
+  {
+    std::ofstream out(dir / "notiming.yaml");
+    out << "model: {num_attention_layers: 32, num_kv_heads: 8, head_dim: 128}\n"
+           "link: {bandwidth_bytes_per_s: 50e9}\n";
+  }
+  absl::StatusOr<Config> no_timing = ParseConfig(
+      "profile: notiming.yaml\nrouter: {offload_gate: cost}\n"
+      "backends: [{name: a, url: http://h:1}]\n",
+      "test", dir.string());
+  ASSERT_FALSE(no_timing.ok());
+  EXPECT_NE(std::string(no_timing.status().message())
+                .find("router.offload_gate: cost needs router.offload_cost.prefill_tokens_per_"
+                      "second or a `profile` with timing.prefill_s_per_token (the profile has "
+                      "none)"),
+            std::string::npos)
+      << no_timing.status();
+  // The same profile is fine for the threshold gate.
+  EXPECT_TRUE(ParseConfig("profile: notiming.yaml\nbackends: [{name: a, url: http://h:1}]\n",
+                          "test", dir.string())
+                  .ok());
 }
 
 // Every example config shipped in configs/ must load.

@@ -181,6 +181,69 @@ TEST(ResponseObserverAgentTest, ChatDialectIgnoresAgentShapes) {
   EXPECT_FALSE(obs.saw_done());
 }
 
+// vLLM omits prompt_tokens_details when nothing was cached.
+const char kColdBody[] =
+    "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
+    "\"text\":\"x\",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":30,"
+    "\"total_tokens\":31,\"completion_tokens\":1}}";
+const char kWarmBody[] =
+    "{\"id\":\"cmpl-2\",\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"total_tokens\":31,"
+    "\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":16}}}";
+
+Usage ObserveJson(const char* body, CachedTokensRule* rule) {
+  ResponseObserver obs(false, 1 << 20, 1 << 20, false, ApiDialect::kOpenAi, rule);
+  obs.Feed(body);
+  obs.Finish();
+  obs.Finish();  // the relay finishes twice (before its last write, and at the end)
+  return obs.usage();
+}
+
+TEST(CachedTokensRuleTest, UsageWithoutDetailsPerRule) {
+  EXPECT_EQ(ObserveJson(kColdBody, nullptr).cached_tokens, -1);
+  CachedTokensRule zero(AbsentCachedTokens::kZero);
+  const Usage cold = ObserveJson(kColdBody, &zero);
+  EXPECT_TRUE(cold.reported);
+  EXPECT_FALSE(cold.has_details);
+  EXPECT_EQ(cold.prompt_tokens, 30);
+  EXPECT_EQ(cold.cached_tokens, 0);
+  CachedTokensRule unknown(AbsentCachedTokens::kUnknown);
+  EXPECT_EQ(ObserveJson(kColdBody, &unknown).cached_tokens, -1);
+  EXPECT_EQ(ObserveJson(kWarmBody, &unknown).cached_tokens, 16);
+  EXPECT_EQ(ObserveJson(kColdBody, &unknown).cached_tokens, -1);  // never learns
+}
+
+TEST(CachedTokensRuleTest, AutoLearnsFromTheFirstDetails) {
+  CachedTokensRule rule;  // auto
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, -1);
+  EXPECT_FALSE(rule.details_seen());
+  EXPECT_EQ(ObserveJson(kWarmBody, &rule).cached_tokens, 16);
+  EXPECT_TRUE(rule.details_seen());
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, 0);
+  // A reload that says `unknown` stops the inference; what was seen stays.
+  rule.Configure(AbsentCachedTokens::kUnknown);
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, -1);
+  rule.Configure(AbsentCachedTokens::kAuto);
+  EXPECT_EQ(ObserveJson(kColdBody, &rule).cached_tokens, 0);
+}
+
+TEST(CachedTokensRuleTest, NoUsageStaysUnknown) {
+  CachedTokensRule zero(AbsentCachedTokens::kZero);
+  const Usage none = ObserveJson("{\"id\":\"x\",\"choices\":[]}", &zero);
+  EXPECT_FALSE(none.reported);
+  EXPECT_EQ(none.cached_tokens, -1);
+  // A body cut short parses to nothing.
+  EXPECT_EQ(ObserveJson("{\"usage\":{\"prompt_tokens\":30", &zero).cached_tokens, -1);
+  // A stream without [DONE] was cut short: its usage is not read as a miss.
+  ResponseObserver sse(true, 1 << 20, 1 << 20, false, ApiDialect::kOpenAi, &zero);
+  sse.Feed("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30}}\n\n");
+  sse.Finish();
+  EXPECT_EQ(sse.usage().cached_tokens, -1);
+  ResponseObserver done(true, 1 << 20, 1 << 20, false, ApiDialect::kOpenAi, &zero);
+  done.Feed("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30}}\n\ndata: [DONE]\n\n");
+  done.Finish();
+  EXPECT_EQ(done.usage().cached_tokens, 0);
+}
+
 TEST(EngineMetricsTest, ParsesVllmGauges) {
   const char* text =
       "# HELP vllm:num_requests_running x\n"
