@@ -9,6 +9,7 @@
 #include <deque>
 
 #include "sim/metrics.h"
+#include "sim/oracle.h"
 #include "sim/tokenizer.h"
 
 namespace sim {
@@ -371,6 +372,24 @@ awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const A
                            content_type);
 }
 
+awaitable<int64_t> Instance::CachedPrefixTokens(
+    std::shared_ptr<const std::vector<int32_t>> tokens) {
+  co_return co_await net::co_spawn(
+      strand_,
+      [this, tokens]() -> awaitable<int64_t> {
+        const int block = engine_.config().block_size;
+        const std::vector<BlockHash> hashes = HashFullBlocks(*tokens, block);
+        const int64_t max_hit =
+            std::min<int64_t>(static_cast<int64_t>(hashes.size()),
+                              (static_cast<int64_t>(tokens->size()) - 1) / block);
+        if (max_hit <= 0) co_return int64_t{0};
+        co_return engine_.blocks().CountCachedPrefix(
+            std::span<const BlockHash>(hashes.data(), static_cast<size_t>(max_hit))) *
+            block;
+      },
+      use_awaitable);
+}
+
 std::string Instance::ModelsJson() const {
   json::object model;
   model["id"] = options_.profile.model_name;
@@ -521,6 +540,15 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
       int code = 200;
       HandleFaultsRequest(req, &body, &code);
       status = static_cast<http::status>(code);
+    }
+    co_return co_await Reply(stream, req, status, body, content_type);
+  }
+  if (path == kOracleCachedTokensPath) {
+    if (allowed({http::verb::post})) {
+      std::string request_body = req.body();
+      OracleAnswer answer = co_await AnswerCachedTokens(std::move(request_body), this);
+      status = static_cast<http::status>(answer.status);
+      body = std::move(answer.body);
     }
     co_return co_await Reply(stream, req, status, body, content_type);
   }
