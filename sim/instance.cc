@@ -374,20 +374,22 @@ awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const A
 
 awaitable<int64_t> Instance::CachedPrefixTokens(
     std::shared_ptr<const std::vector<int32_t>> tokens) {
-  co_return co_await net::co_spawn(
-      strand_,
-      [this, tokens]() -> awaitable<int64_t> {
-        const int block = engine_.config().block_size;
-        const std::vector<BlockHash> hashes = HashFullBlocks(*tokens, block);
-        const int64_t max_hit =
-            std::min<int64_t>(static_cast<int64_t>(hashes.size()),
-                              (static_cast<int64_t>(tokens->size()) - 1) / block);
-        if (max_hit <= 0) co_return int64_t{0};
-        co_return engine_.blocks().CountCachedPrefix(
-            std::span<const BlockHash>(hashes.data(), static_cast<size_t>(max_hit))) *
-            block;
-      },
-      use_awaitable);
+  // GCC 12 mishandles temporaries (a lambda here) inside co_await expressions: the coroutine
+  // run on the strand is a named local taking its argument by value.
+  awaitable<int64_t> count = CountCachedPrefix(std::move(tokens));
+  const int64_t cached = co_await net::co_spawn(strand_, std::move(count), use_awaitable);
+  co_return cached;
+}
+
+awaitable<int64_t> Instance::CountCachedPrefix(std::shared_ptr<const std::vector<int32_t>> tokens) {
+  const int block = engine_.config().block_size;
+  const std::vector<BlockHash> hashes = HashFullBlocks(*tokens, block);
+  const int64_t max_hit = std::min<int64_t>(static_cast<int64_t>(hashes.size()),
+                                            (static_cast<int64_t>(tokens->size()) - 1) / block);
+  if (max_hit <= 0) co_return 0;
+  co_return engine_.blocks().CountCachedPrefix(
+      std::span<const BlockHash>(hashes.data(), static_cast<size_t>(max_hit))) *
+      block;
 }
 
 std::string Instance::ModelsJson() const {
@@ -545,8 +547,8 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
   }
   if (path == kOracleCachedTokensPath) {
     if (allowed({http::verb::post})) {
-      std::string request_body = req.body();
-      OracleAnswer answer = co_await AnswerCachedTokens(std::move(request_body), this);
+      awaitable<OracleAnswer> ask = AnswerCachedTokens(req.body(), this);
+      OracleAnswer answer = co_await std::move(ask);
       status = static_cast<http::status>(answer.status);
       body = std::move(answer.body);
     }

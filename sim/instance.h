@@ -101,6 +101,9 @@ class Instance : public KvHolder {
   int instance_index() const override { return options_.index; }
 
  private:
+  // CachedPrefixTokens' work, run on the strand.
+  boost::asio::awaitable<int64_t> CountCachedPrefix(
+      std::shared_ptr<const std::vector<int32_t>> tokens);
   // Stop and the `killed` fault: wakes every waiting request, aborted.
   void AbortWaitingRequests();
   struct Pending;

@@ -21,14 +21,15 @@ boost::asio::awaitable<OracleAnswer> AnswerCachedTokens(std::string body, Instan
     answer.body = ErrorJson(*err);
     co_return answer;
   }
-  auto tokens = std::make_shared<const std::vector<int32_t>>(
+  std::shared_ptr<const std::vector<int32_t>> tokens = std::make_shared<const std::vector<int32_t>>(
       parsed.prompt_is_ids ? std::move(parsed.prompt_ids)
                            : StandInTokenizer::Encode(parsed.prompt_text));
   json::array instances;
   for (int i = 0;; ++i) {
     Instance* peer = self->Peer(i);
     if (peer == nullptr) break;
-    const int64_t cached = co_await peer->CachedPrefixTokens(tokens);
+    boost::asio::awaitable<int64_t> ask = peer->CachedPrefixTokens(tokens);
+    const int64_t cached = co_await std::move(ask);
     instances.push_back(json::object{{"instance", i}, {"cached_tokens", cached}});
   }
   json::object o;

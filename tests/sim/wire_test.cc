@@ -221,6 +221,14 @@ TEST_F(WireTest, OracleAnswersWhatEveryInstanceHolds) {
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("\"error\""));
   EXPECT_EQ(Get(ports_[0], "/sim/oracle/cached_tokens").status, 405);
+  // Concurrent questions, each visiting every instance's strand.
+  std::vector<std::future<testing::HttpResult>> asks;
+  for (int i = 0; i < 8; ++i) {
+    asks.push_back(std::async(std::launch::async, [&, i] {
+      return Post(ports_[i % 2], "/sim/oracle/cached_tokens", CompletionBody(Prompt(40), 2));
+    }));
+  }
+  for (auto& a : asks) EXPECT_EQ(a.get().status, 200);
 }
 
 TEST_F(WireTest, StreamingCompletionFraming) {
