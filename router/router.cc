@@ -66,6 +66,9 @@ struct InflightRequest {
   bool first_token = false;
   uint64_t prefill_epoch = 0;  // BackendState::epoch of each backend at routing
   uint64_t decode_epoch = 0;
+  // What the request holds in each backend's modelled KV pool until it ends.
+  ShadowIndex::Pin decode_pin;
+  ShadowIndex::Pin prefill_pin;
 };
 
 class RouterImpl : public Router {
@@ -113,6 +116,7 @@ class RouterImpl : public Router {
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacities() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ChunksToTokens(int64_t chunks, double bytes_per_token) const;
+  int64_t TokensToChunks(int64_t tokens, double bytes_per_token) const;
   void Release(InflightRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -161,6 +165,12 @@ void RouterImpl::ApplyCapacities() {
 int64_t RouterImpl::ChunksToTokens(int64_t chunks, double bytes_per_token) const {
   return std::llround(static_cast<double>(chunks) * static_cast<double>(options_.chunk_bytes) /
                       bytes_per_token);
+}
+
+int64_t RouterImpl::TokensToChunks(int64_t tokens, double bytes_per_token) const {
+  return static_cast<int64_t>(
+      std::ceil(static_cast<double>(std::max<int64_t>(0, tokens)) * bytes_per_token /
+                static_cast<double>(options_.chunk_bytes)));
 }
 
 absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, absl::Time now) {
@@ -215,6 +225,9 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     v.kv_usage = s.gauges.kv_cache_usage_perc;
     int64_t cached = ChunksToTokens(matched_[b], bpt);
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
+    if (features.reference_cached_tokens.size() == static_cast<size_t>(n)) {
+      cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
+    }
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
   }
 
@@ -244,6 +257,22 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
                                  ? std::min(features.max_tokens, options_.max_output_tokens_est)
                                  : options_.default_output_tokens;
   r.total_tokens = d.prompt_tokens_est + output_est;
+
+  // The request's footprint in the engines' KV pools, from now until it
+  // ends: the cached prefix it reuses is pinned, the rest (its uncached
+  // prompt and, where it decodes, its output) reserved, so the cached
+  // prefixes that stay evictable are what the pool has left. Taken at
+  // routing rather than at admission: the estimate for the next request must
+  // predict the engine at that request's admission, which comes after the
+  // admission of every request already routed there.
+  const int64_t prompt_chunks =
+      std::max(static_cast<int64_t>(chain->size()), TokensToChunks(d.prompt_tokens_est, bpt));
+  r.decode_pin = index_.PinRequest(d.decode_backend, *chain, r.est_chunks_decode,
+                                   prompt_chunks + TokensToChunks(output_est, bpt));
+  if (d.prefill_backend != d.decode_backend) {
+    r.prefill_pin =
+        index_.PinRequest(d.prefill_backend, *chain, r.est_chunks_prefill, prompt_chunks);
+  }
 
   BackendState& p = state_[d.prefill_backend];
   BackendState& q = state_[d.decode_backend];
@@ -346,9 +375,9 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
     if (tick != 0 && tick <= r.route_tick) {
       index_.EvictThrough(served, tick);
       s.corrections += 1;
-      // What is left is what the engine keeps: move the effective capacity
-      // toward it.
-      const double kept = static_cast<double>(index_.size(served)) /
+      // What is left, beside what requests in flight hold, is what the
+      // engine keeps: move the effective capacity toward it.
+      const double kept = static_cast<double>(index_.size(served) + index_.reserved(served)) /
                           static_cast<double>(std::max<int64_t>(1, nominal));
       const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
       s.capacity_fraction = std::clamp((1 - lr) * s.capacity_fraction + lr * kept,
@@ -386,11 +415,18 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   // prefix corrects the resulting under-estimate, a phantom entry would
   // mislead routing until then.
   // (A backend retired by a reload while this ran teaches nothing.)
-  if (!outcome.ok || (*specs_)[served].retired) return;
-  if (outcome.cached_tokens >= 0 && !CachedTokensMayIncludeTransfer(d, outcome) &&
+  const bool learn = outcome.ok && !(*specs_)[served].retired;
+  // The truth is read before the request's pinned chunks are freed: freeing
+  // touches them, which would read as "re-proved since routing".
+  if (learn && outcome.cached_tokens >= 0 && !CachedTokensMayIncludeTransfer(d, outcome) &&
       (served == d.decode_backend || served == d.prefill_backend)) {
     LearnFromTruth(r, outcome, served);
   }
+  // The engine frees the request's blocks whatever the outcome: they become
+  // its most recently freed.
+  index_.Unpin(r.decode_pin, r.chain);
+  index_.Unpin(r.prefill_pin, r.chain);
+  if (!learn) return;
   // Whoever computed the prompt now caches all of it.
   index_.Insert(served, r.chain);
   if (outcome.ok && outcome.prompt_tokens > 0 && !r.chain.empty()) {
@@ -449,7 +485,7 @@ int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEv
         s.engine_cached_tokens = std::max<int64_t>(s.engine_cached_tokens - e.tokens, 0);
         const double owed = s.evict_carry_tokens + static_cast<double>(e.tokens);
         const auto chunks = static_cast<int64_t>(owed / tokens_per_chunk);
-        evicted += index_.EvictLeastRecent(backend, chunks);
+        evicted += index_.EvictLeastRecentlyFreed(backend, chunks);
         // Only the fraction of a chunk is carried: when the shadow held fewer
         // entries than the engine evicted, it has nothing older left to owe.
         s.evict_carry_tokens = owed - static_cast<double>(chunks) * tokens_per_chunk;

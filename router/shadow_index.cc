@@ -17,9 +17,14 @@ void ShadowIndex::AddInstances(int count) {
 }
 
 void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
+  lrus_[instance].capacity = std::max<int64_t>(1, chunks);
+  FitFreeEntries(instance);
+}
+
+void ShadowIndex::FitFreeEntries(int instance) {
   Lru& lru = lrus_[instance];
-  lru.capacity = std::max<int64_t>(1, chunks);
-  while (lru.size > lru.capacity) EvictOldest(instance);
+  const int64_t room = std::max<int64_t>(0, lru.capacity - lru.pinned - lru.reserved);
+  while (lru.oldest != kNil && lru.size - lru.pinned > room) EvictOldest(instance);
 }
 
 void ShadowIndex::Match(absl::Span<const uint64_t> chain, absl::Span<int32_t> matched) const {
@@ -115,9 +120,12 @@ void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
     const uint64_t hash = chain[k];
     auto it = lru.slot.find(hash);
     if (it != lru.slot.end()) {
-      Unlink(lru, it->second);
-      PushNewest(lru, it->second);
-      lru.nodes[it->second].tick = ++clock_;
+      Node& node = lru.nodes[it->second];
+      if (node.pins == 0) {
+        Unlink(lru, it->second);
+        PushNewest(lru, it->second);
+      }
+      node.tick = ++clock_;
       continue;
     }
     if (lru.size >= lru.capacity) EvictOldest(instance);
@@ -129,12 +137,71 @@ void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
       node = static_cast<uint32_t>(lru.nodes.size());
       lru.nodes.push_back({});
     }
-    lru.nodes[node] = Node{hash, ++clock_, kNil, kNil};
+    lru.nodes[node] = Node{hash, ++clock_, kNil, kNil, 0};
     PushNewest(lru, node);
     lru.slot.emplace(hash, node);
     ++lru.size;
     AddHolder(hash, instance);
   }
+  FitFreeEntries(instance);
+}
+
+ShadowIndex::Pin ShadowIndex::PinRequest(int instance, absl::Span<const uint64_t> chain,
+                                         int32_t cached_chunks, int64_t footprint_chunks) {
+  Lru& lru = lrus_[instance];
+  Pin pin;
+  pin.instance = instance;
+  pin.generation = lru.generation;
+  const size_t n = std::min<size_t>(chain.size(), static_cast<size_t>(std::max(0, cached_chunks)));
+  for (size_t k = 0; k < n; ++k) {
+    auto it = lru.slot.find(chain[k]);
+    if (it == lru.slot.end()) break;
+    Node& node = lru.nodes[it->second];
+    if (node.pins == 0) {
+      Unlink(lru, it->second);
+      ++lru.pinned;
+    }
+    ++node.pins;
+    ++pin.chunks;
+  }
+  pin.reserved = std::max<int64_t>(0, footprint_chunks - pin.chunks);
+  lru.reserved += pin.reserved;
+  FitFreeEntries(instance);
+  return pin;
+}
+
+void ShadowIndex::Unpin(const Pin& pin, absl::Span<const uint64_t> chain) {
+  if (pin.instance < 0 || pin.instance >= num_instances()) return;
+  Lru& lru = lrus_[pin.instance];
+  if (pin.generation != lru.generation) return;
+  lru.reserved -= pin.reserved;
+  assert(lru.reserved >= 0);
+  const size_t n = std::min<size_t>(chain.size(), static_cast<size_t>(pin.chunks));
+  for (size_t k = n; k-- > 0;) {
+    auto it = lru.slot.find(chain[k]);
+    // Pinned entries are never evicted, so a pin of this generation finds them.
+    assert(it != lru.slot.end());
+    if (it == lru.slot.end()) continue;
+    Node& node = lru.nodes[it->second];
+    assert(node.pins > 0);
+    if (node.pins == 0) continue;
+    node.tick = ++clock_;
+    if (--node.pins == 0) {
+      --lru.pinned;
+      PushNewest(lru, it->second);
+    }
+  }
+  FitFreeEntries(pin.instance);
+}
+
+int64_t ShadowIndex::EvictLeastRecentlyFreed(int instance, int64_t chunks) {
+  Lru& lru = lrus_[instance];
+  int64_t dropped = 0;
+  while (dropped < chunks && lru.oldest != kNil) {
+    EvictOldest(instance);
+    ++dropped;
+  }
+  return dropped;
 }
 
 uint64_t ShadowIndex::TickOf(int instance, uint64_t hash) const {
@@ -153,24 +220,17 @@ int64_t ShadowIndex::EvictThrough(int instance, uint64_t tick) {
   return dropped;
 }
 
-int64_t ShadowIndex::EvictLeastRecent(int instance, int64_t count) {
-  Lru& lru = lrus_[instance];
-  int64_t dropped = 0;
-  while (dropped < count && lru.oldest != kNil) {
-    EvictOldest(instance);
-    ++dropped;
-  }
-  return dropped;
-}
-
 void ShadowIndex::Clear(int instance) {
   Lru& lru = lrus_[instance];
-  while (lru.oldest != kNil) EvictOldest(instance);
+  for (const auto& [hash, node] : lru.slot) RemoveHolder(hash, instance);
+  lru.slot = {};
+  lru.newest = lru.oldest = kNil;
+  lru.size = lru.pinned = lru.reserved = 0;
+  ++lru.generation;
   lru.nodes.clear();
   lru.nodes.shrink_to_fit();
   lru.free.clear();
   lru.free.shrink_to_fit();
-  lru.slot = {};
 }
 
 int64_t ShadowIndex::replicas() const {

@@ -4,20 +4,38 @@
 // set of instances believed to hold that chunk (a 256-bit set), so Match()
 // walks a request's chain once, intersecting sets, and yields every
 // instance's matched prefix at a cost proportional to the prompt, not to
-// prompt x instances. Per instance, entries sit in an LRU list bounded by
-// that instance's capacity in chunks; Insert() touches a chain tail-first so
-// a prefix is always at least as recent as its descendants and eviction
-// removes tails first, like vLLM's block pool. Every entry carries a tick of
-// a global clock (its last touch); ticks are non-increasing along a chain.
+// prompt x instances.
+//
+// Per instance it models the engine's KV block pool (vLLM's KVCacheManager):
+// the pool holds `capacity` chunks; requests in flight there occupy part of
+// it, and only the rest keeps cached prefixes.
+//   - pinned entries: cached chunks a request in flight reuses (vLLM takes
+//     them out of its free queue while the request runs); they cannot be
+//     evicted and still match;
+//   - reserved chunks: the rest of a request in flight's footprint (its
+//     uncached prompt and its output), anonymous to the index;
+//   - free entries: cached and evictable, in a list ordered by when they
+//     were last freed or proven; eviction takes the least recently freed.
+// Free entries never exceed capacity - pinned - reserved, so a busy instance
+// keeps fewer cached prefixes than an idle one, as the engine does.
+// Insert() and Unpin() touch a chain tail-first so a prefix is always at
+// least as recent as its descendants and eviction removes tails first, like
+// vLLM's free queue (a finished request's blocks are freed in reverse
+// order). Every entry carries a tick of a global clock (its last touch);
+// ticks are non-increasing along a chain.
 //
 //   ShadowIndex index(8);
 //   index.SetCapacity(3, 6250);
 //   index.Insert(3, chain);
 //   std::vector<int32_t> matched(8);
 //   index.Match(chain, matched);   // matched[3] == chain.size()
+//   ShadowIndex::Pin pin = index.PinRequest(3, chain, matched[3], /*footprint=*/chain.size() + 4);
+//   ... the request runs; later:
+//   index.Unpin(pin, chain);
 //
-// Memory is bounded by the sum of capacities. Not thread-safe: the Router
-// owns it under its mutex.
+// Memory is bounded by the sum of capacities (pinned entries are matched
+// prefixes, which were free entries within the bound when pinned). Not
+// thread-safe: the Router owns it under its mutex.
 #pragma once
 
 #include <array>
@@ -40,31 +58,60 @@ class ShadowIndex {
 
   int num_instances() const { return static_cast<int>(lrus_.size()); }
 
-  // Bounds `instance` to `chunks` entries (at least 1), evicting the oldest.
+  // What a request in flight holds on one instance; returned by PinRequest
+  // and handed back to Unpin exactly once.
+  struct Pin {
+    int instance = -1;
+    uint64_t generation = 0;  // Clear() invalidates older pins
+    int32_t chunks = 0;       // leading chunks of the chain pinned
+    int64_t reserved = 0;     // anonymous chunks reserved
+  };
+
+  // Bounds `instance`'s pool to `chunks` (at least 1), evicting the least
+  // recently freed entries that no longer fit.
   void SetCapacity(int instance, int64_t chunks);
   int64_t capacity(int instance) const { return lrus_[instance].capacity; }
+  // Entries held (free and pinned).
   int64_t size(int instance) const { return lrus_[instance].size; }
+  int64_t pinned(int instance) const { return lrus_[instance].pinned; }
+  int64_t reserved(int instance) const { return lrus_[instance].reserved; }
 
   // matched[i] = number of leading chunks of `chain` instance i holds.
   // `matched` must have num_instances() elements.
   void Match(absl::Span<const uint64_t> chain, absl::Span<int32_t> matched) const;
 
   // `instance` now holds chain (the prefix that fits its capacity): touch
-  // or insert every chunk, tail first.
+  // or insert every chunk, tail first. Pinned chunks stay pinned.
   void Insert(int instance, absl::Span<const uint64_t> chain);
+
+  // A request runs on `instance` and occupies `footprint_chunks` of its
+  // pool: its first `cached_chunks` chunks of `chain` (those the index
+  // holds; the walk stops at the first it does not) are pinned, the rest of
+  // the footprint is reserved. Free entries beyond the remaining room are
+  // evicted, least recently freed first.
+  Pin PinRequest(int instance, absl::Span<const uint64_t> chain, int32_t cached_chunks,
+                 int64_t footprint_chunks);
+  // The request ended: its reservation is released and its pinned chunks
+  // become the most recently freed (tail first). `chain` is the one given to
+  // PinRequest. A pin from before a Clear() of its instance is ignored.
+  void Unpin(const Pin& pin, absl::Span<const uint64_t> chain);
+
+  // The engine evicted `chunks` cached chunks from its free queue (its least
+  // recently freed): drops that many free entries, oldest first. Returns how
+  // many were dropped (fewer when the instance holds fewer free entries).
+  int64_t EvictLeastRecentlyFreed(int instance, int64_t chunks);
 
   // The tick of `hash`'s last touch on `instance`, 0 when absent.
   uint64_t TickOf(int instance, uint64_t hash) const;
   // The latest tick issued (any instance).
   uint64_t clock() const { return clock_; }
 
-  // Drops every entry of `instance` last touched at or before `tick` (the
-  // engine proved it evicted an entry of that age, and its LRU is
+  // Drops every free entry of `instance` last touched at or before `tick`
+  // (the engine proved it evicted an entry of that age, and its LRU is
   // monotone). Returns how many were dropped.
   int64_t EvictThrough(int instance, uint64_t tick);
-  // Drops the `count` least recently touched entries of `instance` (the
-  // engine reported evicting that much). Returns how many were dropped.
-  int64_t EvictLeastRecent(int instance, int64_t count);
+  // Drops every entry and reservation of `instance` (the engine restarted
+  // or dropped its whole cache); pins taken before are void.
   void Clear(int instance);
   // Appends `count` empty instances (capacity 1 until SetCapacity), up to
   // kMaxInstances in all.
@@ -88,22 +135,28 @@ class ShadowIndex {
   struct Node {
     uint64_t hash;
     uint64_t tick;
-    uint32_t newer;
+    uint32_t newer;  // free-list links; kNil while pinned
     uint32_t older;
+    uint32_t pins;  // requests in flight reusing this chunk
   };
   struct Lru {
     absl::flat_hash_map<uint64_t, uint32_t, IdentityHash> slot;  // hash -> node
     std::vector<Node> nodes;
-    std::vector<uint32_t> free;
-    uint32_t newest = kNil;
+    std::vector<uint32_t> free;  // recycled node slots
+    uint32_t newest = kNil;      // the list holds unpinned entries only
     uint32_t oldest = kNil;
-    int64_t size = 0;
+    int64_t size = 0;    // entries, pinned included
+    int64_t pinned = 0;  // entries with pins > 0
+    int64_t reserved = 0;
     int64_t capacity = 1;
+    uint64_t generation = 0;
   };
 
   void Unlink(Lru& lru, uint32_t n);
   void PushNewest(Lru& lru, uint32_t n);
   void EvictOldest(int instance);
+  // Evicts free entries until they fit beside the pinned and reserved ones.
+  void FitFreeEntries(int instance);
   void AddHolder(uint64_t hash, int instance);
   void RemoveHolder(uint64_t hash, int instance);
 

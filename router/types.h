@@ -51,6 +51,13 @@ struct RequestFeatures {
   // instance failed it before its first byte). Treated as unhealthy for
   // this one decision.
   std::vector<int> avoid_backends;
+  // Measurement only, never set by the proxy: the true cached tokens of this
+  // prompt on every backend, in backend order (kvroute-bench's oracle
+  // reference reads them from kvroute-sim's /sim/oracle/cached_tokens). When
+  // it has one entry per backend the policy sees these instead of the shadow
+  // index's estimates, so a run separates what estimation costs from what
+  // the policy costs.
+  std::vector<int64_t> reference_cached_tokens;
 };
 
 // The router's answer for one request. Backend fields are indices into the

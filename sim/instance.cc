@@ -9,6 +9,7 @@
 #include <deque>
 
 #include "sim/metrics.h"
+#include "sim/oracle.h"
 #include "sim/tokenizer.h"
 #include "wire/prometheus_text.h"
 #include "wire/sse.h"
@@ -405,6 +406,26 @@ awaitable<bool> Instance::ReplyError(Stream& stream, const Request& req, const A
                            content_type);
 }
 
+awaitable<int64_t> Instance::CachedPrefixTokens(
+    std::shared_ptr<const std::vector<int32_t>> tokens) {
+  // GCC 12 mishandles temporaries (a lambda here) inside co_await expressions: the coroutine
+  // run on the strand is a named local taking its argument by value.
+  awaitable<int64_t> count = CountCachedPrefix(std::move(tokens));
+  const int64_t cached = co_await net::co_spawn(strand_, std::move(count), use_awaitable);
+  co_return cached;
+}
+
+awaitable<int64_t> Instance::CountCachedPrefix(std::shared_ptr<const std::vector<int32_t>> tokens) {
+  const int block = engine_.config().block_size;
+  const std::vector<BlockHash> hashes = HashFullBlocks(*tokens, block);
+  const int64_t max_hit = std::min<int64_t>(static_cast<int64_t>(hashes.size()),
+                                            (static_cast<int64_t>(tokens->size()) - 1) / block);
+  if (max_hit <= 0) co_return 0;
+  co_return engine_.blocks().CountCachedPrefix(
+      std::span<const BlockHash>(hashes.data(), static_cast<size_t>(max_hit))) *
+      block;
+}
+
 std::string Instance::ModelsJson() const {
   json::object model;
   model["id"] = options_.profile.model_name;
@@ -557,6 +578,15 @@ awaitable<bool> Instance::Handle(Stream& stream, Request& req) {
       int code = 200;
       HandleFaultsRequest(req, &body, &code);
       status = static_cast<http::status>(code);
+    }
+    co_return co_await Reply(stream, req, status, body, content_type);
+  }
+  if (path == kOracleCachedTokensPath) {
+    if (allowed({http::verb::post})) {
+      awaitable<OracleAnswer> ask = AnswerCachedTokens(req.body(), this);
+      OracleAnswer answer = co_await std::move(ask);
+      status = static_cast<http::status>(answer.status);
+      body = std::move(answer.body);
     }
     co_return co_await Reply(stream, req, status, body, content_type);
   }

@@ -104,11 +104,21 @@ class Instance : public KvHolder {
   void SetFaults(const Faults& faults);
   InstanceGauges gauges() const;
 
+  // Thread-safe (runs on this instance's strand): the prompt tokens the engine would reuse if
+  // `tokens` were admitted now (sim/oracle.h).
+  boost::asio::awaitable<int64_t> CachedPrefixTokens(
+      std::shared_ptr<const std::vector<int32_t>> tokens);
+  // Instance `index` of the same fleet (this one included), nullptr beyond the fleet.
+  Instance* Peer(int index) const { return peers_ ? peers_(index) : nullptr; }
+
   // KvHolder (thread-safe).
   void ReleaseHeldKv(const std::string& hold_id) override;
   int instance_index() const override { return options_.index; }
 
  private:
+  // CachedPrefixTokens' work, run on the strand.
+  boost::asio::awaitable<int64_t> CountCachedPrefix(
+      std::shared_ptr<const std::vector<int32_t>> tokens);
   // Stop and the `killed` fault: wakes every waiting request, aborted.
   void AbortWaitingRequests();
   struct Pending;

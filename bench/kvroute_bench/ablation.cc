@@ -30,7 +30,18 @@ std::string ThresholdLabel(int64_t t) {
 std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                                                         const WorkloadSpec& w) {
   std::vector<std::pair<std::string, std::string>> s;
-  if (w.kind == WorkloadKind::kAgentic) {
+  if (w.kind == WorkloadKind::kAgentic && !w.agentic.preset.empty()) {
+    const AgenticOptions& a = w.agentic;
+    s.emplace_back(
+        "workload",
+        absl::StrFormat("%s: %d jobs arriving within %.0f s, %d-%d turns (prompts capped at %d "
+                        "tokens), system %d + repository %d-%d tokens, tool outputs %d-%d "
+                        "tokens, answers %d-%d tokens, tool time %.0f-%.0f s, seed %d",
+                        a.preset, a.max_jobs, a.duration_s, a.turns, a.turns_max,
+                        a.max_context_tokens, a.system_tokens, a.task_tokens, a.task_tokens_max,
+                        a.tool_tokens_min, a.tool_tokens_max, a.completion_tokens,
+                        a.completion_tokens_max, a.tool_time_s, a.tool_time_max_s, a.seed));
+  } else if (w.kind == WorkloadKind::kAgentic) {
     const AgenticOptions& a = w.agentic;
     std::string tools;
     for (int64_t t : a.tool_tokens) absl::StrAppend(&tools, tools.empty() ? "" : ",", t);
@@ -226,6 +237,23 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     }
     for (const auto& [name, url] : backends) ro.instances.push_back({name, *ParseHttpUrl(url)});
 
+    ro.name = config.name;
+    ro.mode = config.mode;
+    ro.heavy_threshold = config.heavy_threshold;
+    ro.time_scale = options.sim_time_scale > 0 ? options.sim_time_scale : 1.0;
+    if (config.mode == kOracleReferenceMode) {
+      // No kvroute: the bench routes by baseline's policy from the simulator's true counts.
+      absl::StatusOr<std::unique_ptr<OracleReference>> reference =
+          OracleReference::Create(ro.instances);
+      if (!reference.ok()) return reference.status();
+      ro.reference = std::shared_ptr<OracleReference>(*std::move(reference));
+      ro.target = ro.instances.front().endpoint;
+      absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
+      (*sim)->Stop();
+      if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;
+      continue;
+    }
+
     const fs::path yaml = dir / "kvroute.yaml";
     std::ofstream(yaml) << KvrouteConfigYaml(config, backends);
     std::vector<std::string> proxy_argv = {
@@ -241,11 +269,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
                                        (dir / "kvroute.log").string()));
     }
     const std::vector<std::string>& m = proxy_lines->front();
-    ro.name = config.name;
-    ro.mode = config.mode;
-    ro.heavy_threshold = config.heavy_threshold;
     ro.target = *ParseHttpUrl(absl::StrCat("http://", m[1], ":", m[2]));
-    ro.time_scale = options.sim_time_scale > 0 ? options.sim_time_scale : 1.0;
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
     (*proxy)->Stop();  // flushes and closes the request log
     (*sim)->Stop();

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,11 @@
 #include "bench/kvroute_bench/runner.h"
 
 namespace kvroute::bench {
+
+// The mode name of the oracle reference (oracle_reference.h): kvroute-bench routes by the
+// `baseline` policy from kvroute-sim's true cached-token counts, with no kvroute process. Only
+// for the embedded simulated fleet.
+inline constexpr std::string_view kOracleReferenceMode = "oracle";
 
 struct AblationConfig {
   std::string name;  // "baseline", "v2-T20k"

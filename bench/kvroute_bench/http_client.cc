@@ -265,8 +265,11 @@ std::string BuildMessagesBody(std::string_view model, const std::vector<ChatMess
   return json::serialize(body);
 }
 
-net::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string target,
-                                     std::chrono::milliseconds timeout, uint64_t body_limit) {
+namespace {
+
+net::awaitable<HttpResponse> HttpExchange(Endpoint endpoint, http::verb verb, std::string target,
+                                          std::string body, std::chrono::milliseconds timeout,
+                                          uint64_t body_limit) {
   HttpResponse out;
   auto executor = co_await net::this_coro::executor;
   tcp::resolver resolver(executor);
@@ -283,9 +286,14 @@ net::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string target,
     out.error = absl::StrCat("connect ", endpoint.Url(), ": ", cec.message());
     co_return out;
   }
-  http::request<http::empty_body> req{http::verb::get, endpoint.base_path + target, 11};
+  http::request<http::string_body> req{verb, endpoint.base_path + target, 11};
   req.set(http::field::host, endpoint.host);
   req.set(http::field::connection, "close");
+  if (verb == http::verb::post) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = std::move(body);
+    req.prepare_payload();
+  }
   auto [wec, wn] = co_await http::async_write(stream, req, kAsTuple);
   if (wec) {
     out.error = absl::StrCat("write: ", wec.message());
@@ -304,6 +312,21 @@ net::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string target,
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   co_return out;
+}
+
+}  // namespace
+
+net::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string target,
+                                     std::chrono::milliseconds timeout, uint64_t body_limit) {
+  co_return co_await HttpExchange(std::move(endpoint), http::verb::get, std::move(target), {},
+                                  timeout, body_limit);
+}
+
+net::awaitable<HttpResponse> HttpPostJson(Endpoint endpoint, std::string target,
+                                          std::string body, std::chrono::milliseconds timeout,
+                                          uint64_t body_limit) {
+  co_return co_await HttpExchange(std::move(endpoint), http::verb::post, std::move(target),
+                                  std::move(body), timeout, body_limit);
 }
 
 net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
@@ -380,6 +403,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
       if (!have_first) {
         t_first = now;
         have_first = true;
+        if (call.on_first_token) call.on_first_token();
       }
       t_last = now;
       ++out.content_events;
@@ -420,6 +444,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
                          : AbsorbChunk(v, out)) {
       t_first = t_last = t_end;
       have_first = true;
+      if (call.on_first_token) call.on_first_token();
     }
   } else if (out.error.empty() && !done_marker) {
     out.error = anthropic ? "stream ended without message_stop" : "stream ended without [DONE]";

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,6 +48,12 @@ boost::asio::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string targ
                                              std::chrono::milliseconds timeout,
                                              uint64_t body_limit = 16 << 20);
 
+// POST base_path + target with a JSON body; the whole response body is read.
+boost::asio::awaitable<HttpResponse> HttpPostJson(Endpoint endpoint, std::string target,
+                                                  std::string body,
+                                                  std::chrono::milliseconds timeout,
+                                                  uint64_t body_limit = 16 << 20);
+
 struct ChatMessage {
   std::string role;
   std::string content;
@@ -78,6 +85,8 @@ struct ChatCall {
   std::string request_id;  // X-Request-Id when not empty
   std::chrono::milliseconds timeout{600000};  // whole request
   uint64_t body_limit = 64 << 20;             // bytes of response body
+  // Called once when the first generated text arrives (on the calling executor).
+  std::function<void()> on_first_token;
 };
 
 struct ChatOutcome {

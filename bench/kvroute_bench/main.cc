@@ -4,6 +4,7 @@
 //   kvroute-bench ablation --modes baseline,v1,v2 --thresholds 10000,20000,40000 --out out/
 //   kvroute-bench trace-stats --trace bench/traces/conversation_trace.jsonl
 //   kvroute-bench calibrate --target http://gpu-host:8000 --profile base.yaml --out fitted.yaml
+//   kvroute-bench trace-stats --workload agentic-long --fleet-kv-tokens 1804800
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -52,11 +53,30 @@ struct CommonFlags {
   std::vector<std::string> metrics_urls;
   std::string dcgm_url;
   std::string out;
+  // The fleet's KV for the agentic-long sizing rule and the pooled-LRU bound: 8 instances of
+  // configs/profiles/h20-qwen3-coder-30b-a3b.yaml (kvroute-size: 225,600 tokens each).
+  int64_t fleet_kv_tokens = 1804800;
+  double working_set_ratio = 2.0;
+  double arrival_window_s = 60;
+
+  void AddPreset(CLI::App* app) {
+    auto* pr = "agentic-long preset";
+    app->add_option("--fleet-kv-tokens", fleet_kv_tokens,
+                    "the fleet's KV in tokens (sizing rule; pooled-LRU bound when not scraped)")
+        ->group(pr)->capture_default_str();
+    app->add_option("--working-set-ratio", working_set_ratio,
+                    "sessions' working set / fleet KV (agentic-long)")
+        ->group(pr)->capture_default_str();
+    app->add_option("--arrival-window", arrival_window_s,
+                    "seconds in which the agentic-long sessions arrive")
+        ->group(pr)->capture_default_str();
+  }
 
   void Add(CLI::App* app) {
-    app->add_option("--workload", workload, "agentic | trace")
-        ->check(CLI::IsMember({"agentic", "trace"}))
+    app->add_option("--workload", workload, "agentic | agentic-long | trace")
+        ->check(CLI::IsMember({"agentic", "agentic-long", "trace"}))
         ->capture_default_str();
+    AddPreset(app);
     app->add_option("--seed", seed, "workload seed")->capture_default_str();
     auto* ag = "Agentic workload";
     app->add_option("--jps", agentic.jobs_per_second, "agent jobs per second (Poisson)")
@@ -134,6 +154,15 @@ struct CommonFlags {
       std::fprintf(stderr, "%s\n", std::string(a.status().message()).c_str());
       return false;
     }
+    if (workload == "agentic-long") {
+      if (fleet_kv_tokens <= 0 || !(working_set_ratio > 0) || !(arrival_window_s > 0)) {
+        std::fprintf(stderr, "agentic-long needs positive --fleet-kv-tokens, "
+                             "--working-set-ratio and --arrival-window\n");
+        return false;
+      }
+      spec.agentic = kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s,
+                                           seed);
+    }
     if (!window.empty()) {
       std::vector<std::string> parts = absl::StrSplit(window, ':');
       if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &trace.window_start_s) ||
@@ -204,7 +233,8 @@ int main(int argc, char** argv) {
   abl_flags.Add(abl_cmd);
   kb::AblationOptions abl;
   std::vector<std::string> targets;
-  abl_cmd->add_option("--modes", abl.modes, "modes (baseline,v1,v2,round_robin,least_loaded,pd_sep)")
+  abl_cmd->add_option("--modes", abl.modes, "modes (baseline,v1,v2,round_robin,least_loaded,pd_sep; oracle: baseline from "
+                      "kvroute-sim's true cached tokens, bench-only reference)")
       ->delimiter(',')->capture_default_str();
   abl_cmd->add_option("--thresholds", abl.thresholds,
                       "heavy thresholds crossed with the threshold-sensitive modes (v1, v2)")
@@ -231,11 +261,20 @@ int main(int argc, char** argv) {
                       "kvroute-bench-out/ablation-<time>)");
 
   // trace-stats
+  double nominal_turn_s = 12.0;
   CLI::App* stats_cmd = app.add_subcommand(
       "trace-stats", "print a trace slice's size and infinite-cache prefix-hit bound");
   CommonFlags stats_flags;
   stats_flags.workload = "trace";
-  stats_cmd->add_option("--trace", stats_flags.trace.path, "JSONL trace")->required();
+  stats_cmd->add_option("--workload", stats_flags.workload, "agentic | agentic-long | trace")
+      ->check(CLI::IsMember({"agentic", "agentic-long", "trace"}))
+      ->capture_default_str();
+  stats_flags.AddPreset(stats_cmd);
+  stats_cmd->add_option("--seed", stats_flags.seed, "workload seed")->capture_default_str();
+  stats_cmd->add_option("--nominal-turn", nominal_turn_s,
+                        "agentic: modelled seconds a turn is assumed to take (arrival order)")
+      ->capture_default_str();
+  stats_cmd->add_option("--trace", stats_flags.trace.path, "JSONL trace");
   stats_cmd->add_option("--limit", stats_flags.trace.limit, "at most this many requests");
   stats_cmd->add_option("--window", stats_flags.window, "START:END seconds");
   stats_cmd->add_option("--block-size", stats_flags.trace.block_size, "tokens per hash id");
@@ -271,6 +310,25 @@ int main(int argc, char** argv) {
   if (*stats_cmd) {
     kb::WorkloadSpec spec;
     if (!stats_flags.Finish(spec)) return 2;
+    if (spec.kind == kb::WorkloadKind::kAgentic) {
+      const kb::AgenticPlanStats st =
+          kb::PlanAgenticStats(spec.agentic, stats_flags.fleet_kv_tokens, nominal_turn_s);
+      std::printf(
+          "%s: %lld jobs, %lld requests (%.1f turns a job), prompt tokens %lld (mean %.0f, max "
+          "%lld)\npeak working set %lld tokens = %.2fx the fleet's KV (%lld tokens)\n"
+          "prefix-hit bounds: infinite cache %.3f, pooled LRU of the fleet's KV %.3f "
+          "(16-token blocks, arrival order with %.0f s a turn)\n",
+          spec.agentic.preset.empty() ? "agentic" : spec.agentic.preset.c_str(),
+          static_cast<long long>(st.jobs), static_cast<long long>(st.requests), st.mean_turns,
+          static_cast<long long>(st.bounds.prompt_tokens), st.mean_context_tokens,
+          static_cast<long long>(st.max_context_tokens),
+          static_cast<long long>(st.peak_working_set_tokens),
+          static_cast<double>(st.peak_working_set_tokens) /
+              static_cast<double>(std::max<int64_t>(1, stats_flags.fleet_kv_tokens)),
+          static_cast<long long>(stats_flags.fleet_kv_tokens), st.bounds.infinite_hit_ratio(),
+          st.bounds.pooled_lru_hit_ratio(), nominal_turn_s);
+      return 0;
+    }
     if (absl::Status s = kb::PrepareWorkload(spec); !s.ok()) return Fail(s);
     const auto& recs = *spec.trace_records;
     int64_t input = 0, output = 0;
@@ -278,11 +336,24 @@ int main(int argc, char** argv) {
       input += r.input_length;
       output += r.output_length;
     }
+    std::vector<kb::BoundRequest> bound_requests;
+    for (const auto& r : recs) {
+      kb::BoundRequest b;
+      b.arrival_s = r.timestamp_ms / 1000.0;
+      b.prompt_tokens = r.input_length;
+      b.blocks = r.hash_ids;
+      b.block_tokens = r.block_size;
+      bound_requests.push_back(std::move(b));
+    }
+    const kb::CacheBounds bounds = kb::ComputeCacheBounds(
+        std::move(bound_requests), stats_flags.fleet_kv_tokens, stats_flags.trace.block_size);
     std::printf("requests %zu, span %.1f s, input tokens %lld (avg %.0f), output tokens %lld, "
-                "infinite-cache prefix-hit bound %.3f\n",
+                "infinite-cache prefix-hit bound %.3f, pooled LRU of %lld tokens %.3f\n",
                 recs.size(), recs.back().timestamp_ms / 1000.0, static_cast<long long>(input),
                 static_cast<double>(input) / static_cast<double>(recs.size()),
-                static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs));
+                static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs),
+                static_cast<long long>(stats_flags.fleet_kv_tokens),
+                bounds.pooled_lru_hit_ratio());
     return 0;
   }
 
@@ -323,6 +394,7 @@ int main(int argc, char** argv) {
     if (!ep.ok()) return Fail(ep.status());
     run_flags.run.target = *ep;
     if (run_flags.run.mode.empty()) run_flags.run.mode = run_flags.run.name;
+    if (run_flags.run.instances.empty()) run_flags.run.fleet_kv_tokens = run_flags.fleet_kv_tokens;
     absl::StatusOr<kb::RunResult> result = kb::RunWorkload(run_flags.run, spec);
     if (!result.ok()) return Fail(result.status());
     kb::Report report;
@@ -352,6 +424,9 @@ int main(int argc, char** argv) {
     } else {
       abl.targets.emplace_back(t.substr(0, eq), t.substr(eq + 1));
     }
+  }
+  if (!abl.targets.empty() && abl.run_template.instances.empty()) {
+    abl.run_template.fleet_kv_tokens = abl_flags.fleet_kv_tokens;
   }
   if (!abl.targets.empty() && time_scale_opt->count() > 0) {
     abl.run_template.time_scale = abl.sim_time_scale;

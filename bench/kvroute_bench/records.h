@@ -67,6 +67,10 @@ struct RunResult {
   double time_scale = 1.0;
   double duration_s = 0;  // wall seconds from first arrival to last completion
   double bound_hit_ratio = -1;  // infinite-cache prefix-hit bound of the workload
+  // One pooled LRU cache holding the fleet's whole KV (fleet_kv_tokens), replayed in arrival
+  // order at block granularity; -1 when the fleet's KV is unknown.
+  double pooled_bound_hit_ratio = -1;
+  int64_t fleet_kv_tokens = 0;
   int64_t dropped = 0;  // arrivals dropped because max in-flight was reached
   std::vector<RequestRecord> requests;
   std::vector<JobRecord> jobs;

@@ -47,12 +47,26 @@ json::object SummaryJson(const RunSummary& s) {
   o["transferred_tokens"] = s.transferred_tokens;
   o["prefix_hit_ratio"] = s.hit_ratio;
   o["prefix_hit_bound"] = s.bound_hit_ratio >= 0 ? json::value(s.bound_hit_ratio) : nullptr;
+  o["prefix_hit_pooled_lru_bound"] =
+      s.pooled_bound_hit_ratio >= 0 ? json::value(s.pooled_bound_hit_ratio) : nullptr;
+  o["fleet_kv_tokens"] = s.fleet_kv_tokens;
   json::object classes;
   for (const ClassSummary& c : s.classes) {
+    const EstimateErrorSummary& e = c.estimate;
+    json::object est = {{"n", e.n}};
+    if (e.n > 0) {
+      est["median_abs"] = e.median_abs;
+      est["mean_abs"] = e.mean_abs;
+      est["mean_signed"] = e.mean_signed;
+      est["p90_abs"] = e.p90_abs;
+      est["over_5pct"] = e.over_5pct;
+      est["under_5pct"] = e.under_5pct;
+    }
     classes[c.klass] = json::object{{"requests", c.requests},
                                     {"ttft_s", DistJson(c.ttft)},
                                     {"tpot_s", DistJson(c.tpot)},
-                                    {"e2e_s", DistJson(c.e2e)}};
+                                    {"e2e_s", DistJson(c.e2e)},
+                                    {"cache_estimate_error", std::move(est)}};
   }
   o["classes"] = std::move(classes);
   o["offload_prefill_s"] = DistJson(s.offload_prefill);
@@ -96,6 +110,7 @@ std::string TimeUnitNote(const Report& report) {
 // Rows shared by the markdown and HTML tables.
 std::vector<std::string> SummaryHeader() {
   return {"config", "requests", "errors", "offloads", "prefix hit", "hit bound",
+          "pooled-LRU bound", "hit / pooled",
           "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
           "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean", "GPU busy"};
 }
@@ -109,6 +124,8 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           absl::StrCat(s.offloads),
           Percent(s.hit_ratio),
           Percent(s.bound_hit_ratio),
+          Percent(s.pooled_bound_hit_ratio),
+          s.pooled_bound_hit_ratio > 0 ? Percent(s.hit_ratio / s.pooled_bound_hit_ratio) : "-",
           FormatSeconds(all.ttft.p50),
           FormatSeconds(all.ttft.p90),
           FormatSeconds(all.ttft.p99),
@@ -162,6 +179,32 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
   }
   return rows;
 }
+
+std::vector<std::string> EstimateHeader() {
+  return {"config", "class", "n", "median |error|", "mean signed", "mean |error|", "p90 |error|",
+          "over +5%", "under -5%"};
+}
+
+std::string SignedPercent(double f) { return absl::StrFormat("%+.1f%%", f * 100); }
+
+std::vector<std::vector<std::string>> EstimateRows(const Report& report,
+                                                   const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    for (const ClassSummary& c : sums[i].classes) {
+      const EstimateErrorSummary& e = c.estimate;
+      if (e.n == 0) continue;
+      rows.push_back({report.runs[i].name, c.klass, absl::StrCat(e.n), Percent(e.median_abs),
+                      SignedPercent(e.mean_signed), Percent(e.mean_abs), Percent(e.p90_abs),
+                      Percent(e.over_5pct), Percent(e.under_5pct)});
+    }
+  }
+  return rows;
+}
+
+constexpr char kEstimateNote[] =
+    "Error = (router estimate - engine cached_tokens) / prompt tokens per co-located request "
+    "(kvroute's request log): positive promised a hit the engine did not have.";
 
 size_t MaxTurns(const std::vector<RunSummary>& sums) {
   size_t n = 0;
@@ -296,16 +339,19 @@ json::value ReportJson(const Report& report) {
 
 std::string SummaryTable(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
-  const std::vector<std::string> header = {"config",   "reqs",     "err%",     "offl",
-                                           "hit",      "bound",    "TTFTp50",  "TTFTp99",
-                                           "TPOTp50",  "E2Ep99",   "HEAVY",    "job p50",
-                                           "T8/T1"};
+  const std::vector<std::string> header = {"config",  "reqs",    "err%",    "offl",    "hit",
+                                           "bound",   "pooled",  "TTFTp50", "TTFTp90", "TTFTp99",
+                                           "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "T8/T1",
+                                           "est med", "est mean"};
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const std::vector<std::string> full = SummaryRow(report.runs[i], sums[i]);
+    const EstimateErrorSummary& e = sums[i].classes.front().estimate;
     rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100),
-                    full[3], full[4], full[5], full[6], full[8], full[9], full[12], full[13],
-                    full[15], full[16]});
+                    full[3], full[4], full[5], full[6], full[8], full[9], full[10], full[11],
+                    full[14], full[15], full[17], full[18],
+                    e.n > 0 ? Percent(e.median_abs) : "-",
+                    e.n > 0 ? SignedPercent(e.mean_signed) : "-"});
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
@@ -336,7 +382,9 @@ std::string ReportMarkdown(const Report& report) {
   absl::StrAppend(&out, "\n", TimeUnitNote(report),
                   " Prefix hit = cached prompt tokens (engine usage) / prompt tokens; cached "
                   "tokens of offloaded requests (KV pulled from the prefill instance) are not "
-                  "counted as hits. Bound = an infinite prefix cache on the same requests.\n\n"
+                  "counted as hits. Bound = an infinite prefix cache on the same requests; "
+                  "pooled-LRU bound = one LRU cache holding the fleet's whole KV, replayed in "
+                  "arrival order at block granularity.\n\n"
                   "## Summary\n\n");
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
@@ -346,6 +394,10 @@ std::string ReportMarkdown(const Report& report) {
                   MarkdownTable(OffloadHeader(), OffloadRows(report, sums)),
                   "\nCache estimate error: mean |router estimate - engine cached_tokens| / "
                   "prompt tokens (from kvroute's request log).\n");
+  if (const auto est = EstimateRows(report, sums); !est.empty()) {
+    absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
+                    MarkdownTable(EstimateHeader(), est), "\n", kEstimateNote, "\n");
+  }
   if (const size_t turns = MaxTurns(sums); turns > 0) {
     absl::StrAppend(&out, "\n## Mean end-to-end latency per turn\n\n",
                     MarkdownTable(TurnHeader(turns), TurnRows(report, sums)));
@@ -474,7 +526,13 @@ std::string ReportHtml(const Report& report) {
                   HtmlTable(OffloadHeader(), OffloadRows(report, sums)),
                   "<p class=\"note\">Prefill leg and KV transfer of offloaded (v2) requests and "
                   "the router's cache-estimate error (mean |estimate - engine cached_tokens| / "
-                  "prompt tokens), from kvroute's request log.</p>\n</body></html>\n");
+                  "prompt tokens), from kvroute's request log.</p>\n");
+  if (const auto est = EstimateRows(report, sums); !est.empty()) {
+    absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",
+                    HtmlTable(EstimateHeader(), est), "<p class=\"note\">",
+                    XmlEscape(kEstimateNote), "</p>\n");
+  }
+  out += "</body></html>\n";
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -46,6 +47,8 @@ class Run {
   net::awaitable<void> Main() {
     model_ = options_.model;
     if (model_.empty()) model_ = co_await DetectModel();
+    result_.fleet_kv_tokens = options_.fleet_kv_tokens;
+    if (result_.fleet_kv_tokens <= 0) result_.fleet_kv_tokens = co_await ScrapeFleetKv();
     epoch_ = Clock::now();
     if (!options_.instances.empty() || !options_.dcgm.host.empty()) {
       net::co_spawn(io_,
@@ -123,6 +126,43 @@ class Run {
     co_return "default";
   }
 
+  // Hands the /metrics samples taken since the last call to the oracle reference.
+  void FeedReferenceGauges() {
+    const std::vector<NamedEndpoint>& instances = options_.reference->instances();
+    for (; fed_samples_ < result_.samples.size(); ++fed_samples_) {
+      const InstanceSample& x = result_.samples[fed_samples_];
+      for (size_t i = 0; i < instances.size(); ++i) {
+        if (instances[i].name == x.instance) {
+          options_.reference->UpdateGauges(static_cast<int>(i), x);
+        }
+      }
+    }
+  }
+
+  // Sum of num_gpu_blocks x block_size over the instances (0 when any is unknown).
+  net::awaitable<int64_t> ScrapeFleetKv() {
+    int64_t total = 0;
+    for (const NamedEndpoint& inst : options_.instances) {
+      HttpResponse r = co_await HttpGet(inst.endpoint, "/metrics", std::chrono::seconds(10));
+      int64_t tokens = 0;
+      if (r.status == 200) {
+        for (const PromSample& s : ParsePrometheusText(r.body)) {
+          if (s.name != "vllm:cache_config_info") continue;
+          int64_t blocks = 0, block_size = 0;
+          auto b = s.labels.find("num_gpu_blocks");
+          auto z = s.labels.find("block_size");
+          if (b != s.labels.end() && z != s.labels.end() &&
+              absl::SimpleAtoi(b->second, &blocks) && absl::SimpleAtoi(z->second, &block_size)) {
+            tokens = blocks * block_size;
+          }
+        }
+      }
+      if (tokens <= 0) co_return 0;
+      total += tokens;
+    }
+    co_return total;
+  }
+
   // Waits until `offset_s` workload seconds after the epoch.
   net::awaitable<void> WaitUntil(double offset_s) {
     timer_.expires_at(epoch_ + WallFromSeconds(offset_s * result_.time_scale));
@@ -150,11 +190,33 @@ class Run {
       call.body = BuildMessagesBody(model_, messages, completion, session);
     } else {
       call.body = BuildChatBody(model_, messages, completion);
-      call.session_id = std::move(session);
+      call.session_id = session;
     }
     call.request_id = record.request_id;
     call.timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_s * 1000));
-    ChatOutcome out = co_await StreamChat(std::move(call));
+    OracleReference::Routed routed;
+    ChatOutcome out;
+    if (options_.reference) {
+      FeedReferenceGauges();
+      std::string prompt;
+      for (const ChatMessage& m : messages) absl::StrAppend(&prompt, m.role, "\n", m.content, "\n");
+      routed = co_await options_.reference->Route(call.body, std::move(prompt), session,
+                                                  completion, record.request_id);
+      call.endpoint = routed.endpoint;
+      OracleReference* reference = options_.reference.get();
+      call.on_first_token = [reference, &routed] { reference->OnFirstToken(routed); };
+    }
+    if (routed.error.empty()) {
+      out = co_await StreamChat(std::move(call));
+    } else {
+      out.error = routed.error;
+    }
+    if (options_.reference && routed.error.empty()) {
+      options_.reference->OnComplete(routed, out.error.empty(), out.prompt_tokens,
+                                     out.cached_tokens, out.completion_tokens);
+      out.klass = routed.klass;
+      out.backend = routed.backend;
+    }
     ++done_;
     if (!out.error.empty()) ++errors_;
     RequestRecord& r = result_.requests[index];
@@ -169,6 +231,7 @@ class Run {
     r.prompt_tokens = out.prompt_tokens;
     r.cached_tokens = out.cached_tokens;
     r.completion_tokens = out.completion_tokens;
+    if (options_.reference) r.cached_tokens_est = routed.cached_tokens_est;
     co_return std::pair<size_t, std::string>(index, std::move(out.content));
   }
 
@@ -199,7 +262,8 @@ class Run {
     net::steady_timer tool_timer(io_);
     int64_t prev_prompt = -1, prev_completion = -1;
     bool ok = true;
-    for (int turn = 1; turn <= a.turns; ++turn) {
+    const int turns = static_cast<int>(PlanAgenticTurns(a, job.id).size());
+    for (int turn = 1; turn <= turns; ++turn) {
       RequestRecord rec;
       rec.job = job.id;
       rec.turn = turn;
@@ -209,7 +273,8 @@ class Run {
       } else if (prev_prompt >= 0 && prev_completion >= 0) {
         rec.bound_cached_tokens = prev_prompt + prev_completion;
       }
-      auto [i, content] = co_await Send(messages, a.completion_tokens, job.session_id, rec);
+      auto [i, content] = co_await Send(messages, AgenticCompletionTokens(a, job.id, turn),
+                                        job.session_id, rec);
       const RequestRecord& r = result_.requests[i];
       result_.jobs[job_index].turn_e2e.push_back(r.ok() ? r.e2e : -1);
       if (!r.ok()) {
@@ -219,8 +284,9 @@ class Run {
       prev_prompt = r.prompt_tokens;
       prev_completion = r.completion_tokens;
       messages.push_back({"assistant", std::move(content)});
-      if (turn < a.turns) {
-        tool_timer.expires_after(WallFromSeconds(a.tool_time_s * result_.time_scale));
+      if (turn < turns) {
+        tool_timer.expires_after(
+            WallFromSeconds(AgenticToolTime(a, job.id, turn) * result_.time_scale));
         co_await tool_timer.async_wait(kAsTuple);
         messages.push_back({"user", AgenticToolOutput(a, job.id, turn)});
       }
@@ -322,6 +388,7 @@ class Run {
   int64_t active_ = 0;
   int64_t sent_ = 0, done_ = 0, errors_ = 0, next_request_ = 0;
   int64_t first_turns_sent_ = 0;
+  size_t fed_samples_ = 0;
   std::string system_prompt_;
   std::vector<int64_t> trace_bound_;
   absl::flat_hash_map<size_t, std::vector<size_t>> children_;
@@ -360,7 +427,37 @@ absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadS
       return absl::InternalError(absl::StrCat("run failed: ", e.what()));
     }
   }
-  return run.TakeResult();
+  RunResult result = run.TakeResult();
+  ComputeRunBounds(workload, result);
+  return result;
+}
+
+void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run) {
+  std::vector<BoundRequest> requests;
+  requests.reserve(run.requests.size());
+  int64_t block_tokens = 16;
+  for (const RequestRecord& r : run.requests) {
+    if (!r.ok() || r.prompt_tokens <= 0) continue;
+    BoundRequest b;
+    b.arrival_s = r.t_start;
+    b.prompt_tokens = r.prompt_tokens;
+    if (r.trace_index >= 0 && workload.trace_records &&
+        r.trace_index < static_cast<int64_t>(workload.trace_records->size())) {
+      const TraceRecord& t = (*workload.trace_records)[static_cast<size_t>(r.trace_index)];
+      b.blocks = t.hash_ids;
+      b.block_tokens = t.block_size;
+      block_tokens = t.block_size;
+    } else {
+      b.stream = r.job;
+      b.shared_prefix_tokens = workload.agentic.system_tokens;
+      b.completion_tokens = std::max<int64_t>(0, r.completion_tokens);
+    }
+    requests.push_back(std::move(b));
+  }
+  const CacheBounds bounds = ComputeCacheBounds(std::move(requests), run.fleet_kv_tokens,
+                                                workload.kind == WorkloadKind::kTrace ? block_tokens : 16);
+  if (run.bound_hit_ratio < 0) run.bound_hit_ratio = bounds.infinite_hit_ratio();
+  run.pooled_bound_hit_ratio = run.fleet_kv_tokens > 0 ? bounds.pooled_lru_hit_ratio() : -1;
 }
 
 }  // namespace kvroute::bench

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/metrics_sampler.h"
+#include "bench/kvroute_bench/oracle_reference.h"
 #include "bench/kvroute_bench/records.h"
 #include "bench/kvroute_bench/workload.h"
 
@@ -60,10 +61,22 @@ struct RunOptions {
   double request_timeout_s = 600;
   double drain_timeout_s = 600;
   int64_t max_inflight = 4096;  // jobs or requests in flight
+  // The fleet's KV in tokens for the pooled-LRU bound; 0: the sum over `instances` of
+  // vllm:cache_config_info's num_gpu_blocks x block_size, scraped at the start.
+  int64_t fleet_kv_tokens = 0;
+  // When set, requests bypass `target` (used only for GET /v1/models): the oracle reference
+  // routes each one to an instance of its simulated fleet (oracle_reference.h).
+  std::shared_ptr<OracleReference> reference;
   // Receives progress lines; default prints to stderr.
   std::function<void(std::string_view)> progress;
 };
 
 absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadSpec& workload);
+
+// Fills run.bound_hit_ratio (infinite cache) and run.pooled_bound_hit_ratio (one LRU cache of
+// run.fleet_kv_tokens) from the requests as they were sent (t_start order, the engine's
+// prompt and completion token counts), at 16-token blocks for agentic runs and the trace's
+// blocks for traces. Leaves the pooled bound at -1 when the fleet's KV is unknown.
+void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run);
 
 }  // namespace kvroute::bench

@@ -48,11 +48,37 @@ Distribution Describe(const std::vector<double>& values) {
   return d;
 }
 
+EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors) {
+  EstimateErrorSummary e;
+  e.n = static_cast<int64_t>(signed_errors.size());
+  if (e.n == 0) return e;
+  std::vector<double> abs_errors;
+  abs_errors.reserve(signed_errors.size());
+  double sum = 0, abs_sum = 0;
+  int64_t over = 0, under = 0;
+  for (double x : signed_errors) {
+    sum += x;
+    abs_sum += std::abs(x);
+    abs_errors.push_back(std::abs(x));
+    over += x > 0.05 ? 1 : 0;
+    under += x < -0.05 ? 1 : 0;
+  }
+  const double n = static_cast<double>(e.n);
+  e.mean_signed = sum / n;
+  e.mean_abs = abs_sum / n;
+  e.median_abs = Percentile(abs_errors, 50);
+  e.p90_abs = Percentile(std::move(abs_errors), 90);
+  e.over_5pct = static_cast<double>(over) / n;
+  e.under_5pct = static_cast<double>(under) / n;
+  return e;
+}
+
 RunSummary Summarize(const RunResult& run) {
   RunSummary s;
   const double scale = run.time_scale > 0 ? run.time_scale : 1.0;
   struct Samples {
     std::vector<double> ttft, tpot, e2e;
+    std::vector<double> est_error;  // signed, fraction of the prompt
     int64_t n = 0;
   };
   Samples all;
@@ -82,9 +108,15 @@ RunSummary Summarize(const RunResult& run) {
     if (r.offloaded() && r.prefill_leg_s >= 0) offload_prefill.push_back(r.prefill_leg_s / scale);
     if (r.offloaded() && r.transfer_s >= 0) offload_transfer.push_back(r.transfer_s / scale);
     if (r.prompt_tokens > 0 && r.cached_tokens >= 0 && r.cached_tokens_est >= 0) {
-      est_error += std::abs(static_cast<double>(r.cached_tokens_est - r.cached_tokens)) /
-                   static_cast<double>(r.prompt_tokens);
+      const double e = static_cast<double>(r.cached_tokens_est - r.cached_tokens) /
+                       static_cast<double>(r.prompt_tokens);
+      est_error += std::abs(e);
       ++est_n;
+      // An offload's cached_tokens count KV pulled from the prefill instance, not a hit.
+      if (!r.offloaded()) {
+        all.est_error.push_back(e);
+        c.est_error.push_back(e);
+      }
     }
     if (r.prompt_tokens > 0) {
       s.prompt_tokens += r.prompt_tokens;
@@ -115,6 +147,8 @@ RunSummary Summarize(const RunResult& run) {
   s.hit_ratio = s.prompt_tokens > 0
                     ? static_cast<double>(s.cached_tokens) / static_cast<double>(s.prompt_tokens)
                     : 0;
+  s.pooled_bound_hit_ratio = run.pooled_bound_hit_ratio;
+  s.fleet_kv_tokens = run.fleet_kv_tokens;
   if (run.bound_hit_ratio >= 0) {
     s.bound_hit_ratio = run.bound_hit_ratio;
   } else if (bound_known && bound_total > 0) {
@@ -127,6 +161,7 @@ RunSummary Summarize(const RunResult& run) {
     c.ttft = Describe(x.ttft);
     c.tpot = Describe(x.tpot);
     c.e2e = Describe(x.e2e);
+    c.estimate = DescribeEstimateErrors(x.est_error);
     return c;
   };
   s.classes.push_back(summarize("ALL", all));

@@ -24,10 +24,24 @@ struct Distribution {
 };
 Distribution Describe(const std::vector<double>& values);
 
+// The router's cache-hit estimate against the engine's cached_tokens, as fractions of the
+// prompt: error = (estimate - actual) / prompt_tokens, so a positive error promised a hit the
+// engine did not have.
+struct EstimateErrorSummary {
+  int64_t n = 0;
+  double median_abs = -1;   // median |error|
+  double mean_abs = -1;
+  double mean_signed = -1;  // meaningful only when n > 0 (may be negative)
+  double p90_abs = -1;
+  double over_5pct = -1;    // share of requests with error > +5 % (over-estimates)
+  double under_5pct = -1;   // share with error < -5 %
+};
+
 struct ClassSummary {
   std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "unlabelled"
   int64_t requests = 0;
   Distribution ttft, tpot, e2e;  // modelled seconds
+  EstimateErrorSummary estimate;
 };
 
 struct RunSummary {
@@ -44,6 +58,8 @@ struct RunSummary {
   int64_t transferred_tokens = 0;
   double hit_ratio = 0;         // cached / prompt over successful requests
   double bound_hit_ratio = -1;  // infinite-cache bound, -1 if unknown
+  double pooled_bound_hit_ratio = -1;  // one LRU cache of the fleet's KV, -1 if unknown
+  int64_t fleet_kv_tokens = 0;
   // Offloaded requests (kvroute request log): prefill leg and KV transfer, modelled seconds.
   Distribution offload_prefill, offload_transfer;
   // Mean |estimated - actual cached tokens| / prompt tokens (-1: no estimates).
@@ -63,5 +79,8 @@ struct RunSummary {
 };
 
 RunSummary Summarize(const RunResult& run);
+
+// Summary of signed estimate errors (fractions of the prompt).
+EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors);
 
 }  // namespace kvroute::bench

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <list>
 
 #include <boost/json.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "bench/kvroute_bench/text.h"
@@ -51,10 +53,99 @@ int64_t AgenticToolTokens(const AgenticOptions& options, int turn) {
   return options.tool_tokens[static_cast<size_t>(turn - 1) % options.tool_tokens.size()];
 }
 
+int64_t AgenticToolTokens(const AgenticOptions& options, int64_t job_id, int turn) {
+  if (options.tool_tokens_max <= 0) return AgenticToolTokens(options, turn);
+  const double lo = static_cast<double>(std::max<int64_t>(1, options.tool_tokens_min));
+  const double hi = std::max(lo, static_cast<double>(options.tool_tokens_max));
+  SplitMix64 rng(StreamSeed(options.seed, "agentic-tool-size", job_id, turn));
+  const double u = rng.NextDouble();
+  return static_cast<int64_t>(std::llround(lo * std::pow(hi / lo, u * u)));
+}
+
+int AgenticTurns(const AgenticOptions& options, int64_t job_id) {
+  if (options.turns_max <= options.turns) return options.turns;
+  const uint64_t span = static_cast<uint64_t>(options.turns_max - options.turns) + 1;
+  return options.turns +
+         static_cast<int>(StreamSeed(options.seed, "agentic-turns", job_id) % span);
+}
+
+int64_t AgenticCompletionTokens(const AgenticOptions& options, int64_t job_id, int turn) {
+  if (options.completion_tokens_max <= options.completion_tokens) {
+    return options.completion_tokens;
+  }
+  const uint64_t span =
+      static_cast<uint64_t>(options.completion_tokens_max - options.completion_tokens) + 1;
+  return options.completion_tokens +
+         static_cast<int64_t>(StreamSeed(options.seed, "agentic-answer", job_id, turn) % span);
+}
+
+double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn) {
+  if (options.tool_time_max_s <= options.tool_time_s) return options.tool_time_s;
+  SplitMix64 rng(StreamSeed(options.seed, "agentic-tool-time", job_id, turn));
+  return options.tool_time_s + rng.NextDouble() * (options.tool_time_max_s - options.tool_time_s);
+}
+
 std::string AgenticToolOutput(const AgenticOptions& options, int64_t job_id, int turn) {
   return absl::StrCat("Tool output ", turn, ":",
                       SyntheticText(StreamSeed(options.seed, "agentic-tool", job_id, turn),
-                                    AgenticToolTokens(options, turn)));
+                                    AgenticToolTokens(options, job_id, turn)));
+}
+
+std::vector<PlannedTurn> PlanAgenticTurns(const AgenticOptions& options, int64_t job_id) {
+  std::vector<PlannedTurn> turns;
+  const int n = AgenticTurns(options, job_id);
+  int64_t prompt = options.system_tokens + AgenticTaskTokens(options, job_id);
+  for (int t = 1; t <= n; ++t) {
+    if (t > 1 && options.max_context_tokens > 0 && prompt > options.max_context_tokens) break;
+    const int64_t answer = AgenticCompletionTokens(options, job_id, t);
+    turns.push_back({job_id, t, prompt, answer});
+    prompt += answer + AgenticToolTokens(options, job_id, t);
+  }
+  return turns;
+}
+
+double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_jobs) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t job = 0; job < sample_jobs; ++job) {
+    const std::vector<PlannedTurn> turns = PlanAgenticTurns(options, job);
+    if (turns.empty()) continue;
+    double s = 0;
+    for (const PlannedTurn& t : turns) s += static_cast<double>(t.prompt_tokens);
+    sum += s / static_cast<double>(turns.size());
+    ++n;
+  }
+  return n > 0 ? sum / static_cast<double>(n) : 0;
+}
+
+AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
+                                 double arrival_window_s, uint64_t seed) {
+  AgenticOptions a;
+  a.preset = "agentic-long";
+  a.seed = seed;
+  a.system_tokens = 14000;
+  a.task_tokens = 10000;
+  a.task_tokens_max = 80000;
+  a.turns = 20;
+  a.turns_max = 40;
+  a.tool_tokens_min = 500;
+  a.tool_tokens_max = 8000;
+  a.completion_tokens = 100;
+  a.completion_tokens_max = 800;
+  a.tool_time_s = 2;
+  a.tool_time_max_s = 6;
+  a.max_context_tokens = 131072;
+  const double context = AgenticMeanSessionContext(a);
+  const int64_t jobs = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(working_set_ratio *
+                                        static_cast<double>(std::max<int64_t>(1, fleet_kv_tokens)) /
+                                        std::max(1.0, context))));
+  a.max_jobs = jobs;
+  a.duration_s = std::max(1.0, arrival_window_s);
+  // Poisson arrivals at 1.5x the rate that would just fit `jobs` in the window: max_jobs is
+  // reached within the window with near certainty, so the job count follows the sizing rule.
+  a.jobs_per_second = 1.5 * static_cast<double>(jobs) / a.duration_s;
+  return a;
 }
 
 absl::StatusOr<TraceRecord> ParseTraceLine(std::string_view line, int64_t default_block_size) {
@@ -190,6 +281,167 @@ double InfiniteCacheHitRatio(const std::vector<TraceRecord>& records) {
     total += static_cast<double>(records[i].input_length);
   }
   return total > 0 ? hit / total : 0;
+}
+
+}  // namespace kvroute::bench
+
+namespace kvroute::bench {
+namespace {
+
+// An LRU set of block keys with a fixed capacity (0: unbounded).
+class BlockLru {
+ public:
+  explicit BlockLru(int64_t capacity_blocks) : capacity_(capacity_blocks) {}
+  bool Contains(uint64_t key) const { return where_.contains(key); }
+  void Touch(uint64_t key) {
+    if (auto it = where_.find(key); it != where_.end()) {
+      order_.splice(order_.begin(), order_, it->second);
+      return;
+    }
+    if (capacity_ > 0 && static_cast<int64_t>(where_.size()) >= capacity_) {
+      where_.erase(order_.back());
+      order_.pop_back();
+    }
+    order_.push_front(key);
+    where_.emplace(key, order_.begin());
+  }
+
+ private:
+  int64_t capacity_;
+  std::list<uint64_t> order_;  // front: most recent
+  absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> where_;
+};
+
+// Stream block k: streams are numbered from 1 in the high bits; the shared prefix is stream 0.
+uint64_t StreamBlockKey(int64_t stream, int64_t k, int64_t shared_blocks) {
+  if (k < shared_blocks) return static_cast<uint64_t>(k);
+  return (static_cast<uint64_t>(stream + 1) << 28) | static_cast<uint64_t>(k);
+}
+
+}  // namespace
+
+double CacheBounds::infinite_hit_ratio() const {
+  return prompt_tokens > 0
+             ? static_cast<double>(infinite_hit_tokens) / static_cast<double>(prompt_tokens)
+             : 0;
+}
+
+double CacheBounds::pooled_lru_hit_ratio() const {
+  return prompt_tokens > 0
+             ? static_cast<double>(pooled_lru_hit_tokens) / static_cast<double>(prompt_tokens)
+             : 0;
+}
+
+CacheBounds ComputeCacheBounds(std::vector<BoundRequest> requests, int64_t capacity_tokens,
+                               int64_t block_tokens) {
+  CacheBounds out;
+  out.pooled_capacity_tokens = capacity_tokens;
+  block_tokens = std::max<int64_t>(1, block_tokens);
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const BoundRequest& a, const BoundRequest& b) {
+                     return a.arrival_s < b.arrival_s;
+                   });
+  BlockLru infinite(0);
+  std::optional<BlockLru> pooled;
+  if (capacity_tokens > 0) pooled.emplace(std::max<int64_t>(1, capacity_tokens / block_tokens));
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> key_tokens;
+  for (const BoundRequest& r : requests) {
+    if (r.prompt_tokens <= 0) continue;
+    ++out.requests;
+    out.prompt_tokens += r.prompt_tokens;
+    keys.clear();
+    key_tokens.clear();
+    int64_t max_hit_tokens = r.prompt_tokens - 1;
+    size_t prompt_keys = 0;
+    if (!r.blocks.empty()) {
+      // Trace blocks of the trace's own size; the last may be partial and is still reused.
+      const int64_t bt = std::max<int64_t>(1, r.block_tokens);
+      int64_t left = r.prompt_tokens;
+      for (int64_t id : r.blocks) {
+        if (left <= 0) break;
+        keys.push_back(static_cast<uint64_t>(id));
+        key_tokens.push_back(std::min(left, bt));
+        left -= bt;
+      }
+      prompt_keys = keys.size();
+      max_hit_tokens = r.prompt_tokens;
+    } else {
+      const int64_t shared_blocks = r.shared_prefix_tokens / block_tokens;
+      const int64_t full = (r.prompt_tokens + std::max<int64_t>(0, r.completion_tokens)) /
+                           block_tokens;
+      for (int64_t k = 0; k < full; ++k) {
+        keys.push_back(StreamBlockKey(r.stream, k, shared_blocks));
+        key_tokens.push_back(block_tokens);
+      }
+      prompt_keys = static_cast<size_t>(std::min<int64_t>(full, r.prompt_tokens / block_tokens));
+    }
+    auto hit_of = [&](const BlockLru& lru) {
+      int64_t hit = 0;
+      for (size_t k = 0; k < prompt_keys; ++k) {
+        if (!lru.Contains(keys[k]) || hit + key_tokens[k] > max_hit_tokens) break;
+        hit += key_tokens[k];
+      }
+      return hit;
+    };
+    out.infinite_hit_tokens += hit_of(infinite);
+    if (pooled) out.pooled_lru_hit_tokens += hit_of(*pooled);
+    for (size_t k = keys.size(); k-- > 0;) {
+      infinite.Touch(keys[k]);
+      if (pooled) pooled->Touch(keys[k]);
+    }
+  }
+  return out;
+}
+
+AgenticPlanStats PlanAgenticStats(const AgenticOptions& options, int64_t fleet_kv_tokens,
+                                  double nominal_turn_s, int64_t block_tokens) {
+  AgenticPlanStats st;
+  std::vector<BoundRequest> requests;
+  // Working-set events: (time, job, context tokens held from then on; -1 ends the job).
+  struct Event {
+    double t;
+    int64_t job;
+    int64_t context;
+  };
+  std::vector<Event> events;
+  double turns_sum = 0;
+  for (const AgenticJob& job : PlanAgenticJobs(options)) {
+    ++st.jobs;
+    double t = job.arrival_s;
+    const std::vector<PlannedTurn> turns = PlanAgenticTurns(options, job.id);
+    turns_sum += static_cast<double>(turns.size());
+    for (const PlannedTurn& p : turns) {
+      BoundRequest r;
+      r.arrival_s = t;
+      r.stream = job.id;
+      r.shared_prefix_tokens = options.system_tokens;
+      r.prompt_tokens = p.prompt_tokens;
+      r.completion_tokens = p.completion_tokens;
+      requests.push_back(r);
+      events.push_back({t, job.id, p.prompt_tokens + p.completion_tokens});
+      st.mean_context_tokens += static_cast<double>(p.prompt_tokens);
+      st.max_context_tokens = std::max(st.max_context_tokens, p.prompt_tokens);
+      t += nominal_turn_s + AgenticToolTime(options, job.id, p.turn);
+    }
+    events.push_back({t, job.id, -1});
+  }
+  st.requests = static_cast<int64_t>(requests.size());
+  if (st.requests > 0) st.mean_context_tokens /= static_cast<double>(st.requests);
+  if (st.jobs > 0) st.mean_turns = turns_sum / static_cast<double>(st.jobs);
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.t < b.t; });
+  absl::flat_hash_map<int64_t, int64_t> live;
+  int64_t sum = 0;
+  for (const Event& e : events) {
+    int64_t& held = live[e.job];
+    sum -= held;
+    held = std::max<int64_t>(0, e.context);
+    sum += held;
+    st.peak_working_set_tokens = std::max(st.peak_working_set_tokens, sum);
+  }
+  st.bounds = ComputeCacheBounds(std::move(requests), fleet_kv_tokens, block_tokens);
+  return st;
 }
 
 }  // namespace kvroute::bench

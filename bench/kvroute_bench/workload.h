@@ -40,7 +40,37 @@ struct AgenticOptions {
   int64_t completion_tokens = 20;  // per turn, enforced with min_tokens + ignore_eos
   int64_t max_jobs = 100000;       // bound on the plan size whatever the rate
   uint64_t seed = 1;
+
+  // Per-job and per-turn variation (all off by default; seeded per job and turn):
+  // turns uniform in [turns, turns_max]; tool outputs in [tool_tokens_min, tool_tokens_max],
+  // log-uniform with a square on the exponent so small outputs dominate (replaces
+  // tool_tokens when tool_tokens_max > 0); answers uniform in [completion_tokens,
+  // completion_tokens_max]; tool time uniform in [tool_time_s, tool_time_max_s].
+  int turns_max = 0;
+  int64_t tool_tokens_min = 0;
+  int64_t tool_tokens_max = 0;
+  int64_t completion_tokens_max = 0;
+  double tool_time_max_s = 0;
+  // A job ends before a turn whose planned prompt would exceed this (0: no limit), as a
+  // coding agent stops or compacts when its context fills up.
+  int64_t max_context_tokens = 0;
+  // Label for reports ("agentic-long"); empty for hand-set options.
+  std::string preset = {};
 };
+
+// The `agentic-long` preset: coding-agent sessions under KV memory pressure.
+//   shared system+tools prefix 14,000 tokens; repository context 10K-80K per session;
+//   20-40 turns; tool outputs 0.5K-8K (median ~1K); answers 100-800; tool time 2-6 s;
+//   contexts capped at 131,072 tokens.
+// Sizing rule: the sessions all arrive within `arrival_window_s` (much shorter than a
+// session's life, ~8 modelled minutes), so they are live together and the working set is the
+// sum of their contexts. With C = the planned mean context of a session over its turns,
+// jobs = ceil(working_set_ratio x fleet_kv_tokens / C); PlanCacheBounds reports the
+// resulting peak ratio.
+AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
+                                 double arrival_window_s, uint64_t seed);
+// The planned mean context (prompt tokens averaged over a session's turns), over sessions.
+double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_jobs = 400);
 
 struct AgenticJob {
   int64_t id = 0;
@@ -58,6 +88,22 @@ int64_t AgenticTaskTokens(const AgenticOptions& options, int64_t job_id);
 // (seed, job, turn).
 std::string AgenticToolOutput(const AgenticOptions& options, int64_t job_id, int turn);
 int64_t AgenticToolTokens(const AgenticOptions& options, int turn);
+// Per-job and per-turn sizes (equal to the fixed options when variation is off).
+int64_t AgenticToolTokens(const AgenticOptions& options, int64_t job_id, int turn);
+int AgenticTurns(const AgenticOptions& options, int64_t job_id);
+int64_t AgenticCompletionTokens(const AgenticOptions& options, int64_t job_id, int turn);
+double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn);
+
+// One planned request of an agentic job: its prompt (system + task + earlier answers and tool
+// outputs, without chat-template tokens) and answer sizes. Turns stop at AgenticTurns or
+// before max_context_tokens would be exceeded.
+struct PlannedTurn {
+  int64_t job = 0;
+  int turn = 0;  // 1-based
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+std::vector<PlannedTurn> PlanAgenticTurns(const AgenticOptions& options, int64_t job_id);
 
 // ---------------------------------------------------------------------------------------------
 // Trace replay (Mooncake FAST'25 format, see bench/traces/README.md).
@@ -105,5 +151,57 @@ std::string ExpandTracePrompt(const TraceRecord& record, uint64_t seed);
 std::vector<int64_t> InfiniteCacheHitTokens(const std::vector<TraceRecord>& records);
 // Sum of the above over the sum of input lengths.
 double InfiniteCacheHitRatio(const std::vector<TraceRecord>& records);
+
+// ---------------------------------------------------------------------------------------------
+// Cache bounds: what an infinite prefix cache, and one pooled LRU cache holding the whole
+// fleet's KV, would serve. Both are replayed in arrival order at KV-block granularity.
+
+// One request as the bounds see it: its prompt is the first prompt_tokens of token stream
+// `stream` (an agentic job's conversation; trace requests use `blocks` instead), whose first
+// shared_prefix_tokens are common to every stream; its answer's completion_tokens follow the
+// prompt in the stream and are cached too.
+struct BoundRequest {
+  double arrival_s = 0;
+  int64_t stream = 0;
+  int64_t shared_prefix_tokens = 0;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  // Trace requests: explicit block ids of block_tokens tokens each (the last may be partial).
+  std::vector<int64_t> blocks;
+  int64_t block_tokens = 0;
+};
+
+struct CacheBounds {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t infinite_hit_tokens = 0;
+  int64_t pooled_lru_hit_tokens = 0;
+  int64_t pooled_capacity_tokens = 0;
+  double infinite_hit_ratio() const;
+  double pooled_lru_hit_ratio() const;
+};
+
+// Replays `requests` sorted by arrival (ties keep their order). A hit is the longest cached
+// prefix of whole blocks, at most (prompt - 1) tokens (the engine recomputes the last token);
+// then the prompt's and answer's full blocks are touched tail first, so a prefix is evicted
+// after its continuation, as vLLM frees blocks. The pooled cache holds capacity_tokens /
+// block_tokens blocks (0: only the infinite bound is computed).
+CacheBounds ComputeCacheBounds(std::vector<BoundRequest> requests, int64_t capacity_tokens,
+                               int64_t block_tokens = 16);
+
+// Bounds of an agentic plan, with turn k+1 arriving nominal_turn_s + tool time after turn k
+// (the plan has no latencies), and its peak working set: the largest sum of live sessions'
+// contexts at any arrival, in tokens.
+struct AgenticPlanStats {
+  int64_t jobs = 0;
+  int64_t requests = 0;
+  double mean_context_tokens = 0;  // prompt tokens per request
+  int64_t max_context_tokens = 0;
+  double mean_turns = 0;
+  int64_t peak_working_set_tokens = 0;
+  CacheBounds bounds;
+};
+AgenticPlanStats PlanAgenticStats(const AgenticOptions& options, int64_t fleet_kv_tokens,
+                                  double nominal_turn_s = 12.0, int64_t block_tokens = 16);
 
 }  // namespace kvroute::bench

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
@@ -280,6 +281,63 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
   // |100 - 0| / 30000 and |800 - 900| / 1000, averaged.
   EXPECT_NEAR(s.cache_estimate_error, (100.0 / 30000 + 100.0 / 1000) / 2, 1e-12);
   EXPECT_EQ(MergeRequestLog("/nonexistent/requests.jsonl", run), 0);
+}
+
+}  // namespace
+}  // namespace kvroute::bench
+
+namespace kvroute::bench {
+namespace {
+
+TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
+  RunResult run;
+  run.name = "baseline";
+  run.workload = "agentic";
+  run.pooled_bound_hit_ratio = 0.4;
+  run.fleet_kv_tokens = 1000;
+  // Estimates against the engine: +10 % (over), -20 % (under), 0, +2 %; the offloaded one
+  // is not a hit estimate and is left out.
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> rows = {
+      {"WARM", 600, 500}, {"WARM", 300, 500}, {"HEAVY", 0, 0}, {"HEAVY", 220, 200}};
+  for (const auto& [klass, est, actual] : rows) {
+    RequestRecord r;
+    r.klass = klass;
+    r.backend = "gpu0";
+    r.ttft = r.e2e = 1;
+    r.prompt_tokens = 1000;
+    r.cached_tokens = actual;
+    r.cached_tokens_est = est;
+    run.requests.push_back(r);
+  }
+  RequestRecord off = run.requests.front();
+  off.backend = "gpu0->gpu1";
+  off.cached_tokens_est = 0;
+  run.requests.push_back(off);
+  const RunSummary s = Summarize(run);
+  const EstimateErrorSummary& all = s.classes.front().estimate;
+  EXPECT_EQ(all.n, 4);
+  EXPECT_NEAR(all.mean_signed, (0.1 - 0.2 + 0 + 0.02) / 4, 1e-12);
+  EXPECT_NEAR(all.median_abs, (0.02 + 0.1) / 2, 1e-12);
+  EXPECT_NEAR(all.over_5pct, 0.25, 1e-12);
+  EXPECT_NEAR(all.under_5pct, 0.25, 1e-12);
+  const ClassSummary* warm = nullptr;
+  for (const ClassSummary& c : s.classes) {
+    if (c.klass == "WARM") warm = &c;
+  }
+  ASSERT_NE(warm, nullptr);
+  EXPECT_NEAR(warm->estimate.mean_signed, (0.1 - 0.2) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(s.pooled_bound_hit_ratio, 0.4);
+
+  Report report;
+  report.runs.push_back(run);
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("## Cache estimate error per class"), std::string::npos);
+  EXPECT_NE(md.find("| baseline | WARM | 2 |"), std::string::npos);
+  EXPECT_NE(md.find("-5.0%"), std::string::npos);  // WARM's mean signed error
+  EXPECT_NE(md.find("pooled-LRU bound"), std::string::npos);
+  EXPECT_NE(SummaryTable(report).find("est mean"), std::string::npos);
+  const json::value j = ReportJson(report);
+  EXPECT_DOUBLE_EQ(j.at("runs").as_array()[0].at("summary").at("prefix_hit_pooled_lru_bound").as_double(), 0.4);
 }
 
 }  // namespace

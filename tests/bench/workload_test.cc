@@ -1,5 +1,6 @@
 #include "bench/kvroute_bench/workload.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +253,159 @@ TEST(TraceWorkloadTest, LoadAppliesWindowAndLimit) {
   std::remove(path.c_str());
   o.path = path;
   EXPECT_FALSE(LoadTrace(o).ok());
+}
+
+}  // namespace
+}  // namespace kvroute::bench
+
+namespace kvroute::bench {
+namespace {
+
+TEST(AgenticLongPresetTest, SizesFollowTheCodingAgentShape) {
+  const AgenticOptions a = AgenticLongPreset(1804800, 2.0, 60, 3);
+  EXPECT_EQ(a.preset, "agentic-long");
+  EXPECT_GE(a.system_tokens, 12000);
+  EXPECT_LE(a.system_tokens, 16000);
+  for (int64_t job = 0; job < 50; ++job) {
+    const int64_t repo = AgenticTaskTokens(a, job);
+    EXPECT_GE(repo, 10000);
+    EXPECT_LE(repo, 80000);
+    const int turns = AgenticTurns(a, job);
+    EXPECT_GE(turns, 20);
+    EXPECT_LE(turns, 40);
+    const std::vector<PlannedTurn> plan = PlanAgenticTurns(a, job);
+    ASSERT_FALSE(plan.empty());
+    EXPECT_LE(static_cast<int>(plan.size()), turns);
+    int64_t prompt = a.system_tokens + repo;
+    for (const PlannedTurn& t : plan) {
+      EXPECT_EQ(t.prompt_tokens, prompt);
+      EXPECT_LE(t.prompt_tokens, a.max_context_tokens);
+      EXPECT_GE(t.completion_tokens, 100);
+      EXPECT_LE(t.completion_tokens, 800);
+      const int64_t tool = AgenticToolTokens(a, job, t.turn);
+      EXPECT_GE(tool, 500);
+      EXPECT_LE(tool, 8000);
+      const double tool_time = AgenticToolTime(a, job, t.turn);
+      EXPECT_GE(tool_time, 2.0);
+      EXPECT_LE(tool_time, 6.0);
+      prompt += t.completion_tokens + tool;
+    }
+    // A job stops early only because the next prompt would not fit.
+    if (static_cast<int>(plan.size()) < turns) {
+      EXPECT_GT(prompt, a.max_context_tokens);
+    }
+  }
+  // The tool output size for a (job, turn) is fixed by the seed and appears in the text.
+  EXPECT_EQ(AgenticToolOutput(a, 4, 2).size(),
+            std::string("Tool output 2:").size() + 4 * static_cast<size_t>(AgenticToolTokens(a, 4, 2)));
+}
+
+TEST(AgenticLongPresetTest, JobCountFollowsTheSizingRule) {
+  const AgenticOptions a = AgenticLongPreset(1804800, 2.0, 60, 1);
+  const double context = AgenticMeanSessionContext(a);
+  EXPECT_EQ(a.max_jobs, static_cast<int64_t>(std::ceil(2.0 * 1804800 / context)));
+  // Twice the fleet needs twice the sessions.
+  const AgenticOptions b = AgenticLongPreset(2 * 1804800, 2.0, 60, 1);
+  EXPECT_NEAR(static_cast<double>(b.max_jobs), 2.0 * static_cast<double>(a.max_jobs), 1.0);
+  // All sessions arrive within the window.
+  const std::vector<AgenticJob> jobs = PlanAgenticJobs(a);
+  EXPECT_EQ(static_cast<int64_t>(jobs.size()), a.max_jobs);
+  EXPECT_LT(jobs.back().arrival_s, 60.0);
+  // The sessions live together: the planned peak working set lands in the 1.5-3x band.
+  const AgenticPlanStats st = PlanAgenticStats(a, 1804800);
+  const double ratio = static_cast<double>(st.peak_working_set_tokens) / 1804800.0;
+  EXPECT_GE(ratio, 1.5);
+  EXPECT_LE(ratio, 3.0);
+  EXPECT_LT(st.bounds.pooled_lru_hit_ratio(), st.bounds.infinite_hit_ratio());
+  EXPECT_GT(st.bounds.pooled_lru_hit_ratio(), 0.0);
+}
+
+TEST(CacheBoundsTest, PooledLruEvictsTheLeastRecentlyUsedBlocks) {
+  // Block size 10. Stream 0 and stream 1 share a 20-token prefix.
+  auto req = [](double t, int64_t stream, int64_t prompt, int64_t completion) {
+    BoundRequest r;
+    r.arrival_s = t;
+    r.stream = stream;
+    r.shared_prefix_tokens = 20;
+    r.prompt_tokens = prompt;
+    r.completion_tokens = completion;
+    return r;
+  };
+  // Given out of order: sorted by arrival.
+  std::vector<BoundRequest> rs = {
+      req(2, 1, 41, 0),   // 4 prompt blocks: shared 0,1 cached; its own 2,3 not
+      req(1, 0, 50, 10),  // cold: caches 6 blocks (prompt 5 + answer 1)
+      req(3, 0, 70, 0),   // stream 0 again: blocks 0..5 were cached
+  };
+  // Unbounded: request 1 hits 0, request 2 hits 20 (shared), request 3 hits 60.
+  CacheBounds inf = ComputeCacheBounds(rs, 0, 10);
+  EXPECT_EQ(inf.requests, 3);
+  EXPECT_EQ(inf.prompt_tokens, 161);
+  EXPECT_EQ(inf.infinite_hit_tokens, 80);
+  // Capacity 6 blocks: request 2's two new blocks evict stream 0's blocks 5 and 4 (its
+  // oldest, as they were touched tail first), so request 3 hits blocks 0..3 only.
+  CacheBounds pooled = ComputeCacheBounds(rs, 60, 10);
+  EXPECT_EQ(pooled.infinite_hit_tokens, 80);
+  EXPECT_EQ(pooled.pooled_lru_hit_tokens, 20 + 40);
+  EXPECT_NEAR(pooled.pooled_lru_hit_ratio(), 60.0 / 161.0, 1e-12);
+  // A prompt that is entirely cached still recomputes its last token.
+  std::vector<BoundRequest> again = {req(1, 0, 30, 0), req(2, 0, 30, 0)};
+  EXPECT_EQ(ComputeCacheBounds(again, 1000, 10).pooled_lru_hit_tokens, 20);
+}
+
+TEST(CacheBoundsTest, TraceBlocksUseTheirOwnIds) {
+  BoundRequest a;
+  a.arrival_s = 0;
+  a.prompt_tokens = 1000;
+  a.blocks = {1, 2};
+  a.block_tokens = 512;
+  BoundRequest b = a;
+  b.arrival_s = 1;
+  b.blocks = {1, 3};
+  BoundRequest c = a;
+  c.arrival_s = 2;
+  c.blocks = {2, 9};
+  // Capacity 2 blocks: b evicts block 2 (its tail 3 then head 1 are touched).
+  CacheBounds x = ComputeCacheBounds({a, b, c}, 1024, 512);
+  EXPECT_EQ(x.infinite_hit_tokens, 512 + 512);
+  EXPECT_EQ(x.pooled_lru_hit_tokens, 512);
+}
+
+}  // namespace
+}  // namespace kvroute::bench
+
+#include "bench/kvroute_bench/runner.h"
+
+namespace kvroute::bench {
+namespace {
+
+TEST(CacheBoundsTest, RunBoundsReplayTheRequestsAsSent) {
+  WorkloadSpec spec;
+  spec.agentic.system_tokens = 32;
+  RunResult run;
+  run.fleet_kv_tokens = 0;
+  auto rec = [](int64_t job, double t, int64_t prompt, int64_t completion) {
+    RequestRecord r;
+    r.job = job;
+    r.t_start = t;
+    r.prompt_tokens = prompt;
+    r.completion_tokens = completion;
+    r.e2e = 1;
+    return r;
+  };
+  // Job 0 twice (its second prompt continues the first and its answer), job 1 once.
+  run.requests = {rec(0, 0, 100, 28), rec(1, 1, 64, 0), rec(0, 2, 200, 0)};
+  ComputeRunBounds(spec, run);
+  EXPECT_EQ(run.pooled_bound_hit_ratio, -1);  // the fleet's KV is unknown
+  // Infinite: job 1 shares the 32-token system prefix (2 blocks); job 0's second turn holds
+  // its first prompt and answer, 128 tokens = 8 blocks.
+  EXPECT_NEAR(run.bound_hit_ratio, (32.0 + 128.0) / 364.0, 1e-12);
+  // A 96-token pool (6 blocks): when job 0 comes back it holds the shared 2 blocks, job 1's
+  // own 2 and job 0's blocks 2-3 (its tail went first), so job 0 hits 4 blocks.
+  run.fleet_kv_tokens = 96;
+  run.bound_hit_ratio = -1;
+  ComputeRunBounds(spec, run);
+  EXPECT_NEAR(run.pooled_bound_hit_ratio, (32.0 + 64.0) / 364.0, 1e-12);
 }
 
 }  // namespace

@@ -126,23 +126,44 @@ TEST(RouterShadowTest, BytesPerTokenIsLearnedFromUsage) {
 }
 
 TEST(RouterShadowTest, EvictionFollowsCapacity) {
-  // 640 tokens x 4 bytes / 256 = 10 chunks.
-  auto r = Make("least_loaded", Fleet(1, 640));
-  EXPECT_EQ(r->Report()[0].capacity_tokens, 640);
-  const std::string a = Text(10, 6);
-  const std::string b = Text(11, 6);
+  // 1280 tokens x 4 bytes / 256 = 20 chunks.
+  auto r = Make("least_loaded", Fleet(1, 1280));
+  EXPECT_EQ(r->Report()[0].capacity_tokens, 1280);
+  const std::string a = Text(10, 12);
+  const std::string b = Text(11, 12);
   Serve(*r, a);
+  // While b ran it occupied its 12 prompt chunks and 4 of output (default_output_tokens 256):
+  // a kept the 4 chunks that were left, its head.
   Serve(*r, b);
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 16);
+  EXPECT_EQ(EstimateOn(*r, b), 12 * 64);
+  // The scraped capacity replaces the configured one and the shadow follows: a (least
+  // recently freed) goes first, then b's tail.
+  r->UpdateEngineGauges(0, {.capacity_tokens = 640});
   EXPECT_EQ(r->Report()[0].shadow_chunks, 10);
-  EXPECT_EQ(EstimateOn(*r, a), 4 * 64);  // a lost its two tail chunks
-  EXPECT_EQ(EstimateOn(*r, b), 6 * 64);
-  // The scraped capacity replaces the configured one and the shadow follows.
-  r->UpdateEngineGauges(0, {.capacity_tokens = 320});
-  EXPECT_EQ(r->Report()[0].shadow_chunks, 5);
-  EXPECT_EQ(r->Report()[0].capacity_tokens, 320);
-  EXPECT_EQ(EstimateOn(*r, b), 5 * 64);
+  EXPECT_EQ(r->Report()[0].capacity_tokens, 640);
+  EXPECT_EQ(EstimateOn(*r, b), 10 * 64);
   EXPECT_EQ(EstimateOn(*r, a), 0);
   EXPECT_GT(r->Stats().index_memory_bytes, 0);
+}
+
+TEST(RouterShadowTest, RequestsInFlightOccupyThePoolUntilTheyEnd) {
+  // 20 chunks. b is routed with a footprint of 12 + 4 chunks: of a's 12 cached chunks, 4 stay
+  // cached while it is in flight, and the next estimate for a says so.
+  auto r = Make("least_loaded", Fleet(1, 1280));
+  const std::string a = Text(20, 12);
+  const std::string b = Text(21, 12);
+  Serve(*r, a);
+  absl::StatusOr<RouteTicket> t = r->Route(Req(b), kT0);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
+  EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
+  r->OnFirstToken(*t, kT0);
+  r->OnComplete(*t, {.ok = true, .cached_tokens = 0, .served_by = 0}, kT0);
+  // b ended: its blocks are the most recently freed, a's head is still there.
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 16);
+  EXPECT_EQ(EstimateOn(*r, b), 12 * 64);
+  EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
 }
 
 TEST(RouterShadowTest, DefaultCapacityWhenNothingKnown) {

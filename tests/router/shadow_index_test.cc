@@ -140,3 +140,114 @@ TEST(ShadowIndexTest, ClearRemovesHolders) {
 
 }  // namespace
 }  // namespace kvroute::router
+
+namespace kvroute::router {
+namespace {
+
+std::vector<uint64_t> PoolChain(uint64_t base, int len) {
+  std::vector<uint64_t> c;
+  for (int i = 0; i < len; ++i) c.push_back(base * 7000003 + static_cast<uint64_t>(i) + 1);
+  return c;
+}
+
+int32_t Held(const ShadowIndex& index, const std::vector<uint64_t>& chain) {
+  std::vector<int32_t> m(index.num_instances());
+  index.Match(chain, absl::MakeSpan(m));
+  return m[0];
+}
+
+TEST(ShadowIndexPoolTest, RequestsInFlightLeaveLessRoomForCachedPrefixes) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 10);
+  const auto a = PoolChain(1, 4);
+  const auto b = PoolChain(2, 4);
+  index.Insert(0, a);
+  index.Insert(0, b);
+  EXPECT_EQ(index.size(0), 8);
+  // A request reusing a's 4 chunks that needs 5 more (its new prompt and output): the pool
+  // has 10, so 1 chunk is left for free entries and b, the least recently freed, goes first.
+  ShadowIndex::Pin pin = index.PinRequest(0, a, 4, 9);
+  EXPECT_EQ(pin.chunks, 4);
+  EXPECT_EQ(index.pinned(0), 4);
+  EXPECT_EQ(index.reserved(0), 5);
+  EXPECT_EQ(Held(index, a), 4);  // pinned chunks still match
+  EXPECT_EQ(Held(index, b), 1);  // b's head only (tails are evicted first)
+  // Pinned chunks are never evicted, whatever comes in.
+  index.Insert(0, PoolChain(3, 6));
+  EXPECT_EQ(Held(index, a), 4);
+  // The request ends: its reservation is released, a becomes the most recently freed.
+  index.Unpin(pin, a);
+  EXPECT_EQ(index.pinned(0), 0);
+  EXPECT_EQ(index.reserved(0), 0);
+  index.Insert(0, PoolChain(4, 6));  // needs 6 of 10: a (newest) survives, chain 3 goes
+  EXPECT_EQ(Held(index, a), 4);
+  EXPECT_EQ(Held(index, PoolChain(3, 6)), 0);
+  EXPECT_LE(index.size(0), index.capacity(0));
+}
+
+TEST(ShadowIndexPoolTest, SharedPrefixPinnedTwiceIsFreedOnce) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 8);
+  const auto shared = PoolChain(1, 3);
+  index.Insert(0, shared);
+  ShadowIndex::Pin p1 = index.PinRequest(0, shared, 3, 3);
+  ShadowIndex::Pin p2 = index.PinRequest(0, shared, 3, 3);
+  EXPECT_EQ(index.pinned(0), 3);
+  index.Unpin(p1, shared);
+  EXPECT_EQ(index.pinned(0), 3);  // still reused by the second request
+  index.Insert(0, PoolChain(2, 8));
+  EXPECT_EQ(Held(index, shared), 3);
+  index.Unpin(p2, shared);
+  EXPECT_EQ(index.pinned(0), 0);
+  index.Insert(0, PoolChain(3, 8));  // now evictable
+  EXPECT_EQ(Held(index, shared), 0);
+}
+
+TEST(ShadowIndexPoolTest, PinStopsAtTheFirstMissingChunk) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 8);
+  const auto a = PoolChain(1, 5);
+  index.Insert(0, std::vector<uint64_t>(a.begin(), a.begin() + 2));
+  ShadowIndex::Pin pin = index.PinRequest(0, a, 5, 5);
+  EXPECT_EQ(pin.chunks, 2);
+  EXPECT_EQ(pin.reserved, 3);  // the chunks it must compute
+  index.Unpin(pin, a);
+  EXPECT_EQ(index.pinned(0), 0);
+}
+
+TEST(ShadowIndexPoolTest, ClearVoidsEarlierPins) {
+  ShadowIndex index(2);
+  index.SetCapacity(0, 8);
+  index.SetCapacity(1, 8);
+  const auto a = PoolChain(1, 3);
+  index.Insert(0, a);
+  ShadowIndex::Pin pin = index.PinRequest(0, a, 3, 5);
+  index.Clear(0);
+  EXPECT_EQ(index.size(0), 0);
+  EXPECT_EQ(index.reserved(0), 0);
+  index.Insert(0, a);
+  index.Unpin(pin, a);  // from before the Clear: ignored
+  EXPECT_EQ(index.pinned(0), 0);
+  EXPECT_EQ(index.reserved(0), 0);
+  EXPECT_EQ(Held(index, a), 3);
+}
+
+TEST(ShadowIndexPoolTest, EvictLeastRecentlyFreedDropsFreeEntriesOldestFirst) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 10);
+  const auto a = PoolChain(1, 3);
+  const auto b = PoolChain(2, 3);
+  index.Insert(0, a);
+  index.Insert(0, b);
+  ShadowIndex::Pin pin = index.PinRequest(0, b, 3, 3);
+  // The engine evicted 2 blocks: a's tail, then the chunk before it.
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 2), 2);
+  EXPECT_EQ(Held(index, a), 1);
+  // Pinned entries are not in the free queue.
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 10), 1);
+  EXPECT_EQ(Held(index, b), 3);
+  index.Unpin(pin, b);
+}
+
+}  // namespace
+}  // namespace kvroute::router

@@ -193,6 +193,53 @@ TEST(WireProfileTest, AlwaysReportCachedTokensKeepsZeroDetails) {
   fleet.Stop();
 }
 
+TEST_F(WireTest, OracleAnswersWhatEveryInstanceHolds) {
+  const std::string prompt = Prompt(6);
+  const int n = PromptTokens(prompt);
+  auto before = Post(ports_[0], "/sim/oracle/cached_tokens", CompletionBody(prompt, 2));
+  ASSERT_EQ(before.status, 200) << before.body;
+  EXPECT_EQ(before.Json().as_object().at("prompt_tokens").as_int64(), n);
+  // Instance 1 serves it; instance 0 answers for the whole fleet.
+  Post(ports_[1], "/v1/completions", CompletionBody(prompt, 2));
+  auto after = Post(ports_[0], "/sim/oracle/cached_tokens", CompletionBody(prompt, 2));
+  ASSERT_EQ(after.status, 200) << after.body;
+  const json::value answer = after.Json();
+  const json::array& instances = answer.as_object().at("instances").as_array();
+  ASSERT_EQ(instances.size(), 2u);
+  EXPECT_EQ(instances[0].as_object().at("instance").as_int64(), 0);
+  EXPECT_EQ(instances[0].as_object().at("cached_tokens").as_int64(), 0);
+  // What the engine would reuse: whole blocks, never the last token.
+  const int64_t held = (n - 1) / 16 * 16;
+  EXPECT_EQ(instances[1].as_object().at("cached_tokens").as_int64(), held);
+  // And the engine agrees when the prompt comes back.
+  auto again = Post(ports_[1], "/v1/completions", CompletionBody(prompt, 2));
+  EXPECT_EQ(again.Json()
+                .as_object()
+                .at("usage")
+                .as_object()
+                .at("prompt_tokens_details")
+                .as_object()
+                .at("cached_tokens")
+                .as_int64(),
+            held);
+  // Chat bodies are rendered like /v1/chat/completions; bad bodies get vLLM's error shape.
+  auto chat = Post(ports_[1], "/sim/oracle/cached_tokens",
+                   R"({"model":"kvroute/tiny-test","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(chat.status, 200) << chat.body;
+  auto bad = Post(ports_[0], "/sim/oracle/cached_tokens", "{not json");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("\"error\""));
+  EXPECT_EQ(Get(ports_[0], "/sim/oracle/cached_tokens").status, 405);
+  // Concurrent questions, each visiting every instance's strand.
+  std::vector<std::future<testing::HttpResult>> asks;
+  for (int i = 0; i < 8; ++i) {
+    asks.push_back(std::async(std::launch::async, [&, i] {
+      return Post(ports_[i % 2], "/sim/oracle/cached_tokens", CompletionBody(Prompt(40), 2));
+    }));
+  }
+  for (auto& a : asks) EXPECT_EQ(a.get().status, 200);
+}
+
 TEST_F(WireTest, StreamingCompletionFraming) {
   const std::string prompt = Prompt(2);
   auto r = Post(ports_[0], "/v1/completions", CompletionBody(prompt, 4, /*stream=*/true),
