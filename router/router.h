@@ -63,7 +63,7 @@ struct Options {
   size_t max_sessions = 100000;              // session table bound (LRU)
   absl::Duration session_ttl = absl::Minutes(30);
 
-  // --- Added by the cache-aware issue (all have defaults). ---
+  // Cache-aware routing and load (all have defaults).
   // Affinity is only broken when the session's instance also holds more
   // than this many in-flight tokens (about two long-context requests), so a
   // lightly loaded fleet, where a single request is already "2x the mean",
@@ -129,7 +129,7 @@ struct BackendReport {
   int64_t engine_waiting = -1;  // scraped num_requests_waiting
   int64_t est_requests = 0;     // requests with both estimate and truth
   double est_abs_error_tokens_sum = 0;
-  // --- Added by the cache-aware issue. ---
+  // The shadow index and the estimate against the engine's truth.
   int64_t effective_capacity_tokens = 0;   // capacity after learned shrinkage
   int64_t shadow_chunks = 0;               // entries in the shadow LRU
   double est_tokens_sum = 0;               // sum of estimates (with truth)
@@ -236,7 +236,7 @@ class Router {
 
   virtual std::vector<BackendReport> Report() const = 0;
 
-  // --- Added by the cache-aware issue. ---
+  // Fleet-wide counters of the shadow index and the estimate.
   virtual RouterStats Stats() const = 0;
   // The learned prompt bytes per token for `model` (the fleet-wide ratio
   // for a model it has not seen).

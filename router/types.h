@@ -73,7 +73,7 @@ struct Decision {
   bool affinity_hit = false;      // session stayed on its instance
   bool affinity_broken = false;   // session moved because of overload/health
                                   // (or a HEAVY rule moved it, see policies)
-  // Added by the cache-aware issue.
+  // The estimates behind the choice.
   int64_t prefill_cached_tokens_est = 0;  // on the prefill backend
   int64_t best_cached_tokens_est = 0;     // best over healthy backends
   int session_backend = -1;               // session's instance before, -1 none

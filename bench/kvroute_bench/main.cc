@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include <fstream>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "bench/kvroute_bench/calibrate.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
+#include "router/policy_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace kb = kvroute::bench;
@@ -233,8 +235,10 @@ int main(int argc, char** argv) {
   abl_flags.Add(abl_cmd);
   kb::AblationOptions abl;
   std::vector<std::string> targets;
-  abl_cmd->add_option("--modes", abl.modes, "modes (baseline,v1,v2,round_robin,least_loaded,pd_sep; oracle: baseline from "
-                      "kvroute-sim's true cached tokens, bench-only reference)")
+  abl_cmd->add_option("--modes", abl.modes,
+                      absl::StrCat("modes (", absl::StrJoin(kvroute::router::PolicyNames(), ","),
+                                   "; oracle: baseline from kvroute-sim's true cached tokens, "
+                                   "bench-only reference)"))
       ->delimiter(',')->capture_default_str();
   abl_cmd->add_option("--thresholds", abl.thresholds,
                       "heavy thresholds crossed with the threshold-sensitive modes (v1, v2)")
