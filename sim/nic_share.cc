@@ -47,6 +47,14 @@ void RunSharedLink(std::span<SharedTransfer* const> transfers, double bandwidth_
       next = std::min(next, t + active[i]->bytes / rates[i]);
     for (size_t i = 0; i < active.size(); ++i) {
       SharedTransfer* x = active[i];
+      // The transfer that sets `next` finishes there, by the same arithmetic: late in a run
+      // its remaining time can be below the clock's resolution (t + left == t), and
+      // subtracting rate x 0 would leave it unfinished forever.
+      if (t + x->bytes / rates[i] <= next) {
+        x->bytes = 0;
+        x->finish = next;
+        continue;
+      }
       x->bytes -= rates[i] * (next - t);
       if (x->bytes <= kByteEpsilon) {
         x->bytes = 0;

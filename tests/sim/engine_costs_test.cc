@@ -180,6 +180,18 @@ TEST(SharedLinkTest, DrainingStopsAtTheGivenTime) {
   EXPECT_LT(t[0].finish, 0);
 }
 
+// Late in a long run a few bytes' remaining time is below the clock's resolution
+// (t + bytes / rate == t): the link still finishes them instead of looping.
+TEST(SharedLinkTest, RemainderBelowTheClockResolutionStillFinishes) {
+  const double t0 = 1e6;
+  std::vector<SharedTransfer> t = {{.start = t0, .bytes = 0.5}, {.start = t0, .bytes = 4e9}};
+  std::vector<SharedTransfer*> p = {&t[0], &t[1]};
+  RunSharedLink(p, 22e9, t0, kForever);
+  EXPECT_DOUBLE_EQ(t[0].finish, t0);
+  EXPECT_GT(t[1].finish, t0);
+  EXPECT_EQ(t[1].bytes, 0);
+}
+
 TEST(EngineCostTest, FirstChunkAdmissionLetsInWhatFullPromptAdmissionHoldsBack) {
   EngineConfig c = RoundConfig();
   c.num_gpu_blocks = 6;  // 24 tokens
