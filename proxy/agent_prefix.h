@@ -13,9 +13,15 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proxy/features.h"
 
 namespace kvroute::proxy {
+
+// The body's `messages` (chat and Anthropic alike): a non-empty list of at
+// most limits.max_messages entries, else InvalidArgument naming the field.
+absl::StatusOr<const boost::json::array*> RequiredMessages(const boost::json::object& body,
+                                                           const FeatureLimits& limits);
 
 // Appends the request's `tools` (function definitions) as the chat template
 // renders them, ahead of the conversation; nothing when absent or null.

@@ -56,15 +56,9 @@ absl::Status AppendContent(const json::value& content, size_t index, std::string
 
 absl::Status RenderChat(const json::object& body, const FeatureLimits& limits, std::string* out) {
   if (absl::Status st = AppendTools(body, out); !st.ok()) return st;
-  const json::value* messages = body.if_contains("messages");
-  if (messages == nullptr) return Bad("'messages' is a required property");
-  if (!messages->is_array()) return Bad("'messages' must be a list");
-  const json::array& arr = messages->get_array();
-  if (arr.empty()) return Bad("'messages' must not be empty");
-  if (arr.size() > limits.max_messages) {
-    return Bad(absl::StrCat("'messages' has ", arr.size(), " entries; at most ",
-                            limits.max_messages, " are accepted"));
-  }
+  absl::StatusOr<const json::array*> messages = RequiredMessages(body, limits);
+  if (!messages.ok()) return messages.status();
+  const json::array& arr = **messages;
   for (size_t i = 0; i < arr.size(); ++i) {
     if (!arr[i].is_object()) return Bad(absl::StrCat("messages[", i, "] must be an object"));
     const json::object& m = arr[i].get_object();
