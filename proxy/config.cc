@@ -222,6 +222,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   KV_RETURN_IF_ERROR(r.Double("overload_factor", &o->overload_factor, 1.0, 1000));
   KV_RETURN_IF_ERROR(r.Integer("max_sessions", &o->max_sessions, 1, 100000000));
   KV_RETURN_IF_ERROR(r.Seconds("session_ttl_s", &o->session_ttl));
+  KV_RETURN_IF_ERROR(r.Seconds("session_resident_window_s", &o->session_resident_window, 0));
   KV_RETURN_IF_ERROR(r.Integer("warm_new_tokens", &o->thresholds.warm_new_tokens, 0,
                                int64_t{1} << 40));
   KV_RETURN_IF_ERROR(r.Double("warm_cached_fraction", &o->thresholds.warm_cached_fraction, 0, 1));
@@ -237,6 +238,8 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   KV_RETURN_IF_ERROR(r.Double("decode_tokens_weight", &o->baseline.decode_tokens_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.Double("waiting_penalty_tokens", &o->baseline.waiting_penalty_tokens, 0,
                               1e9));
+  KV_RETURN_IF_ERROR(r.Double("admission_weight", &o->baseline.admission_weight, 0, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("eviction_weight", &o->baseline.eviction_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.String("offload_gate", &o->offload_gate));
   if (o->offload_gate != "threshold" && o->offload_gate != "cost") {
     return KeyError("router.offload_gate", absl::StrCat("unknown gate '", o->offload_gate,

@@ -31,6 +31,12 @@ struct BackendSnapshot {
   int64_t engine_running = -1;          // scraped gauges, -1 unknown
   int64_t engine_waiting = -1;
   double kv_usage = -1;
+  // The KV pool as the router models it (router/shadow_index.h), in tokens:
+  // its effective capacity (0 unknown), and the resident demand on it: the
+  // footprints of the live sessions homed here (other than this request's
+  // own) plus requests in flight that belong to no session.
+  int64_t kv_capacity_tokens = 0;
+  int64_t resident_tokens = 0;
   // Estimated prompt tokens of this request already in this backend's
   // prefix cache (shadow index match), 0..prompt_tokens_est.
   int64_t cached_tokens_est = 0;
@@ -39,7 +45,11 @@ struct BackendSnapshot {
 struct FleetSnapshot {
   std::vector<BackendSnapshot> backends;
   int64_t prompt_tokens_est = 0;
+  int64_t footprint_tokens_est = 0;  // prompt + expected output: KV it will hold
   int session_backend = -1;  // the session's instance, -1 when none
+  // The session's instance held the session's last completed prompt, this
+  // request continues it, and most of it has been evicted there since.
+  bool session_prefix_evicted = false;
   uint64_t sequence = 0;     // increments once per Route() call
 };
 

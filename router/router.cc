@@ -49,6 +49,9 @@ struct BackendState {
   // yet), and the fraction of a shadow chunk a removal still owes.
   int64_t engine_cached_tokens = -1;
   double evict_carry_tokens = 0;
+  // In-flight tokens of requests without a session id (sessions' demand is
+  // in the session table's resident footprints).
+  int64_t sessionless_tokens = 0;
 };
 
 struct InflightRequest {
@@ -77,7 +80,7 @@ class RouterImpl : public Router {
       : options_(std::move(options)),
         policy_(std::move(policy)),
         index_(static_cast<int>(backends.size())),
-        sessions_(options_.max_sessions, options_.session_ttl),
+        sessions_(options_.max_sessions, options_.session_ttl, options_.session_resident_window),
         ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
                 options_.max_models),
         state_(backends.size()),
@@ -195,6 +198,11 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   fleet.backends.resize(n);
   fleet.prompt_tokens_est =
       static_cast<int64_t>(std::ceil(static_cast<double>(features.prompt_bytes.size()) / bpt));
+  const int64_t output_est = features.max_tokens > 0
+                                 ? std::min(features.max_tokens, options_.max_output_tokens_est)
+                                 : options_.default_output_tokens;
+  fleet.footprint_tokens_est = fleet.prompt_tokens_est + output_est;
+  sessions_.AgeResident(now);
   const SessionTable::Info* session = sessions_.Find(features.session_id, now);
   fleet.session_backend = session == nullptr ? -1 : session->backend;
   fleet.sequence = sequence_++;
@@ -203,12 +211,16 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   // continues the last one and the shadow still holds that, credit what the
   // engine reported holding after it.
   int64_t continuation_tokens = 0;
-  if (session != nullptr && session->prompt_chunks > 0 && session->held_tokens > 0 &&
-      static_cast<int64_t>(chain->size()) >= session->prompt_chunks &&
-      (*chain)[session->prompt_chunks - 1] == session->last_chunk_hash &&
+  const bool continues = session != nullptr && session->prompt_chunks > 0 &&
+                         static_cast<int64_t>(chain->size()) >= session->prompt_chunks &&
+                         (*chain)[session->prompt_chunks - 1] == session->last_chunk_hash;
+  if (continues && session->held_tokens > 0 &&
       matched_[session->backend] >= session->prompt_chunks) {
     continuation_tokens = session->held_tokens;
   }
+  // Less than half of the last prompt left: the instance evicted it.
+  fleet.session_prefix_evicted =
+      continues && 2 * static_cast<int64_t>(matched_[session->backend]) < session->prompt_chunks;
   for (int b = 0; b < n; ++b) {
     const BackendState& s = state_[b];
     BackendSnapshot& v = fleet.backends[b];
@@ -223,12 +235,20 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     v.engine_running = s.gauges.num_requests_running;
     v.engine_waiting = s.gauges.num_requests_waiting;
     v.kv_usage = s.gauges.kv_cache_usage_perc;
+    v.kv_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);
+    v.resident_tokens = sessions_.ResidentTokens(b) + s.sessionless_tokens;
     int64_t cached = ChunksToTokens(matched_[b], bpt);
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
     if (features.reference_cached_tokens.size() == static_cast<size_t>(n)) {
       cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
     }
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
+  }
+  // The session's own footprint is replaced by this request's wherever it
+  // goes: it is not demand from others on its instance.
+  if (session != nullptr && session->footprint_tokens > 0 && fleet.session_backend < n) {
+    BackendSnapshot& home = fleet.backends[fleet.session_backend];
+    home.resident_tokens = std::max<int64_t>(0, home.resident_tokens - session->footprint_tokens);
   }
 
   absl::StatusOr<Decision> decided = policy_->Decide(fleet);
@@ -253,9 +273,6 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   r.prefill_epoch = state_[d.prefill_backend].epoch;
   r.decode_epoch = state_[d.decode_backend].epoch;
   r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
-  const int64_t output_est = features.max_tokens > 0
-                                 ? std::min(features.max_tokens, options_.max_output_tokens_est)
-                                 : options_.default_output_tokens;
   r.total_tokens = d.prompt_tokens_est + output_est;
 
   // The request's footprint in the engines' KV pools, from now until it
@@ -283,10 +300,11 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     q.inflight_requests += 1;
   }
   q.inflight_tokens += r.total_tokens;
+  if (r.session.empty()) q.sessionless_tokens += r.total_tokens;
 
   if (d.affinity_hit) ++affinity_hits_;
   if (d.affinity_broken) ++affinity_breaks_;
-  sessions_.Assign(features.session_id, d.decode_backend, now);
+  sessions_.Assign(features.session_id, d.decode_backend, now, r.total_tokens);
 
   RouteTicket ticket;
   ticket.id = next_ticket_++;
@@ -335,6 +353,7 @@ void RouterImpl::Release(InflightRequest& r) {
   if (q_live) {
     q.inflight_requests -= 1;
     q.inflight_tokens -= r.total_tokens;
+    if (r.session.empty()) q.sessionless_tokens -= r.total_tokens;
   }
 }
 
@@ -454,6 +473,7 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
     s.inflight_prefill_tokens = 0;
     s.decoding_requests = 0;
     s.inflight_tokens = 0;
+    s.sessionless_tokens = 0;
   }
   // An instance coming back most likely restarted with an empty cache
   // (a vLLM restart loses its prefix cache): drop its shadow rather than

@@ -62,6 +62,10 @@ struct Options {
   double overload_factor = 2.0;              // affinity breaks above factor x fleet mean
   size_t max_sessions = 100000;              // session table bound (LRU)
   absl::Duration session_ttl = absl::Minutes(30);
+  // A session counts toward its instance's resident KV demand until it has
+  // sent nothing for this long (router/session_table.h); zero disables
+  // placement by memory.
+  absl::Duration session_resident_window = absl::Seconds(60);
 
   // Cache-aware routing and load (all have defaults).
   // Affinity is only broken when the session's instance also holds more
@@ -95,10 +99,14 @@ struct Options {
   //   cost = new_tokens + prefill_queue_weight x inflight_prefill_tokens
   //        + decode_tokens_weight x inflight_tokens
   //        + waiting_penalty_tokens x engine_waiting
+  //        + admission_weight x tokens that must leave the pool before admission
+  //        + eviction_weight x resident session KV the placement would evict
   struct BaselineWeights {
     double prefill_queue_weight = 1.0;
     double decode_tokens_weight = 0.05;
     double waiting_penalty_tokens = 1000;
+    double admission_weight = 1.0;
+    double eviction_weight = 1.0;
   };
   BaselineWeights baseline;
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/kvroute_bench/child_process.h"
+#include "router/router.h"
 #include "spdlog/spdlog.h"
 
 namespace kvroute::bench {
@@ -130,10 +131,15 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
 }
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<std::pair<std::string, std::string>>& backends) {
-  std::string y = absl::StrCat("# written by kvroute-bench for configuration ", config.name,
-                               "\nlisten: 127.0.0.1:0\nmode: ", config.mode,
-                               "\nheavy_threshold: ", config.heavy_threshold, "\nbackends:\n");
+                              const std::vector<std::pair<std::string, std::string>>& backends,
+                              double time_scale) {
+  // kvroute runs on the wall clock: a window of modelled time is scaled.
+  const router::Options defaults;
+  std::string y = absl::StrCat(
+      "# written by kvroute-bench for configuration ", config.name,
+      "\nlisten: 127.0.0.1:0\nmode: ", config.mode, "\nheavy_threshold: ", config.heavy_threshold,
+      "\nrouter:\n  session_resident_window_s: ",
+      absl::ToDoubleSeconds(defaults.session_resident_window) * time_scale, "\nbackends:\n");
   for (const auto& [name, url] : backends) {
     absl::StrAppend(&y, "  - {name: ", name, ", url: ", url, "}\n");
   }
@@ -255,7 +261,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     }
 
     const fs::path yaml = dir / "kvroute.yaml";
-    std::ofstream(yaml) << KvrouteConfigYaml(config, backends);
+    std::ofstream(yaml) << KvrouteConfigYaml(config, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
     std::vector<std::string> proxy_argv = {
         options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
         "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};

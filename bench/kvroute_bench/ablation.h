@@ -73,8 +73,10 @@ std::string FindBuiltBinary(const std::string& name, const std::vector<std::stri
 // transfer_s. Returns how many records matched; a missing file matches none.
 int64_t MergeRequestLog(const std::string& path, RunResult& run);
 
-// The kvroute YAML config (DESIGN.md section 4) for one configuration.
+// The kvroute YAML config (DESIGN.md section 4) for one configuration, its
+// time windows scaled to a simulated fleet running at `time_scale`.
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<std::pair<std::string, std::string>>& backends);
+                              const std::vector<std::pair<std::string, std::string>>& backends,
+                              double time_scale = 1.0);
 
 }  // namespace kvroute::bench

@@ -15,7 +15,11 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *
-             static_cast<double>(std::max<int64_t>(0, b.engine_waiting));
+             static_cast<double>(std::max<int64_t>(0, b.engine_waiting)) +
+         weights_.admission_weight *
+             static_cast<double>(policy_internal::AdmissionShortfall(fleet, backend)) +
+         weights_.eviction_weight *
+             static_cast<double>(policy_internal::EvictedResident(fleet, backend));
 }
 
 int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
@@ -35,7 +39,8 @@ int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const 
 absl::StatusOr<Decision> CacheAwarePolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
-  const policy_internal::Affinity affinity = policy_internal::EvaluateAffinity(fleet, overload_);
+  const policy_internal::Affinity affinity =
+      policy_internal::EvaluateAffinity(fleet, overload_);
   int backend = affinity.backend;
   if (backend < 0) backend = BestByCost(fleet, affinity.broken ? fleet.session_backend : -1);
   if (backend < 0) backend = BestByCost(fleet);  // the overloaded one is all there is

@@ -12,6 +12,10 @@
 //                                    each prefill step, KV memory pressure)
 //          + waiting_penalty_tokens x engine_waiting_i  (requests the engine
 //                                    itself queues, e.g. from other clients)
+//          + admission_weight x shortfall_i  (KV that requests in flight must
+//                                    free before this one fits: it waits)
+//          + eviction_weight x evicted_i  (resident session KV this placement
+//                                    pushes out: prefill a session pays again)
 //
 // and picks the lowest cost (ties: lowest index). Because cache hit and load
 // are in one unit, a hit of H tokens is worth exactly H tokens of queued
@@ -20,11 +24,18 @@
 // The decode weight is small because decode tokens slow a prefill step only
 // marginally; the waiting penalty covers load this router cannot see.
 //
+// The two memory terms (policies/common.h) are what make a session's home
+// one where the resident sessions' KV fits: while some instance has room,
+// filling one that has none costs the evicted tokens; when every pool
+// overflows they cost the same everywhere and load decides.
+//
 // Affinity: a request whose session has an instance goes there unless that
 // instance is unhealthy or overloaded (in-flight tokens > max(overload_factor
-// x healthy-fleet mean, overload_min_tokens)); then it is scored like any
-// other, except that an overloaded session instance is left out while any
-// other healthy instance exists, and the Decision says affinity_broken.
+// x healthy-fleet mean, overload_min_tokens)), or has evicted the session's
+// prefix (FleetSnapshot::session_prefix_evicted); then it is scored
+// like any other, except that an overloaded session instance is left out
+// while any other healthy instance exists. The Decision says affinity_broken
+// whenever the session lands elsewhere.
 //
 // Thread-safe (stateless after construction).
 #pragma once

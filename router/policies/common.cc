@@ -50,8 +50,30 @@ Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule) 
     a.broken = true;
     return a;
   }
+  if (fleet.session_prefix_evicted) {
+    a.prefix_gone = true;
+    return a;
+  }
   a.backend = s;
   return a;
+}
+
+int64_t AdmissionShortfall(const FleetSnapshot& fleet, int backend) {
+  const BackendSnapshot& b = fleet.backends[backend];
+  if (b.kv_capacity_tokens <= 0) return 0;
+  return std::max<int64_t>(0,
+                           b.inflight_tokens + fleet.footprint_tokens_est - b.kv_capacity_tokens);
+}
+
+int64_t EvictedResident(const FleetSnapshot& fleet, int backend) {
+  const BackendSnapshot& b = fleet.backends[backend];
+  if (b.kv_capacity_tokens <= 0) return 0;
+  const int64_t held = backend == fleet.session_backend ? 0 : b.cached_tokens_est;
+  const int64_t added = std::max<int64_t>(0, fleet.footprint_tokens_est - held);
+  const int64_t before = std::max<int64_t>(0, b.resident_tokens - b.kv_capacity_tokens);
+  const int64_t after =
+      std::max<int64_t>(0, b.resident_tokens + added - b.kv_capacity_tokens);
+  return after - before;
 }
 
 int64_t NewTokensOn(const FleetSnapshot& fleet, int backend) {

@@ -35,13 +35,32 @@ struct OverloadRule {
 // in-flight tokens > max(factor x mean, min_tokens).
 bool Overloaded(const FleetSnapshot& fleet, int backend, const OverloadRule& rule);
 
-// The session's instance if it may keep the session (healthy, not
-// overloaded), else -1 with `broken` set when the session had an instance.
+// The session's instance if it may keep the session, else -1:
+//   - unhealthy or overloaded: `broken`, and the policy leaves it out while
+//     any other healthy instance exists;
+//   - it evicted the session's prefix (FleetSnapshot::session_prefix_evicted):
+//     `prefix_gone`, and the instance is scored like any other, since a cold
+//     prefill costs about the same wherever it runs and the session may move
+//     to where it is cheapest.
 struct Affinity {
   int backend = -1;
   bool broken = false;
+  bool prefix_gone = false;
 };
 Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule);
+
+// KV memory terms of placing the request on `backend`, in tokens; 0 when the
+// backend's capacity is unknown.
+// Tokens requests in flight there must free before the request's footprint
+// fits the pool (the engine keeps it waiting until then).
+int64_t AdmissionShortfall(const FleetSnapshot& fleet, int backend);
+// Resident session KV the request pushes out of the pool: how far the new
+// KV it adds (its footprint less what the instance already holds of it;
+// on the session's own instance the whole footprint, since the session's
+// old footprint is not counted there) takes the resident demand past the
+// capacity, beyond what already overflowed. Evicted tokens are prefill some
+// session pays again.
+int64_t EvictedResident(const FleetSnapshot& fleet, int backend);
 
 Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c, int backend);
 Decision MakeOffload(const FleetSnapshot& fleet, const Classification& c, int prefill_backend,

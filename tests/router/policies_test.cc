@@ -17,6 +17,7 @@ using testing::SetCached;
 using testing::SetDecoding;
 using testing::SetInflightRequests;
 using testing::SetInflightTokens;
+using testing::SetMemory;
 using testing::SetPrefill;
 using testing::SetUnhealthy;
 
@@ -143,6 +144,71 @@ INSTANTIATE_TEST_SUITE_P(
                      return f;
                    },
                    3, 3, DecisionMode::kColocated, RequestClass::kMedium, true, false},
+        // --- baseline, placement by memory.
+        PolicyCase{"base_new_session_goes_where_its_kv_fits", "baseline",
+                   [] {
+                     auto f = Fleet(3, 15000);
+                     f.footprint_tokens_est = 15256;
+                     // 0: nothing queued, but its resident sessions fill the pool, so 10,256
+                     // of their tokens would be evicted; 1: 5,000 queued, room to spare.
+                     SetMemory(f, {100000, 100000, 100000}, {95000, 10000, 60000});
+                     SetPrefill(f, {0, 5000, 8000});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_every_pool_full_load_decides", "baseline",
+                   [] {
+                     auto f = Fleet(3, 15000);
+                     f.footprint_tokens_est = 15256;
+                     SetMemory(f, {100000, 100000, 100000}, {150000, 120000, 130000});
+                     SetPrefill(f, {4000, 5000, 3000});
+                     return f;
+                   },
+                   2, 2, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_admission_wait_counts", "baseline",
+                   [] {
+                     auto f = Fleet(2, 15000);
+                     f.footprint_tokens_est = 15256;
+                     // 0: requests in flight hold 95,000 of 100,000 tokens: the request waits
+                     // for 10,256 of them to leave.
+                     SetMemory(f, {100000, 100000}, {0, 0});
+                     SetInflightTokens(f, {95000, 20000});
+                     SetPrefill(f, {0, 6000});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_prefix_evicted_session_moves", "baseline",
+                   [] {
+                     auto f = Fleet(3, 60000);
+                     f.footprint_tokens_est = 60256;
+                     SetCached(f, {14000, 14000, 14000});  // only the shared system prompt
+                     SetPrefill(f, {30000, 0, 10000});
+                     f.session_backend = 0;
+                     f.session_prefix_evicted = true;
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy, false, true},
+        PolicyCase{"base_prefix_evicted_session_stays_when_home_is_cheapest", "baseline",
+                   [] {
+                     auto f = Fleet(3, 60000);
+                     f.footprint_tokens_est = 60256;
+                     SetCached(f, {20000, 14000, 14000});
+                     SetPrefill(f, {0, 1000, 10000});
+                     f.session_backend = 0;
+                     f.session_prefix_evicted = true;
+                     return f;
+                   },
+                   0, 0, DecisionMode::kColocated, RequestClass::kHeavy, true, false},
+        PolicyCase{"base_session_kept_while_its_prefix_lives", "baseline",
+                   [] {
+                     auto f = Fleet(3, 60000);
+                     f.footprint_tokens_est = 60256;
+                     SetCached(f, {58000, 14000, 14000});
+                     SetPrefill(f, {30000, 0, 10000});
+                     f.session_backend = 0;
+                     return f;
+                   },
+                   0, 0, DecisionMode::kColocated, RequestClass::kWarm, true, false},
         PolicyCase{"base_affinity_broken_overload", "baseline",
                    [] {
                      auto f = Fleet(3, 10000);

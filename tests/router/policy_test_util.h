@@ -34,6 +34,15 @@ inline void SetInflightRequests(FleetSnapshot& f, const std::vector<int64_t>& re
   for (size_t i = 0; i < reqs.size(); ++i) f.backends[i].inflight_requests = reqs[i];
 }
 
+// Each backend's KV pool (capacity) and the resident session demand on it.
+inline void SetMemory(FleetSnapshot& f, const std::vector<int64_t>& capacity,
+                      const std::vector<int64_t>& resident) {
+  for (size_t i = 0; i < capacity.size(); ++i) {
+    f.backends[i].kv_capacity_tokens = capacity[i];
+    f.backends[i].resident_tokens = resident[i];
+  }
+}
+
 inline void SetUnhealthy(FleetSnapshot& f, const std::vector<int>& down) {
   for (int i : down) f.backends[i].healthy = false;
 }

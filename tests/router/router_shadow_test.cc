@@ -383,6 +383,58 @@ TEST(RouterShadowTest, EstimateErrorHelper) {
   EXPECT_EQ(*EstimateError(d, {.cached_tokens = 150, .served_by = 0}), -50);
 }
 
+// Four sessions, completed one at a time, on two instances of 6,400 tokens: by hit and load
+// alone every one lands on instance 0 (nothing is in flight; ties go to the lowest index) and
+// the last two evict the first two; placed by memory, each goes where the resident sessions'
+// KV still fits, and every second turn finds its whole first prompt.
+TEST(RouterShadowTest, SessionsAreHomedWhereTheirKvFits) {
+  const int chunks[] = {62, 62, 28, 28};  // 3,968 and 1,792 tokens
+  for (const bool by_memory : {false, true}) {
+    Options o;
+    if (!by_memory) {
+      o.session_resident_window = absl::ZeroDuration();
+      o.baseline.admission_weight = 0;
+      o.baseline.eviction_weight = 0;
+    }
+    auto r = Make("baseline", Fleet(2, 6400), o);
+    std::vector<int> home;
+    for (int s = 0; s < 4; ++s) {
+      const std::string prompt = Text(100 + s, chunks[s]);
+      absl::StatusOr<RouteTicket> t = r->Route(Req(prompt, "s" + std::to_string(s)), kT0);
+      ASSERT_TRUE(t.ok()) << t.status();
+      home.push_back(t->decision.decode_backend);
+      const int64_t tokens = static_cast<int64_t>(prompt.size()) / 4;
+      Outcome done;
+      done.ok = true;
+      done.prompt_tokens = tokens;
+      done.cached_tokens = 0;
+      done.completion_tokens = 0;
+      done.served_by = home.back();
+      r->OnComplete(*t, done, kT0 + absl::Seconds(s + 1));
+    }
+    if (by_memory) {
+      EXPECT_EQ(home, (std::vector<int>{0, 1, 0, 1}));
+    } else {
+      EXPECT_EQ(home, (std::vector<int>{0, 0, 0, 0}));
+    }
+    int64_t second_turn_hits = 0;
+    for (int s = 0; s < 4; ++s) {
+      const std::string prompt = Text(100 + s, chunks[s]) + Text(200 + s, 2);
+      absl::StatusOr<RouteTicket> t =
+          r->Route(Req(prompt, "s" + std::to_string(s)), kT0 + absl::Seconds(10));
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->decision.decode_backend, home[s]) << "session " << s;
+      if (t->decision.cached_tokens_est >= chunks[s] * static_cast<int64_t>(kChunk) / 4) {
+        ++second_turn_hits;
+      }
+      r->OnComplete(*t, {}, kT0 + absl::Seconds(10));
+    }
+    // By load alone, each second turn's reservation evicts the next session's prefix and
+    // only the last session finds its own.
+    EXPECT_EQ(second_turn_hits, by_memory ? 4 : 1) << "by memory: " << by_memory;
+  }
+}
+
 TEST(RouterShadowTest, OverloadBreaksAffinity) {
   auto r = Make("baseline", Fleet(3));
   const std::string big = Text(70, 313);  // 20032 tokens (+256 expected output)

@@ -49,5 +49,67 @@ TEST(SessionTableTest, ZeroCapacityStoresNothing) {
   EXPECT_EQ(t.Lookup("a", kT0), -1);
 }
 
+
+TEST(SessionTableTest, ResidentFootprintsPerInstance) {
+  SessionTable t(10, absl::Minutes(30), absl::Seconds(60));
+  t.Assign("a", 0, kT0, 1000);
+  t.Assign("b", 0, kT0 + absl::Seconds(10), 2000);
+  t.Assign("c", 1, kT0 + absl::Seconds(20), 500);
+  t.AgeResident(kT0 + absl::Seconds(20));
+  EXPECT_EQ(t.ResidentTokens(0), 3000);
+  EXPECT_EQ(t.ResidentTokens(1), 500);
+  EXPECT_EQ(t.ResidentTokens(7), 0);  // no session there yet
+
+  // A new request replaces the session's footprint; a move takes it along.
+  t.Assign("a", 0, kT0 + absl::Seconds(30), 1500);
+  t.Assign("b", 1, kT0 + absl::Seconds(40), 2500);
+  t.AgeResident(kT0 + absl::Seconds(40));
+  EXPECT_EQ(t.ResidentTokens(0), 1500);
+  EXPECT_EQ(t.ResidentTokens(1), 3000);
+
+  // What the engine held after the request becomes the footprint.
+  t.RecordCompletion("a", 0, /*last_chunk_hash=*/7, /*prompt_chunks=*/3, /*held_tokens=*/1700);
+  t.RecordCompletion("a", 1, 7, 3, 9999);  // not its instance: ignored
+  EXPECT_EQ(t.ResidentTokens(0), 1700);
+
+  // Silent for the window: gone from the demand, still homed for affinity.
+  t.AgeResident(kT0 + absl::Seconds(80));  // c (20 s) is 60 s old
+  EXPECT_EQ(t.ResidentTokens(1), 2500);
+  EXPECT_EQ(t.Lookup("c", kT0 + absl::Seconds(80)), 1);
+  t.AgeResident(kT0 + absl::Seconds(200));
+  EXPECT_EQ(t.ResidentTokens(0), 0);
+  EXPECT_EQ(t.ResidentTokens(1), 0);
+
+  // Back again: counted again.
+  t.Assign("c", 1, kT0 + absl::Seconds(210), 800);
+  t.AgeResident(kT0 + absl::Seconds(210));
+  EXPECT_EQ(t.ResidentTokens(1), 800);
+}
+
+TEST(SessionTableTest, ResidentFootprintsSurviveEvictionAndExpiry) {
+  SessionTable t(2, absl::Seconds(100), absl::Seconds(60));
+  t.Assign("a", 0, kT0, 1000);
+  t.Assign("b", 0, kT0 + absl::Seconds(1), 2000);
+  t.Assign("c", 0, kT0 + absl::Seconds(2), 4000);  // evicts a (LRU bound)
+  t.AgeResident(kT0 + absl::Seconds(2));
+  EXPECT_EQ(t.ResidentTokens(0), 6000);
+  // b expires on lookup (TTL) after it left the demand.
+  t.AgeResident(kT0 + absl::Seconds(61));
+  EXPECT_EQ(t.ResidentTokens(0), 4000);
+  EXPECT_EQ(t.Lookup("b", kT0 + absl::Seconds(101)), -1);
+  EXPECT_EQ(t.ResidentTokens(0), 4000);
+  // c expires while still counted (a TTL shorter than the window is the operator's choice).
+  SessionTable short_ttl(10, absl::Seconds(5), absl::Seconds(60));
+  short_ttl.Assign("c", 2, kT0, 4000);
+  EXPECT_EQ(short_ttl.Lookup("c", kT0 + absl::Seconds(6)), -1);
+  short_ttl.AgeResident(kT0 + absl::Seconds(6));
+  EXPECT_EQ(short_ttl.ResidentTokens(2), 0);
+  // No window: nothing is counted.
+  SessionTable off(10, absl::Minutes(30));
+  off.Assign("a", 0, kT0, 1000);
+  off.AgeResident(kT0);
+  EXPECT_EQ(off.ResidentTokens(0), 0);
+}
+
 }  // namespace
 }  // namespace kvroute::router
