@@ -420,6 +420,7 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   InflightRequest r = std::move(it->second);
   inflight_.erase(it);
   Release(r);
+  sessions_.Finish(r.session, now);
 
   const Decision& d = r.decision;
   if (outcome.ok && outcome.prompt_tokens > 0) {

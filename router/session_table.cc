@@ -45,18 +45,18 @@ void SessionTable::Assign(std::string_view session, int backend, absl::Time now,
   if (it != index_.end()) {
     Entry& e = *it->second;
     Uncount(e);
-    if (it->second == resident_end_) ++resident_end_;
     if (e.info.backend != backend) e.info = Info{};
     e.info.backend = backend;
+    e.info.footprint_tokens = std::max<int64_t>(0, footprint_tokens);
     e.last_assigned = now;
-    lru_.splice(lru_.begin(), lru_, it->second);
+    e.inflight += 1;
+    MoveToFront(it->second);
   } else {
-    lru_.push_front(Entry{std::string(session), Info{.backend = backend}, now});
+    lru_.push_front(Entry{std::string(session), Info{.backend = backend}, now, 1});
     index_.emplace(lru_.front().session, lru_.begin());
+    lru_.front().info.footprint_tokens = std::max<int64_t>(0, footprint_tokens);
+    Count(lru_.front());
   }
-  // The front entry lies before resident_end_ whatever moved: count it.
-  lru_.front().info.footprint_tokens = std::max<int64_t>(0, footprint_tokens);
-  Count(lru_.front());
   // The tail is the least recently assigned: drop it while over the bound
   // or expired.
   while (!lru_.empty() &&
@@ -65,11 +65,28 @@ void SessionTable::Assign(std::string_view session, int backend, absl::Time now,
   }
 }
 
+void SessionTable::MoveToFront(List::iterator it) {
+  if (it == resident_end_) ++resident_end_;
+  lru_.splice(lru_.begin(), lru_, it);
+  // The front lies before resident_end_ whatever moved.
+  if (!it->resident) Count(*it);
+}
+
+void SessionTable::Finish(std::string_view session, absl::Time now) {
+  if (session.empty()) return;
+  auto it = index_.find(absl::string_view(session.data(), session.size()));
+  if (it == index_.end()) return;
+  Entry& e = *it->second;
+  e.inflight = std::max(0, e.inflight - 1);
+  e.last_assigned = std::max(e.last_assigned, now);
+  MoveToFront(it->second);
+}
+
 void SessionTable::AgeResident(absl::Time now) {
   if (resident_window_ <= absl::ZeroDuration()) return;
   while (resident_end_ != lru_.begin()) {
     auto last = std::prev(resident_end_);
-    if (now - last->last_assigned < resident_window_) break;
+    if (last->inflight > 0 || now - last->last_assigned < resident_window_) break;
     Uncount(*last);
     resident_end_ = last;
   }

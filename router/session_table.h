@@ -4,14 +4,15 @@
 //
 // It also keeps each instance's resident session footprint: the KV, in
 // tokens, that the sessions homed there need between their turns (the
-// footprint of each one's latest request), summed over sessions assigned
-// within `resident_window`. A session that has not sent a request for that
-// long counts as gone from the instance's memory demand (the API has no
-// "session ended"); it keeps its home for affinity until `ttl`.
+// footprint of each one's latest request), summed over sessions with a
+// request in flight or one that ended within `resident_window`. A session
+// idle for that long counts as gone from the instance's memory demand (the
+// API has no "session ended"); it keeps its home for affinity until `ttl`.
 //
 //   SessionTable sessions(100000, absl::Minutes(30), absl::Seconds(60));
 //   int b = sessions.Lookup("s1", now);   // -1: none or expired
 //   sessions.Assign("s1", 3, now, /*footprint_tokens=*/84000);
+//   ... the request ends:  sessions.Finish("s1", later);
 //   sessions.AgeResident(now);
 //   int64_t demand = sessions.ResidentTokens(3);
 //
@@ -72,9 +73,12 @@ class SessionTable {
   void RecordCompletion(std::string_view session, int backend, uint64_t last_chunk_hash,
                         int64_t prompt_chunks, int64_t held_tokens);
   size_t size() const { return index_.size(); }
+  // One of the session's requests ended (whatever its outcome): the
+  // session is active as of `now`. Each Assign is matched by one Finish.
+  void Finish(std::string_view session, absl::Time now);
 
-  // Drops from the resident footprints every session last assigned
-  // `resident_window` or more before `now`.
+  // Drops from the resident footprints every session without a request in
+  // flight whose last activity was `resident_window` or more before `now`.
   void AgeResident(absl::Time now);
   // Resident footprint of `backend` as of the last AgeResident (0 for an
   // instance no session has had).
@@ -86,10 +90,14 @@ class SessionTable {
   struct Entry {
     std::string session;
     Info info;
-    absl::Time last_assigned;
-    bool resident = false;  // counted in resident_[info.backend]
+    absl::Time last_assigned;  // or finished
+    int inflight = 0;          // Assigns not yet Finished
+    bool resident = false;     // counted in resident_[info.backend]
   };
-  using List = std::list<Entry>;  // front = most recently assigned
+  using List = std::list<Entry>;  // front = most recently active
+
+  // Moves `it` to the front, counting it resident.
+  void MoveToFront(List::iterator it);
 
   void Count(Entry& e);
   void Uncount(Entry& e);
@@ -102,7 +110,8 @@ class SessionTable {
   List lru_;
   absl::flat_hash_map<std::string, List::iterator> index_;
   // Entries before resident_end_ are resident, the rest are not: the list is
-  // ordered by last assignment, so aging walks back from the boundary.
+  // ordered by last activity, so aging walks back from the boundary (and
+  // stops at a session with a request in flight until that request ends).
   List::iterator resident_end_ = lru_.end();
   std::vector<int64_t> resident_;
 };

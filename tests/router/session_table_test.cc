@@ -72,17 +72,32 @@ TEST(SessionTableTest, ResidentFootprintsPerInstance) {
   t.RecordCompletion("a", 1, 7, 3, 9999);  // not its instance: ignored
   EXPECT_EQ(t.ResidentTokens(0), 1700);
 
-  // Silent for the window: gone from the demand, still homed for affinity.
-  t.AgeResident(kT0 + absl::Seconds(80));  // c (20 s) is 60 s old
+  // A session counts while its request is in flight, and for the window after the last one
+  // ends; then it is gone from the demand, but still homed for affinity.
+  t.Finish("c", kT0 + absl::Seconds(41));
+  for (int i = 0; i < 2; ++i) {
+    t.Finish("a", kT0 + absl::Seconds(45));
+    t.Finish("b", kT0 + absl::Seconds(45));
+  }
+  t.Assign("d", 2, kT0 + absl::Seconds(50), 700);  // in flight from here on
+  t.AgeResident(kT0 + absl::Seconds(100));
+  EXPECT_EQ(t.ResidentTokens(1), 3000);
+  t.AgeResident(kT0 + absl::Seconds(101));  // c has been idle 60 s
   EXPECT_EQ(t.ResidentTokens(1), 2500);
-  EXPECT_EQ(t.Lookup("c", kT0 + absl::Seconds(80)), 1);
+  EXPECT_EQ(t.Lookup("c", kT0 + absl::Seconds(101)), 1);
   t.AgeResident(kT0 + absl::Seconds(200));
   EXPECT_EQ(t.ResidentTokens(0), 0);
   EXPECT_EQ(t.ResidentTokens(1), 0);
+  EXPECT_EQ(t.ResidentTokens(2), 700);  // its request is still running
+  t.Finish("d", kT0 + absl::Seconds(210));
+  t.AgeResident(kT0 + absl::Seconds(269));
+  EXPECT_EQ(t.ResidentTokens(2), 700);
+  t.AgeResident(kT0 + absl::Seconds(270));
+  EXPECT_EQ(t.ResidentTokens(2), 0);
 
   // Back again: counted again.
-  t.Assign("c", 1, kT0 + absl::Seconds(210), 800);
-  t.AgeResident(kT0 + absl::Seconds(210));
+  t.Assign("c", 1, kT0 + absl::Seconds(280), 800);
+  t.AgeResident(kT0 + absl::Seconds(280));
   EXPECT_EQ(t.ResidentTokens(1), 800);
 }
 
@@ -91,6 +106,8 @@ TEST(SessionTableTest, ResidentFootprintsSurviveEvictionAndExpiry) {
   t.Assign("a", 0, kT0, 1000);
   t.Assign("b", 0, kT0 + absl::Seconds(1), 2000);
   t.Assign("c", 0, kT0 + absl::Seconds(2), 4000);  // evicts a (LRU bound)
+  t.Finish("b", kT0 + absl::Seconds(1));
+  t.Finish("c", kT0 + absl::Seconds(2));
   t.AgeResident(kT0 + absl::Seconds(2));
   EXPECT_EQ(t.ResidentTokens(0), 6000);
   // b expires on lookup (TTL) after it left the demand.
@@ -101,6 +118,7 @@ TEST(SessionTableTest, ResidentFootprintsSurviveEvictionAndExpiry) {
   // c expires while still counted (a TTL shorter than the window is the operator's choice).
   SessionTable short_ttl(10, absl::Seconds(5), absl::Seconds(60));
   short_ttl.Assign("c", 2, kT0, 4000);
+  short_ttl.Finish("c", kT0);
   EXPECT_EQ(short_ttl.Lookup("c", kT0 + absl::Seconds(6)), -1);
   short_ttl.AgeResident(kT0 + absl::Seconds(6));
   EXPECT_EQ(short_ttl.ResidentTokens(2), 0);
