@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kTieRule =
+constexpr char kTieRule[] =
     "win: the configuration's [min, max] over seeds lies wholly below the reference's; lose: "
     "wholly above; tie: the intervals overlap (endpoints included); -: fewer than two seeds";
 
