@@ -32,6 +32,10 @@ json::value Num(double v) {
   return v;
 }
 
+json::object SpreadJson(const Spread& s) {
+  return {{"n", s.n}, {"median", Num(s.median)}, {"min", Num(s.min)}, {"max", Num(s.max)}};
+}
+
 // A figure's value in a table cell: seconds as report.md writes them, the prefix hit as a
 // percentage, counts as numbers.
 std::string FormatFigure(SweepFigure f, double v) {
@@ -54,9 +58,13 @@ std::string FormatSpread(SweepFigure f, const Spread& s) {
                       FormatFigure(f, s.max), "]");
 }
 
+// "tie 0.97× (0.81–1.10×)": verdict, ratio of medians, range of the paired ratios.
 std::string FormatJudgement(const RegimeJudgement& j) {
   std::string s(VerdictName(j.verdict));
   if (std::isfinite(j.ratio)) absl::StrAppend(&s, absl::StrFormat(" %.2f×", j.ratio));
+  if (j.paired_ratio.n >= 2) {
+    absl::StrAppend(&s, absl::StrFormat(" (%.2f–%.2f×)", j.paired_ratio.min, j.paired_ratio.max));
+  }
   return s;
 }
 
@@ -167,15 +175,19 @@ SweepTable AggregateSweep(const std::vector<SweepSample>& samples) {
   std::sort(t.rates.begin(), t.rates.end());
   for (double rate : t.rates) {
     for (const std::string& config : t.configs) {
-      std::array<std::vector<double>, kSweepFigureCount> values;
-      bool measured = false;
-      for (const SweepSample& s : samples) {
-        if (s.jobs_per_second != rate || s.config != config) continue;
-        measured = true;
-        for (size_t f = 0; f < kSweepFigureCount; ++f) values[f].push_back(s.figures[f]);
+      SweepCell cell{.jobs_per_second = rate, .config = config, .figures = {}, .by_seed = {}};
+      for (uint64_t seed : t.seeds) {
+        for (const SweepSample& s : samples) {
+          if (s.jobs_per_second == rate && s.config == config && s.seed == seed) {
+            cell.by_seed.emplace_back(seed, s.figures);
+          }
+        }
       }
-      if (!measured) continue;
-      SweepCell cell{.jobs_per_second = rate, .config = config, .figures = {}};
+      if (cell.by_seed.empty()) continue;
+      std::array<std::vector<double>, kSweepFigureCount> values;
+      for (const auto& [seed, figures] : cell.by_seed) {
+        for (size_t f = 0; f < kSweepFigureCount; ++f) values[f].push_back(figures[f]);
+      }
       for (size_t f = 0; f < kSweepFigureCount; ++f) cell.figures[f] = SpreadOf(values[f]);
       t.cells.push_back(std::move(cell));
     }
@@ -199,8 +211,19 @@ std::vector<RegimeEntry> RegimeMap(const SweepTable& table,
         for (SweepFigure f : kRegimeFigures) {
           const Spread& c = cell->figures[Index(f)];
           const Spread& r = ref->figures[Index(f)];
-          RegimeJudgement j{.figure = f, .verdict = Judge(c, r), .ratio = kNotMeasured};
+          RegimeJudgement j{
+              .figure = f, .verdict = Judge(c, r), .ratio = kNotMeasured, .paired_ratio = {}};
           if (c.n > 0 && r.n > 0 && r.median > 0) j.ratio = c.median / r.median;
+          std::vector<double> paired;
+          for (const auto& [seed, figures] : cell->by_seed) {
+            for (const auto& [ref_seed, ref_figures] : ref->by_seed) {
+              const double v = figures[Index(f)], rv = ref_figures[Index(f)];
+              if (ref_seed == seed && std::isfinite(v) && std::isfinite(rv) && rv > 0) {
+                paired.push_back(v / rv);
+              }
+            }
+          }
+          j.paired_ratio = SpreadOf(paired);
           e.judgements.push_back(j);
         }
         out.push_back(std::move(e));
@@ -240,9 +263,7 @@ json::value SweepJson(const Sweep& sweep) {
   for (const SweepCell& c : table.cells) {
     json::object fig;
     for (const SweepFigureInfo& f : figures) {
-      const Spread& sp = c.figures[Index(f.figure)];
-      fig[f.key] = json::object{
-          {"n", sp.n}, {"median", Num(sp.median)}, {"min", Num(sp.min)}, {"max", Num(sp.max)}};
+      fig[f.key] = SpreadJson(c.figures[Index(f.figure)]);
     }
     cells.push_back(json::object{
         {"jobs_per_second", c.jobs_per_second}, {"config", c.config}, {"figures", std::move(fig)}});
@@ -254,7 +275,9 @@ json::value SweepJson(const Sweep& sweep) {
     json::object fig;
     for (const RegimeJudgement& j : e.judgements) {
       fig[figures[Index(j.figure)].key] =
-          json::object{{"verdict", VerdictName(j.verdict)}, {"median_ratio", Num(j.ratio)}};
+          json::object{{"verdict", VerdictName(j.verdict)},
+                       {"median_ratio", Num(j.ratio)},
+                       {"paired_ratio", SpreadJson(j.paired_ratio)}};
     }
     regime.push_back(json::object{{"jobs_per_second", e.jobs_per_second},
                                   {"config", e.config},
@@ -285,8 +308,10 @@ std::string SweepMarkdown(const Sweep& sweep) {
     std::vector<std::string> labels;
     for (SweepFigure f : kRegimeFigures) labels.emplace_back(FigureLabel(f));
     absl::StrAppend(&md, "Each cell: ", absl::StrJoin(labels, " / "),
-                    " verdict and the ratio of medians (configuration / ", reference,
-                    ") over the seeds. ", kTieRule, ".\n\n");
+                    " verdict, the ratio of medians over the seeds (configuration / ", reference,
+                    ") and in parentheses the range of the paired ratios (the two "
+                    "at the same seed, same arrivals). ",
+                    kTieRule, ".\n\n");
     std::vector<std::string> header = {"jobs/s"};
     header.insert(header.end(), others.begin(), others.end());
     std::vector<std::vector<std::string>> rows;

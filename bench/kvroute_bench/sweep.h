@@ -16,6 +16,9 @@
 //   tie   the intervals overlap (endpoints included): the difference is within the
 //         run-to-run spread
 //   -     fewer than two seeds on either side, so there is no spread to compare with.
+// The spread over seeds holds both the run-to-run noise and the seeds' different workloads.
+// Beside each verdict the regime map gives the paired ratios: C / R at each seed both ran
+// (same arrivals), whose [min, max] shows the comparison without the workloads' variation.
 //
 // Each point's ablation report stays in out_dir/jps-<rate>/seed-<seed>/; out_dir/sweep.md
 // and sweep.json are rewritten after every point, so an interrupted sweep keeps what it ran.
@@ -103,6 +106,8 @@ struct SweepCell {
   double jobs_per_second = 0;
   std::string config;
   std::array<Spread, kSweepFigureCount> figures;
+  // The samples behind the spreads, in the order of SweepTable::seeds.
+  std::vector<std::pair<uint64_t, SweepFigureValues>> by_seed;
 };
 
 struct SweepTable {
@@ -118,6 +123,8 @@ struct RegimeJudgement {
   SweepFigure figure;
   Verdict verdict = Verdict::kTooFewSeeds;
   double ratio = kNotMeasured;  // candidate median / reference median (NaN if either is missing)
+  // candidate / reference at each seed where both measured the figure (reference > 0).
+  Spread paired_ratio;
 };
 struct RegimeEntry {
   double jobs_per_second = 0;

@@ -154,6 +154,11 @@ TEST(AggregateSweepTest, CellsPerRateAndConfiguration) {
   EXPECT_DOUBLE_EQ(p90.min, 5);
   EXPECT_DOUBLE_EQ(p90.max, 7);
   EXPECT_DOUBLE_EQ(v1->figures[Index(SweepFigure::kTtftP50)].median, 3);
+  // The samples behind the spread, in the seeds' order whatever the samples' order.
+  ASSERT_EQ(v1->by_seed.size(), 3u);
+  EXPECT_EQ(v1->by_seed[0].first, 1u);
+  EXPECT_EQ(v1->by_seed[2].first, 3u);
+  EXPECT_DOUBLE_EQ(v1->by_seed[2].second[Index(SweepFigure::kTtftP99)], 40);
 
   const SweepCell* base6 = t.Find(0.6, "baseline");
   ASSERT_NE(base6, nullptr);
@@ -181,10 +186,20 @@ TEST(RegimeMapTest, VerdictsAndRatiosAgainstEachReference) {
   EXPECT_EQ(map[0].judgements[1].figure, SweepFigure::kTtftP99);
   EXPECT_EQ(map[0].judgements[1].verdict, Verdict::kTie);  // [29, 40] overlaps [30, 36]
   EXPECT_DOUBLE_EQ(map[0].judgements[1].ratio, 31.0 / 33.0);
+  // Paired at each seed: 29/30, 31/33, 40/36.
+  const Spread& paired = map[0].judgements[1].paired_ratio;
+  EXPECT_EQ(paired.n, 3);
+  EXPECT_DOUBLE_EQ(paired.min, 31.0 / 33.0);
+  EXPECT_DOUBLE_EQ(paired.median, 29.0 / 30.0);
+  EXPECT_DOUBLE_EQ(paired.max, 40.0 / 36.0);
 
   EXPECT_EQ(map[1].config, "v2-T20k");
   EXPECT_EQ(map[1].judgements[0].verdict, Verdict::kTooFewSeeds);
   EXPECT_DOUBLE_EQ(map[1].judgements[0].ratio, 3.0 / 11.0);
+  // Only seed 1 pairs: v2 ran no other.
+  EXPECT_EQ(map[1].judgements[0].paired_ratio.n, 1);
+  EXPECT_DOUBLE_EQ(map[1].judgements[0].paired_ratio.median, 3.0 / 10.0);
+  EXPECT_EQ(map[1].judgements[1].paired_ratio.n, 0);
   EXPECT_TRUE(std::isnan(map[1].judgements[1].ratio));
 
   EXPECT_DOUBLE_EQ(map[2].jobs_per_second, 0.6);
@@ -217,8 +232,12 @@ TEST(SweepReportTest, MarkdownHasTheRegimeMapAndSpreads) {
   const std::string md = SweepMarkdown(FixedSweep());
   EXPECT_NE(md.find("## Regime map against baseline"), std::string::npos) << md;
   EXPECT_NE(md.find("| jobs/s | v1-T20k | v2-T20k |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 0.3 | win 0.55× / tie 0.94× | - 0.27× / - |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 0.6 | lose 1.14× / win 0.76× | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.3 | win 0.55× (0.50–0.58×) / tie 0.94× (0.94–1.11×) | - 0.27× / - |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 0.6 | lose 1.14× (1.05–1.25×) / win 0.76× (0.75–0.80×) | - |"),
+            std::string::npos)
+      << md;
   // Median [min–max] per figure; a single seed shows its value alone.
   EXPECT_NE(md.find("| 0.3 | v1-T20k | 3 | 3.00 [2.50–3.50] | 6.00 [5.00–7.00] | "
                     "31.0 [29.0–40.0] |"),
@@ -244,6 +263,10 @@ TEST(SweepReportTest, JsonCarriesSamplesCellsAndVerdicts) {
   EXPECT_EQ(regime[2].at("figures").at("ttft_p90_s").at("verdict").as_string(), "lose");
   EXPECT_EQ(regime[2].at("figures").at("ttft_p99_s").at("verdict").as_string(), "win");
   EXPECT_TRUE(regime[1].at("figures").at("ttft_p99_s").at("median_ratio").is_null());
+  const json::object& paired =
+      regime[0].at("figures").at("ttft_p90_s").at("paired_ratio").as_object();
+  EXPECT_EQ(paired.at("n").as_int64(), 3);
+  EXPECT_DOUBLE_EQ(paired.at("min").as_double(), 0.5);
   EXPECT_TRUE(v.at("tie_rule").is_string());
 }
 
