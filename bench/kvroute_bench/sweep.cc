@@ -43,6 +43,7 @@ std::string FormatFigure(SweepFigure f, double v) {
   switch (f) {
     case SweepFigure::kPrefixHit:
       return absl::StrFormat("%.1f%%", v * 100);
+    case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
     case SweepFigure::kErrors:
       return absl::StrFormat("%g", v);
@@ -87,6 +88,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
   static const std::array<SweepFigureInfo, kSweepFigureCount> kFigures = {{
+      {SweepFigure::kRequests, "requests", "requests"},
       {SweepFigure::kTtftP50, "ttft_p50_s", "TTFT p50"},
       {SweepFigure::kTtftP90, "ttft_p90_s", "TTFT p90"},
       {SweepFigure::kTtftP99, "ttft_p99_s", "TTFT p99"},
@@ -110,6 +112,7 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
     v[Index(SweepFigure::kTpotP99)] = all.tpot.p99;
   }
   if (summary.prompt_tokens > 0) v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
+  v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
   v[Index(SweepFigure::kOffloads)] = static_cast<double>(summary.offloads);
   v[Index(SweepFigure::kErrors)] = static_cast<double>(summary.errors + summary.dropped);
   return v;
@@ -265,8 +268,12 @@ json::value SweepJson(const Sweep& sweep) {
     for (const SweepFigureInfo& f : figures) {
       fig[f.key] = SpreadJson(c.figures[Index(f.figure)]);
     }
-    cells.push_back(json::object{
-        {"jobs_per_second", c.jobs_per_second}, {"config", c.config}, {"figures", std::move(fig)}});
+    json::array seeds;
+    for (const auto& [seed, values] : c.by_seed) seeds.push_back(seed);
+    cells.push_back(json::object{{"jobs_per_second", c.jobs_per_second},
+                                 {"config", c.config},
+                                 {"seeds", std::move(seeds)},
+                                 {"figures", std::move(fig)}});
   }
   o["cells"] = std::move(cells);
 
@@ -354,7 +361,7 @@ std::string SweepMarkdown(const Sweep& sweep) {
   std::vector<std::vector<std::string>> rows;
   for (const SweepCell& c : table.cells) {
     std::vector<std::string> row = {RateLabel(c.jobs_per_second), c.config,
-                                    absl::StrCat(c.figures[Index(SweepFigure::kTtftP90)].n)};
+                                    absl::StrCat(c.by_seed.size())};
     for (const SweepFigureInfo& f : SweepFigures()) {
       row.push_back(FormatSpread(f.figure, c.figures[Index(f.figure)]));
     }

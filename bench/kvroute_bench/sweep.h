@@ -54,6 +54,7 @@ namespace kvroute::bench {
 // The figures a sweep keeps per (rate, seed, configuration); latencies over all requests in
 // modelled seconds.
 enum class SweepFigure {
+  kRequests,  // sent (successful or failed)
   kTtftP50,
   kTtftP90,
   kTtftP99,
@@ -62,7 +63,7 @@ enum class SweepFigure {
   kOffloads,
   kErrors,  // failed requests plus dropped arrivals
 };
-inline constexpr size_t kSweepFigureCount = 7;
+inline constexpr size_t kSweepFigureCount = 8;
 
 struct SweepFigureInfo {
   SweepFigure figure;

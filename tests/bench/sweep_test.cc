@@ -102,6 +102,7 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP90)], 9.1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTpotP99)], summary.classes[0].tpot.p99);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kPrefixHit)], summary.hit_ratio);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kRequests)], 11);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kOffloads)], 1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kErrors)], 3);  // one failure, two dropped
 
@@ -116,6 +117,7 @@ TEST(SweepFiguresTest, FromARunSummary) {
 SweepSample Sample(double rate, uint64_t seed, std::string config, double p90, double p99) {
   SweepSample s{.jobs_per_second = rate, .seed = seed, .config = std::move(config), .figures = {}};
   s.figures.fill(0);
+  s.figures[Index(SweepFigure::kRequests)] = 100 + static_cast<double>(seed);
   s.figures[Index(SweepFigure::kTtftP50)] = p90 / 2;
   s.figures[Index(SweepFigure::kTtftP90)] = p90;
   s.figures[Index(SweepFigure::kTtftP99)] = p99;
@@ -239,11 +241,11 @@ TEST(SweepReportTest, MarkdownHasTheRegimeMapAndSpreads) {
             std::string::npos)
       << md;
   // Median [min–max] per figure; a single seed shows its value alone.
-  EXPECT_NE(md.find("| 0.3 | v1-T20k | 3 | 3.00 [2.50–3.50] | 6.00 [5.00–7.00] | "
+  EXPECT_NE(md.find("| 0.3 | v1-T20k | 3 | 102 [101–103] | 3.00 [2.50–3.50] | 6.00 [5.00–7.00] | "
                     "31.0 [29.0–40.0] |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 0.3 | v2-T20k | 1 | 1.50 | 3.00 | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.3 | v2-T20k | 1 | 101 | 1.50 | 3.00 | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("**jobs/s**: 0.3, 0.6; **seeds**: 1, 2, 3"), std::string::npos) << md;
 }
 
@@ -253,6 +255,7 @@ TEST(SweepReportTest, JsonCarriesSamplesCellsAndVerdicts) {
   EXPECT_EQ(v.at("cells").as_array().size(), 5u);
   const json::object& cell = v.at("cells").as_array()[1].as_object();
   EXPECT_EQ(cell.at("config").as_string(), "v1-T20k");
+  EXPECT_EQ(cell.at("seeds").as_array().size(), 3u);
   const json::object& p90 = cell.at("figures").at("ttft_p90_s").as_object();
   EXPECT_EQ(p90.at("n").as_int64(), 3);
   EXPECT_DOUBLE_EQ(p90.at("median").as_double(), 6);
