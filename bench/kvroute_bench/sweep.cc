@@ -86,6 +86,9 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
+static_assert(static_cast<size_t>(SweepFigure::kErrors) + 1 == kSweepFigureCount,
+              "kSweepFigureCount counts SweepFigure's enumerators");
+
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
   static const std::array<SweepFigureInfo, kSweepFigureCount> kFigures = {{
       {SweepFigure::kRequests, "requests", "requests"},

@@ -20,6 +20,12 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 size_t Index(SweepFigure f) { return static_cast<size_t>(f); }
 
+TEST(SweepFiguresTest, TableIsInTheEnumsOrder) {
+  for (size_t i = 0; i < kSweepFigureCount; ++i) {
+    EXPECT_EQ(Index(SweepFigures()[i].figure), i) << SweepFigures()[i].key;
+  }
+}
+
 TEST(SpreadTest, MedianMinMaxOverFiniteValues) {
   const Spread odd = SpreadOf({3, 1, 2});
   EXPECT_EQ(odd.n, 3);
