@@ -5,6 +5,7 @@
 //   kvroute-bench trace-stats --trace bench/traces/conversation_trace.jsonl
 //   kvroute-bench calibrate --target http://gpu-host:8000 --profile base.yaml --out fitted.yaml
 //   kvroute-bench trace-stats --workload agentic-long --fleet-kv-tokens 1804800
+//   kvroute-bench sweep --modes baseline,v1 --jps 0.25,0.5,0.75 --seeds 1,2,3 --out out/sweep
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -22,6 +23,7 @@
 #include "bench/kvroute_bench/calibrate.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
+#include "bench/kvroute_bench/sweep.h"
 #include "router/policy_registry.h"
 #include "spdlog/spdlog.h"
 
@@ -203,6 +205,42 @@ struct CommonFlags {
   }
 };
 
+// Configurations and the embedded simulated fleet, shared by `ablation` and `sweep`; returns
+// the --time-scale option.
+CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
+  cmd->add_option("--modes", abl.modes,
+                  absl::StrCat("modes (", absl::StrJoin(kvroute::router::PolicyNames(), ","),
+                               "; oracle: baseline from kvroute-sim's true cached tokens, "
+                               "bench-only reference)"))
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--thresholds", abl.thresholds,
+                  "heavy thresholds crossed with the threshold-sensitive modes (v1, v2)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--default-threshold", abl.default_threshold,
+                  "heavy threshold for the other modes")->capture_default_str();
+  cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();
+  cmd->add_option("--profile", abl.profile, "kvroute-sim profile YAML");
+  CLI::Option* time_scale_opt =
+      cmd->add_option("--time-scale", abl.sim_time_scale,
+                      "kvroute-sim --time-scale; the workload's clock is scaled the same way "
+                      "(with --targets: only when given)")
+          ->capture_default_str();
+  cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
+  cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
+  cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
+  cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")
+      ->capture_default_str();
+  return time_scale_opt;
+}
+
+// kvroute and kvroute-sim built next to kvroute-bench, unless given.
+void FindFleetBinaries(kb::AblationOptions& abl) {
+  if (abl.kvroute_bin.empty()) {
+    abl.kvroute_bin = kb::FindBuiltBinary("kvroute", {"proxy", "", "bin"});
+  }
+  if (abl.sim_bin.empty()) abl.sim_bin = kb::FindBuiltBinary("kvroute-sim", {"sim", "", "bin"});
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "kvroute-bench: %s\n", s.ToString().c_str());
   return 1;
@@ -235,34 +273,32 @@ int main(int argc, char** argv) {
   abl_flags.Add(abl_cmd);
   kb::AblationOptions abl;
   std::vector<std::string> targets;
-  abl_cmd->add_option("--modes", abl.modes,
-                      absl::StrCat("modes (", absl::StrJoin(kvroute::router::PolicyNames(), ","),
-                                   "; oracle: baseline from kvroute-sim's true cached tokens, "
-                                   "bench-only reference)"))
-      ->delimiter(',')->capture_default_str();
-  abl_cmd->add_option("--thresholds", abl.thresholds,
-                      "heavy thresholds crossed with the threshold-sensitive modes (v1, v2)")
-      ->delimiter(',')->capture_default_str();
-  abl_cmd->add_option("--default-threshold", abl.default_threshold,
-                      "heavy threshold for the other modes")->capture_default_str();
-  abl_cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();
-  abl_cmd->add_option("--profile", abl.profile, "kvroute-sim profile YAML");
-  CLI::Option* time_scale_opt =
-      abl_cmd
-          ->add_option("--time-scale", abl.sim_time_scale,
-                       "kvroute-sim --time-scale; the workload's clock is scaled the same way "
-                       "(with --targets: only when given)")
-          ->capture_default_str();
-  abl_cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
-  abl_cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
-  abl_cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
-  abl_cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")
-      ->capture_default_str();
+  CLI::Option* time_scale_opt = AddFleetOptions(abl_cmd, abl);
   abl_cmd->add_option("--targets", targets,
                       "use running endpoints instead of the embedded fleet: NAME=URL,...")
       ->delimiter(',');
   abl_cmd->add_option("--out", abl_flags.out, "report directory (default: "
                       "kvroute-bench-out/ablation-<time>)");
+
+  // sweep: the ablation at several rates and seeds. --jps and --seed become lists.
+  CLI::App* sweep_cmd = app.add_subcommand(
+      "sweep", "the ablation at several loads (jobs/s) and seeds: spread across seeds and a "
+               "regime map (win/tie/lose against a reference configuration)");
+  CommonFlags sweep_flags;
+  sweep_flags.Add(sweep_cmd);
+  sweep_cmd->remove_option(sweep_cmd->get_option("--jps"));
+  sweep_cmd->remove_option(sweep_cmd->get_option("--seed"));
+  kb::SweepOptions sweep;
+  AddFleetOptions(sweep_cmd, sweep.ablation);
+  sweep_cmd->add_option("--jps", sweep.jobs_per_second, "agent jobs per second, one point each")
+      ->delimiter(',')->group("Agentic workload")->capture_default_str();
+  sweep_cmd->add_option("--seeds", sweep.seeds, "workload seeds run at every rate")
+      ->delimiter(',')->capture_default_str();
+  sweep_cmd->add_option("--references", sweep.references,
+                        "configurations the regime map compares the others with")
+      ->delimiter(',')->capture_default_str();
+  sweep_cmd->add_option("--out", sweep_flags.out, "sweep directory (default: "
+                        "kvroute-bench-out/sweep-<time>)");
 
   // trace-stats
   double nominal_turn_s = 12.0;
@@ -414,6 +450,30 @@ int main(int argc, char** argv) {
     return report.runs.front().requests.empty() ? 1 : 0;
   }
 
+  if (*sweep_cmd) {
+    kb::WorkloadSpec spec;
+    if (!sweep_flags.Finish(spec)) return 2;
+    kb::AblationOptions& a = sweep.ablation;
+    a.run_template = sweep_flags.run;
+    a.generated_at = NowUtc();
+    a.out_dir = sweep_flags.out.empty() ? absl::StrCat("kvroute-bench-out/sweep-", NowStamp())
+                                        : sweep_flags.out;
+    FindFleetBinaries(a);
+    sweep.on_point = [](double rate, uint64_t seed, const kb::Report& report) {
+      std::cout << "\n" << rate << " jobs/s, seed " << seed << ":\n"
+                << kb::SummaryTable(report);
+    };
+    if (absl::Status s = kb::ValidateSweep(sweep, spec); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<kb::Sweep> result = kb::RunSweep(sweep, spec);
+    if (!result.ok()) return Fail(result.status());
+    std::cout << "\n" << kb::SweepMarkdown(*result);
+    std::cout << "sweep: " << a.out_dir << "/sweep.md (also sweep.json)\n";
+    return 0;
+  }
+
   // ablation
   kb::WorkloadSpec spec;
   if (!abl_flags.Finish(spec)) return 2;
@@ -435,10 +495,7 @@ int main(int argc, char** argv) {
   if (!abl.targets.empty() && time_scale_opt->count() > 0) {
     abl.run_template.time_scale = abl.sim_time_scale;
   }
-  if (abl.targets.empty()) {
-    if (abl.kvroute_bin.empty()) abl.kvroute_bin = kb::FindBuiltBinary("kvroute", {"proxy", "", "bin"});
-    if (abl.sim_bin.empty()) abl.sim_bin = kb::FindBuiltBinary("kvroute-sim", {"sim", "", "bin"});
-  }
+  if (abl.targets.empty()) FindFleetBinaries(abl);
   absl::StatusOr<kb::Report> report = kb::RunAblation(abl, spec);
   if (!report.ok()) return Fail(report.status());
   std::cout << "\n" << kb::SummaryTable(*report);

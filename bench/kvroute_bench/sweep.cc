@@ -1,0 +1,512 @@
+#include "bench/kvroute_bench/sweep.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/report.h"
+#include "spdlog/spdlog.h"
+
+namespace kvroute::bench {
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kTieRule[] =
+    "win: the configuration's [min, max] over seeds lies wholly below the reference's; lose: "
+    "wholly above; tie: the intervals overlap (endpoints included); -: fewer than two seeds";
+
+size_t Index(SweepFigure f) { return static_cast<size_t>(f); }
+
+std::string RateLabel(double jobs_per_second) { return absl::StrFormat("%g", jobs_per_second); }
+
+json::value Num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+
+json::object SpreadJson(const Spread& s) {
+  return {{"n", s.n}, {"median", Num(s.median)}, {"min", Num(s.min)}, {"max", Num(s.max)}};
+}
+
+// A figure's value in a table cell: seconds as report.md writes them, the prefix hit as a
+// percentage, counts as numbers.
+std::string FormatFigure(SweepFigure f, double v) {
+  if (!std::isfinite(v)) return "-";
+  switch (f) {
+    case SweepFigure::kPrefixHit:
+      return absl::StrFormat("%.1f%%", v * 100);
+    case SweepFigure::kRequests:
+    case SweepFigure::kOffloads:
+    case SweepFigure::kErrors:
+      return absl::StrFormat("%g", v);
+    default:
+      return FormatSeconds(v);
+  }
+}
+
+std::string FormatSpread(SweepFigure f, const Spread& s) {
+  if (s.n == 0) return "-";
+  if (s.n == 1 || s.min == s.max) return FormatFigure(f, s.median);
+  return absl::StrCat(FormatFigure(f, s.median), " [", FormatFigure(f, s.min), "–",
+                      FormatFigure(f, s.max), "]");
+}
+
+// "tie 0.97× (0.81–1.10×)": verdict, ratio of medians, range of the paired ratios.
+std::string FormatJudgement(const RegimeJudgement& j) {
+  std::string s(VerdictName(j.verdict));
+  if (std::isfinite(j.ratio)) absl::StrAppend(&s, absl::StrFormat(" %.2f×", j.ratio));
+  if (j.paired_ratio.n >= 2) {
+    absl::StrAppend(&s, absl::StrFormat(" (%.2f–%.2f×)", j.paired_ratio.min, j.paired_ratio.max));
+  }
+  return s;
+}
+
+void AppendTable(std::string* md, const std::vector<std::string>& header,
+                 const std::vector<bool>& right_aligned,
+                 const std::vector<std::vector<std::string>>& rows) {
+  absl::StrAppend(md, "| ", absl::StrJoin(header, " | "), " |\n|");
+  for (size_t i = 0; i < header.size(); ++i) {
+    absl::StrAppend(md, i < right_aligned.size() && right_aligned[i] ? " ---: |" : " --- |");
+  }
+  absl::StrAppend(md, "\n");
+  for (const std::vector<std::string>& r : rows) {
+    absl::StrAppend(md, "| ", absl::StrJoin(r, " | "), " |\n");
+  }
+}
+
+std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].label; }
+
+}  // namespace
+
+static_assert(static_cast<size_t>(SweepFigure::kErrors) + 1 == kSweepFigureCount,
+              "kSweepFigureCount counts SweepFigure's enumerators");
+
+const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
+  static const std::array<SweepFigureInfo, kSweepFigureCount> kFigures = {{
+      {SweepFigure::kRequests, "requests", "requests"},
+      {SweepFigure::kTtftP50, "ttft_p50_s", "TTFT p50"},
+      {SweepFigure::kTtftP90, "ttft_p90_s", "TTFT p90"},
+      {SweepFigure::kTtftP99, "ttft_p99_s", "TTFT p99"},
+      {SweepFigure::kTpotP99, "tpot_p99_s", "TPOT p99"},
+      {SweepFigure::kPrefixHit, "prefix_hit_ratio", "prefix hit"},
+      {SweepFigure::kOffloads, "offloads", "offloads"},
+      {SweepFigure::kErrors, "errors", "errors"},
+  }};
+  return kFigures;
+}
+
+SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
+  SweepFigureValues v;
+  v.fill(kNotMeasured);
+  // classes[0] is "ALL" (stats.h); its distributions are NaN when nothing succeeded.
+  if (!summary.classes.empty() && summary.classes.front().klass == "ALL") {
+    const ClassSummary& all = summary.classes.front();
+    v[Index(SweepFigure::kTtftP50)] = all.ttft.p50;
+    v[Index(SweepFigure::kTtftP90)] = all.ttft.p90;
+    v[Index(SweepFigure::kTtftP99)] = all.ttft.p99;
+    v[Index(SweepFigure::kTpotP99)] = all.tpot.p99;
+  }
+  if (summary.prompt_tokens > 0) v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
+  v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
+  v[Index(SweepFigure::kOffloads)] = static_cast<double>(summary.offloads);
+  v[Index(SweepFigure::kErrors)] = static_cast<double>(summary.errors + summary.dropped);
+  return v;
+}
+
+Spread SpreadOf(const std::vector<double>& values) {
+  std::vector<double> finite;
+  for (double v : values) {
+    if (std::isfinite(v)) finite.push_back(v);
+  }
+  Spread s;
+  s.n = static_cast<int64_t>(finite.size());
+  if (finite.empty()) return s;
+  std::sort(finite.begin(), finite.end());
+  const size_t mid = finite.size() / 2;
+  s.median = finite.size() % 2 == 1 ? finite[mid] : (finite[mid - 1] + finite[mid]) / 2;
+  s.min = finite.front();
+  s.max = finite.back();
+  return s;
+}
+
+std::string_view VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kWin:
+      return "win";
+    case Verdict::kTie:
+      return "tie";
+    case Verdict::kLose:
+      return "lose";
+    case Verdict::kTooFewSeeds:
+      break;
+  }
+  return "-";
+}
+
+Verdict Judge(const Spread& candidate, const Spread& reference) {
+  if (candidate.n < 2 || reference.n < 2) return Verdict::kTooFewSeeds;
+  if (candidate.max < reference.min) return Verdict::kWin;
+  if (candidate.min > reference.max) return Verdict::kLose;
+  return Verdict::kTie;
+}
+
+const SweepCell* SweepTable::Find(double jobs_per_second, std::string_view config) const {
+  for (const SweepCell& c : cells) {
+    if (c.jobs_per_second == jobs_per_second && c.config == config) return &c;
+  }
+  return nullptr;
+}
+
+SweepTable AggregateSweep(const std::vector<SweepSample>& samples) {
+  SweepTable t;
+  for (const SweepSample& s : samples) {
+    if (std::find(t.rates.begin(), t.rates.end(), s.jobs_per_second) == t.rates.end()) {
+      t.rates.push_back(s.jobs_per_second);
+    }
+    if (std::find(t.configs.begin(), t.configs.end(), s.config) == t.configs.end()) {
+      t.configs.push_back(s.config);
+    }
+    if (std::find(t.seeds.begin(), t.seeds.end(), s.seed) == t.seeds.end()) {
+      t.seeds.push_back(s.seed);
+    }
+  }
+  std::sort(t.rates.begin(), t.rates.end());
+  for (double rate : t.rates) {
+    for (const std::string& config : t.configs) {
+      SweepCell cell{.jobs_per_second = rate, .config = config, .figures = {}, .by_seed = {}};
+      for (uint64_t seed : t.seeds) {
+        for (const SweepSample& s : samples) {
+          if (s.jobs_per_second == rate && s.config == config && s.seed == seed) {
+            cell.by_seed.emplace_back(seed, s.figures);
+          }
+        }
+      }
+      if (cell.by_seed.empty()) continue;
+      std::array<std::vector<double>, kSweepFigureCount> values;
+      for (const auto& [seed, figures] : cell.by_seed) {
+        for (size_t f = 0; f < kSweepFigureCount; ++f) values[f].push_back(figures[f]);
+      }
+      for (size_t f = 0; f < kSweepFigureCount; ++f) cell.figures[f] = SpreadOf(values[f]);
+      t.cells.push_back(std::move(cell));
+    }
+  }
+  return t;
+}
+
+std::vector<RegimeEntry> RegimeMap(const SweepTable& table,
+                                   const std::vector<std::string>& references) {
+  std::vector<RegimeEntry> out;
+  for (const std::string& reference : references) {
+    for (double rate : table.rates) {
+      const SweepCell* ref = table.Find(rate, reference);
+      if (ref == nullptr) continue;
+      for (const std::string& config : table.configs) {
+        if (config == reference) continue;
+        const SweepCell* cell = table.Find(rate, config);
+        if (cell == nullptr) continue;
+        RegimeEntry e{
+            .jobs_per_second = rate, .config = config, .reference = reference, .judgements = {}};
+        for (SweepFigure f : kRegimeFigures) {
+          const Spread& c = cell->figures[Index(f)];
+          const Spread& r = ref->figures[Index(f)];
+          RegimeJudgement j{
+              .figure = f, .verdict = Judge(c, r), .ratio = kNotMeasured, .paired_ratio = {}};
+          if (c.n > 0 && r.n > 0 && r.median > 0) j.ratio = c.median / r.median;
+          std::vector<double> paired;
+          for (const auto& [seed, figures] : cell->by_seed) {
+            for (const auto& [ref_seed, ref_figures] : ref->by_seed) {
+              const double v = figures[Index(f)], rv = ref_figures[Index(f)];
+              if (ref_seed == seed && std::isfinite(v) && std::isfinite(rv) && rv > 0) {
+                paired.push_back(v / rv);
+              }
+            }
+          }
+          j.paired_ratio = SpreadOf(paired);
+          e.judgements.push_back(j);
+        }
+        out.push_back(std::move(e));
+      }
+    }
+  }
+  return out;
+}
+
+json::value SweepJson(const Sweep& sweep) {
+  const SweepTable table = AggregateSweep(sweep.samples);
+  const auto& figures = SweepFigures();
+  json::object o;
+  o["title"] = "kvroute load sweep";
+  o["generated_at"] = sweep.generated_at;
+  json::object setup;
+  for (const auto& [k, v] : sweep.setup) setup[k] = v;
+  o["setup"] = std::move(setup);
+  o["tie_rule"] = kTieRule;
+  o["jobs_per_second"] = json::value_from(table.rates);
+  o["seeds"] = json::value_from(table.seeds);
+  o["configs"] = json::value_from(table.configs);
+  o["references"] = json::value_from(sweep.references);
+
+  json::array samples;
+  for (const SweepSample& s : sweep.samples) {
+    json::object fig;
+    for (const SweepFigureInfo& f : figures) fig[f.key] = Num(s.figures[Index(f.figure)]);
+    samples.push_back(json::object{{"jobs_per_second", s.jobs_per_second},
+                                   {"seed", s.seed},
+                                   {"config", s.config},
+                                   {"figures", std::move(fig)}});
+  }
+  o["samples"] = std::move(samples);
+
+  json::array cells;
+  for (const SweepCell& c : table.cells) {
+    json::object fig;
+    for (const SweepFigureInfo& f : figures) {
+      fig[f.key] = SpreadJson(c.figures[Index(f.figure)]);
+    }
+    json::array seeds;
+    for (const auto& [seed, values] : c.by_seed) seeds.push_back(seed);
+    cells.push_back(json::object{{"jobs_per_second", c.jobs_per_second},
+                                 {"config", c.config},
+                                 {"seeds", std::move(seeds)},
+                                 {"figures", std::move(fig)}});
+  }
+  o["cells"] = std::move(cells);
+
+  json::array regime;
+  for (const RegimeEntry& e : RegimeMap(table, sweep.references)) {
+    json::object fig;
+    for (const RegimeJudgement& j : e.judgements) {
+      fig[figures[Index(j.figure)].key] =
+          json::object{{"verdict", VerdictName(j.verdict)},
+                       {"median_ratio", Num(j.ratio)},
+                       {"paired_ratio", SpreadJson(j.paired_ratio)}};
+    }
+    regime.push_back(json::object{{"jobs_per_second", e.jobs_per_second},
+                                  {"config", e.config},
+                                  {"reference", e.reference},
+                                  {"figures", std::move(fig)}});
+  }
+  o["regime_map"] = std::move(regime);
+  return o;
+}
+
+std::string SweepMarkdown(const Sweep& sweep) {
+  const SweepTable table = AggregateSweep(sweep.samples);
+  std::string md = "# kvroute load sweep\n\n";
+  if (!sweep.generated_at.empty()) absl::StrAppend(&md, "Generated ", sweep.generated_at, ".\n\n");
+  for (const auto& [k, v] : sweep.setup) absl::StrAppend(&md, "- **", k, "**: ", v, "\n");
+  absl::StrAppend(&md, "- **jobs/s**: ",
+                  absl::StrJoin(table.rates, ", ",
+                                [](std::string* out, double r) { out->append(RateLabel(r)); }),
+                  "; **seeds**: ", absl::StrJoin(table.seeds, ", "), "\n\n");
+
+  const std::vector<RegimeEntry> regime = RegimeMap(table, sweep.references);
+  for (const std::string& reference : sweep.references) {
+    std::vector<std::string> others;
+    for (const std::string& c : table.configs) {
+      if (c != reference) others.push_back(c);
+    }
+    absl::StrAppend(&md, "## Regime map against ", reference, "\n\n");
+    std::vector<std::string> labels;
+    for (SweepFigure f : kRegimeFigures) labels.emplace_back(FigureLabel(f));
+    absl::StrAppend(&md, "Each cell: ", absl::StrJoin(labels, " / "),
+                    " verdict, the ratio of medians over the seeds (configuration / ", reference,
+                    ") and in parentheses the range of the paired ratios (the two "
+                    "at the same seed, same arrivals). ",
+                    kTieRule, ".\n\n");
+    std::vector<std::string> header = {"jobs/s"};
+    header.insert(header.end(), others.begin(), others.end());
+    std::vector<std::vector<std::string>> rows;
+    for (double rate : table.rates) {
+      std::vector<std::string> row = {RateLabel(rate)};
+      bool any = false;
+      for (const std::string& c : others) {
+        auto it = std::find_if(regime.begin(), regime.end(), [&](const RegimeEntry& e) {
+          return e.reference == reference && e.config == c && e.jobs_per_second == rate;
+        });
+        if (it == regime.end()) {
+          row.emplace_back("-");
+          continue;
+        }
+        any = true;
+        std::vector<std::string> parts;
+        for (const RegimeJudgement& j : it->judgements) parts.push_back(FormatJudgement(j));
+        row.push_back(absl::StrJoin(parts, " / "));
+      }
+      if (any) rows.push_back(std::move(row));
+    }
+    if (rows.empty()) {
+      absl::StrAppend(&md, "(", reference, " has not run at any measured rate.)\n\n");
+    } else {
+      AppendTable(&md, header, {true}, rows);
+      absl::StrAppend(&md, "\n");
+    }
+  }
+
+  absl::StrAppend(&md,
+                  "## Figures over the seeds\n\nMedian [min–max] over the seeds; "
+                  "latencies in modelled seconds over all requests; errors count failed "
+                  "requests and dropped arrivals.\n\n");
+  std::vector<std::string> header = {"jobs/s", "config", "seeds"};
+  std::vector<bool> right = {true, false, true};
+  for (const SweepFigureInfo& f : SweepFigures()) {
+    header.emplace_back(f.label);
+    right.push_back(true);
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const SweepCell& c : table.cells) {
+    std::vector<std::string> row = {RateLabel(c.jobs_per_second), c.config,
+                                    absl::StrCat(c.by_seed.size())};
+    for (const SweepFigureInfo& f : SweepFigures()) {
+      row.push_back(FormatSpread(f.figure, c.figures[Index(f.figure)]));
+    }
+    rows.push_back(std::move(row));
+  }
+  AppendTable(&md, header, right, rows);
+
+  absl::StrAppend(&md, "\nEach point's ablation report: `jps-<rate>/seed-<seed>/report.md`.\n");
+  return md;
+}
+
+absl::Status WriteSweep(const Sweep& sweep, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::pair<std::string, std::string> files[] = {
+      {"sweep.json", json::serialize(SweepJson(sweep)) + "\n"}, {"sweep.md", SweepMarkdown(sweep)}};
+  for (const auto& [name, text] : files) {
+    const fs::path p = fs::path(dir) / name;
+    std::ofstream out(p);
+    out << text;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", p.string()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base) {
+  if (base.kind != WorkloadKind::kAgentic || !base.agentic.preset.empty()) {
+    return absl::InvalidArgumentError(
+        "sweep varies --jps: it needs --workload agentic (agentic-long and traces set their "
+        "own arrivals)");
+  }
+  if (!options.ablation.targets.empty()) {
+    return absl::InvalidArgumentError(
+        "sweep runs on the embedded simulated fleet only (given targets keep warm caches "
+        "from point to point)");
+  }
+  if (options.jobs_per_second.empty()) {
+    return absl::InvalidArgumentError("sweep needs at least one rate in --jps");
+  }
+  absl::flat_hash_set<double> rates;
+  for (double r : options.jobs_per_second) {
+    if (!std::isfinite(r) || r <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--jps: rates must be positive, got ", r));
+    }
+    if (!rates.insert(r).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--jps: rate ", r, " given twice"));
+    }
+  }
+  if (options.seeds.empty()) return absl::InvalidArgumentError("sweep needs at least one seed");
+  absl::flat_hash_set<uint64_t> seeds;
+  for (uint64_t s : options.seeds) {
+    if (!seeds.insert(s).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--seeds: seed ", s, " given twice"));
+    }
+  }
+  const AblationOptions& a = options.ablation;
+  std::vector<std::string> names;
+  for (const AblationConfig& c : AblationConfigs(a.modes, a.thresholds, a.default_threshold)) {
+    names.push_back(c.name);
+  }
+  if (names.empty()) return absl::InvalidArgumentError("sweep needs at least one mode");
+  for (const std::string& r : options.references) {
+    if (std::find(names.begin(), names.end(), r) == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--references: ", r,
+                                                     " is not one of the configurations (",
+                                                     absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second, uint64_t seed) {
+  WorkloadSpec w = base;
+  w.agentic.jobs_per_second = jobs_per_second;
+  w.agentic.seed = seed;
+  w.trace.seed = seed;
+  return w;
+}
+
+std::string SweepPointDir(const std::string& out_dir, double jobs_per_second, uint64_t seed) {
+  return (fs::path(out_dir) / absl::StrCat("jps-", RateLabel(jobs_per_second)) /
+          absl::StrCat("seed-", seed))
+      .string();
+}
+
+absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& base) {
+  if (absl::Status s = ValidateSweep(options, base); !s.ok()) return s;
+  const AblationOptions& a = options.ablation;
+  Sweep sweep;
+  sweep.generated_at = a.generated_at;
+  sweep.references = options.references;
+  std::vector<std::string> names;
+  for (const AblationConfig& c : AblationConfigs(a.modes, a.thresholds, a.default_threshold)) {
+    names.push_back(c.name);
+  }
+  const AgenticOptions& w = base.agentic;
+  sweep.setup = {
+      {"workload",
+       absl::StrFormat("agentic, %.0f s of arrivals, %d turns, system %d + task %s tokens, "
+                       "%d completion tokens per turn, tool time %.2f s; the same planned "
+                       "arrivals for every configuration at a (rate, seed)",
+                       w.duration_s, w.turns, w.system_tokens,
+                       w.task_tokens_max > w.task_tokens
+                           ? absl::StrCat(w.task_tokens, "-", w.task_tokens_max)
+                           : absl::StrCat(w.task_tokens),
+                       w.completion_tokens, w.tool_time_s)},
+      {"fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale %g, sim seed "
+                                "%d; a fresh fleet per configuration and point",
+                                a.instances, a.profile.empty() ? "(default)" : a.profile,
+                                a.sim_time_scale, a.sim_seed)},
+      {"configurations", absl::StrJoin(names, ", ")},
+  };
+
+  const size_t points = options.jobs_per_second.size() * options.seeds.size();
+  size_t done = 0;
+  for (double rate : options.jobs_per_second) {
+    for (uint64_t seed : options.seeds) {
+      ++done;
+      AblationOptions point = a;
+      point.out_dir = SweepPointDir(a.out_dir, rate, seed);
+      WorkloadSpec workload = SweepPointWorkload(base, rate, seed);
+      spdlog::info("sweep point {}/{}: {} jobs/s, seed {} ({})", done, points, RateLabel(rate),
+                   seed, point.out_dir);
+      absl::StatusOr<Report> report = RunAblation(point, workload);
+      if (!report.ok()) {
+        return absl::Status(report.status().code(),
+                            absl::StrCat("sweep point ", RateLabel(rate), " jobs/s, seed ", seed,
+                                         ": ", report.status().message()));
+      }
+      if (options.on_point) options.on_point(rate, seed, *report);
+      const std::vector<RunSummary> summaries = SummarizeAll(*report);
+      for (size_t i = 0; i < summaries.size() && i < report->runs.size(); ++i) {
+        sweep.samples.push_back({.jobs_per_second = rate,
+                                 .seed = seed,
+                                 .config = report->runs[i].name,
+                                 .figures = SweepFiguresOf(summaries[i])});
+      }
+      if (absl::Status s = WriteSweep(sweep, a.out_dir); !s.ok()) return s;
+    }
+  }
+  return sweep;
+}
+
+}  // namespace kvroute::bench

@@ -1,0 +1,391 @@
+// The load sweep's pure parts: figures from a run summary, the spread across seeds, the
+// win/tie/lose rule, aggregation into cells and the regime map, the reports, validation, and
+// the workload of a sweep point (identical for every configuration; the same jobs at every
+// rate for one seed).
+#include "bench/kvroute_bench/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <limits>
+
+#include "bench/kvroute_bench/workload.h"
+
+namespace kvroute::bench {
+namespace {
+namespace json = boost::json;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+size_t Index(SweepFigure f) { return static_cast<size_t>(f); }
+
+TEST(SweepFiguresTest, TableIsInTheEnumsOrder) {
+  for (size_t i = 0; i < kSweepFigureCount; ++i) {
+    EXPECT_EQ(Index(SweepFigures()[i].figure), i) << SweepFigures()[i].key;
+  }
+}
+
+TEST(SpreadTest, MedianMinMaxOverFiniteValues) {
+  const Spread odd = SpreadOf({3, 1, 2});
+  EXPECT_EQ(odd.n, 3);
+  EXPECT_DOUBLE_EQ(odd.median, 2);
+  EXPECT_DOUBLE_EQ(odd.min, 1);
+  EXPECT_DOUBLE_EQ(odd.max, 3);
+
+  const Spread even = SpreadOf({4, 1, 10, 2});
+  EXPECT_EQ(even.n, 4);
+  EXPECT_DOUBLE_EQ(even.median, 3);  // (2 + 4) / 2
+  EXPECT_DOUBLE_EQ(even.min, 1);
+  EXPECT_DOUBLE_EQ(even.max, 10);
+
+  // A seed whose run measured nothing does not count.
+  const Spread gaps = SpreadOf({kNaN, 5, std::numeric_limits<double>::infinity(), 7});
+  EXPECT_EQ(gaps.n, 2);
+  EXPECT_DOUBLE_EQ(gaps.median, 6);
+
+  const Spread none = SpreadOf({kNaN});
+  EXPECT_EQ(none.n, 0);
+  EXPECT_TRUE(std::isnan(none.median));
+  EXPECT_TRUE(std::isnan(none.min));
+  EXPECT_TRUE(std::isnan(none.max));
+}
+
+TEST(JudgeTest, IntervalsOverSeeds) {
+  const Spread reference = SpreadOf({10, 12, 11});  // [10, 12]
+  EXPECT_EQ(Judge(SpreadOf({7, 9, 8}), reference), Verdict::kWin);
+  EXPECT_EQ(Judge(SpreadOf({13, 15}), reference), Verdict::kLose);
+  // Overlap, containment and touching endpoints are all within the spread.
+  EXPECT_EQ(Judge(SpreadOf({9, 10.5}), reference), Verdict::kTie);
+  EXPECT_EQ(Judge(SpreadOf({11, 11.5}), reference), Verdict::kTie);
+  EXPECT_EQ(Judge(SpreadOf({5, 20}), reference), Verdict::kTie);
+  EXPECT_EQ(Judge(SpreadOf({8, 10}), reference), Verdict::kTie);
+  EXPECT_EQ(Judge(SpreadOf({12, 14}), reference), Verdict::kTie);
+  // A median far below the reference's is still a tie when one seed overlaps.
+  EXPECT_EQ(Judge(SpreadOf({2, 3, 10}), reference), Verdict::kTie);
+  // One seed on either side has no spread to compare the difference with.
+  EXPECT_EQ(Judge(SpreadOf({1}), reference), Verdict::kTooFewSeeds);
+  EXPECT_EQ(Judge(reference, SpreadOf({100, kNaN})), Verdict::kTooFewSeeds);
+  EXPECT_EQ(VerdictName(Verdict::kWin), "win");
+  EXPECT_EQ(VerdictName(Verdict::kTie), "tie");
+  EXPECT_EQ(VerdictName(Verdict::kLose), "lose");
+  EXPECT_EQ(VerdictName(Verdict::kTooFewSeeds), "-");
+}
+
+RequestRecord Ok(double ttft, double tpot, int64_t prompt, int64_t cached,
+                 std::string backend = "gpu0") {
+  RequestRecord r;
+  r.klass = "WARM";
+  r.backend = std::move(backend);
+  r.http_status = 200;
+  r.ttft = ttft;
+  r.tpot = tpot;
+  r.e2e = ttft + 1;
+  r.prompt_tokens = prompt;
+  r.cached_tokens = cached;
+  r.completion_tokens = 20;
+  return r;
+}
+
+TEST(SweepFiguresTest, FromARunSummary) {
+  RunResult run;
+  run.name = "v2-T20k";
+  run.time_scale = 1.0;
+  run.duration_s = 10;
+  for (int i = 1; i <= 10; ++i) {
+    run.requests.push_back(Ok(i, 0.01 * i, 1000, 500, i == 10 ? "gpu1->gpu0" : "gpu0"));
+  }
+  RequestRecord failed;
+  failed.error = "http 503";
+  run.requests.push_back(failed);
+  run.dropped = 2;
+  const RunSummary summary = Summarize(run);
+  const SweepFigureValues v = SweepFiguresOf(summary);
+  ASSERT_FALSE(summary.classes.empty());
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP50)], summary.classes[0].ttft.p50);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP90)], summary.classes[0].ttft.p90);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP99)], summary.classes[0].ttft.p99);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP90)], 9.1);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTpotP99)], summary.classes[0].tpot.p99);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kPrefixHit)], summary.hit_ratio);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kRequests)], 11);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kOffloads)], 1);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kErrors)], 3);  // one failure, two dropped
+
+  RunResult empty;
+  empty.requests.push_back(failed);
+  const SweepFigureValues e = SweepFiguresOf(Summarize(empty));
+  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kTtftP90)]));
+  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kPrefixHit)]));
+  EXPECT_DOUBLE_EQ(e[Index(SweepFigure::kErrors)], 1);
+}
+
+SweepSample Sample(double rate, uint64_t seed, std::string config, double p90, double p99) {
+  SweepSample s{.jobs_per_second = rate, .seed = seed, .config = std::move(config), .figures = {}};
+  s.figures.fill(0);
+  s.figures[Index(SweepFigure::kRequests)] = 100 + static_cast<double>(seed);
+  s.figures[Index(SweepFigure::kTtftP50)] = p90 / 2;
+  s.figures[Index(SweepFigure::kTtftP90)] = p90;
+  s.figures[Index(SweepFigure::kTtftP99)] = p99;
+  return s;
+}
+
+// Two rates, three seeds. At 0.3 jobs/s v1 beats baseline on p90 in every seed but overlaps
+// on p99; at 0.6 it loses p90 and wins p99. v2 ran only at 0.3, with one seed measured.
+std::vector<SweepSample> FixedSamples() {
+  return {
+      Sample(0.6, 1, "baseline", 20, 40), Sample(0.3, 1, "baseline", 10, 30),
+      Sample(0.3, 2, "baseline", 12, 33), Sample(0.3, 3, "baseline", 11, 36),
+      Sample(0.3, 1, "v1-T20k", 5, 29),   Sample(0.3, 2, "v1-T20k", 7, 31),
+      Sample(0.3, 3, "v1-T20k", 6, 40),   Sample(0.6, 2, "baseline", 22, 44),
+      Sample(0.6, 3, "baseline", 21, 42), Sample(0.6, 1, "v1-T20k", 25, 30),
+      Sample(0.6, 2, "v1-T20k", 23, 35),  Sample(0.6, 3, "v1-T20k", 24, 32),
+      Sample(0.3, 1, "v2-T20k", 3, kNaN),
+  };
+}
+
+TEST(AggregateSweepTest, CellsPerRateAndConfiguration) {
+  const SweepTable t = AggregateSweep(FixedSamples());
+  EXPECT_EQ(t.rates, (std::vector<double>{0.3, 0.6}));
+  EXPECT_EQ(t.configs, (std::vector<std::string>{"baseline", "v1-T20k", "v2-T20k"}));
+  EXPECT_EQ(t.seeds, (std::vector<uint64_t>{1, 2, 3}));
+  ASSERT_EQ(t.cells.size(), 5u);  // v2 did not run at 0.6
+  EXPECT_EQ(t.cells[0].config, "baseline");
+  EXPECT_DOUBLE_EQ(t.cells[0].jobs_per_second, 0.3);
+  EXPECT_EQ(t.Find(0.6, "v2-T20k"), nullptr);
+
+  const SweepCell* v1 = t.Find(0.3, "v1-T20k");
+  ASSERT_NE(v1, nullptr);
+  const Spread& p90 = v1->figures[Index(SweepFigure::kTtftP90)];
+  EXPECT_EQ(p90.n, 3);
+  EXPECT_DOUBLE_EQ(p90.median, 6);
+  EXPECT_DOUBLE_EQ(p90.min, 5);
+  EXPECT_DOUBLE_EQ(p90.max, 7);
+  EXPECT_DOUBLE_EQ(v1->figures[Index(SweepFigure::kTtftP50)].median, 3);
+  // The samples behind the spread, in the seeds' order whatever the samples' order.
+  ASSERT_EQ(v1->by_seed.size(), 3u);
+  EXPECT_EQ(v1->by_seed[0].first, 1u);
+  EXPECT_EQ(v1->by_seed[2].first, 3u);
+  EXPECT_DOUBLE_EQ(v1->by_seed[2].second[Index(SweepFigure::kTtftP99)], 40);
+
+  const SweepCell* base6 = t.Find(0.6, "baseline");
+  ASSERT_NE(base6, nullptr);
+  EXPECT_DOUBLE_EQ(base6->figures[Index(SweepFigure::kTtftP99)].median, 42);
+  EXPECT_DOUBLE_EQ(base6->figures[Index(SweepFigure::kTtftP99)].min, 40);
+
+  const SweepCell* v2 = t.Find(0.3, "v2-T20k");
+  ASSERT_NE(v2, nullptr);
+  EXPECT_EQ(v2->figures[Index(SweepFigure::kTtftP90)].n, 1);
+  EXPECT_EQ(v2->figures[Index(SweepFigure::kTtftP99)].n, 0);
+}
+
+TEST(RegimeMapTest, VerdictsAndRatiosAgainstEachReference) {
+  const SweepTable t = AggregateSweep(FixedSamples());
+  const std::vector<RegimeEntry> map = RegimeMap(t, {"baseline"});
+  ASSERT_EQ(map.size(), 3u);  // v1 at both rates, v2 at 0.3
+
+  EXPECT_DOUBLE_EQ(map[0].jobs_per_second, 0.3);
+  EXPECT_EQ(map[0].config, "v1-T20k");
+  EXPECT_EQ(map[0].reference, "baseline");
+  ASSERT_EQ(map[0].judgements.size(), 2u);
+  EXPECT_EQ(map[0].judgements[0].figure, SweepFigure::kTtftP90);
+  EXPECT_EQ(map[0].judgements[0].verdict, Verdict::kWin);  // [5, 7] below [10, 12]
+  EXPECT_DOUBLE_EQ(map[0].judgements[0].ratio, 6.0 / 11.0);
+  EXPECT_EQ(map[0].judgements[1].figure, SweepFigure::kTtftP99);
+  EXPECT_EQ(map[0].judgements[1].verdict, Verdict::kTie);  // [29, 40] overlaps [30, 36]
+  EXPECT_DOUBLE_EQ(map[0].judgements[1].ratio, 31.0 / 33.0);
+  // Paired at each seed: 29/30, 31/33, 40/36.
+  const Spread& paired = map[0].judgements[1].paired_ratio;
+  EXPECT_EQ(paired.n, 3);
+  EXPECT_DOUBLE_EQ(paired.min, 31.0 / 33.0);
+  EXPECT_DOUBLE_EQ(paired.median, 29.0 / 30.0);
+  EXPECT_DOUBLE_EQ(paired.max, 40.0 / 36.0);
+
+  EXPECT_EQ(map[1].config, "v2-T20k");
+  EXPECT_EQ(map[1].judgements[0].verdict, Verdict::kTooFewSeeds);
+  EXPECT_DOUBLE_EQ(map[1].judgements[0].ratio, 3.0 / 11.0);
+  // Only seed 1 pairs: v2 ran no other.
+  EXPECT_EQ(map[1].judgements[0].paired_ratio.n, 1);
+  EXPECT_DOUBLE_EQ(map[1].judgements[0].paired_ratio.median, 3.0 / 10.0);
+  EXPECT_EQ(map[1].judgements[1].paired_ratio.n, 0);
+  EXPECT_TRUE(std::isnan(map[1].judgements[1].ratio));
+
+  EXPECT_DOUBLE_EQ(map[2].jobs_per_second, 0.6);
+  EXPECT_EQ(map[2].config, "v1-T20k");
+  EXPECT_EQ(map[2].judgements[0].verdict, Verdict::kLose);  // [23, 25] above [20, 22]
+  EXPECT_EQ(map[2].judgements[1].verdict, Verdict::kWin);   // [30, 35] below [40, 44]
+
+  // Against v1 the verdicts mirror.
+  const std::vector<RegimeEntry> vs_v1 = RegimeMap(t, {"v1-T20k"});
+  ASSERT_EQ(vs_v1.size(), 3u);
+  EXPECT_EQ(vs_v1[0].config, "baseline");
+  EXPECT_EQ(vs_v1[0].judgements[0].verdict, Verdict::kLose);
+  EXPECT_EQ(vs_v1[2].config, "baseline");
+  EXPECT_EQ(vs_v1[2].judgements[0].verdict, Verdict::kWin);
+
+  // A reference that never ran gives no entries.
+  EXPECT_TRUE(RegimeMap(t, {"round_robin"}).empty());
+}
+
+Sweep FixedSweep() {
+  Sweep s;
+  s.generated_at = "2026-01-01 00:00:00 UTC";
+  s.setup = {{"fleet", "kvroute-sim, 2 instances"}};
+  s.references = {"baseline"};
+  s.samples = FixedSamples();
+  return s;
+}
+
+TEST(SweepReportTest, MarkdownHasTheRegimeMapAndSpreads) {
+  const std::string md = SweepMarkdown(FixedSweep());
+  EXPECT_NE(md.find("## Regime map against baseline"), std::string::npos) << md;
+  EXPECT_NE(md.find("| jobs/s | v1-T20k | v2-T20k |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.3 | win 0.55× (0.50–0.58×) / tie 0.94× (0.94–1.11×) | - 0.27× / - |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 0.6 | lose 1.14× (1.05–1.25×) / win 0.76× (0.75–0.80×) | - |"),
+            std::string::npos)
+      << md;
+  // Median [min–max] per figure; a single seed shows its value alone.
+  EXPECT_NE(md.find("| 0.3 | v1-T20k | 3 | 102 [101–103] | 3.00 [2.50–3.50] | 6.00 [5.00–7.00] | "
+                    "31.0 [29.0–40.0] |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 0.3 | v2-T20k | 1 | 101 | 1.50 | 3.00 | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("**jobs/s**: 0.3, 0.6; **seeds**: 1, 2, 3"), std::string::npos) << md;
+}
+
+TEST(SweepReportTest, JsonCarriesSamplesCellsAndVerdicts) {
+  const json::value v = json::parse(json::serialize(SweepJson(FixedSweep())));
+  EXPECT_EQ(v.at("samples").as_array().size(), FixedSamples().size());
+  EXPECT_EQ(v.at("cells").as_array().size(), 5u);
+  const json::object& cell = v.at("cells").as_array()[1].as_object();
+  EXPECT_EQ(cell.at("config").as_string(), "v1-T20k");
+  EXPECT_EQ(cell.at("seeds").as_array().size(), 3u);
+  const json::object& p90 = cell.at("figures").at("ttft_p90_s").as_object();
+  EXPECT_EQ(p90.at("n").as_int64(), 3);
+  EXPECT_DOUBLE_EQ(p90.at("median").as_double(), 6);
+  EXPECT_DOUBLE_EQ(p90.at("min").as_double(), 5);
+  EXPECT_DOUBLE_EQ(p90.at("max").as_double(), 7);
+  const json::array& regime = v.at("regime_map").as_array();
+  ASSERT_EQ(regime.size(), 3u);
+  EXPECT_EQ(regime[2].at("figures").at("ttft_p90_s").at("verdict").as_string(), "lose");
+  EXPECT_EQ(regime[2].at("figures").at("ttft_p99_s").at("verdict").as_string(), "win");
+  EXPECT_TRUE(regime[1].at("figures").at("ttft_p99_s").at("median_ratio").is_null());
+  const json::object& paired =
+      regime[0].at("figures").at("ttft_p90_s").at("paired_ratio").as_object();
+  EXPECT_EQ(paired.at("n").as_int64(), 3);
+  EXPECT_DOUBLE_EQ(paired.at("min").as_double(), 0.5);
+  EXPECT_TRUE(v.at("tie_rule").is_string());
+}
+
+WorkloadSpec AgenticBase() {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.duration_s = 600;
+  w.agentic.task_tokens = 2000;
+  w.agentic.task_tokens_max = 50000;
+  w.agentic.seed = 99;
+  return w;
+}
+
+TEST(SweepWorkloadTest, APointsPlanDependsOnRateAndSeedOnly) {
+  const WorkloadSpec base = AgenticBase();
+  const WorkloadSpec a = SweepPointWorkload(base, 0.5, 7);
+  const WorkloadSpec b = SweepPointWorkload(base, 0.5, 7);
+  EXPECT_EQ(a.agentic.seed, 7u);
+  EXPECT_DOUBLE_EQ(a.agentic.jobs_per_second, 0.5);
+  const std::vector<AgenticJob> ja = PlanAgenticJobs(a.agentic);
+  const std::vector<AgenticJob> jb = PlanAgenticJobs(b.agentic);
+  ASSERT_GT(ja.size(), 100u);
+  ASSERT_EQ(ja.size(), jb.size());
+  for (size_t i = 0; i < ja.size(); ++i) {
+    EXPECT_EQ(ja[i].arrival_s, jb[i].arrival_s);
+    EXPECT_EQ(ja[i].session_id, jb[i].session_id);
+    EXPECT_EQ(AgenticTask(a.agentic, ja[i].id), AgenticTask(b.agentic, jb[i].id));
+  }
+  EXPECT_EQ(AgenticSystemPrompt(a.agentic), AgenticSystemPrompt(b.agentic));
+
+  // Another seed is another workload.
+  const WorkloadSpec c = SweepPointWorkload(base, 0.5, 8);
+  const std::vector<AgenticJob> jc = PlanAgenticJobs(c.agentic);
+  ASSERT_FALSE(jc.empty());
+  EXPECT_NE(ja[0].arrival_s, jc[0].arrival_s);
+  EXPECT_FALSE(AgenticTaskTokens(a.agentic, 0) == AgenticTaskTokens(c.agentic, 0) &&
+               AgenticTaskTokens(a.agentic, 1) == AgenticTaskTokens(c.agentic, 1) &&
+               AgenticTaskTokens(a.agentic, 2) == AgenticTaskTokens(c.agentic, 2));
+}
+
+TEST(SweepWorkloadTest, OneSeedKeepsItsJobsAcrossRates) {
+  const WorkloadSpec base = AgenticBase();
+  const WorkloadSpec slow = SweepPointWorkload(base, 0.25, 3);
+  const WorkloadSpec fast = SweepPointWorkload(base, 0.75, 3);
+  const std::vector<AgenticJob> js = PlanAgenticJobs(slow.agentic);
+  const std::vector<AgenticJob> jf = PlanAgenticJobs(fast.agentic);
+  ASSERT_GT(js.size(), 50u);
+  ASSERT_GT(jf.size(), js.size());
+  for (size_t i = 0; i < js.size(); ++i) {
+    EXPECT_EQ(js[i].id, jf[i].id);
+    EXPECT_NEAR(jf[i].arrival_s, js[i].arrival_s / 3, 1e-9);
+    EXPECT_EQ(AgenticTaskTokens(slow.agentic, js[i].id), AgenticTaskTokens(fast.agentic, jf[i].id));
+  }
+}
+
+SweepOptions ValidOptions() {
+  SweepOptions o;
+  o.jobs_per_second = {0.3, 0.6};
+  o.seeds = {1, 2};
+  o.ablation.modes = {"baseline", "v1"};
+  o.ablation.thresholds = {20000};
+  return o;
+}
+
+TEST(ValidateSweepTest, RejectsWhatASweepCannotCompare) {
+  const WorkloadSpec base = AgenticBase();
+  EXPECT_TRUE(ValidateSweep(ValidOptions(), base).ok());
+
+  auto message = [&](SweepOptions o, WorkloadSpec w) {
+    absl::Status s = ValidateSweep(o, w);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  SweepOptions o = ValidOptions();
+  o.jobs_per_second = {0.3, 0};
+  EXPECT_NE(message(o, base).find("positive"), std::string::npos);
+  o.jobs_per_second = {0.3, 0.3};
+  EXPECT_NE(message(o, base).find("given twice"), std::string::npos);
+  o.jobs_per_second = {};
+  EXPECT_NE(message(o, base).find("--jps"), std::string::npos);
+
+  o = ValidOptions();
+  o.seeds = {4, 4};
+  EXPECT_NE(message(o, base).find("seed 4 given twice"), std::string::npos);
+  o.seeds = {};
+  EXPECT_NE(message(o, base).find("seed"), std::string::npos);
+
+  o = ValidOptions();
+  o.references = {"v2"};
+  EXPECT_NE(message(o, base).find("v2 is not one of the configurations (baseline, v1-T20k)"),
+            std::string::npos);
+  o.references = {"v1-T20k"};
+  EXPECT_TRUE(ValidateSweep(o, base).ok());
+
+  o = ValidOptions();
+  o.ablation.targets = {{"baseline", "http://127.0.0.1:8000"}};
+  EXPECT_NE(message(o, base).find("embedded simulated fleet"), std::string::npos);
+
+  WorkloadSpec trace;
+  trace.kind = WorkloadKind::kTrace;
+  EXPECT_NE(message(ValidOptions(), trace).find("--workload agentic"), std::string::npos);
+  WorkloadSpec preset = base;
+  preset.agentic = AgenticLongPreset(1804800, 2.0, 60, 1);
+  EXPECT_NE(message(ValidOptions(), preset).find("--workload agentic"), std::string::npos);
+}
+
+TEST(SweepPointDirTest, RateAndSeedInThePath) {
+  EXPECT_EQ(SweepPointDir("out/sw", 0.25, 3), "out/sw/jps-0.25/seed-3");
+  EXPECT_EQ(SweepPointDir("out", 2, 1), "out/jps-2/seed-1");
+}
+
+}  // namespace
+}  // namespace kvroute::bench
