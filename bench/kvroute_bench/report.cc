@@ -206,6 +206,43 @@ constexpr char kEstimateNote[] =
     "Error = (router estimate - engine cached_tokens) / prompt tokens per co-located request "
     "(kvroute's request log): positive promised a hit the engine did not have.";
 
+constexpr char kKvHeatMapNote[] =
+    "One row per instance, one column per time bin: colour = mean vllm:kv_cache_usage_perc of "
+    "the /metrics samples taken in the bin (grey: no sample). Bins are equal slices of the "
+    "run, at most 60 and no narrower than the sampling interval.";
+
+// One configuration's KV usage heat map (rows = instances in name order).
+std::string KvUsageHeatMap(const RunResult& r) {
+  const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
+  std::map<std::string, Series> by_instance;
+  double t_max = 0;
+  for (const InstanceSample& x : r.samples) {
+    if (x.kv_usage < 0) continue;
+    Series& s = by_instance[x.instance];
+    s.name = x.instance;
+    s.points.emplace_back(x.t / scale, x.kv_usage);
+    t_max = std::max(t_max, x.t / scale);
+  }
+  // The sampling interval: the median gap between one instance's consecutive samples.
+  std::vector<double> gaps;
+  for (const auto& [name, s] : by_instance) {
+    for (size_t i = 1; i < s.points.size(); ++i) {
+      gaps.push_back(s.points[i].first - s.points[i - 1].first);
+    }
+  }
+  std::vector<Series> rows;
+  for (auto& [name, s] : by_instance) rows.push_back(std::move(s));
+  HeatMapOptions o;
+  o.title = absl::StrCat("KV usage: ", r.name);
+  o.x_label = r.time_scale != 1.0 ? "time since start (modelled s)" : "time since start (s)";
+  o.value_label = "KV in use";
+  o.x_min = 0;
+  o.x_max = t_max > 0 ? t_max : 1;
+  const double interval = gaps.empty() ? 0 : Percentile(gaps, 50);
+  o.min_bin_width = std::isfinite(interval) && interval > 0 ? interval : 0;
+  return RenderHeatMap(o, rows);
+}
+
 size_t MaxTurns(const std::vector<RunSummary>& sums) {
   size_t n = 0;
   for (const RunSummary& s : sums) n = std::max(n, s.turn_mean_e2e.size());
@@ -491,33 +528,16 @@ std::string ReportHtml(const Report& report) {
                     HtmlTable(TurnHeader(turns), TurnRows(report, sums)));
   }
 
-  // KV usage per instance over time, one chart per configuration.
+  // KV usage per instance over time: one heat map per configuration.
   bool any_samples = false;
   for (const RunResult& r : report.runs) any_samples = any_samples || !r.samples.empty();
   if (any_samples) {
     out += "<h2>KV cache usage per instance</h2>\n<div class=\"charts\">\n";
     for (const RunResult& r : report.runs) {
       if (r.samples.empty()) continue;
-      const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
-      std::map<std::string, Series> by_instance;
-      for (const InstanceSample& x : r.samples) {
-        if (x.kv_usage < 0) continue;
-        Series& s = by_instance[x.instance];
-        s.name = x.instance;
-        s.points.emplace_back(x.t / scale, x.kv_usage);
-      }
-      std::vector<Series> series;
-      for (auto& [name, s] : by_instance) series.push_back(std::move(s));
-      ChartOptions o;
-      o.title = absl::StrCat("KV usage: ", r.name);
-      o.x_label = scale != 1.0 ? "time since start (modelled s)" : "time since start (s)";
-      o.y_label = "KV blocks in use";
-      o.y_min = 0;
-      o.y_max = 1;
-      o.y_percent = true;
-      out += RenderLineChart(o, series);
+      out += KvUsageHeatMap(r);
     }
-    out += "</div>\n";
+    absl::StrAppend(&out, "</div>\n<p class=\"note\">", XmlEscape(kKvHeatMapNote), "</p>\n");
   }
 
   absl::StrAppend(&out, "<h2>Latency per class</h2>\n",

@@ -172,6 +172,7 @@ TEST(ReportTest, HtmlIsSelfContainedWithCharts) {
   EXPECT_NE(html.find("TTFT CDF: MEDIUM"), std::string::npos);
   EXPECT_NE(html.find("Mean end-to-end latency per agent turn"), std::string::npos);
   EXPECT_NE(html.find("KV usage: v2-T20k"), std::string::npos);
+  EXPECT_NE(html.find("no sample"), std::string::npos);  // the heat map's scale
   EXPECT_NE(html.find("test &lt;ablation&gt;"), std::string::npos);
   EXPECT_NE(html.find("agentic &amp; co"), std::string::npos);
   size_t svgs = 0;
