@@ -1,12 +1,12 @@
 #include "bench/kvroute_bench/report.h"
 
+#include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
-
-#include <boost/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,6 +61,11 @@ json::object SummaryJson(const RunSummary& s) {
       est["p90_abs"] = e.p90_abs;
       est["over_5pct"] = e.over_5pct;
       est["under_5pct"] = e.under_5pct;
+      est["signed_percentiles"] = json::object{{"p1", Num(e.p1)},
+                                               {"p10", Num(e.p10)},
+                                               {"p50", Num(e.p50)},
+                                               {"p90", Num(e.p90)},
+                                               {"p99", Num(e.p99)}};
     }
     classes[c.klass] = json::object{{"requests", c.requests},
                                     {"ttft_s", DistJson(c.ttft)},
@@ -181,11 +186,16 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
 }
 
 std::vector<std::string> EstimateHeader() {
-  return {"config", "class", "n", "median |error|", "mean signed", "mean |error|", "p90 |error|",
-          "over +5%", "under -5%"};
+  return {"config",      "class",        "n",           "median |error|",
+          "mean signed", "mean |error|", "p90 |error|", "over +5%",
+          "under -5%",   "p1",           "p10",         "p50",
+          "p90",         "p99"};
 }
 
-std::string SignedPercent(double f) { return absl::StrFormat("%+.1f%%", f * 100); }
+std::string SignedPercent(double f) {
+  if (!std::isfinite(f)) return "-";
+  return absl::StrFormat("%+.1f%%", f * 100);
+}
 
 std::vector<std::vector<std::string>> EstimateRows(const Report& report,
                                                    const std::vector<RunSummary>& sums) {
@@ -196,7 +206,9 @@ std::vector<std::vector<std::string>> EstimateRows(const Report& report,
       if (e.n == 0) continue;
       rows.push_back({report.runs[i].name, c.klass, absl::StrCat(e.n), Percent(e.median_abs),
                       SignedPercent(e.mean_signed), Percent(e.mean_abs), Percent(e.p90_abs),
-                      Percent(e.over_5pct), Percent(e.under_5pct)});
+                      Percent(e.over_5pct), Percent(e.under_5pct), SignedPercent(e.p1),
+                      SignedPercent(e.p10), SignedPercent(e.p50), SignedPercent(e.p90),
+                      SignedPercent(e.p99)});
     }
   }
   return rows;
@@ -204,7 +216,46 @@ std::vector<std::vector<std::string>> EstimateRows(const Report& report,
 
 constexpr char kEstimateNote[] =
     "Error = (router estimate - engine cached_tokens) / prompt tokens per co-located request "
-    "(kvroute's request log): positive promised a hit the engine did not have.";
+    "(kvroute's request log): positive promised a hit the engine did not have. p1 ... p99 are "
+    "percentiles of the signed error.";
+
+constexpr char kEstimateHistogramNote[] =
+    "Share of each class's co-located requests per 5-point bin of signed error, bins centred "
+    "on 0; the two end bins also hold every error beyond -50 % and +50 %.";
+
+// One configuration's signed estimate errors as a histogram, one bar series per class.
+std::string EstimateErrorHistogram(const RunResult& r) {
+  const std::map<std::string, std::vector<double>> by_class = EstimateErrorsByClass(r);
+  if (by_class.empty()) return "";
+  constexpr int kBins = 21;  // 5-point bins from -52.5 % to +52.5 %
+  constexpr double kWidth = 0.05;
+  std::vector<double> edges;
+  for (int i = 0; i <= kBins; ++i) edges.push_back(-0.525 + i * kWidth);
+  std::vector<HistogramSeries> series;
+  auto add = [&](const std::string& klass, const std::vector<double>& errors) {
+    HistogramSeries h;
+    h.name = absl::StrFormat("%s (n=%d)", klass, errors.size());
+    h.counts.assign(kBins, 0);
+    for (double e : errors) {
+      const int bin = static_cast<int>(std::floor((e + 0.525) / kWidth));
+      ++h.counts[static_cast<size_t>(std::clamp(bin, 0, kBins - 1))];
+    }
+    series.push_back(std::move(h));
+  };
+  for (const char* klass : kClasses) {
+    if (auto it = by_class.find(klass); it != by_class.end()) add(klass, it->second);
+  }
+  for (const auto& [klass, errors] : by_class) {
+    if (std::find(std::begin(kClasses), std::end(kClasses), klass) == std::end(kClasses)) {
+      add(klass, errors);
+    }
+  }
+  HistogramOptions o;
+  o.title = absl::StrCat("Cache estimate error: ", r.name);
+  o.x_label = "(estimate - engine cached) / prompt";
+  o.width = 760;
+  return RenderHistogram(o, edges, series);
+}
 
 constexpr char kKvHeatMapNote[] =
     "One row per instance, one column per time bin: colour = mean vllm:kv_cache_usage_perc of "
@@ -550,7 +601,10 @@ std::string ReportHtml(const Report& report) {
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",
                     HtmlTable(EstimateHeader(), est), "<p class=\"note\">",
-                    XmlEscape(kEstimateNote), "</p>\n");
+                    XmlEscape(kEstimateNote), "</p>\n<div class=\"charts\">\n");
+    for (const RunResult& r : report.runs) out += EstimateErrorHistogram(r);
+    absl::StrAppend(&out, "</div>\n<p class=\"note\">", XmlEscape(kEstimateHistogramNote),
+                    "</p>\n");
   }
   out += "</body></html>\n";
   return out;

@@ -51,7 +51,10 @@ Distribution Describe(const std::vector<double>& values) {
 EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors) {
   EstimateErrorSummary e;
   e.n = static_cast<int64_t>(signed_errors.size());
-  if (e.n == 0) return e;
+  if (e.n == 0) {
+    e.p1 = e.p10 = e.p50 = e.p90 = e.p99 = kNaN;
+    return e;
+  }
   std::vector<double> abs_errors;
   abs_errors.reserve(signed_errors.size());
   double sum = 0, abs_sum = 0;
@@ -70,7 +73,33 @@ EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_er
   e.p90_abs = Percentile(std::move(abs_errors), 90);
   e.over_5pct = static_cast<double>(over) / n;
   e.under_5pct = static_cast<double>(under) / n;
+  std::vector<double> sorted = signed_errors;
+  std::sort(sorted.begin(), sorted.end());
+  e.p1 = Percentile(sorted, 1);
+  e.p10 = Percentile(sorted, 10);
+  e.p50 = Percentile(sorted, 50);
+  e.p90 = Percentile(sorted, 90);
+  e.p99 = Percentile(std::move(sorted), 99);
   return e;
+}
+
+std::optional<double> SignedEstimateError(const RequestRecord& r) {
+  if (!r.ok() || r.offloaded() || r.prompt_tokens <= 0 || r.cached_tokens < 0 ||
+      r.cached_tokens_est < 0) {
+    return std::nullopt;
+  }
+  return static_cast<double>(r.cached_tokens_est - r.cached_tokens) /
+         static_cast<double>(r.prompt_tokens);
+}
+
+std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult& run) {
+  std::map<std::string, std::vector<double>> out;
+  for (const RequestRecord& r : run.requests) {
+    if (const std::optional<double> e = SignedEstimateError(r)) {
+      out[r.klass.empty() ? "unlabelled" : r.klass].push_back(*e);
+    }
+  }
+  return out;
 }
 
 RunSummary Summarize(const RunResult& run) {
@@ -112,11 +141,10 @@ RunSummary Summarize(const RunResult& run) {
                        static_cast<double>(r.prompt_tokens);
       est_error += std::abs(e);
       ++est_n;
-      // An offload's cached_tokens count KV pulled from the prefill instance, not a hit.
-      if (!r.offloaded()) {
-        all.est_error.push_back(e);
-        c.est_error.push_back(e);
-      }
+    }
+    if (const std::optional<double> e = SignedEstimateError(r)) {
+      all.est_error.push_back(*e);
+      c.est_error.push_back(*e);
     }
     if (r.prompt_tokens > 0) {
       s.prompt_tokens += r.prompt_tokens;

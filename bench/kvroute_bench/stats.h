@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +37,18 @@ struct EstimateErrorSummary {
   double p90_abs = -1;
   double over_5pct = -1;    // share of requests with error > +5 % (over-estimates)
   double under_5pct = -1;   // share with error < -5 %
+  // Percentiles of the signed error (NaN when n == 0).
+  double p1 = 0, p10 = 0, p50 = 0, p90 = 0, p99 = 0;
 };
+
+// The signed cache-estimate error of one request, (cached_tokens_est - cached_tokens) /
+// prompt_tokens, for a successful co-located request with both counts; nullopt otherwise
+// (an offload's cached_tokens count KV pulled from its prefill instance, not a hit).
+std::optional<double> SignedEstimateError(const RequestRecord& r);
+
+// Signed estimate errors of a run's requests by class ("unlabelled" when the target sent
+// none), every class in one map; the summary's per-class figures use exactly these.
+std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult& run);
 
 struct ClassSummary {
   std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "unlabelled"

@@ -321,6 +321,13 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
   EXPECT_NEAR(all.median_abs, (0.02 + 0.1) / 2, 1e-12);
   EXPECT_NEAR(all.over_5pct, 0.25, 1e-12);
   EXPECT_NEAR(all.under_5pct, 0.25, 1e-12);
+  // Signed percentiles over -0.2, 0, 0.02, 0.1.
+  EXPECT_NEAR(all.p1, -0.2 + 0.03 * 0.2, 1e-12);
+  EXPECT_NEAR(all.p50, 0.01, 1e-12);
+  EXPECT_NEAR(all.p99, 0.02 + 0.97 * 0.08, 1e-12);
+  const auto by_class = EstimateErrorsByClass(run);
+  ASSERT_EQ(by_class.size(), 2u);
+  EXPECT_EQ(by_class.at("WARM"), (std::vector<double>{0.1, -0.2}));
   const ClassSummary* warm = nullptr;
   for (const ClassSummary& c : s.classes) {
     if (c.klass == "WARM") warm = &c;
@@ -336,8 +343,30 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
   EXPECT_NE(md.find("| baseline | WARM | 2 |"), std::string::npos);
   EXPECT_NE(md.find("-5.0%"), std::string::npos);  // WARM's mean signed error
   EXPECT_NE(md.find("pooled-LRU bound"), std::string::npos);
+  EXPECT_NE(md.find("| p1 | p10 | p50 | p90 | p99 |"), std::string::npos);
+  EXPECT_NE(md.find("| -19.7% | -17.0% | -5.0% | +7.0% | +9.7% |"), std::string::npos);  // WARM
   EXPECT_NE(SummaryTable(report).find("est mean"), std::string::npos);
+  // The HTML histogram: one bar per non-empty (class, bin), shares of each class.
+  const std::string html = ReportHtml(report);
+  EXPECT_NE(html.find("Cache estimate error: baseline"), std::string::npos);
+  size_t warm_bars = 0;
+  for (size_t p = html.find("<title>WARM (n=2): 50.0%</title>"); p != std::string::npos;
+       p = html.find("<title>WARM (n=2): 50.0%</title>", p + 1)) {
+    ++warm_bars;
+  }
+  EXPECT_EQ(warm_bars, 2u);
+  EXPECT_NE(html.find("<title>HEAVY (n=2): 100.0%</title>"), std::string::npos);
   const json::value j = ReportJson(report);
+  EXPECT_NEAR(j.at("runs")
+                  .as_array()[0]
+                  .at("summary")
+                  .at("classes")
+                  .at("ALL")
+                  .at("cache_estimate_error")
+                  .at("signed_percentiles")
+                  .at("p50")
+                  .as_double(),
+              0.01, 1e-12);
   EXPECT_DOUBLE_EQ(j.at("runs").as_array()[0].at("summary").at("prefix_hit_pooled_lru_bound").as_double(), 0.4);
 }
 
