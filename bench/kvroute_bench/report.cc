@@ -29,6 +29,9 @@ json::value Num(double v) {
   return v;
 }
 
+// -1 (unknown) and NaN become null.
+json::value NonNegative(double v) { return std::isfinite(v) && v >= 0 ? json::value(v) : nullptr; }
+
 json::object DistJson(const Distribution& d) {
   return {{"n", d.n},         {"mean", Num(d.mean)}, {"p50", Num(d.p50)},
           {"p90", Num(d.p90)}, {"p99", Num(d.p99)},   {"max", Num(d.max)}};
@@ -71,13 +74,34 @@ json::object SummaryJson(const RunSummary& s) {
                                     {"ttft_s", DistJson(c.ttft)},
                                     {"tpot_s", DistJson(c.tpot)},
                                     {"e2e_s", DistJson(c.e2e)},
-                                    {"cache_estimate_error", std::move(est)}};
+                                    {"cache_estimate_error", std::move(est)},
+                                    {"itl_s", json::object{{"gaps", c.itl_gaps},
+                                                           {"p50", NonNegative(c.itl_p50)},
+                                                           {"p99", NonNegative(c.itl_p99)},
+                                                           {"max", NonNegative(c.itl_max)}}},
+                                    {"streams", c.streams},
+                                    {"stalled_stream_share", NonNegative(c.stalled_stream_share)},
+                                    {"slo_requests", c.slo_requests},
+                                    {"slo_met", c.slo_met},
+                                    {"goodput", NonNegative(c.goodput)}};
   }
   o["classes"] = std::move(classes);
   o["offload_prefill_s"] = DistJson(s.offload_prefill);
   o["offload_transfer_s"] = DistJson(s.offload_transfer);
   o["cache_estimate_error"] =
       s.cache_estimate_error >= 0 ? json::value(s.cache_estimate_error) : nullptr;
+  o["offload_rate"] = s.offload_rate;
+  o["offloaded_prompt_tokens"] = s.offloaded_prompt_tokens;
+  o["transferred_bytes"] = NonNegative(s.transferred_bytes);
+  o["slo"] = json::object{{"ttft_warm_s", s.slo.ttft_warm_s},
+                          {"ttft_medium_s", s.slo.ttft_medium_s},
+                          {"ttft_heavy_s", s.slo.ttft_heavy_s},
+                          {"tpot_s", s.slo.tpot_s},
+                          {"stream_stall_s", kStreamStallS}};
+  o["goodput_rps"] = NonNegative(s.goodput_rps);
+  o["heavy_ttft_floor_s"] = DistJson(s.heavy_ttft_floor);
+  o["heavy_ttft_queue_s"] = DistJson(s.heavy_ttft_queue);
+  o["heavy_queue_share"] = NonNegative(s.heavy_queue_share);
   o["jobs"] = s.jobs;
   o["jobs_ok"] = s.jobs_ok;
   o["job_completion_s"] = DistJson(s.job_completion);
@@ -114,10 +138,11 @@ std::string TimeUnitNote(const Report& report) {
 
 // Rows shared by the markdown and HTML tables.
 std::vector<std::string> SummaryHeader() {
-  return {"config", "requests", "errors", "offloads", "prefix hit", "hit bound",
-          "pooled-LRU bound", "hit / pooled",
-          "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
-          "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean", "GPU busy"};
+  return {"config",    "requests",         "errors",       "offloads",       "prefix hit",
+          "hit bound", "pooled-LRU bound", "hit / pooled", "TTFT p50",       "TTFT p90",
+          "TTFT p99",  "TPOT p50",         "TPOT p99",     "E2E p50",        "E2E p99",
+          "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "T8/T1",          "KV mean",
+          "GPU busy",  "goodput",          "ITL p99",      "stalled streams"};
 }
 
 std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
@@ -143,12 +168,16 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           FormatSeconds(s.job_completion.p50),
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
           Percent(s.mean_kv_usage),
-          Percent(s.mean_gpu_busy)};
+          Percent(s.mean_gpu_busy),
+          Percent(all.goodput),
+          FormatSeconds(all.itl_p99),
+          Percent(all.stalled_stream_share)};
 }
 
 std::vector<std::string> OffloadHeader() {
-  return {"config", "offloads", "prefill leg p50", "prefill leg p99", "KV transfer p50",
-          "KV transfer p99", "cache estimate error"};
+  return {"config",           "offloads",        "offload rate",        "prefill leg p50",
+          "prefill leg p99",  "KV transfer p50", "KV transfer p99",     "offloaded prompt tokens",
+          "KV pulled tokens", "KV moved",        "cache estimate error"};
 }
 
 std::vector<std::vector<std::string>> OffloadRows(const Report& report,
@@ -156,17 +185,21 @@ std::vector<std::vector<std::string>> OffloadRows(const Report& report,
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunSummary& s = sums[i];
-    rows.push_back({report.runs[i].name, absl::StrCat(s.offloads),
-                    FormatSeconds(s.offload_prefill.p50), FormatSeconds(s.offload_prefill.p99),
-                    FormatSeconds(s.offload_transfer.p50), FormatSeconds(s.offload_transfer.p99),
-                    Percent(s.cache_estimate_error)});
+    rows.push_back(
+        {report.runs[i].name, absl::StrCat(s.offloads), Percent(s.offload_rate),
+         FormatSeconds(s.offload_prefill.p50), FormatSeconds(s.offload_prefill.p99),
+         FormatSeconds(s.offload_transfer.p50), FormatSeconds(s.offload_transfer.p99),
+         absl::StrCat(s.offloaded_prompt_tokens), absl::StrCat(s.transferred_tokens),
+         s.transferred_bytes >= 0 ? absl::StrFormat("%.2f GB", s.transferred_bytes / 1e9) : "-",
+         Percent(s.cache_estimate_error)});
   }
   return rows;
 }
 
 std::vector<std::string> ClassHeader() {
-  return {"config", "class", "n", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50",
-          "TPOT p90", "TPOT p99", "E2E p50", "E2E p90", "E2E p99"};
+  return {"config",   "class",    "n",        "TTFT p50", "TTFT p90",     "TTFT p99",
+          "TPOT p50", "TPOT p90", "TPOT p99", "E2E p50",  "E2E p90",      "E2E p99",
+          "ITL p50",  "ITL p99",  "streams",  "stalled",  "SLO met / of", "goodput"};
 }
 
 std::vector<std::vector<std::string>> ClassRows(const Report& report,
@@ -174,12 +207,14 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     for (const ClassSummary& c : sums[i].classes) {
-      rows.push_back({report.runs[i].name, c.klass, absl::StrCat(c.requests),
-                      FormatSeconds(c.ttft.p50), FormatSeconds(c.ttft.p90),
-                      FormatSeconds(c.ttft.p99), FormatSeconds(c.tpot.p50),
-                      FormatSeconds(c.tpot.p90), FormatSeconds(c.tpot.p99),
-                      FormatSeconds(c.e2e.p50), FormatSeconds(c.e2e.p90),
-                      FormatSeconds(c.e2e.p99)});
+      rows.push_back(
+          {report.runs[i].name, c.klass, absl::StrCat(c.requests), FormatSeconds(c.ttft.p50),
+           FormatSeconds(c.ttft.p90), FormatSeconds(c.ttft.p99), FormatSeconds(c.tpot.p50),
+           FormatSeconds(c.tpot.p90), FormatSeconds(c.tpot.p99), FormatSeconds(c.e2e.p50),
+           FormatSeconds(c.e2e.p90), FormatSeconds(c.e2e.p99), FormatSeconds(c.itl_p50),
+           FormatSeconds(c.itl_p99), absl::StrCat(c.streams), Percent(c.stalled_stream_share),
+           c.goodput >= 0 ? absl::StrCat(c.slo_met, " / ", c.slo_requests) : "-",
+           Percent(c.goodput)});
     }
   }
   return rows;
@@ -212,6 +247,59 @@ std::vector<std::vector<std::string>> EstimateRows(const Report& report,
     }
   }
   return rows;
+}
+
+std::vector<std::string> HeavySplitHeader() {
+  return {"config",    "HEAVY co-located n", "TTFT p50",  "TTFT p90",   "floor p50",
+          "floor p90", "queue p50",          "queue p90", "queue share"};
+}
+
+// Rows only for runs with compute floors (a known fleet profile).
+std::vector<std::vector<std::string>> HeavySplitRows(const Report& report,
+                                                     const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunSummary& s = sums[i];
+    if (s.heavy_ttft_floor.n == 0) continue;
+    const Distribution& total = s.heavy_ttft_colocated;
+    rows.push_back({report.runs[i].name, absl::StrCat(s.heavy_ttft_floor.n),
+                    FormatSeconds(total.p50), FormatSeconds(total.p90),
+                    FormatSeconds(s.heavy_ttft_floor.p50), FormatSeconds(s.heavy_ttft_floor.p90),
+                    FormatSeconds(s.heavy_ttft_queue.p50), FormatSeconds(s.heavy_ttft_queue.p90),
+                    Percent(s.heavy_queue_share)});
+  }
+  return rows;
+}
+
+constexpr char kOffloadNote[] =
+    "Offload rate = offloaded / all requests. Prefill leg (routing to the prefill's end) and KV "
+    "transfer of offloaded requests and the cache-estimate error (mean |estimate - engine "
+    "cached_tokens| / prompt tokens) are from kvroute's request log. KV pulled tokens = the "
+    "engine's cached_tokens on offloaded requests (vLLM counts connector loads as cached); KV "
+    "moved = that x the model's KV bytes per token (when the fleet's profile is known); "
+    "offloaded prompt tokens = their whole prompts, the most an offload can move.";
+
+constexpr char kHeavySplitNote[] =
+    "Successful co-located HEAVY requests: floor = the time one idle instance of the fleet's "
+    "profile needs to prefill the request's uncached tokens (prompt - engine cached), in "
+    "max_num_batched_tokens chunks; queue = TTFT - floor (waiting, admission and steps shared "
+    "with other requests); queue share = sum of queue / sum of TTFT.";
+
+constexpr char kHeavySplitMissing[] =
+    "HEAVY TTFT split: not available, the fleet's profile is unknown for these runs (only the "
+    "ablation's embedded simulated fleet has one).";
+
+std::string SloNote(const Report& report) {
+  if (report.runs.empty()) return "";
+  const SloTargets& slo = report.runs.front().slo;
+  return absl::StrFormat(
+      "Goodput = share of requests that succeeded with TTFT within their class's SLO (WARM "
+      "%gs, MEDIUM %gs, HEAVY %gs) and TPOT within %gs, modelled seconds; failed requests, "
+      "dropped arrivals and failures without a class count as misses, successful requests "
+      "without a class are left out. ITL = every gap between consecutive streamed text chunks "
+      "(from a bounded log histogram, within 1.2%%); a stream is stalled when a gap exceeds "
+      "%gs.",
+      slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS);
 }
 
 constexpr char kEstimateNote[] =
@@ -383,21 +471,47 @@ json::value ReportJson(const Report& report) {
     o["summary"] = SummaryJson(sums[i]);
     json::array reqs;
     for (const RequestRecord& q : r.requests) {
-      reqs.push_back(json::object{
-          {"id", q.request_id},        {"job", q.job},
-          {"turn", q.turn},            {"trace_index", q.trace_index},
-          {"class", q.klass},          {"backend", q.backend},
-          {"status", q.http_status},   {"error", q.error},
-          {"t_start", q.t_start},      {"ttft", q.ttft},
-          {"tpot", q.tpot},            {"e2e", q.e2e},
-          {"prompt_tokens", q.prompt_tokens}, {"cached_tokens", q.cached_tokens},
-          {"completion_tokens", q.completion_tokens},
-          {"bound_cached_tokens", q.bound_cached_tokens},
-          {"cached_tokens_est", q.cached_tokens_est},
-          {"prefill_leg_s", q.prefill_leg_s},
-          {"transfer_s", q.transfer_s}});
+      reqs.push_back(json::object{{"id", q.request_id},
+                                  {"job", q.job},
+                                  {"turn", q.turn},
+                                  {"trace_index", q.trace_index},
+                                  {"class", q.klass},
+                                  {"backend", q.backend},
+                                  {"status", q.http_status},
+                                  {"error", q.error},
+                                  {"t_start", q.t_start},
+                                  {"ttft", q.ttft},
+                                  {"tpot", q.tpot},
+                                  {"e2e", q.e2e},
+                                  {"prompt_tokens", q.prompt_tokens},
+                                  {"cached_tokens", q.cached_tokens},
+                                  {"completion_tokens", q.completion_tokens},
+                                  {"bound_cached_tokens", q.bound_cached_tokens},
+                                  {"cached_tokens_est", q.cached_tokens_est},
+                                  {"prefill_leg_s", q.prefill_leg_s},
+                                  {"transfer_s", q.transfer_s},
+                                  {"max_gap", q.max_gap},
+                                  {"gaps", q.gaps},
+                                  {"compute_floor_s", q.compute_floor_s}});
     }
     o["requests"] = std::move(reqs);
+    // Inter-token gaps (wall seconds) as sparse [bucket, count] pairs of LogHistogram.
+    json::object itl;
+    for (const auto& [klass, h] : r.itl_by_class) {
+      json::array buckets;
+      for (int b = 0; b < LogHistogram::kBuckets; ++b) {
+        if (h.bucket_count(b) > 0) buckets.push_back(json::array{b, h.bucket_count(b)});
+      }
+      itl[klass] = json::object{{"count", h.count()},
+                                {"sum", h.sum()},
+                                {"min", Num(h.min())},
+                                {"max", Num(h.max())},
+                                {"buckets", std::move(buckets)}};
+    }
+    o["itl_histograms"] = json::object{{"buckets_per_decade", LogHistogram::kBucketsPerDecade},
+                                       {"min_exponent", LogHistogram::kMinExponent},
+                                       {"by_class", std::move(itl)}};
+    o["kv_bytes_per_token"] = r.kv_bytes_per_token;
     json::array jobs;
     for (const JobRecord& j : r.jobs) {
       json::array turns;
@@ -427,19 +541,18 @@ json::value ReportJson(const Report& report) {
 
 std::string SummaryTable(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
-  const std::vector<std::string> header = {"config",  "reqs",    "err%",    "offl",    "hit",
-                                           "bound",   "pooled",  "TTFTp50", "TTFTp90", "TTFTp99",
-                                           "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "T8/T1",
-                                           "est med", "est mean"};
+  const std::vector<std::string> header = {"config",  "reqs",     "err%",    "offl",    "hit",
+                                           "bound",   "pooled",   "TTFTp50", "TTFTp90", "TTFTp99",
+                                           "TPOTp50", "E2Ep99",   "HEAVY",   "job p50", "T8/T1",
+                                           "est med", "est mean", "goodput", "ITLp99"};
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const std::vector<std::string> full = SummaryRow(report.runs[i], sums[i]);
     const EstimateErrorSummary& e = sums[i].classes.front().estimate;
-    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100),
-                    full[3], full[4], full[5], full[6], full[8], full[9], full[10], full[11],
-                    full[14], full[15], full[17], full[18],
-                    e.n > 0 ? Percent(e.median_abs) : "-",
-                    e.n > 0 ? SignedPercent(e.mean_signed) : "-"});
+    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100), full[3],
+                    full[4], full[5], full[6], full[8], full[9], full[10], full[11], full[14],
+                    full[15], full[17], full[18], e.n > 0 ? Percent(e.median_abs) : "-",
+                    e.n > 0 ? SignedPercent(e.mean_signed) : "-", full[21], full[22]});
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
@@ -477,11 +590,17 @@ std::string ReportMarkdown(const Report& report) {
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
   out += MarkdownTable(SummaryHeader(), rows);
+  absl::StrAppend(&out, "\n", SloNote(report), "\n");
   absl::StrAppend(&out, "\n## Latency per class\n\n", MarkdownTable(ClassHeader(), ClassRows(report, sums)));
   absl::StrAppend(&out, "\n## Offloads and cache estimates\n\n",
-                  MarkdownTable(OffloadHeader(), OffloadRows(report, sums)),
-                  "\nCache estimate error: mean |router estimate - engine cached_tokens| / "
-                  "prompt tokens (from kvroute's request log).\n");
+                  MarkdownTable(OffloadHeader(), OffloadRows(report, sums)), "\n", kOffloadNote,
+                  "\n");
+  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
+    absl::StrAppend(&out, "\n## HEAVY TTFT: queue and compute floor\n\n",
+                    MarkdownTable(HeavySplitHeader(), heavy), "\n", kHeavySplitNote, "\n");
+  } else {
+    absl::StrAppend(&out, "\n", kHeavySplitMissing, "\n");
+  }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
                     MarkdownTable(EstimateHeader(), est), "\n", kEstimateNote, "\n");
@@ -523,7 +642,8 @@ std::string ReportHtml(const Report& report) {
 
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
-  absl::StrAppend(&out, "<h2>Summary</h2>\n", HtmlTable(SummaryHeader(), rows));
+  absl::StrAppend(&out, "<h2>Summary</h2>\n", HtmlTable(SummaryHeader(), rows),
+                  "<p class=\"note\">", XmlEscape(SloNote(report)), "</p>\n");
 
   // TTFT CDFs: one chart per class, one line per configuration.
   out += "<h2>TTFT distribution per class</h2>\n<div class=\"charts\">\n";
@@ -594,10 +714,15 @@ std::string ReportHtml(const Report& report) {
   absl::StrAppend(&out, "<h2>Latency per class</h2>\n",
                   HtmlTable(ClassHeader(), ClassRows(report, sums)));
   absl::StrAppend(&out, "<h2>Offloads and cache estimates</h2>\n",
-                  HtmlTable(OffloadHeader(), OffloadRows(report, sums)),
-                  "<p class=\"note\">Prefill leg and KV transfer of offloaded (v2) requests and "
-                  "the router's cache-estimate error (mean |estimate - engine cached_tokens| / "
-                  "prompt tokens), from kvroute's request log.</p>\n");
+                  HtmlTable(OffloadHeader(), OffloadRows(report, sums)), "<p class=\"note\">",
+                  XmlEscape(kOffloadNote), "</p>\n");
+  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
+    absl::StrAppend(&out, "<h2>HEAVY TTFT: queue and compute floor</h2>\n",
+                    HtmlTable(HeavySplitHeader(), heavy), "<p class=\"note\">",
+                    XmlEscape(kHeavySplitNote), "</p>\n");
+  } else {
+    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(kHeavySplitMissing), "</p>\n");
+  }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",
                     HtmlTable(EstimateHeader(), est), "<p class=\"note\">",
