@@ -285,9 +285,18 @@ constexpr char kHeavySplitNote[] =
     "max_num_batched_tokens chunks; queue = TTFT - floor (waiting, admission and steps shared "
     "with other requests); queue share = sum of queue / sum of TTFT.";
 
-constexpr char kHeavySplitMissing[] =
-    "HEAVY TTFT split: not available, the fleet's profile is unknown for these runs (only the "
-    "ablation's embedded simulated fleet has one).";
+// Why no run has a HEAVY TTFT split: no compute floors (unknown profile) or no HEAVY request.
+std::string HeavySplitMissing(const Report& report) {
+  for (const RunResult& r : report.runs) {
+    for (const RequestRecord& q : r.requests) {
+      if (q.compute_floor_s >= 0) {
+        return "HEAVY TTFT split: no successful co-located HEAVY request in these runs.";
+      }
+    }
+  }
+  return "HEAVY TTFT split: not available, the fleet's profile is unknown for these runs (only "
+         "the ablation's embedded simulated fleet has one).";
+}
 
 std::string SloNote(const Report& report) {
   if (report.runs.empty()) return "";
@@ -599,7 +608,7 @@ std::string ReportMarkdown(const Report& report) {
     absl::StrAppend(&out, "\n## HEAVY TTFT: queue and compute floor\n\n",
                     MarkdownTable(HeavySplitHeader(), heavy), "\n", kHeavySplitNote, "\n");
   } else {
-    absl::StrAppend(&out, "\n", kHeavySplitMissing, "\n");
+    absl::StrAppend(&out, "\n", HeavySplitMissing(report), "\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
@@ -721,7 +730,7 @@ std::string ReportHtml(const Report& report) {
                     HtmlTable(HeavySplitHeader(), heavy), "<p class=\"note\">",
                     XmlEscape(kHeavySplitNote), "</p>\n");
   } else {
-    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(kHeavySplitMissing), "</p>\n");
+    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(HeavySplitMissing(report)), "</p>\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",

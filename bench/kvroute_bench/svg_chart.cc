@@ -467,16 +467,15 @@ std::string RenderHistogram(const HistogramOptions& options, const std::vector<d
               color, XmlEscape(series[i].name), absl::StrFormat("%.1f%%", share * 100)));
     }
   }
-  // X ticks on the bin edges (every other one when there are many).
-  const size_t stride = n_bins > 12 ? 2 : 1;
-  for (size_t b = 0; b <= n_bins && n_bins > 0; b += stride) {
-    const std::string label = options.x_percent ? PercentTick(edges[b]) : TickLabel(edges[b]);
+  // X ticks at round values inside the bins' range.
+  for (double t : LinearTicks(x_lo, x_hi)) {
+    if (n_bins == 0 || t < x_lo || t > x_hi) continue;
+    const std::string label = options.x_percent ? PercentTick(t) : TickLabel(t);
     absl::StrAppend(
         &svg, absl::StrFormat(
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#333\">%s</text>\n",
-                  px(edges[b]), py(0), px(edges[b]), py(0) + 4, px(edges[b]), py(0) + 16,
-                  XmlEscape(label)));
+                  px(t), py(0), px(t), py(0) + 4, px(t), py(0) + 16, XmlEscape(label)));
   }
   absl::StrAppend(
       &svg,

@@ -482,7 +482,10 @@ TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
   // Without floors the report says what is missing.
   report.runs[0].requests[3].compute_floor_s = -1;
   report.runs[0].requests[4].compute_floor_s = -1;
+  report.runs[0].requests[5].compute_floor_s = -1;
   EXPECT_NE(ReportMarkdown(report).find("HEAVY TTFT split: not available"), std::string::npos);
+  report.runs[0].requests[0].compute_floor_s = 0.1;  // a WARM request with a floor
+  EXPECT_NE(ReportMarkdown(report).find("no successful co-located HEAVY"), std::string::npos);
 }
 
 TEST(SloTest, ParsesTtftTargets) {

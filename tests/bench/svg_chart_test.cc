@@ -106,5 +106,22 @@ TEST(HeatMapTest, EmptyInputSaysNoData) {
   EXPECT_EQ(Count(blank, "no sample</title>"), 3u);
 }
 
+TEST(HistogramTest, BarsAreSharesOfEachSeries) {
+  const std::vector<double> edges = {-0.1, 0.0, 0.1, 0.2};
+  HistogramOptions o{.title = "err <signed>", .x_label = "error"};
+  const std::string svg =
+      RenderHistogram(o, edges, {{"WARM & co", {1, 3, 0}, ""}, {"HEAVY", {0, 0, 2}, ""}});
+  EXPECT_NE(svg.find("err &lt;signed&gt;"), std::string::npos);
+  // One bar per non-empty (series, bin); its tooltip gives the share of its series.
+  EXPECT_EQ(Count(svg, "<title>"), 3u);
+  EXPECT_NE(svg.find("<title>WARM &amp; co: 25.0%</title>"), std::string::npos);
+  EXPECT_NE(svg.find("<title>WARM &amp; co: 75.0%</title>"), std::string::npos);
+  EXPECT_NE(svg.find("<title>HEAVY: 100.0%</title>"), std::string::npos);
+  EXPECT_NE(svg.find(">0%</text>"), std::string::npos);  // an x tick at 0
+  EXPECT_EQ(svg.find("no data"), std::string::npos);
+  EXPECT_NE(RenderHistogram(o, edges, {}).find("no data"), std::string::npos);
+  EXPECT_NE(RenderHistogram(o, {}, {{"x", {}, ""}}).find("no data"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvroute::bench
