@@ -1,12 +1,13 @@
 #include "bench/kvroute_bench/report.h"
 
 #include <algorithm>
-#include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+
+#include <boost/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -99,6 +100,7 @@ json::object SummaryJson(const RunSummary& s) {
                           {"tpot_s", s.slo.tpot_s},
                           {"stream_stall_s", kStreamStallS}};
   o["goodput_rps"] = NonNegative(s.goodput_rps);
+  o["heavy_ttft_colocated_s"] = DistJson(s.heavy_ttft_colocated);
   o["heavy_ttft_floor_s"] = DistJson(s.heavy_ttft_floor);
   o["heavy_ttft_queue_s"] = DistJson(s.heavy_ttft_queue);
   o["heavy_queue_share"] = NonNegative(s.heavy_queue_share);
@@ -334,8 +336,9 @@ std::string EstimateErrorHistogram(const RunResult& r) {
     h.name = absl::StrFormat("%s (n=%d)", klass, errors.size());
     h.counts.assign(kBins, 0);
     for (double e : errors) {
-      const int bin = static_cast<int>(std::floor((e + 0.525) / kWidth));
-      ++h.counts[static_cast<size_t>(std::clamp(bin, 0, kBins - 1))];
+      // Clamped as a double first: an estimate far beyond the prompt must not overflow.
+      const double bin = std::clamp(std::floor((e + 0.525) / kWidth), 0.0, kBins - 1.0);
+      ++h.counts[static_cast<size_t>(bin)];
     }
     series.push_back(std::move(h));
   };

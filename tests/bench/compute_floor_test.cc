@@ -1,10 +1,10 @@
 #include "bench/kvroute_bench/compute_floor.h"
 
-#include <gtest/gtest.h>
-
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "sim/engine.h"
 #include "sim/profile.h"

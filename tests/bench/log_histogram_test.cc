@@ -1,10 +1,10 @@
 #include "bench/kvroute_bench/log_histogram.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "bench/kvroute_bench/stats.h"
 

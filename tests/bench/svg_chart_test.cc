@@ -1,11 +1,11 @@
 #include "bench/kvroute_bench/svg_chart.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace kvroute::bench {
 namespace {
