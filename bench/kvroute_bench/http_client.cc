@@ -404,6 +404,8 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
         t_first = now;
         have_first = true;
         if (call.on_first_token) call.on_first_token();
+      } else {
+        out.content_gaps.push_back(Seconds(now - t_last));
       }
       t_last = now;
       ++out.content_events;

@@ -97,6 +97,9 @@ struct ChatOutcome {
   int64_t prompt_tokens = -1, cached_tokens = -1, completion_tokens = -1;
   double ttft = -1, tpot = -1, e2e = -1;  // seconds from sending the request
   int64_t content_events = 0;
+  // Seconds between consecutive SSE events carrying generated text (content_events - 1 of
+  // them on a stream; none for a JSON response).
+  std::vector<double> content_gaps;
 };
 
 boost::asio::awaitable<ChatOutcome> StreamChat(ChatCall call);

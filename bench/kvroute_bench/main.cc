@@ -21,6 +21,7 @@
 
 #include "bench/kvroute_bench/ablation.h"
 #include "bench/kvroute_bench/calibrate.h"
+#include "bench/kvroute_bench/compute_floor.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
 #include "bench/kvroute_bench/sweep.h"
@@ -56,6 +57,7 @@ struct CommonFlags {
   kb::RunOptions run;
   std::vector<std::string> metrics_urls;
   std::string dcgm_url;
+  std::string slo_ttft;
   std::string out;
   // The fleet's KV for the agentic-long sizing rule and the pooled-LRU bound: 8 instances of
   // configs/profiles/h20-qwen3-coder-30b-a3b.yaml (kvroute-size: 225,600 tokens each).
@@ -144,6 +146,11 @@ struct CommonFlags {
                     "instances to scrape: NAME=URL,... (or URL,...)")->delimiter(',')->group(rn);
     app->add_option("--dcgm-url", dcgm_url, "DCGM exporter base URL for GPU utilisation")
         ->group(rn);
+    app->add_option("--slo-ttft", slo_ttft,
+                    "TTFT SLOs for goodput, modelled seconds: warm=S,medium=S,heavy=S")
+        ->group(rn)->default_str("warm=2,medium=10,heavy=30");
+    app->add_option("--slo-tpot", run.slo.tpot_s, "TPOT SLO for goodput, modelled seconds")
+        ->check(CLI::PositiveNumber)->group(rn)->capture_default_str();
   }
 
   // Validates and fills the workload spec and run options.
@@ -174,6 +181,12 @@ struct CommonFlags {
         std::fprintf(stderr, "--window must be START:END seconds, got %s\n", window.c_str());
         return false;
       }
+    }
+    if (absl::StatusOr<kb::SloTargets> slo = kb::ParseTtftSlos(slo_ttft, run.slo); slo.ok()) {
+      run.slo = *slo;
+    } else {
+      std::fprintf(stderr, "%s\n", std::string(slo.status().message()).c_str());
+      return false;
     }
     spec.trace = trace;
     if (spec.kind == kb::WorkloadKind::kTrace && trace.path.empty()) {
@@ -459,6 +472,7 @@ int main(int argc, char** argv) {
     a.out_dir = sweep_flags.out.empty() ? absl::StrCat("kvroute-bench-out/sweep-", NowStamp())
                                         : sweep_flags.out;
     FindFleetBinaries(a);
+    if (absl::Status s = kb::UseFleetProfile(a.profile, a.run_template); !s.ok()) return Fail(s);
     sweep.on_point = [](double rate, uint64_t seed, const kb::Report& report) {
       std::cout << "\n" << rate << " jobs/s, seed " << seed << ":\n"
                 << kb::SummaryTable(report);
@@ -495,7 +509,10 @@ int main(int argc, char** argv) {
   if (!abl.targets.empty() && time_scale_opt->count() > 0) {
     abl.run_template.time_scale = abl.sim_time_scale;
   }
-  if (abl.targets.empty()) FindFleetBinaries(abl);
+  if (abl.targets.empty()) {
+    FindFleetBinaries(abl);
+    if (absl::Status s = kb::UseFleetProfile(abl.profile, abl.run_template); !s.ok()) return Fail(s);
+  }
   absl::StatusOr<kb::Report> report = kb::RunAblation(abl, spec);
   if (!report.ok()) return Fail(report.status());
   std::cout << "\n" << kb::SummaryTable(*report);

@@ -8,8 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "bench/kvroute_bench/log_histogram.h"
 
 namespace kvroute::bench {
 
@@ -36,6 +39,14 @@ struct RequestRecord {
   int64_t cached_tokens_est = -1;
   double prefill_leg_s = -1;
   double transfer_s = -1;
+  // The largest gap between two consecutive streamed chunks carrying generated text, and how
+  // many such gaps the stream had (0 with fewer than two chunks; max_gap -1 then).
+  double max_gap = -1;
+  int64_t gaps = 0;
+  // The request's own compute floor: what the fleet's profile says one idle instance needs
+  // to prefill its uncached tokens (prompt - engine cached), scaled to wall seconds like the
+  // other times; -1 when the run has no profile (RunOptions::prefill_floor).
+  double compute_floor_s = -1;
 
   bool ok() const { return error.empty(); }
   bool offloaded() const { return backend.find("->") != std::string::npos; }
@@ -58,6 +69,17 @@ struct InstanceSample {
   double gpu_busy = -1;  // 0..1 (simulator gauge or DCGM utilisation)
 };
 
+// The service-level objectives goodput is measured against, in modelled seconds: a request
+// meets them when it succeeded, its TTFT is within its class's target and its TPOT (when it
+// generated more than one token) within tpot_s. The defaults are an operator's of coding
+// agents (bench/kvroute_bench/README.md, "Measurements and reports").
+struct SloTargets {
+  double ttft_warm_s = 2;
+  double ttft_medium_s = 10;
+  double ttft_heavy_s = 30;
+  double tpot_s = 0.1;
+};
+
 struct RunResult {
   std::string name;  // configuration label, e.g. "v2-T20k"
   std::string mode;
@@ -72,6 +94,13 @@ struct RunResult {
   double pooled_bound_hit_ratio = -1;
   int64_t fleet_kv_tokens = 0;
   int64_t dropped = 0;  // arrivals dropped because max in-flight was reached
+  SloTargets slo;
+  // KV bytes per token of the fleet's model (0: unknown), for the bytes offloads moved.
+  double kv_bytes_per_token = 0;
+  // Every inter-chunk gap (RequestRecord::max_gap's population) of the successful streams,
+  // wall seconds, by class ("unlabelled" when the target sent none): bounded memory whatever
+  // the run's length.
+  std::map<std::string, LogHistogram> itl_by_class;
   std::vector<RequestRecord> requests;
   std::vector<JobRecord> jobs;
   std::vector<InstanceSample> samples;

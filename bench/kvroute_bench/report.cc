@@ -1,5 +1,6 @@
 #include "bench/kvroute_bench/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,9 @@ json::value Num(double v) {
   if (!std::isfinite(v)) return nullptr;
   return v;
 }
+
+// -1 (unknown) and NaN become null.
+json::value NonNegative(double v) { return std::isfinite(v) && v >= 0 ? json::value(v) : nullptr; }
 
 json::object DistJson(const Distribution& d) {
   return {{"n", d.n},         {"mean", Num(d.mean)}, {"p50", Num(d.p50)},
@@ -61,18 +65,45 @@ json::object SummaryJson(const RunSummary& s) {
       est["p90_abs"] = e.p90_abs;
       est["over_5pct"] = e.over_5pct;
       est["under_5pct"] = e.under_5pct;
+      est["signed_percentiles"] = json::object{{"p1", Num(e.p1)},
+                                               {"p10", Num(e.p10)},
+                                               {"p50", Num(e.p50)},
+                                               {"p90", Num(e.p90)},
+                                               {"p99", Num(e.p99)}};
     }
     classes[c.klass] = json::object{{"requests", c.requests},
                                     {"ttft_s", DistJson(c.ttft)},
                                     {"tpot_s", DistJson(c.tpot)},
                                     {"e2e_s", DistJson(c.e2e)},
-                                    {"cache_estimate_error", std::move(est)}};
+                                    {"cache_estimate_error", std::move(est)},
+                                    {"itl_s", json::object{{"gaps", c.itl_gaps},
+                                                           {"p50", NonNegative(c.itl_p50)},
+                                                           {"p99", NonNegative(c.itl_p99)},
+                                                           {"max", NonNegative(c.itl_max)}}},
+                                    {"streams", c.streams},
+                                    {"stalled_stream_share", NonNegative(c.stalled_stream_share)},
+                                    {"slo_requests", c.slo_requests},
+                                    {"slo_met", c.slo_met},
+                                    {"goodput", NonNegative(c.goodput)}};
   }
   o["classes"] = std::move(classes);
   o["offload_prefill_s"] = DistJson(s.offload_prefill);
   o["offload_transfer_s"] = DistJson(s.offload_transfer);
   o["cache_estimate_error"] =
       s.cache_estimate_error >= 0 ? json::value(s.cache_estimate_error) : nullptr;
+  o["offload_rate"] = s.offload_rate;
+  o["offloaded_prompt_tokens"] = s.offloaded_prompt_tokens;
+  o["transferred_bytes"] = NonNegative(s.transferred_bytes);
+  o["slo"] = json::object{{"ttft_warm_s", s.slo.ttft_warm_s},
+                          {"ttft_medium_s", s.slo.ttft_medium_s},
+                          {"ttft_heavy_s", s.slo.ttft_heavy_s},
+                          {"tpot_s", s.slo.tpot_s},
+                          {"stream_stall_s", kStreamStallS}};
+  o["goodput_rps"] = NonNegative(s.goodput_rps);
+  o["heavy_ttft_colocated_s"] = DistJson(s.heavy_ttft_colocated);
+  o["heavy_ttft_floor_s"] = DistJson(s.heavy_ttft_floor);
+  o["heavy_ttft_queue_s"] = DistJson(s.heavy_ttft_queue);
+  o["heavy_queue_share"] = NonNegative(s.heavy_queue_share);
   o["jobs"] = s.jobs;
   o["jobs_ok"] = s.jobs_ok;
   o["job_completion_s"] = DistJson(s.job_completion);
@@ -109,10 +140,11 @@ std::string TimeUnitNote(const Report& report) {
 
 // Rows shared by the markdown and HTML tables.
 std::vector<std::string> SummaryHeader() {
-  return {"config", "requests", "errors", "offloads", "prefix hit", "hit bound",
-          "pooled-LRU bound", "hit / pooled",
-          "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
-          "HEAVY n", "HEAVY TTFT p99", "job p50", "T8/T1", "KV mean", "GPU busy"};
+  return {"config",    "requests",         "errors",       "offloads",       "prefix hit",
+          "hit bound", "pooled-LRU bound", "hit / pooled", "TTFT p50",       "TTFT p90",
+          "TTFT p99",  "TPOT p50",         "TPOT p99",     "E2E p50",        "E2E p99",
+          "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "T8/T1",          "KV mean",
+          "GPU busy",  "goodput",          "ITL p99",      "stalled streams"};
 }
 
 std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
@@ -138,12 +170,16 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           FormatSeconds(s.job_completion.p50),
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
           Percent(s.mean_kv_usage),
-          Percent(s.mean_gpu_busy)};
+          Percent(s.mean_gpu_busy),
+          Percent(all.goodput),
+          FormatSeconds(all.itl_p99),
+          Percent(all.stalled_stream_share)};
 }
 
 std::vector<std::string> OffloadHeader() {
-  return {"config", "offloads", "prefill leg p50", "prefill leg p99", "KV transfer p50",
-          "KV transfer p99", "cache estimate error"};
+  return {"config",           "offloads",        "offload rate",        "prefill leg p50",
+          "prefill leg p99",  "KV transfer p50", "KV transfer p99",     "offloaded prompt tokens",
+          "KV pulled tokens", "KV moved",        "cache estimate error"};
 }
 
 std::vector<std::vector<std::string>> OffloadRows(const Report& report,
@@ -151,17 +187,21 @@ std::vector<std::vector<std::string>> OffloadRows(const Report& report,
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunSummary& s = sums[i];
-    rows.push_back({report.runs[i].name, absl::StrCat(s.offloads),
-                    FormatSeconds(s.offload_prefill.p50), FormatSeconds(s.offload_prefill.p99),
-                    FormatSeconds(s.offload_transfer.p50), FormatSeconds(s.offload_transfer.p99),
-                    Percent(s.cache_estimate_error)});
+    rows.push_back(
+        {report.runs[i].name, absl::StrCat(s.offloads), Percent(s.offload_rate),
+         FormatSeconds(s.offload_prefill.p50), FormatSeconds(s.offload_prefill.p99),
+         FormatSeconds(s.offload_transfer.p50), FormatSeconds(s.offload_transfer.p99),
+         absl::StrCat(s.offloaded_prompt_tokens), absl::StrCat(s.transferred_tokens),
+         s.transferred_bytes >= 0 ? absl::StrFormat("%.2f GB", s.transferred_bytes / 1e9) : "-",
+         Percent(s.cache_estimate_error)});
   }
   return rows;
 }
 
 std::vector<std::string> ClassHeader() {
-  return {"config", "class", "n", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50",
-          "TPOT p90", "TPOT p99", "E2E p50", "E2E p90", "E2E p99"};
+  return {"config",   "class",    "n",        "TTFT p50", "TTFT p90",     "TTFT p99",
+          "TPOT p50", "TPOT p90", "TPOT p99", "E2E p50",  "E2E p90",      "E2E p99",
+          "ITL p50",  "ITL p99",  "streams",  "stalled",  "SLO met / of", "goodput"};
 }
 
 std::vector<std::vector<std::string>> ClassRows(const Report& report,
@@ -169,23 +209,30 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     for (const ClassSummary& c : sums[i].classes) {
-      rows.push_back({report.runs[i].name, c.klass, absl::StrCat(c.requests),
-                      FormatSeconds(c.ttft.p50), FormatSeconds(c.ttft.p90),
-                      FormatSeconds(c.ttft.p99), FormatSeconds(c.tpot.p50),
-                      FormatSeconds(c.tpot.p90), FormatSeconds(c.tpot.p99),
-                      FormatSeconds(c.e2e.p50), FormatSeconds(c.e2e.p90),
-                      FormatSeconds(c.e2e.p99)});
+      rows.push_back(
+          {report.runs[i].name, c.klass, absl::StrCat(c.requests), FormatSeconds(c.ttft.p50),
+           FormatSeconds(c.ttft.p90), FormatSeconds(c.ttft.p99), FormatSeconds(c.tpot.p50),
+           FormatSeconds(c.tpot.p90), FormatSeconds(c.tpot.p99), FormatSeconds(c.e2e.p50),
+           FormatSeconds(c.e2e.p90), FormatSeconds(c.e2e.p99), FormatSeconds(c.itl_p50),
+           FormatSeconds(c.itl_p99), absl::StrCat(c.streams), Percent(c.stalled_stream_share),
+           c.goodput >= 0 ? absl::StrCat(c.slo_met, " / ", c.slo_requests) : "-",
+           Percent(c.goodput)});
     }
   }
   return rows;
 }
 
 std::vector<std::string> EstimateHeader() {
-  return {"config", "class", "n", "median |error|", "mean signed", "mean |error|", "p90 |error|",
-          "over +5%", "under -5%"};
+  return {"config",      "class",        "n",           "median |error|",
+          "mean signed", "mean |error|", "p90 |error|", "over +5%",
+          "under -5%",   "p1",           "p10",         "p50",
+          "p90",         "p99"};
 }
 
-std::string SignedPercent(double f) { return absl::StrFormat("%+.1f%%", f * 100); }
+std::string SignedPercent(double f) {
+  if (!std::isfinite(f)) return "-";
+  return absl::StrFormat("%+.1f%%", f * 100);
+}
 
 std::vector<std::vector<std::string>> EstimateRows(const Report& report,
                                                    const std::vector<RunSummary>& sums) {
@@ -196,15 +243,159 @@ std::vector<std::vector<std::string>> EstimateRows(const Report& report,
       if (e.n == 0) continue;
       rows.push_back({report.runs[i].name, c.klass, absl::StrCat(e.n), Percent(e.median_abs),
                       SignedPercent(e.mean_signed), Percent(e.mean_abs), Percent(e.p90_abs),
-                      Percent(e.over_5pct), Percent(e.under_5pct)});
+                      Percent(e.over_5pct), Percent(e.under_5pct), SignedPercent(e.p1),
+                      SignedPercent(e.p10), SignedPercent(e.p50), SignedPercent(e.p90),
+                      SignedPercent(e.p99)});
     }
   }
   return rows;
 }
 
+std::vector<std::string> HeavySplitHeader() {
+  return {"config",    "HEAVY co-located n", "TTFT p50",  "TTFT p90",   "floor p50",
+          "floor p90", "queue p50",          "queue p90", "queue share"};
+}
+
+// Rows only for runs with compute floors (a known fleet profile).
+std::vector<std::vector<std::string>> HeavySplitRows(const Report& report,
+                                                     const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunSummary& s = sums[i];
+    if (s.heavy_ttft_floor.n == 0) continue;
+    const Distribution& total = s.heavy_ttft_colocated;
+    rows.push_back({report.runs[i].name, absl::StrCat(s.heavy_ttft_floor.n),
+                    FormatSeconds(total.p50), FormatSeconds(total.p90),
+                    FormatSeconds(s.heavy_ttft_floor.p50), FormatSeconds(s.heavy_ttft_floor.p90),
+                    FormatSeconds(s.heavy_ttft_queue.p50), FormatSeconds(s.heavy_ttft_queue.p90),
+                    Percent(s.heavy_queue_share)});
+  }
+  return rows;
+}
+
+constexpr char kOffloadNote[] =
+    "Offload rate = offloaded / all requests. Prefill leg (routing to the prefill's end) and KV "
+    "transfer of offloaded requests and the cache-estimate error (mean |estimate - engine "
+    "cached_tokens| / prompt tokens) are from kvroute's request log. KV pulled tokens = the "
+    "engine's cached_tokens on offloaded requests (vLLM counts connector loads as cached); KV "
+    "moved = that x the model's KV bytes per token (when the fleet's profile is known); "
+    "offloaded prompt tokens = their whole prompts, the most an offload can move.";
+
+constexpr char kHeavySplitNote[] =
+    "Successful co-located HEAVY requests: floor = the time one idle instance of the fleet's "
+    "profile needs to prefill the request's uncached tokens (prompt - engine cached), in "
+    "max_num_batched_tokens chunks; queue = TTFT - floor (waiting, admission and steps shared "
+    "with other requests); queue share = sum of queue / sum of TTFT.";
+
+// Why no run has a HEAVY TTFT split: no compute floors (unknown profile) or no HEAVY request.
+std::string HeavySplitMissing(const Report& report) {
+  for (const RunResult& r : report.runs) {
+    for (const RequestRecord& q : r.requests) {
+      if (q.compute_floor_s >= 0) {
+        return "HEAVY TTFT split: no successful co-located HEAVY request in these runs.";
+      }
+    }
+  }
+  return "HEAVY TTFT split: not available, the fleet's profile is unknown for these runs (only "
+         "the ablation's embedded simulated fleet has one).";
+}
+
+std::string SloNote(const Report& report) {
+  if (report.runs.empty()) return "";
+  const SloTargets& slo = report.runs.front().slo;
+  return absl::StrFormat(
+      "Goodput = share of requests that succeeded with TTFT within their class's SLO (WARM "
+      "%gs, MEDIUM %gs, HEAVY %gs) and TPOT within %gs, modelled seconds; failed requests, "
+      "dropped arrivals and failures without a class count as misses, successful requests "
+      "without a class are left out. ITL = every gap between consecutive streamed text chunks "
+      "(from a bounded log histogram, within 1.2%%); a stream is stalled when a gap exceeds "
+      "%gs.",
+      slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS);
+}
+
 constexpr char kEstimateNote[] =
     "Error = (router estimate - engine cached_tokens) / prompt tokens per co-located request "
-    "(kvroute's request log): positive promised a hit the engine did not have.";
+    "(kvroute's request log): positive promised a hit the engine did not have. p1 ... p99 are "
+    "percentiles of the signed error.";
+
+constexpr char kEstimateHistogramNote[] =
+    "Share of each class's co-located requests per 5-point bin of signed error, bins centred "
+    "on 0; the two end bins also hold every error beyond -50 % and +50 %.";
+
+// One configuration's signed estimate errors as a histogram, one bar series per class.
+std::string EstimateErrorHistogram(const RunResult& r) {
+  const std::map<std::string, std::vector<double>> by_class = EstimateErrorsByClass(r);
+  if (by_class.empty()) return "";
+  constexpr int kBins = 21;  // 5-point bins from -52.5 % to +52.5 %
+  constexpr double kWidth = 0.05;
+  std::vector<double> edges;
+  for (int i = 0; i <= kBins; ++i) edges.push_back(-0.525 + i * kWidth);
+  std::vector<HistogramSeries> series;
+  auto add = [&](const std::string& klass, const std::vector<double>& errors) {
+    HistogramSeries h;
+    h.name = absl::StrFormat("%s (n=%d)", klass, errors.size());
+    h.counts.assign(kBins, 0);
+    for (double e : errors) {
+      // Clamped as a double first: an estimate far beyond the prompt must not overflow.
+      const double bin = std::clamp(std::floor((e + 0.525) / kWidth), 0.0, kBins - 1.0);
+      ++h.counts[static_cast<size_t>(bin)];
+    }
+    series.push_back(std::move(h));
+  };
+  for (const char* klass : kClasses) {
+    if (auto it = by_class.find(klass); it != by_class.end()) add(klass, it->second);
+  }
+  for (const auto& [klass, errors] : by_class) {
+    if (std::find(std::begin(kClasses), std::end(kClasses), klass) == std::end(kClasses)) {
+      add(klass, errors);
+    }
+  }
+  HistogramOptions o;
+  o.title = absl::StrCat("Cache estimate error: ", r.name);
+  o.x_label = "(estimate - engine cached) / prompt";
+  o.width = 760;
+  return RenderHistogram(o, edges, series);
+}
+
+constexpr char kKvHeatMapNote[] =
+    "One row per instance, one column per time bin: colour = mean vllm:kv_cache_usage_perc of "
+    "the /metrics samples taken in the bin (grey: no sample). Bins are equal slices of the "
+    "run, at most 60 and no narrower than the 90th percentile of the gaps between an "
+    "instance's samples.";
+
+// One configuration's KV usage heat map (rows = instances in name order).
+std::string KvUsageHeatMap(const RunResult& r) {
+  const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
+  std::map<std::string, Series> by_instance;
+  double t_max = 0;
+  for (const InstanceSample& x : r.samples) {
+    if (x.kv_usage < 0) continue;
+    Series& s = by_instance[x.instance];
+    s.name = x.instance;
+    s.points.emplace_back(x.t / scale, x.kv_usage);
+    t_max = std::max(t_max, x.t / scale);
+  }
+  // The sampling interval as scraped: a scrape waits for its responses, so gaps run longer
+  // than --sample-interval on a busy machine; bins no narrower than the 90th percentile of
+  // one instance's gaps nearly always hold a sample.
+  std::vector<double> gaps;
+  for (const auto& [name, s] : by_instance) {
+    for (size_t i = 1; i < s.points.size(); ++i) {
+      gaps.push_back(s.points[i].first - s.points[i - 1].first);
+    }
+  }
+  std::vector<Series> rows;
+  for (auto& [name, s] : by_instance) rows.push_back(std::move(s));
+  HeatMapOptions o;
+  o.title = absl::StrCat("KV usage: ", r.name);
+  o.x_label = r.time_scale != 1.0 ? "time since start (modelled s)" : "time since start (s)";
+  o.value_label = "KV in use";
+  o.x_min = 0;
+  o.x_max = t_max > 0 ? t_max : 1;
+  const double interval = gaps.empty() ? 0 : Percentile(gaps, 90);
+  o.min_bin_width = std::isfinite(interval) && interval > 0 ? interval : 0;
+  return RenderHeatMap(o, rows);
+}
 
 size_t MaxTurns(const std::vector<RunSummary>& sums) {
   size_t n = 0;
@@ -295,21 +486,47 @@ json::value ReportJson(const Report& report) {
     o["summary"] = SummaryJson(sums[i]);
     json::array reqs;
     for (const RequestRecord& q : r.requests) {
-      reqs.push_back(json::object{
-          {"id", q.request_id},        {"job", q.job},
-          {"turn", q.turn},            {"trace_index", q.trace_index},
-          {"class", q.klass},          {"backend", q.backend},
-          {"status", q.http_status},   {"error", q.error},
-          {"t_start", q.t_start},      {"ttft", q.ttft},
-          {"tpot", q.tpot},            {"e2e", q.e2e},
-          {"prompt_tokens", q.prompt_tokens}, {"cached_tokens", q.cached_tokens},
-          {"completion_tokens", q.completion_tokens},
-          {"bound_cached_tokens", q.bound_cached_tokens},
-          {"cached_tokens_est", q.cached_tokens_est},
-          {"prefill_leg_s", q.prefill_leg_s},
-          {"transfer_s", q.transfer_s}});
+      reqs.push_back(json::object{{"id", q.request_id},
+                                  {"job", q.job},
+                                  {"turn", q.turn},
+                                  {"trace_index", q.trace_index},
+                                  {"class", q.klass},
+                                  {"backend", q.backend},
+                                  {"status", q.http_status},
+                                  {"error", q.error},
+                                  {"t_start", q.t_start},
+                                  {"ttft", q.ttft},
+                                  {"tpot", q.tpot},
+                                  {"e2e", q.e2e},
+                                  {"prompt_tokens", q.prompt_tokens},
+                                  {"cached_tokens", q.cached_tokens},
+                                  {"completion_tokens", q.completion_tokens},
+                                  {"bound_cached_tokens", q.bound_cached_tokens},
+                                  {"cached_tokens_est", q.cached_tokens_est},
+                                  {"prefill_leg_s", q.prefill_leg_s},
+                                  {"transfer_s", q.transfer_s},
+                                  {"max_gap", q.max_gap},
+                                  {"gaps", q.gaps},
+                                  {"compute_floor_s", q.compute_floor_s}});
     }
     o["requests"] = std::move(reqs);
+    // Inter-token gaps (wall seconds) as sparse [bucket, count] pairs of LogHistogram.
+    json::object itl;
+    for (const auto& [klass, h] : r.itl_by_class) {
+      json::array buckets;
+      for (int b = 0; b < LogHistogram::kBuckets; ++b) {
+        if (h.bucket_count(b) > 0) buckets.push_back(json::array{b, h.bucket_count(b)});
+      }
+      itl[klass] = json::object{{"count", h.count()},
+                                {"sum", h.sum()},
+                                {"min", Num(h.min())},
+                                {"max", Num(h.max())},
+                                {"buckets", std::move(buckets)}};
+    }
+    o["itl_histograms"] = json::object{{"buckets_per_decade", LogHistogram::kBucketsPerDecade},
+                                       {"min_exponent", LogHistogram::kMinExponent},
+                                       {"by_class", std::move(itl)}};
+    o["kv_bytes_per_token"] = r.kv_bytes_per_token;
     json::array jobs;
     for (const JobRecord& j : r.jobs) {
       json::array turns;
@@ -339,19 +556,18 @@ json::value ReportJson(const Report& report) {
 
 std::string SummaryTable(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
-  const std::vector<std::string> header = {"config",  "reqs",    "err%",    "offl",    "hit",
-                                           "bound",   "pooled",  "TTFTp50", "TTFTp90", "TTFTp99",
-                                           "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "T8/T1",
-                                           "est med", "est mean"};
+  const std::vector<std::string> header = {"config",  "reqs",     "err%",    "offl",    "hit",
+                                           "bound",   "pooled",   "TTFTp50", "TTFTp90", "TTFTp99",
+                                           "TPOTp50", "E2Ep99",   "HEAVY",   "job p50", "T8/T1",
+                                           "est med", "est mean", "goodput", "ITLp99"};
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const std::vector<std::string> full = SummaryRow(report.runs[i], sums[i]);
     const EstimateErrorSummary& e = sums[i].classes.front().estimate;
-    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100),
-                    full[3], full[4], full[5], full[6], full[8], full[9], full[10], full[11],
-                    full[14], full[15], full[17], full[18],
-                    e.n > 0 ? Percent(e.median_abs) : "-",
-                    e.n > 0 ? SignedPercent(e.mean_signed) : "-"});
+    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100), full[3],
+                    full[4], full[5], full[6], full[8], full[9], full[10], full[11], full[14],
+                    full[15], full[17], full[18], e.n > 0 ? Percent(e.median_abs) : "-",
+                    e.n > 0 ? SignedPercent(e.mean_signed) : "-", full[21], full[22]});
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
@@ -389,11 +605,17 @@ std::string ReportMarkdown(const Report& report) {
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
   out += MarkdownTable(SummaryHeader(), rows);
+  absl::StrAppend(&out, "\n", SloNote(report), "\n");
   absl::StrAppend(&out, "\n## Latency per class\n\n", MarkdownTable(ClassHeader(), ClassRows(report, sums)));
   absl::StrAppend(&out, "\n## Offloads and cache estimates\n\n",
-                  MarkdownTable(OffloadHeader(), OffloadRows(report, sums)),
-                  "\nCache estimate error: mean |router estimate - engine cached_tokens| / "
-                  "prompt tokens (from kvroute's request log).\n");
+                  MarkdownTable(OffloadHeader(), OffloadRows(report, sums)), "\n", kOffloadNote,
+                  "\n");
+  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
+    absl::StrAppend(&out, "\n## HEAVY TTFT: queue and compute floor\n\n",
+                    MarkdownTable(HeavySplitHeader(), heavy), "\n", kHeavySplitNote, "\n");
+  } else {
+    absl::StrAppend(&out, "\n", HeavySplitMissing(report), "\n");
+  }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
                     MarkdownTable(EstimateHeader(), est), "\n", kEstimateNote, "\n");
@@ -435,7 +657,8 @@ std::string ReportHtml(const Report& report) {
 
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) rows.push_back(SummaryRow(report.runs[i], sums[i]));
-  absl::StrAppend(&out, "<h2>Summary</h2>\n", HtmlTable(SummaryHeader(), rows));
+  absl::StrAppend(&out, "<h2>Summary</h2>\n", HtmlTable(SummaryHeader(), rows),
+                  "<p class=\"note\">", XmlEscape(SloNote(report)), "</p>\n");
 
   // TTFT CDFs: one chart per class, one line per configuration.
   out += "<h2>TTFT distribution per class</h2>\n<div class=\"charts\">\n";
@@ -491,46 +714,37 @@ std::string ReportHtml(const Report& report) {
                     HtmlTable(TurnHeader(turns), TurnRows(report, sums)));
   }
 
-  // KV usage per instance over time, one chart per configuration.
+  // KV usage per instance over time: one heat map per configuration.
   bool any_samples = false;
   for (const RunResult& r : report.runs) any_samples = any_samples || !r.samples.empty();
   if (any_samples) {
     out += "<h2>KV cache usage per instance</h2>\n<div class=\"charts\">\n";
     for (const RunResult& r : report.runs) {
       if (r.samples.empty()) continue;
-      const double scale = r.time_scale > 0 ? r.time_scale : 1.0;
-      std::map<std::string, Series> by_instance;
-      for (const InstanceSample& x : r.samples) {
-        if (x.kv_usage < 0) continue;
-        Series& s = by_instance[x.instance];
-        s.name = x.instance;
-        s.points.emplace_back(x.t / scale, x.kv_usage);
-      }
-      std::vector<Series> series;
-      for (auto& [name, s] : by_instance) series.push_back(std::move(s));
-      ChartOptions o;
-      o.title = absl::StrCat("KV usage: ", r.name);
-      o.x_label = scale != 1.0 ? "time since start (modelled s)" : "time since start (s)";
-      o.y_label = "KV blocks in use";
-      o.y_min = 0;
-      o.y_max = 1;
-      o.y_percent = true;
-      out += RenderLineChart(o, series);
+      out += KvUsageHeatMap(r);
     }
-    out += "</div>\n";
+    absl::StrAppend(&out, "</div>\n<p class=\"note\">", XmlEscape(kKvHeatMapNote), "</p>\n");
   }
 
   absl::StrAppend(&out, "<h2>Latency per class</h2>\n",
                   HtmlTable(ClassHeader(), ClassRows(report, sums)));
   absl::StrAppend(&out, "<h2>Offloads and cache estimates</h2>\n",
-                  HtmlTable(OffloadHeader(), OffloadRows(report, sums)),
-                  "<p class=\"note\">Prefill leg and KV transfer of offloaded (v2) requests and "
-                  "the router's cache-estimate error (mean |estimate - engine cached_tokens| / "
-                  "prompt tokens), from kvroute's request log.</p>\n");
+                  HtmlTable(OffloadHeader(), OffloadRows(report, sums)), "<p class=\"note\">",
+                  XmlEscape(kOffloadNote), "</p>\n");
+  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
+    absl::StrAppend(&out, "<h2>HEAVY TTFT: queue and compute floor</h2>\n",
+                    HtmlTable(HeavySplitHeader(), heavy), "<p class=\"note\">",
+                    XmlEscape(kHeavySplitNote), "</p>\n");
+  } else {
+    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(HeavySplitMissing(report)), "</p>\n");
+  }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",
                     HtmlTable(EstimateHeader(), est), "<p class=\"note\">",
-                    XmlEscape(kEstimateNote), "</p>\n");
+                    XmlEscape(kEstimateNote), "</p>\n<div class=\"charts\">\n");
+    for (const RunResult& r : report.runs) out += EstimateErrorHistogram(r);
+    absl::StrAppend(&out, "</div>\n<p class=\"note\">", XmlEscape(kEstimateHistogramNote),
+                    "</p>\n");
   }
   out += "</body></html>\n";
   return out;

@@ -1,6 +1,7 @@
 // Ablation reports: report.json (everything measured), report.md (tables) and a
 // self-contained report.html (tables + inline SVG charts: TTFT CDF per class per
-// configuration, per-turn latency per configuration, KV usage over time per instance).
+// configuration, per-turn latency per configuration, a KV-usage heat map per configuration
+// with one row per instance, the cache-estimate error distribution per class).
 //
 // Usage:
 //   Report r{.title = "...", .runs = {...}};

@@ -1,5 +1,6 @@
 #include "bench/kvroute_bench/runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -42,6 +43,8 @@ class Run {
     result_.target = options.target.Url();
     result_.workload = std::string(WorkloadName(workload.kind));
     result_.time_scale = options.time_scale > 0 ? options.time_scale : 1.0;
+    result_.slo = options.slo;
+    result_.kv_bytes_per_token = options.kv_bytes_per_token;
   }
 
   net::awaitable<void> Main() {
@@ -232,7 +235,23 @@ class Run {
     r.cached_tokens = out.cached_tokens;
     r.completion_tokens = out.completion_tokens;
     if (options_.reference) r.cached_tokens_est = routed.cached_tokens_est;
+    RecordGaps(r, out.content_gaps);
+    if (options_.prefill_floor && r.ok() && r.prompt_tokens > 0 && r.cached_tokens >= 0) {
+      r.compute_floor_s =
+          options_.prefill_floor(r.prompt_tokens, r.cached_tokens) * result_.time_scale;
+    }
     co_return std::pair<size_t, std::string>(index, std::move(out.content));
+  }
+
+  // Keeps a stream's largest gap on its record and every gap in the run's histogram of its
+  // class; the gaps themselves are not kept.
+  void RecordGaps(RequestRecord& r, const std::vector<double>& gaps) {
+    r.gaps = static_cast<int64_t>(gaps.size());
+    if (gaps.empty()) return;
+    r.max_gap = *std::max_element(gaps.begin(), gaps.end());
+    if (!r.ok()) return;
+    LogHistogram& h = result_.itl_by_class[r.klass.empty() ? "unlabelled" : r.klass];
+    for (double g : gaps) h.Add(g);
   }
 
   // ---- agentic ----

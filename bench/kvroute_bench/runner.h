@@ -67,6 +67,13 @@ struct RunOptions {
   // When set, requests bypass `target` (used only for GET /v1/models): the oracle reference
   // routes each one to an instance of its simulated fleet (oracle_reference.h).
   std::shared_ptr<OracleReference> reference;
+  // The SLOs goodput is measured against (copied into the result).
+  SloTargets slo;
+  // The fleet's profile when known (the embedded simulated fleet): a request's compute floor
+  // in modelled seconds from its prompt and engine-cached tokens (compute_floor.h), and the
+  // model's KV bytes per token. Empty / 0: unknown, and the reports say so.
+  std::function<double(int64_t prompt_tokens, int64_t cached_tokens)> prefill_floor;
+  double kv_bytes_per_token = 0;
   // Receives progress lines; default prints to stderr.
   std::function<void(std::string_view)> progress;
 };

@@ -5,6 +5,11 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace kvroute::bench {
 namespace {
 
@@ -51,7 +56,10 @@ Distribution Describe(const std::vector<double>& values) {
 EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors) {
   EstimateErrorSummary e;
   e.n = static_cast<int64_t>(signed_errors.size());
-  if (e.n == 0) return e;
+  if (e.n == 0) {
+    e.p1 = e.p10 = e.p50 = e.p90 = e.p99 = kNaN;
+    return e;
+  }
   std::vector<double> abs_errors;
   abs_errors.reserve(signed_errors.size());
   double sum = 0, abs_sum = 0;
@@ -70,7 +78,33 @@ EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_er
   e.p90_abs = Percentile(std::move(abs_errors), 90);
   e.over_5pct = static_cast<double>(over) / n;
   e.under_5pct = static_cast<double>(under) / n;
+  std::vector<double> sorted = signed_errors;
+  std::sort(sorted.begin(), sorted.end());
+  e.p1 = Percentile(sorted, 1);
+  e.p10 = Percentile(sorted, 10);
+  e.p50 = Percentile(sorted, 50);
+  e.p90 = Percentile(sorted, 90);
+  e.p99 = Percentile(std::move(sorted), 99);
   return e;
+}
+
+std::optional<double> SignedEstimateError(const RequestRecord& r) {
+  if (!r.ok() || r.offloaded() || r.prompt_tokens <= 0 || r.cached_tokens < 0 ||
+      r.cached_tokens_est < 0) {
+    return std::nullopt;
+  }
+  return static_cast<double>(r.cached_tokens_est - r.cached_tokens) /
+         static_cast<double>(r.prompt_tokens);
+}
+
+std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult& run) {
+  std::map<std::string, std::vector<double>> out;
+  for (const RequestRecord& r : run.requests) {
+    if (const std::optional<double> e = SignedEstimateError(r)) {
+      out[r.klass.empty() ? "unlabelled" : r.klass].push_back(*e);
+    }
+  }
+  return out;
 }
 
 RunSummary Summarize(const RunResult& run) {
@@ -80,6 +114,8 @@ RunSummary Summarize(const RunResult& run) {
     std::vector<double> ttft, tpot, e2e;
     std::vector<double> est_error;  // signed, fraction of the prompt
     int64_t n = 0;
+    int64_t streams = 0, stalled = 0;
+    int64_t slo_requests = 0, slo_met = 0;
   };
   Samples all;
   std::map<std::pair<int, std::string>, Samples> by_class;
@@ -89,16 +125,47 @@ RunSummary Summarize(const RunResult& run) {
   int64_t est_n = 0;
   double bound_hit = 0, bound_total = 0;
   bool bound_known = true;
+  std::vector<double> heavy_ttft, heavy_floor, heavy_queue;
+  double heavy_ttft_sum = 0, heavy_queue_sum = 0;
+  bool any_slo_class = false;
   for (const RequestRecord& r : run.requests) {
     ++s.requests;
     if (r.offloaded()) ++s.offloads;
+    const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
+    Samples& c = by_class[{ClassOrder(klass), klass}];
+    // Goodput counts every request of a class with an SLO, failed ones as misses.
+    const double ttft_slo = TtftSlo(run.slo, klass);
+    if (ttft_slo > 0) any_slo_class = true;
+    const bool met = r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / scale <= ttft_slo &&
+                     (r.tpot < 0 || r.tpot / scale <= run.slo.tpot_s);
+    if (ttft_slo > 0 || !r.ok()) {
+      ++all.slo_requests;
+      all.slo_met += met ? 1 : 0;
+    }
+    if (ttft_slo > 0) {
+      ++c.slo_requests;
+      c.slo_met += met ? 1 : 0;
+    }
     if (!r.ok()) {
       ++s.errors;
       continue;
     }
     ++completed;
-    const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
-    Samples& c = by_class[{ClassOrder(klass), klass}];
+    if (r.gaps > 0 && r.max_gap >= 0) {
+      const bool stalled = r.max_gap / scale > kStreamStallS;
+      for (Samples* x : {&all, &c}) {
+        ++x->streams;
+        x->stalled += stalled ? 1 : 0;
+      }
+    }
+    if (r.offloaded() && r.prompt_tokens > 0) s.offloaded_prompt_tokens += r.prompt_tokens;
+    if (klass == "HEAVY" && !r.offloaded() && r.compute_floor_s >= 0 && r.ttft >= 0) {
+      heavy_ttft.push_back(r.ttft / scale);
+      heavy_floor.push_back(r.compute_floor_s / scale);
+      heavy_queue.push_back((r.ttft - r.compute_floor_s) / scale);
+      heavy_ttft_sum += r.ttft / scale;
+      heavy_queue_sum += (r.ttft - r.compute_floor_s) / scale;
+    }
     for (Samples* x : {&all, &c}) {
       ++x->n;
       if (r.ttft >= 0) x->ttft.push_back(r.ttft / scale);
@@ -112,11 +179,10 @@ RunSummary Summarize(const RunResult& run) {
                        static_cast<double>(r.prompt_tokens);
       est_error += std::abs(e);
       ++est_n;
-      // An offload's cached_tokens count KV pulled from the prefill instance, not a hit.
-      if (!r.offloaded()) {
-        all.est_error.push_back(e);
-        c.est_error.push_back(e);
-      }
+    }
+    if (const std::optional<double> e = SignedEstimateError(r)) {
+      all.est_error.push_back(*e);
+      c.est_error.push_back(*e);
     }
     if (r.prompt_tokens > 0) {
       s.prompt_tokens += r.prompt_tokens;
@@ -154,7 +220,10 @@ RunSummary Summarize(const RunResult& run) {
   } else if (bound_known && bound_total > 0) {
     s.bound_hit_ratio = bound_hit / bound_total;
   }
-  auto summarize = [](const std::string& klass, const Samples& x) {
+  all.slo_requests += run.dropped;
+  LogHistogram all_itl;
+  for (const auto& [klass, h] : run.itl_by_class) all_itl.Merge(h);
+  auto summarize = [&](const std::string& klass, const Samples& x, const LogHistogram* itl) {
     ClassSummary c;
     c.klass = klass;
     c.requests = x.n;
@@ -162,10 +231,43 @@ RunSummary Summarize(const RunResult& run) {
     c.tpot = Describe(x.tpot);
     c.e2e = Describe(x.e2e);
     c.estimate = DescribeEstimateErrors(x.est_error);
+    if (itl != nullptr && itl->count() > 0) {
+      c.itl_gaps = itl->count();
+      c.itl_p50 = itl->Percentile(50) / scale;
+      c.itl_p99 = itl->Percentile(99) / scale;
+      c.itl_max = itl->max() / scale;
+    }
+    c.streams = x.streams;
+    if (x.streams > 0) {
+      c.stalled_stream_share = static_cast<double>(x.stalled) / static_cast<double>(x.streams);
+    }
+    c.slo_requests = x.slo_requests;
+    c.slo_met = x.slo_met;
+    if (any_slo_class && x.slo_requests > 0 && (klass == "ALL" || TtftSlo(run.slo, klass) > 0)) {
+      c.goodput = static_cast<double>(x.slo_met) / static_cast<double>(x.slo_requests);
+    }
     return c;
   };
-  s.classes.push_back(summarize("ALL", all));
-  for (const auto& [key, x] : by_class) s.classes.push_back(summarize(key.second, x));
+  s.classes.push_back(summarize("ALL", all, &all_itl));
+  for (const auto& [key, x] : by_class) {
+    if (x.n == 0 && x.slo_requests == 0) continue;  // only failures without a class
+    auto it = run.itl_by_class.find(key.second);
+    s.classes.push_back(
+        summarize(key.second, x, it == run.itl_by_class.end() ? nullptr : &it->second));
+  }
+  s.slo = run.slo;
+  if (s.classes.front().goodput >= 0 && run.duration_s > 0) {
+    s.goodput_rps = static_cast<double>(all.slo_met) / (run.duration_s / scale);
+  }
+  s.offload_rate =
+      s.requests > 0 ? static_cast<double>(s.offloads) / static_cast<double>(s.requests) : 0;
+  if (run.kv_bytes_per_token > 0) {
+    s.transferred_bytes = static_cast<double>(s.transferred_tokens) * run.kv_bytes_per_token;
+  }
+  s.heavy_ttft_colocated = Describe(heavy_ttft);
+  s.heavy_ttft_floor = Describe(heavy_floor);
+  s.heavy_ttft_queue = Describe(heavy_queue);
+  if (heavy_ttft_sum > 0) s.heavy_queue_share = heavy_queue_sum / heavy_ttft_sum;
 
   // Jobs and turns.
   std::vector<double> completion;
@@ -208,6 +310,37 @@ RunSummary Summarize(const RunResult& run) {
   if (kv_n > 0) s.mean_kv_usage = kv_sum / static_cast<double>(kv_n);
   if (busy_n > 0) s.mean_gpu_busy = busy_sum / static_cast<double>(busy_n);
   return s;
+}
+
+double TtftSlo(const SloTargets& slo, std::string_view klass) {
+  if (klass == "WARM") return slo.ttft_warm_s;
+  if (klass == "MEDIUM") return slo.ttft_medium_s;
+  if (klass == "HEAVY") return slo.ttft_heavy_s;
+  return -1;
+}
+
+absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base) {
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    const size_t eq = part.find('=');
+    double seconds = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtod(part.substr(eq + 1), &seconds) ||
+        !(seconds > 0) || !std::isfinite(seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--slo-ttft: expected CLASS=SECONDS with positive seconds, got '", part, "'"));
+    }
+    const std::string klass = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    if (klass == "warm") {
+      base.ttft_warm_s = seconds;
+    } else if (klass == "medium") {
+      base.ttft_medium_s = seconds;
+    } else if (klass == "heavy") {
+      base.ttft_heavy_s = seconds;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--slo-ttft: unknown class '", klass, "' (warm, medium or heavy)"));
+    }
+  }
+  return base;
 }
 
 }  // namespace kvroute::bench

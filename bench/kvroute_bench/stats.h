@@ -8,9 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "bench/kvroute_bench/records.h"
 
 namespace kvroute::bench {
@@ -35,13 +39,42 @@ struct EstimateErrorSummary {
   double p90_abs = -1;
   double over_5pct = -1;    // share of requests with error > +5 % (over-estimates)
   double under_5pct = -1;   // share with error < -5 %
+  // Percentiles of the signed error (NaN when n == 0).
+  double p1 = 0, p10 = 0, p50 = 0, p90 = 0, p99 = 0;
 };
+
+// The signed cache-estimate error of one request, (cached_tokens_est - cached_tokens) /
+// prompt_tokens, for a successful co-located request with both counts; nullopt otherwise
+// (an offload's cached_tokens count KV pulled from its prefill instance, not a hit).
+std::optional<double> SignedEstimateError(const RequestRecord& r);
+
+// Signed estimate errors of a run's requests by class ("unlabelled" when the target sent
+// none), every class in one map; the summary's per-class figures use exactly these.
+std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult& run);
+
+// A stream "stalls" when two consecutive text chunks are further apart than this (modelled
+// seconds).
+inline constexpr double kStreamStallS = 0.5;
 
 struct ClassSummary {
   std::string klass;  // "ALL", "WARM", "MEDIUM", "HEAVY", or "unlabelled"
-  int64_t requests = 0;
+  int64_t requests = 0;          // successful ones
   Distribution ttft, tpot, e2e;  // modelled seconds
   EstimateErrorSummary estimate;
+  // Inter-token latency: every gap between consecutive streamed text chunks of the class's
+  // successful requests (RunResult::itl_by_class, within 1.2 %), modelled seconds.
+  int64_t itl_gaps = 0;
+  double itl_p50 = -1, itl_p99 = -1, itl_max = -1;  // -1: no gaps
+  // Successful requests with at least one gap, and the share of them with a gap over
+  // kStreamStallS (-1: none).
+  int64_t streams = 0;
+  double stalled_stream_share = -1;
+  // Goodput: slo_met of slo_requests met their class TTFT SLO and the TPOT SLO. The
+  // denominator counts failed requests of the class too; for ALL it also counts dropped
+  // arrivals and failures without a class. -1: no request had a class with a TTFT SLO.
+  int64_t slo_requests = 0;
+  int64_t slo_met = 0;
+  double goodput = -1;
 };
 
 struct RunSummary {
@@ -64,6 +97,18 @@ struct RunSummary {
   Distribution offload_prefill, offload_transfer;
   // Mean |estimated - actual cached tokens| / prompt tokens (-1: no estimates).
   double cache_estimate_error = -1;
+  double offload_rate = 0;              // offloads / requests
+  int64_t offloaded_prompt_tokens = 0;  // prompt tokens of successful offloaded requests
+  double transferred_bytes = -1;        // transferred_tokens x KV bytes per token; -1: unknown
+  // Goodput and the SLOs it was measured against.
+  SloTargets slo;
+  double goodput_rps = -1;  // requests meeting their SLOs per modelled second
+  // HEAVY TTFT split, over successful co-located HEAVY requests with a compute floor
+  // (RequestRecord::compute_floor_s): the floor, and the rest of the TTFT (queueing,
+  // admission, sharing steps with other requests), modelled seconds. n == 0 when the run
+  // had no profile.
+  Distribution heavy_ttft_colocated, heavy_ttft_floor, heavy_ttft_queue;
+  double heavy_queue_share = -1;      // sum of the rest / sum of TTFT over those requests
   std::vector<ClassSummary> classes;  // "ALL" first, then WARM, MEDIUM, HEAVY, others
   // Agentic jobs.
   int64_t jobs = 0;
@@ -79,6 +124,12 @@ struct RunSummary {
 };
 
 RunSummary Summarize(const RunResult& run);
+
+// The TTFT SLO of a class (modelled seconds), -1 for a class without one.
+double TtftSlo(const SloTargets& slo, std::string_view klass);
+
+// Parses --slo-ttft "warm=S,medium=S,heavy=S" (any subset, positive seconds) over `base`.
+absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base);
 
 // Summary of signed estimate errors (fractions of the prompt).
 EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors);

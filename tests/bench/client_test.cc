@@ -191,6 +191,8 @@ TEST(HttpClientTest, StreamsChatAndReadsUsageAndHeaders) {
   EXPECT_EQ(out.prompt_tokens, 102);  // (8 + 400) / 4
   EXPECT_EQ(out.cached_tokens, 77);
   EXPECT_EQ(out.content_events, 7);
+  ASSERT_EQ(out.content_gaps.size(), 6u);  // one between each two text chunks
+  for (double g : out.content_gaps) EXPECT_GE(g, 0);
   EXPECT_GE(out.ttft, 0);
   EXPECT_GE(out.e2e, out.ttft);
   EXPECT_GE(out.tpot, 0);
@@ -244,10 +246,13 @@ TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
   o.sample_interval_s = 0.01;
   o.request_timeout_s = 30;
   o.drain_timeout_s = 60;
+  o.slo.ttft_heavy_s = 42;
+  o.prefill_floor = [](int64_t prompt, int64_t cached) { return (prompt - cached) * 1e-3; };
   std::vector<std::string> progress;
   o.progress = [&](std::string_view line) { progress.emplace_back(line); };
   absl::StatusOr<RunResult> r = RunWorkload(o, w);
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->slo.ttft_heavy_s, 42);
   EXPECT_EQ(r->jobs.size(), planned);
   EXPECT_EQ(r->requests.size(), planned * 3);
   for (const JobRecord& j : r->jobs) {
@@ -259,12 +264,19 @@ TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
     EXPECT_TRUE(q.ok()) << q.error;
     EXPECT_EQ(q.completion_tokens, 4);
     EXPECT_FALSE(q.klass.empty());
+    EXPECT_EQ(q.gaps, 3);  // 4 streamed chunks
+    EXPECT_GE(q.max_gap, 0);
+    EXPECT_DOUBLE_EQ(q.compute_floor_s, (q.prompt_tokens - q.cached_tokens) * 1e-3);
     if (q.turn > 1) {
       // The bound is the previous turn's prompt + completion: what a perfect cache holds.
       EXPECT_GT(q.bound_cached_tokens, 0);
       EXPECT_LE(q.bound_cached_tokens, q.prompt_tokens);
     }
   }
+  // Every gap is in the run's histograms, none kept per request.
+  int64_t gaps = 0;
+  for (const auto& [klass, h] : r->itl_by_class) gaps += h.count();
+  EXPECT_EQ(gaps, static_cast<int64_t>(planned * 3 * 3));
   EXPECT_FALSE(r->samples.empty());
   EXPECT_DOUBLE_EQ(r->samples.front().kv_usage, 0.5);
   EXPECT_DOUBLE_EQ(r->samples.front().gpu_busy, 0.25);

@@ -172,6 +172,7 @@ TEST(ReportTest, HtmlIsSelfContainedWithCharts) {
   EXPECT_NE(html.find("TTFT CDF: MEDIUM"), std::string::npos);
   EXPECT_NE(html.find("Mean end-to-end latency per agent turn"), std::string::npos);
   EXPECT_NE(html.find("KV usage: v2-T20k"), std::string::npos);
+  EXPECT_NE(html.find("no sample"), std::string::npos);  // the heat map's scale
   EXPECT_NE(html.find("test &lt;ablation&gt;"), std::string::npos);
   EXPECT_NE(html.find("agentic &amp; co"), std::string::npos);
   size_t svgs = 0;
@@ -320,6 +321,13 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
   EXPECT_NEAR(all.median_abs, (0.02 + 0.1) / 2, 1e-12);
   EXPECT_NEAR(all.over_5pct, 0.25, 1e-12);
   EXPECT_NEAR(all.under_5pct, 0.25, 1e-12);
+  // Signed percentiles over -0.2, 0, 0.02, 0.1.
+  EXPECT_NEAR(all.p1, -0.2 + 0.03 * 0.2, 1e-12);
+  EXPECT_NEAR(all.p50, 0.01, 1e-12);
+  EXPECT_NEAR(all.p99, 0.02 + 0.97 * 0.08, 1e-12);
+  const auto by_class = EstimateErrorsByClass(run);
+  ASSERT_EQ(by_class.size(), 2u);
+  EXPECT_EQ(by_class.at("WARM"), (std::vector<double>{0.1, -0.2}));
   const ClassSummary* warm = nullptr;
   for (const ClassSummary& c : s.classes) {
     if (c.klass == "WARM") warm = &c;
@@ -335,9 +343,166 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
   EXPECT_NE(md.find("| baseline | WARM | 2 |"), std::string::npos);
   EXPECT_NE(md.find("-5.0%"), std::string::npos);  // WARM's mean signed error
   EXPECT_NE(md.find("pooled-LRU bound"), std::string::npos);
+  EXPECT_NE(md.find("| p1 | p10 | p50 | p90 | p99 |"), std::string::npos);
+  EXPECT_NE(md.find("| -19.7% | -17.0% | -5.0% | +7.0% | +9.7% |"), std::string::npos);  // WARM
   EXPECT_NE(SummaryTable(report).find("est mean"), std::string::npos);
+  // The HTML histogram: one bar per non-empty (class, bin), shares of each class.
+  const std::string html = ReportHtml(report);
+  EXPECT_NE(html.find("Cache estimate error: baseline"), std::string::npos);
+  size_t warm_bars = 0;
+  for (size_t p = html.find("<title>WARM (n=2): 50.0%</title>"); p != std::string::npos;
+       p = html.find("<title>WARM (n=2): 50.0%</title>", p + 1)) {
+    ++warm_bars;
+  }
+  EXPECT_EQ(warm_bars, 2u);
+  EXPECT_NE(html.find("<title>HEAVY (n=2): 100.0%</title>"), std::string::npos);
   const json::value j = ReportJson(report);
+  EXPECT_NEAR(j.at("runs")
+                  .as_array()[0]
+                  .at("summary")
+                  .at("classes")
+                  .at("ALL")
+                  .at("cache_estimate_error")
+                  .at("signed_percentiles")
+                  .at("p50")
+                  .as_double(),
+              0.01, 1e-12);
   EXPECT_DOUBLE_EQ(j.at("runs").as_array()[0].at("summary").at("prefix_hit_pooled_lru_bound").as_double(), 0.4);
+}
+
+// Two labelled classes with their SLOs, one failure, one dropped arrival and stream gaps at a
+// time scale of 0.1 (every wall time is a tenth of its modelled value).
+RunResult SloRun() {
+  RunResult run;
+  run.name = "v1";
+  run.workload = "agentic";
+  run.time_scale = 0.1;
+  run.duration_s = 10 * 0.1;
+  run.slo = {.ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1};
+  run.kv_bytes_per_token = 1000;
+  auto add = [&](std::string klass, double ttft, double tpot, double max_gap, double floor,
+                 std::string backend = "gpu0") {
+    RequestRecord r =
+        Req(std::move(klass), ttft * 0.1, (ttft + 1) * 0.1, 40000, 10000, std::move(backend));
+    r.tpot = tpot * 0.1;
+    r.max_gap = max_gap * 0.1;
+    r.gaps = max_gap >= 0 ? 5 : 0;
+    r.compute_floor_s = floor * 0.1;
+    run.requests.push_back(r);
+  };
+  add("WARM", 1.0, 0.05, 0.2, -1);                // meets both
+  add("WARM", 3.0, 0.05, 0.6, -1);                // TTFT over 2 s; a stalled stream
+  add("WARM", 1.0, 0.2, 0.1, -1);                 // TPOT over 0.1 s
+  add("HEAVY", 20.0, 0.05, 0.3, 8);               // meets both; floor 8 s of its 20 s
+  add("HEAVY", 40.0, 0.05, 0.9, 10);              // TTFT over 30 s; stalled
+  add("HEAVY", 10.0, 0.05, -1, 4, "gpu1->gpu0");  // offloaded: meets, not in the split
+  RequestRecord failed;
+  failed.klass = "HEAVY";
+  failed.error = "http 503";
+  run.requests.push_back(failed);
+  run.dropped = 1;
+  for (double g : {0.010, 0.012, 0.020, 0.6}) run.itl_by_class["WARM"].Add(g * 0.1);
+  for (double g : {0.030, 0.9}) run.itl_by_class["HEAVY"].Add(g * 0.1);
+  return run;
+}
+
+const ClassSummary& ClassOf(const RunSummary& s, const std::string& klass) {
+  for (const ClassSummary& c : s.classes) {
+    if (c.klass == klass) return c;
+  }
+  ADD_FAILURE() << "no class " << klass;
+  return s.classes.front();
+}
+
+TEST(SummaryTest, GoodputItlStallsAndTheHeavySplit) {
+  const RunSummary s = Summarize(SloRun());
+  const ClassSummary& all = ClassOf(s, "ALL");
+  const ClassSummary& warm = ClassOf(s, "WARM");
+  const ClassSummary& heavy = ClassOf(s, "HEAVY");
+  // Goodput: WARM 1 of 3; HEAVY 2 of 4 (the failure counts); ALL 3 of 8 with the drop.
+  EXPECT_EQ(warm.slo_met, 1);
+  EXPECT_DOUBLE_EQ(warm.goodput, 1.0 / 3);
+  EXPECT_EQ(heavy.slo_requests, 4);
+  EXPECT_DOUBLE_EQ(heavy.goodput, 0.5);
+  EXPECT_EQ(all.slo_requests, 8);
+  EXPECT_DOUBLE_EQ(all.goodput, 3.0 / 8);
+  EXPECT_DOUBLE_EQ(s.goodput_rps, 3.0 / 10);
+  // Streams with a gap over 0.5 modelled s: 2 of the 5 with gaps.
+  EXPECT_EQ(all.streams, 5);
+  EXPECT_DOUBLE_EQ(all.stalled_stream_share, 0.4);
+  EXPECT_DOUBLE_EQ(warm.stalled_stream_share, 1.0 / 3);
+  // ITL in modelled seconds from the histograms (within 1.2 %).
+  EXPECT_EQ(all.itl_gaps, 6);
+  EXPECT_NEAR(warm.itl_p50, 0.012, 0.012 * 0.012);
+  EXPECT_NEAR(all.itl_p99, 0.9, 1e-9);  // the top bucket clamps to the exact max
+  EXPECT_NEAR(heavy.itl_max, 0.9, 1e-9);
+  // HEAVY split: the two co-located HEAVY requests.
+  EXPECT_EQ(s.heavy_ttft_floor.n, 2);
+  EXPECT_DOUBLE_EQ(s.heavy_ttft_floor.p50, 9);
+  EXPECT_DOUBLE_EQ(s.heavy_ttft_queue.p50, (12 + 30) / 2.0);
+  EXPECT_DOUBLE_EQ(s.heavy_ttft_colocated.p50, 30);
+  EXPECT_DOUBLE_EQ(s.heavy_queue_share, 42.0 / 60);
+  // Offloads: 1 of 7; its 10,000 cached tokens were pulled, 10 MB at 1,000 B/token.
+  EXPECT_DOUBLE_EQ(s.offload_rate, 1.0 / 7);
+  EXPECT_EQ(s.offloaded_prompt_tokens, 40000);
+  EXPECT_EQ(s.transferred_tokens, 10000);
+  EXPECT_DOUBLE_EQ(s.transferred_bytes, 1e7);
+}
+
+TEST(SummaryTest, NoGoodputWithoutClasses) {
+  RunResult run = SloRun();
+  for (RequestRecord& r : run.requests) r.klass.clear();
+  const RunSummary s = Summarize(run);
+  EXPECT_EQ(s.classes.front().goodput, -1);
+  EXPECT_EQ(s.goodput_rps, -1);
+}
+
+TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
+  Report report;
+  report.runs = {SloRun()};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("| goodput | ITL p99 | stalled streams |"), std::string::npos);
+  EXPECT_NE(md.find("| 37.5% | 0.900 | 40.0% |"), std::string::npos);  // the summary row
+  EXPECT_NE(md.find("| 1 / 3 | 33.3% |"), std::string::npos);          // WARM per class
+  EXPECT_NE(md.find("WARM 2s, MEDIUM 10s, HEAVY 30s) and TPOT within 0.1s"), std::string::npos);
+  EXPECT_NE(md.find("## HEAVY TTFT: queue and compute floor"), std::string::npos);
+  EXPECT_NE(md.find("| v1 | 2 | 30.0 |"), std::string::npos);
+  EXPECT_NE(md.find("0.01 GB"), std::string::npos);
+  const std::string html = ReportHtml(report);
+  EXPECT_NE(html.find("<h2>HEAVY TTFT: queue and compute floor</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<th>goodput</th>"), std::string::npos);
+  const json::value j = ReportJson(report);
+  const json::object& run = j.at("runs").as_array()[0].as_object();
+  const json::object& summary = run.at("summary").as_object();
+  EXPECT_DOUBLE_EQ(summary.at("classes").at("ALL").at("goodput").as_double(), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(summary.at("slo").at("ttft_heavy_s").as_double(), 30);
+  EXPECT_DOUBLE_EQ(summary.at("heavy_queue_share").as_double(), 0.7);
+  EXPECT_EQ(run.at("itl_histograms").at("by_class").at("WARM").at("count").as_int64(), 4);
+  EXPECT_EQ(run.at("requests").as_array()[1].at("gaps").as_int64(), 5);
+  // Without floors the report says what is missing.
+  report.runs[0].requests[3].compute_floor_s = -1;
+  report.runs[0].requests[4].compute_floor_s = -1;
+  report.runs[0].requests[5].compute_floor_s = -1;
+  EXPECT_NE(ReportMarkdown(report).find("HEAVY TTFT split: not available"), std::string::npos);
+  report.runs[0].requests[0].compute_floor_s = 0.1;  // a WARM request with a floor
+  EXPECT_NE(ReportMarkdown(report).find("no successful co-located HEAVY"), std::string::npos);
+}
+
+TEST(SloTest, ParsesTtftTargets) {
+  absl::StatusOr<SloTargets> s = ParseTtftSlos("warm=1.5, HEAVY=60", SloTargets{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->ttft_warm_s, 1.5);
+  EXPECT_DOUBLE_EQ(s->ttft_medium_s, 10);  // unchanged
+  EXPECT_DOUBLE_EQ(s->ttft_heavy_s, 60);
+  for (const char* bad : {"warm", "warm=0", "warm=-1", "warm=x", "cold=3", "warm=inf"}) {
+    absl::StatusOr<SloTargets> r = ParseTtftSlos(bad, SloTargets{});
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("--slo-ttft"), std::string::npos);
+    }
+  }
+  EXPECT_DOUBLE_EQ(TtftSlo(SloTargets{}, "MEDIUM"), 10);
+  EXPECT_EQ(TtftSlo(SloTargets{}, "unlabelled"), -1);
 }
 
 }  // namespace
