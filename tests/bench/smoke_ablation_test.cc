@@ -9,16 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "bench/kvroute_bench/ablation.h"
+#include "tests/bench/smoke_fleet.h"
 
 namespace kvroute::bench {
 namespace {
 
-std::string BinaryPath(const char* built, const char* env) {
-  if (const char* e = std::getenv(env); e != nullptr && *e != '\0') return e;
-  return built;
-}
-
-bool Executable(const std::string& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; }
+using testing::BinaryPath;
+using testing::Executable;
 
 TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
@@ -35,18 +32,7 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   AblationOptions o;
   o.modes = {"baseline", "v2"};
   o.thresholds = {20000};
-  o.kvroute_bin = kvroute;
-  o.sim_bin = sim;
-  o.instances = 2;
-  o.sim_time_scale = 0.02;
-  o.sim_seed = 3;
-  o.out_dir = out.string();
-  o.startup_timeout_s = 30;
-  o.run_template.sample_interval_s = 0.05;
-  o.run_template.progress_interval_s = 5;
-  o.run_template.request_timeout_s = 20;
-  o.run_template.drain_timeout_s = 25;
-  o.run_template.progress = [](std::string_view) {};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
   w.agentic.jobs_per_second = 1;

@@ -13,16 +13,13 @@
 #include <utility>
 
 #include "bench/kvroute_bench/sweep.h"
+#include "tests/bench/smoke_fleet.h"
 
 namespace kvroute::bench {
 namespace {
 
-std::string BinaryPath(const char* built, const char* env) {
-  if (const char* e = std::getenv(env); e != nullptr && *e != '\0') return e;
-  return built;
-}
-
-bool Executable(const std::string& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; }
+using testing::BinaryPath;
+using testing::Executable;
 
 // job id -> prompt tokens of its first turn, as the engine counted them.
 std::map<int64_t, int64_t> FirstPrompts(const RunResult& run) {
@@ -52,18 +49,7 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
   AblationOptions& a = o.ablation;
   a.modes = {"baseline", "v1"};
   a.thresholds = {20000};
-  a.kvroute_bin = kvroute;
-  a.sim_bin = sim;
-  a.instances = 2;
-  a.sim_time_scale = 0.02;
-  a.sim_seed = 3;
-  a.out_dir = out.string();
-  a.startup_timeout_s = 30;
-  a.run_template.sample_interval_s = 0.05;
-  a.run_template.progress_interval_s = 5;
-  a.run_template.request_timeout_s = 20;
-  a.run_template.drain_timeout_s = 25;
-  a.run_template.progress = [](std::string_view) {};
+  testing::UseSmokeFleet(a, kvroute, sim, out.string());
   WorkloadSpec base;
   base.kind = WorkloadKind::kAgentic;
   base.agentic.duration_s = 10;  // modelled seconds: 0.2 s of wall time
