@@ -273,7 +273,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   r.prefill_epoch = state_[d.prefill_backend].epoch;
   r.decode_epoch = state_[d.decode_backend].epoch;
   r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
-  r.total_tokens = d.prompt_tokens_est + output_est;
+  r.total_tokens = fleet.footprint_tokens_est;
 
   // The request's footprint in the engines' KV pools, from now until it
   // ends: the cached prefix it reuses is pinned, the rest (its uncached

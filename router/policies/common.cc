@@ -50,11 +50,7 @@ Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule) 
     a.broken = true;
     return a;
   }
-  if (fleet.session_prefix_evicted) {
-    a.prefix_gone = true;
-    return a;
-  }
-  a.backend = s;
+  if (!fleet.session_prefix_evicted) a.backend = s;
   return a;
 }
 

@@ -39,13 +39,12 @@ bool Overloaded(const FleetSnapshot& fleet, int backend, const OverloadRule& rul
 //   - unhealthy or overloaded: `broken`, and the policy leaves it out while
 //     any other healthy instance exists;
 //   - it evicted the session's prefix (FleetSnapshot::session_prefix_evicted):
-//     `prefix_gone`, and the instance is scored like any other, since a cold
+//     -1 without `broken`: the instance is scored like any other, since a cold
 //     prefill costs about the same wherever it runs and the session may move
 //     to where it is cheapest.
 struct Affinity {
   int backend = -1;
   bool broken = false;
-  bool prefix_gone = false;
 };
 Affinity EvaluateAffinity(const FleetSnapshot& fleet, const OverloadRule& rule);
 
