@@ -219,8 +219,12 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     continuation_tokens = session->held_tokens;
   }
   // Less than half of the last prompt left: the instance evicted it.
+  const bool reference = features.reference_cached_tokens.size() == static_cast<size_t>(n);
   fleet.session_prefix_evicted =
-      continues && 2 * static_cast<int64_t>(matched_[session->backend]) < session->prompt_chunks;
+      continues &&
+      (reference ? 2 * features.reference_cached_tokens[session->backend] <
+                       ChunksToTokens(session->prompt_chunks, bpt)
+                 : 2 * static_cast<int64_t>(matched_[session->backend]) < session->prompt_chunks);
   for (int b = 0; b < n; ++b) {
     const BackendState& s = state_[b];
     BackendSnapshot& v = fleet.backends[b];
@@ -239,9 +243,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     v.resident_tokens = sessions_.ResidentTokens(b) + s.sessionless_tokens;
     int64_t cached = ChunksToTokens(matched_[b], bpt);
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
-    if (features.reference_cached_tokens.size() == static_cast<size_t>(n)) {
-      cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
-    }
+    if (reference) cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
   }
   // The session's own footprint is replaced by this request's wherever it
@@ -394,8 +396,10 @@ void RouterImpl::LearnFromTruth(InflightRequest& r, const Outcome& outcome, int 
     if (tick != 0 && tick <= r.route_tick) {
       index_.EvictThrough(served, tick);
       s.corrections += 1;
-      // What is left, beside what requests in flight hold, is what the
-      // engine keeps: move the effective capacity toward it.
+      // The engine's own eviction reports size this pool; without them, what
+      // is left beside what requests in flight hold is what the engine
+      // keeps: move the effective capacity toward it.
+      if (index_.engine_evicts(served)) return;
       const double kept = static_cast<double>(index_.size(served) + index_.reserved(served)) /
                           static_cast<double>(std::max<int64_t>(1, nominal));
       const double lr = std::clamp(options_.capacity_learning_rate, 0.0, 1.0);
@@ -475,6 +479,9 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
     s.decoding_requests = 0;
     s.inflight_tokens = 0;
     s.sessionless_tokens = 0;
+    // Its events may not resume (a restart without them): the shadow's own
+    // model trims it until they do.
+    index_.SetEngineEvicts(backend, false);
   }
   // An instance coming back most likely restarted with an empty cache
   // (a vLLM restart loses its prefix cache): drop its shadow rather than
@@ -492,6 +499,8 @@ int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEv
   const double tokens_per_chunk =
       static_cast<double>(options_.chunk_bytes) / std::max(ratios_.FleetWide(), 1e-9);
   int64_t evicted = 0;
+  // From the first event on, the engine's removals trim the shadow.
+  if (!events.empty() && !index_.engine_evicts(backend)) index_.SetEngineEvicts(backend, true);
   for (const EngineKvEvent& e : events) {
     switch (e.kind) {
       case EngineKvEvent::Kind::kCleared:

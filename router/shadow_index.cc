@@ -21,9 +21,15 @@ void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
   FitFreeEntries(instance);
 }
 
+void ShadowIndex::SetEngineEvicts(int instance, bool engine_evicts) {
+  lrus_[instance].engine_evicts = engine_evicts;
+  FitFreeEntries(instance);
+}
+
 void ShadowIndex::FitFreeEntries(int instance) {
   Lru& lru = lrus_[instance];
-  const int64_t room = std::max<int64_t>(0, lru.capacity - lru.pinned - lru.reserved);
+  const int64_t reserved = lru.engine_evicts ? 0 : lru.reserved;
+  const int64_t room = std::max<int64_t>(0, lru.capacity - lru.pinned - reserved);
   while (lru.oldest != kNil && lru.size - lru.pinned > room) EvictOldest(instance);
 }
 

@@ -17,7 +17,14 @@
 //   - free entries: cached and evictable, in a list ordered by when they
 //     were last freed or proven; eviction takes the least recently freed.
 // Free entries never exceed capacity - pinned - reserved, so a busy instance
-// keeps fewer cached prefixes than an idle one, as the engine does.
+// keeps fewer cached prefixes than an idle one, as the engine does. An
+// instance whose engine reports its own evictions (SetEngineEvicts) is
+// instead trimmed by those reports (EvictLeastRecentlyFreed): a request
+// reserves its footprint here when it is routed, but the engine allocates it
+// only when it admits the request and as its prefill advances, so evicting
+// for reservations would drop prefixes the engine still holds and then drop
+// as many again when the engine reports the same eviction. Its entries are
+// then bounded by the capacity alone.
 // Insert() and Unpin() touch a chain tail-first so a prefix is always at
 // least as recent as its descendants and eviction removes tails first, like
 // vLLM's free queue (a finished request's blocks are freed in reverse
@@ -71,6 +78,11 @@ class ShadowIndex {
   // recently freed entries that no longer fit.
   void SetCapacity(int instance, int64_t chunks);
   int64_t capacity(int instance) const { return lrus_[instance].capacity; }
+  // Whether reservations evict free entries of `instance` (the default) or
+  // the engine's own eviction reports do (true). Turning reports off fits
+  // the free entries beside the reservations again.
+  void SetEngineEvicts(int instance, bool engine_evicts);
+  bool engine_evicts(int instance) const { return lrus_[instance].engine_evicts; }
   // Entries held (free and pinned).
   int64_t size(int instance) const { return lrus_[instance].size; }
   int64_t pinned(int instance) const { return lrus_[instance].pinned; }
@@ -150,12 +162,14 @@ class ShadowIndex {
     int64_t reserved = 0;
     int64_t capacity = 1;
     uint64_t generation = 0;
+    bool engine_evicts = false;
   };
 
   void Unlink(Lru& lru, uint32_t n);
   void PushNewest(Lru& lru, uint32_t n);
   void EvictOldest(int instance);
-  // Evicts free entries until they fit beside the pinned and reserved ones.
+  // Evicts free entries until they fit beside the pinned and (unless the
+  // engine reports its evictions) reserved ones.
   void FitFreeEntries(int instance);
   void AddHolder(uint64_t hash, int instance);
   void RemoveHolder(uint64_t hash, int instance);

@@ -55,8 +55,9 @@ struct RequestFeatures {
   // prompt on every backend, in backend order (kvroute-bench's oracle
   // reference reads them from kvroute-sim's /sim/oracle/cached_tokens). When
   // it has one entry per backend the policy sees these instead of the shadow
-  // index's estimates, so a run separates what estimation costs from what
-  // the policy costs.
+  // index's estimates (and judges from them whether the session's instance
+  // evicted its last prompt), so a run separates what estimation costs from
+  // what the policy costs.
   std::vector<int64_t> reference_cached_tokens;
 };
 

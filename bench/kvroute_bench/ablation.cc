@@ -65,9 +65,10 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
   }
   if (o.targets.empty()) {
     s.emplace_back("fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale "
-                                            "%g, seed %d",
+                                            "%g, seed %d, KV events %s",
                                             o.instances, o.profile.empty() ? "(default)" : o.profile,
-                                            o.sim_time_scale, o.sim_seed));
+                                            o.sim_time_scale, o.sim_seed,
+                                            o.kv_events ? "published and subscribed" : "off"));
   } else {
     std::string t;
     for (const auto& [name, url] : o.targets) absl::StrAppend(&t, t.empty() ? "" : ", ", name, "=", url);
@@ -131,7 +132,7 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
 }
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<std::pair<std::string, std::string>>& backends,
+                              const std::vector<FleetBackend>& backends,
                               double time_scale) {
   // kvroute runs on the wall clock: a window of modelled time is scaled.
   const router::Options defaults;
@@ -140,8 +141,13 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
       "\nlisten: 127.0.0.1:0\nmode: ", config.mode, "\nheavy_threshold: ", config.heavy_threshold,
       "\nrouter:\n  session_resident_window_s: ",
       absl::ToDoubleSeconds(defaults.session_resident_window) * time_scale, "\nbackends:\n");
-  for (const auto& [name, url] : backends) {
-    absl::StrAppend(&y, "  - {name: ", name, ", url: ", url, "}\n");
+  for (const FleetBackend& b : backends) {
+    absl::StrAppend(&y, "  - {name: ", b.name, ", url: ", b.url);
+    if (!b.kv_events.empty()) absl::StrAppend(&y, ", kv_events: \"", b.kv_events, "\"");
+    if (!b.kv_events_replay.empty()) {
+      absl::StrAppend(&y, ", kv_events_replay: \"", b.kv_events_replay, "\"");
+    }
+    absl::StrAppend(&y, "}\n");
   }
   return y;
 }
@@ -201,6 +207,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
   const auto startup = std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
   static const std::regex kSimReady(
       R"(kvroute-sim: instance (\d+) listening on ([0-9.]+):(\d+))");
+  static const std::regex kSimEvents(
+      R"(kvroute-sim: instance (\d+) kv events on (\S+) replay (\S+))");
   static const std::regex kProxyReady(R"(kvroute: listening on ([0-9.]+):(\d+))");
 
   const std::vector<AblationConfig> configs =
@@ -222,6 +230,14 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       sim_argv.push_back("--profile");
       sim_argv.push_back(options.profile);
     }
+    // The oracle reads the truth directly; kvroute learns evictions from the events.
+    const bool kv_events = options.kv_events && config.mode != kOracleReferenceMode;
+    if (kv_events) {
+      for (const char* flag : {"--kv-events-port", "--kv-events-replay-port"}) {
+        sim_argv.push_back(flag);
+        sim_argv.push_back("0");
+      }
+    }
     absl::StatusOr<std::unique_ptr<ChildProcess>> sim =
         ChildProcess::Start(sim_argv, (dir / "sim.log").string());
     if (!sim.ok()) return sim.status();
@@ -231,7 +247,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
                           absl::StrCat("kvroute-sim: ", sim_lines.status().message(), "; see ",
                                        (dir / "sim.log").string()));
     }
-    std::vector<std::pair<std::string, std::string>> backends(static_cast<size_t>(options.instances));
+    std::vector<FleetBackend> backends(static_cast<size_t>(options.instances));
     RunOptions ro = options.run_template;
     ro.instances.clear();
     for (const std::vector<std::string>& m : *sim_lines) {
@@ -239,9 +255,27 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       if (!absl::SimpleAtoi(m[1], &i) || i >= backends.size()) {
         return absl::InternalError(absl::StrCat("kvroute-sim printed instance ", m[1]));
       }
-      backends[i] = {absl::StrCat("gpu", i), absl::StrCat("http://", m[2], ":", m[3])};
+      backends[i].name = absl::StrCat("gpu", i);
+      backends[i].url = absl::StrCat("http://", m[2], ":", m[3]);
     }
-    for (const auto& [name, url] : backends) ro.instances.push_back({name, *ParseHttpUrl(url)});
+    if (kv_events) {
+      auto event_lines =
+          (*sim)->WaitForLines(kSimEvents, static_cast<size_t>(options.instances), startup);
+      if (!event_lines.ok()) {
+        return absl::Status(event_lines.status().code(),
+                            absl::StrCat("kvroute-sim KV events: ", event_lines.status().message(),
+                                          "; see ", (dir / "sim.log").string()));
+      }
+      for (const std::vector<std::string>& m : *event_lines) {
+        size_t i = 0;
+        if (!absl::SimpleAtoi(m[1], &i) || i >= backends.size()) {
+          return absl::InternalError(absl::StrCat("kvroute-sim printed instance ", m[1]));
+        }
+        backends[i].kv_events = m[2];
+        backends[i].kv_events_replay = m[3];
+      }
+    }
+    for (const FleetBackend& b : backends) ro.instances.push_back({b.name, *ParseHttpUrl(b.url)});
 
     ro.name = config.name;
     ro.mode = config.mode;
@@ -250,7 +284,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (config.mode == kOracleReferenceMode) {
       // No kvroute: the bench routes by baseline's policy from the simulator's true counts.
       absl::StatusOr<std::unique_ptr<OracleReference>> reference =
-          OracleReference::Create(ro.instances);
+          OracleReference::Create(ro.instances, ro.time_scale);
       if (!reference.ok()) return reference.status();
       ro.reference = std::shared_ptr<OracleReference>(*std::move(reference));
       ro.target = ro.instances.front().endpoint;

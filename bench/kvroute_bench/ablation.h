@@ -53,6 +53,9 @@ struct AblationOptions {
   std::string profile;  // kvroute-sim --profile (empty: the simulator's default)
   double sim_time_scale = 0.1;
   uint64_t sim_seed = 1;
+  // The simulated engines publish their KV cache events (as vLLM does with
+  // --kv-events-config) and kvroute subscribes to them.
+  bool kv_events = true;
   std::string log_level = "warn";
   double startup_timeout_s = 60;
   // Given targets instead: (name, URL) pairs; run_template.instances are scraped.
@@ -73,10 +76,19 @@ std::string FindBuiltBinary(const std::string& name, const std::vector<std::stri
 // transfer_s. Returns how many records matched; a missing file matches none.
 int64_t MergeRequestLog(const std::string& path, RunResult& run);
 
+// One simulated instance as kvroute's config names it: its HTTP URL and, when
+// it publishes them, its KV event endpoints (empty: none).
+struct FleetBackend {
+  std::string name;
+  std::string url;
+  std::string kv_events;
+  std::string kv_events_replay;
+};
+
 // The kvroute YAML config (DESIGN.md section 4) for one configuration, its
 // time windows scaled to a simulated fleet running at `time_scale`.
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<std::pair<std::string, std::string>>& backends,
+                              const std::vector<FleetBackend>& backends,
                               double time_scale = 1.0);
 
 }  // namespace kvroute::bench

@@ -239,6 +239,10 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                       "(with --targets: only when given)")
           ->capture_default_str();
   cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
+  cmd->add_flag("--kv-events,!--no-kv-events", abl.kv_events,
+                "the simulated engines publish KV cache events and kvroute subscribes "
+                "(as vLLM with --kv-events-config)")
+      ->capture_default_str();
   cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
   cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
   cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")

@@ -39,13 +39,14 @@ absl::StatusOr<std::vector<int64_t>> ParseOracleAnswer(std::string_view body, si
 }
 
 absl::StatusOr<std::unique_ptr<OracleReference>> OracleReference::Create(
-    std::vector<NamedEndpoint> instances) {
+    std::vector<NamedEndpoint> instances, double time_scale) {
   std::vector<router::BackendSpec> specs;
   for (const NamedEndpoint& i : instances) {
     specs.push_back({.name = i.name, .host = i.endpoint.host, .port = i.endpoint.port});
   }
   router::Options options;
   options.mode = "baseline";
+  options.session_resident_window *= time_scale;
   absl::StatusOr<std::unique_ptr<router::Router>> r =
       router::Router::Create(options, std::move(specs));
   if (!r.ok()) return r.status();
@@ -110,6 +111,12 @@ void OracleReference::OnComplete(const Routed& routed, bool ok, int64_t prompt_t
   o.served_by = routed.ticket.decision.decode_backend;
   o.kv_transferred = false;
   router_->OnComplete(routed.ticket, o, absl::Now());
+}
+
+void OracleReference::SetCapacity(int index, int64_t tokens) {
+  router::EngineGauges g;
+  g.capacity_tokens = tokens;
+  router_->UpdateEngineGauges(index, g);
 }
 
 void OracleReference::UpdateGauges(int index, const InstanceSample& sample) {

@@ -14,7 +14,7 @@
 // which no real engine serves.
 //
 // Usage (on the run's io_context):
-//   auto ref = OracleReference::Create(instances);   // the simulated fleet, by index
+//   auto ref = OracleReference::Create(instances, time_scale);  // the simulated fleet
 //   OracleReference::Routed r = co_await (*ref)->Route(body, messages, session, request_id);
 //   ... send to r.endpoint; at first token (*ref)->OnFirstToken(r); at the end
 //   (*ref)->OnComplete(r, outcome);
@@ -47,9 +47,11 @@ class OracleReference {
     int64_t cached_tokens_est = -1;  // the oracle's count on the chosen instance
   };
 
-  // Fails when the fleet is empty or larger than the router supports.
+  // Fails when the fleet is empty or larger than the router supports. The router's time
+  // windows are scaled by `time_scale` as kvroute's config is for the same run
+  // (KvrouteConfigYaml), so the two differ only in where cached-token counts come from.
   static absl::StatusOr<std::unique_ptr<OracleReference>> Create(
-      std::vector<NamedEndpoint> instances);
+      std::vector<NamedEndpoint> instances, double time_scale = 1.0);
 
   // Asks the oracle (through instance 0, which answers for its whole kvroute-sim process) and
   // routes. `prompt_bytes` is the prompt text the router sizes the request by.
@@ -62,6 +64,9 @@ class OracleReference {
                   int64_t completion_tokens);
   // The latest /metrics sample of instance `index` (its gauges enter the baseline cost).
   void UpdateGauges(int index, const InstanceSample& sample);
+  // Instance `index`'s KV pool in tokens, from its vllm:cache_config_info, as kvroute's
+  // backend monitor learns it.
+  void SetCapacity(int index, int64_t tokens);
   const std::vector<NamedEndpoint>& instances() const { return instances_; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 
 #include <boost/asio/as_tuple.hpp>
@@ -51,7 +52,16 @@ class Run {
     model_ = options_.model;
     if (model_.empty()) model_ = co_await DetectModel();
     result_.fleet_kv_tokens = options_.fleet_kv_tokens;
-    if (result_.fleet_kv_tokens <= 0) result_.fleet_kv_tokens = co_await ScrapeFleetKv();
+    if (result_.fleet_kv_tokens <= 0 || options_.reference) {
+      const std::vector<int64_t> pools = co_await ScrapeInstanceKv();
+      const bool known = std::all_of(pools.begin(), pools.end(), [](int64_t t) { return t > 0; });
+      if (result_.fleet_kv_tokens <= 0 && known) {
+        result_.fleet_kv_tokens = std::accumulate(pools.begin(), pools.end(), int64_t{0});
+      }
+      for (size_t i = 0; options_.reference && i < pools.size(); ++i) {
+        if (pools[i] > 0) options_.reference->SetCapacity(static_cast<int>(i), pools[i]);
+      }
+    }
     epoch_ = Clock::now();
     if (!options_.instances.empty() || !options_.dcgm.host.empty()) {
       net::co_spawn(io_,
@@ -142,9 +152,9 @@ class Run {
     }
   }
 
-  // Sum of num_gpu_blocks x block_size over the instances (0 when any is unknown).
-  net::awaitable<int64_t> ScrapeFleetKv() {
-    int64_t total = 0;
+  // num_gpu_blocks x block_size of each instance (0 where unknown).
+  net::awaitable<std::vector<int64_t>> ScrapeInstanceKv() {
+    std::vector<int64_t> pools;
     for (const NamedEndpoint& inst : options_.instances) {
       HttpResponse r = co_await HttpGet(inst.endpoint, "/metrics", std::chrono::seconds(10));
       int64_t tokens = 0;
@@ -160,10 +170,9 @@ class Run {
           }
         }
       }
-      if (tokens <= 0) co_return 0;
-      total += tokens;
+      pools.push_back(tokens);
     }
-    co_return total;
+    co_return pools;
   }
 
   // Waits until `offset_s` workload seconds after the epoch.

@@ -248,10 +248,15 @@ TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   EXPECT_EQ(c[1].name, "v1-T10k");
   EXPECT_EQ(c[6].name, "v2-T40k");
   EXPECT_EQ(c[6].heavy_threshold, 40000);
-  const std::string y = KvrouteConfigYaml(c[6], {{"gpu0", "http://127.0.0.1:9000"}});
+  const std::string y = KvrouteConfigYaml(
+      c[6], {{"gpu0", "http://127.0.0.1:9000", "", ""},
+             {"gpu1", "http://127.0.0.1:9001", "tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"}});
   EXPECT_NE(y.find("mode: v2\n"), std::string::npos);
   EXPECT_NE(y.find("heavy_threshold: 40000\n"), std::string::npos);
   EXPECT_NE(y.find("  - {name: gpu0, url: http://127.0.0.1:9000}\n"), std::string::npos);
+  EXPECT_NE(y.find("  - {name: gpu1, url: http://127.0.0.1:9001, kv_events: "
+                   "\"tcp://127.0.0.1:5557\", kv_events_replay: \"tcp://127.0.0.1:5558\"}\n"),
+            std::string::npos);
 }
 
 TEST(AblationConfigTest, MergesKvrouteRequestLog) {

@@ -249,5 +249,32 @@ TEST(ShadowIndexPoolTest, EvictLeastRecentlyFreedDropsFreeEntriesOldestFirst) {
   index.Unpin(pin, b);
 }
 
+TEST(ShadowIndexPoolTest, WhenTheEngineReportsEvictionsReservationsDoNotEvict) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 10);
+  const auto a = PoolChain(1, 4);
+  const auto b = PoolChain(2, 4);
+  index.Insert(0, a);
+  index.Insert(0, b);
+  index.SetEngineEvicts(0, true);
+  // The same request as in RequestsInFlightLeaveLessRoomForCachedPrefixes: routed, not yet
+  // admitted, so the engine still holds b and the shadow keeps it.
+  ShadowIndex::Pin pin = index.PinRequest(0, a, 4, 9);
+  EXPECT_EQ(index.reserved(0), 5);
+  EXPECT_EQ(Held(index, b), 4);
+  // Admitted: the engine evicts 3 blocks for it and says so; b's tail goes first.
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 3), 3);
+  EXPECT_EQ(Held(index, b), 1);
+  EXPECT_EQ(Held(index, a), 4);
+  // Entries stay within the capacity whatever the engine reports.
+  index.Insert(0, PoolChain(3, 8));
+  EXPECT_LE(index.size(0), index.capacity(0));
+  EXPECT_EQ(Held(index, a), 4);  // pinned
+  // Back to the shadow's own model: free entries fit beside the reservation again.
+  index.SetEngineEvicts(0, false);
+  EXPECT_LE(index.size(0) - index.pinned(0), index.capacity(0) - index.pinned(0) - 5);
+  index.Unpin(pin, a);
+}
+
 }  // namespace
 }  // namespace kvroute::router
