@@ -499,7 +499,8 @@ int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEv
   const double tokens_per_chunk =
       static_cast<double>(options_.chunk_bytes) / std::max(ratios_.FleetWide(), 1e-9);
   int64_t evicted = 0;
-  // From the first event on, the engine's removals trim the shadow.
+  // From the first event on, the engine's removals trim the shadow beyond
+  // what it evicted ahead of them.
   if (!events.empty() && !index_.engine_evicts(backend)) index_.SetEngineEvicts(backend, true);
   for (const EngineKvEvent& e : events) {
     switch (e.kind) {

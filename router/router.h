@@ -256,10 +256,10 @@ class Router {
   // fraction of a chunk over to the next removal; kCleared empties the
   // backend's shadow; kStored and kRemoved move
   // BackendReport::engine_cached_tokens. From a backend's first event until
-  // it is ejected, its removals are what evict its shadow: requests routed
-  // there reserve KV without evicting (ShadowIndex::SetEngineEvicts), and
-  // misses the engine reports no longer shrink its modelled capacity.
-  // Returns the shadow chunks evicted.
+  // it is ejected, the shadow's evictions for requests routed there are
+  // credited against its removals, which evict only beyond them
+  // (ShadowIndex::SetEngineEvicts), and misses the engine reports no longer
+  // shrink its modelled capacity. Returns the shadow chunks evicted.
   virtual int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) = 0;
 };
 

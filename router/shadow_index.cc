@@ -22,15 +22,19 @@ void ShadowIndex::SetCapacity(int instance, int64_t chunks) {
 }
 
 void ShadowIndex::SetEngineEvicts(int instance, bool engine_evicts) {
-  lrus_[instance].engine_evicts = engine_evicts;
-  FitFreeEntries(instance);
+  Lru& lru = lrus_[instance];
+  lru.engine_evicts = engine_evicts;
+  lru.evicted_ahead = 0;
 }
 
 void ShadowIndex::FitFreeEntries(int instance) {
   Lru& lru = lrus_[instance];
-  const int64_t reserved = lru.engine_evicts ? 0 : lru.reserved;
-  const int64_t room = std::max<int64_t>(0, lru.capacity - lru.pinned - reserved);
-  while (lru.oldest != kNil && lru.size - lru.pinned > room) EvictOldest(instance);
+  const int64_t room = std::max<int64_t>(0, lru.capacity - lru.pinned - lru.reserved);
+  while (lru.oldest != kNil && lru.size - lru.pinned > room) {
+    EvictOldest(instance);
+    if (lru.engine_evicts) ++lru.evicted_ahead;
+  }
+  lru.evicted_ahead = std::min(lru.evicted_ahead, lru.reserved);
 }
 
 void ShadowIndex::Match(absl::Span<const uint64_t> chain, absl::Span<int32_t> matched) const {
@@ -202,6 +206,9 @@ void ShadowIndex::Unpin(const Pin& pin, absl::Span<const uint64_t> chain) {
 
 int64_t ShadowIndex::EvictLeastRecentlyFreed(int instance, int64_t chunks) {
   Lru& lru = lrus_[instance];
+  const int64_t paid = std::min(std::max<int64_t>(0, chunks), lru.evicted_ahead);
+  lru.evicted_ahead -= paid;
+  chunks -= paid;
   int64_t dropped = 0;
   while (dropped < chunks && lru.oldest != kNil) {
     EvictOldest(instance);
@@ -231,7 +238,7 @@ void ShadowIndex::Clear(int instance) {
   for (const auto& [hash, node] : lru.slot) RemoveHolder(hash, instance);
   lru.slot = {};
   lru.newest = lru.oldest = kNil;
-  lru.size = lru.pinned = lru.reserved = 0;
+  lru.size = lru.pinned = lru.reserved = lru.evicted_ahead = 0;
   ++lru.generation;
   lru.nodes.clear();
   lru.nodes.shrink_to_fit();

@@ -17,14 +17,17 @@
 //   - free entries: cached and evictable, in a list ordered by when they
 //     were last freed or proven; eviction takes the least recently freed.
 // Free entries never exceed capacity - pinned - reserved, so a busy instance
-// keeps fewer cached prefixes than an idle one, as the engine does. An
-// instance whose engine reports its own evictions (SetEngineEvicts) is
-// instead trimmed by those reports (EvictLeastRecentlyFreed): a request
-// reserves its footprint here when it is routed, but the engine allocates it
-// only when it admits the request and as its prefill advances, so evicting
-// for reservations would drop prefixes the engine still holds and then drop
-// as many again when the engine reports the same eviction. Its entries are
-// then bounded by the capacity alone.
+// keeps fewer cached prefixes than an idle one, as the engine does. A
+// request reserves its footprint when it is routed, so the shadow predicts
+// the engine at the admission of the next request routed there; the engine
+// evicts for the same request later, when it admits it. So on an instance
+// whose engine reports its own evictions (SetEngineEvicts,
+// EvictLeastRecentlyFreed), what the shadow evicted to fit reservations is
+// counted as ahead of the engine, and the engine's reports pay that off
+// first and evict only beyond it, rather than evicting the same blocks
+// twice. The credit never exceeds the chunks reserved: the shadow can be
+// ahead only by what it reserved for requests the engine has not yet
+// allocated.
 // Insert() and Unpin() touch a chain tail-first so a prefix is always at
 // least as recent as its descendants and eviction removes tails first, like
 // vLLM's free queue (a finished request's blocks are freed in reverse
@@ -78,11 +81,12 @@ class ShadowIndex {
   // recently freed entries that no longer fit.
   void SetCapacity(int instance, int64_t chunks);
   int64_t capacity(int instance) const { return lrus_[instance].capacity; }
-  // Whether reservations evict free entries of `instance` (the default) or
-  // the engine's own eviction reports do (true). Turning reports off fits
-  // the free entries beside the reservations again.
+  // Whether the engine of `instance` reports its evictions: while it does,
+  // the shadow's own evictions are credited against its reports (above).
   void SetEngineEvicts(int instance, bool engine_evicts);
   bool engine_evicts(int instance) const { return lrus_[instance].engine_evicts; }
+  // Chunks the shadow evicted that the engine has not reported yet.
+  int64_t evicted_ahead(int instance) const { return lrus_[instance].evicted_ahead; }
   // Entries held (free and pinned).
   int64_t size(int instance) const { return lrus_[instance].size; }
   int64_t pinned(int instance) const { return lrus_[instance].pinned; }
@@ -109,8 +113,9 @@ class ShadowIndex {
   void Unpin(const Pin& pin, absl::Span<const uint64_t> chain);
 
   // The engine evicted `chunks` cached chunks from its free queue (its least
-  // recently freed): drops that many free entries, oldest first. Returns how
-  // many were dropped (fewer when the instance holds fewer free entries).
+  // recently freed): drops that many free entries, oldest first, less what
+  // the shadow already evicted ahead of the engine. Returns how many were
+  // dropped (fewer when the instance holds fewer free entries).
   int64_t EvictLeastRecentlyFreed(int instance, int64_t chunks);
 
   // The tick of `hash`'s last touch on `instance`, 0 when absent.
@@ -163,13 +168,14 @@ class ShadowIndex {
     int64_t capacity = 1;
     uint64_t generation = 0;
     bool engine_evicts = false;
+    int64_t evicted_ahead = 0;  // <= reserved
   };
 
   void Unlink(Lru& lru, uint32_t n);
   void PushNewest(Lru& lru, uint32_t n);
   void EvictOldest(int instance);
-  // Evicts free entries until they fit beside the pinned and (unless the
-  // engine reports its evictions) reserved ones.
+  // Evicts free entries until they fit beside the pinned and reserved ones,
+  // crediting each eviction against the engine's reports while it makes them.
   void FitFreeEntries(int instance);
   void AddHolder(uint64_t hash, int instance);
   void RemoveHolder(uint64_t hash, int instance);

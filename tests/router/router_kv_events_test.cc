@@ -98,37 +98,34 @@ TEST(RouterKvEvents, ClearEmptiesOneBackendAndCachedTokensFollowTheEvents) {
   EXPECT_EQ(report[0].shadow_chunks, 0);  // 1,000 tokens removed: all three chunks
 }
 
-// A request routed to a full instance reserves its footprint at once, but the engine
-// allocates it only when it admits the request. Without events the shadow evicts for the
-// reservation; once the engine reports its own evictions, only those evict.
-TEST(RouterKvEvents, OnceTheEngineReportsEvictionsRoutingNoLongerEvicts) {
-  for (const bool events : {false, true}) {
-    SCOPED_TRACE(events ? "with events" : "without events");
-    Options o;
-    o.chunk_bytes = kChunk;
-    o.default_output_tokens = 0;
-    auto made = Router::Create(
-        o, {{.name = "gpu0", .host = "127.0.0.1", .port = 8100, .capacity_tokens = 10 * 64}});
-    ASSERT_TRUE(made.ok()) << made.status();
-    Router& r = **made;
-    if (events) {
-      const EngineKvEvent stored[] = {{Kind::kStored, 64}};
-      r.ApplyEngineKvEvents(0, stored);
-    }
-    const RequestFeatures old_prompt = Prompt('o', 6);
-    Serve(r, old_prompt);
-    // A 6-chunk request in flight: 6 + 6 chunks exceed the pool of 10.
-    absl::StatusOr<RouteTicket> running = r.Route(Prompt('n', 6), absl::UnixEpoch());
-    ASSERT_TRUE(running.ok());
-    EXPECT_EQ(Matched(r, old_prompt, 0), events ? 6 * 64 : 4 * 64);
-    if (events) {
-      // The engine admitted it and evicted two blocks of the old prompt.
-      const EngineKvEvent removed[] = {{Kind::kRemoved, 2 * 64}};
-      EXPECT_EQ(r.ApplyEngineKvEvents(0, removed), 2);
-      EXPECT_EQ(Matched(r, old_prompt, 0), 4 * 64);
-    }
-    r.OnComplete(*running, Outcome{}, absl::UnixEpoch());
-  }
+// A request routed to a full instance reserves its footprint at once, so the shadow evicts
+// for it before the engine admits it; when the engine then reports the same eviction, the
+// shadow does not evict again.
+TEST(RouterKvEvents, AnEvictionForeseenAtRoutingIsNotAppliedTwice) {
+  Options o;
+  o.chunk_bytes = kChunk;
+  o.default_output_tokens = 0;
+  auto made = Router::Create(
+      o, {{.name = "gpu0", .host = "127.0.0.1", .port = 8100, .capacity_tokens = 10 * 64}});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Router& r = **made;
+  const EngineKvEvent stored[] = {{Kind::kStored, 64}};
+  r.ApplyEngineKvEvents(0, stored);
+  const RequestFeatures old_prompt = Prompt('o', 6);
+  Serve(r, old_prompt);
+  // A 6-chunk request in flight: 6 + 6 chunks exceed the pool of 10.
+  absl::StatusOr<RouteTicket> running = r.Route(Prompt('n', 6), absl::UnixEpoch());
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(Matched(r, old_prompt, 0), 4 * 64);
+  // The engine admitted it and evicted two blocks of the old prompt: foreseen.
+  const EngineKvEvent removed[] = {{Kind::kRemoved, 2 * 64}};
+  EXPECT_EQ(r.ApplyEngineKvEvents(0, removed), 0);
+  EXPECT_EQ(Matched(r, old_prompt, 0), 4 * 64);
+  // One more than foreseen evicts.
+  const EngineKvEvent one[] = {{Kind::kRemoved, 64}};
+  EXPECT_EQ(r.ApplyEngineKvEvents(0, one), 1);
+  EXPECT_EQ(Matched(r, old_prompt, 0), 3 * 64);
+  r.OnComplete(*running, Outcome{}, absl::UnixEpoch());
 }
 
 TEST(RouterKvEvents, UnknownOrRetiredBackendIsIgnored) {

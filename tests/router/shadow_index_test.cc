@@ -249,31 +249,48 @@ TEST(ShadowIndexPoolTest, EvictLeastRecentlyFreedDropsFreeEntriesOldestFirst) {
   index.Unpin(pin, b);
 }
 
-TEST(ShadowIndexPoolTest, WhenTheEngineReportsEvictionsReservationsDoNotEvict) {
+TEST(ShadowIndexPoolTest, EngineReportsPayOffWhatReservationsEvictedFirst) {
   ShadowIndex index(1);
   index.SetCapacity(0, 10);
   const auto a = PoolChain(1, 4);
   const auto b = PoolChain(2, 4);
+  const auto c = PoolChain(3, 2);
+  index.Insert(0, c);
   index.Insert(0, a);
   index.Insert(0, b);
   index.SetEngineEvicts(0, true);
-  // The same request as in RequestsInFlightLeaveLessRoomForCachedPrefixes: routed, not yet
-  // admitted, so the engine still holds b and the shadow keeps it.
+  // As in RequestsInFlightLeaveLessRoomForCachedPrefixes, with c (oldest) beside: the routed
+  // request's reservation of 5 leaves room for 1 free entry, so c and 3 of b go ahead of the
+  // engine.
   ShadowIndex::Pin pin = index.PinRequest(0, a, 4, 9);
-  EXPECT_EQ(index.reserved(0), 5);
-  EXPECT_EQ(Held(index, b), 4);
-  // Admitted: the engine evicts 3 blocks for it and says so; b's tail goes first.
-  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 3), 3);
   EXPECT_EQ(Held(index, b), 1);
-  EXPECT_EQ(Held(index, a), 4);
-  // Entries stay within the capacity whatever the engine reports.
-  index.Insert(0, PoolChain(3, 8));
-  EXPECT_LE(index.size(0), index.capacity(0));
+  EXPECT_EQ(Held(index, c), 0);
+  EXPECT_EQ(index.evicted_ahead(0), 5);
+  // The engine admits the request and reports those 5 evictions: already done, nothing more.
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 5), 0);
+  EXPECT_EQ(Held(index, b), 1);
+  // An eviction the shadow did not foresee (another client's request) evicts.
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 1), 1);
+  EXPECT_EQ(Held(index, b), 0);
   EXPECT_EQ(Held(index, a), 4);  // pinned
-  // Back to the shadow's own model: free entries fit beside the reservation again.
-  index.SetEngineEvicts(0, false);
-  EXPECT_LE(index.size(0) - index.pinned(0), index.capacity(0) - index.pinned(0) - 5);
   index.Unpin(pin, a);
+  EXPECT_EQ(index.evicted_ahead(0), 0);
+}
+
+TEST(ShadowIndexPoolTest, CreditNeverExceedsWhatIsReserved) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 8);
+  index.SetEngineEvicts(0, true);
+  const auto a = PoolChain(1, 8);
+  index.Insert(0, a);
+  ShadowIndex::Pin pin = index.PinRequest(0, PoolChain(2, 3), 0, 3);
+  EXPECT_EQ(index.evicted_ahead(0), 3);
+  // The request ended before the engine evicted for it (it needed less): the credit goes
+  // with its reservation, and the engine's next report evicts in full.
+  index.Unpin(pin, PoolChain(2, 3));
+  EXPECT_EQ(index.evicted_ahead(0), 0);
+  EXPECT_EQ(index.EvictLeastRecentlyFreed(0, 2), 2);
+  EXPECT_EQ(Held(index, a), 3);
 }
 
 }  // namespace
