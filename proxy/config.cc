@@ -632,8 +632,11 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
   KV_RETURN_IF_ERROR(r.String("mode", &c.router.mode));
   if (const YAML::Node* t = r.Find("heavy_threshold")) {
-    std::string value = t->IsScalar() ? t->Scalar() : "";
-    KV_RETURN_IF_ERROR(ParseHeavyThreshold("heavy_threshold", value, &c.router));
+    if (!t->IsScalar()) {
+      return KeyError("heavy_threshold",
+                      absl::StrCat("expected 'auto' or a positive token count, got ", Show(*t)));
+    }
+    KV_RETURN_IF_ERROR(ParseHeavyThreshold("heavy_threshold", t->Scalar(), &c.router));
   }
   KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
   KV_RETURN_IF_ERROR(ReadBool(r, "request_log_prompts", &c.request_log_prompts));
