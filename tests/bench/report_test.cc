@@ -252,6 +252,12 @@ TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   EXPECT_NE(y.find("mode: v2\n"), std::string::npos);
   EXPECT_NE(y.find("heavy_threshold: 40000\n"), std::string::npos);
   EXPECT_NE(y.find("  - {name: gpu0, url: http://127.0.0.1:9000}\n"), std::string::npos);
+  EXPECT_EQ(y.find("profile:"), std::string::npos);
+  AblationConfig with_profile = c[6];
+  with_profile.profile = "/p/h20.yaml";
+  EXPECT_NE(KvrouteConfigYaml(with_profile, {}).find("\nprofile: /p/h20.yaml\n"),
+            std::string::npos);
+  EXPECT_EQ(AblationConfigs({"v1_cost"}, {10000, 20000}, 20000).size(), 2u);
 }
 
 TEST(AblationConfigTest, MergesKvrouteRequestLog) {
