@@ -20,9 +20,15 @@ int64_t Shortfall(const BackendSnapshot& b, int64_t tokens) {
   return std::max<int64_t>(0, b.inflight_tokens + tokens - b.kv_capacity_tokens);
 }
 
+// The snapshot has the queue's tokens, not its prompts' contexts; each queued
+// token is priced at this prompt's own cold average (attention grows with the
+// context, and the requests queued beside a long prompt are mostly turns of
+// long sessions too).
 double QueueSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
-  return static_cast<double>(std::max<int64_t>(0, fleet.backends[backend].inflight_prefill_tokens)) /
-         Rate(p);
+  const int64_t queued = std::max<int64_t>(0, fleet.backends[backend].inflight_prefill_tokens);
+  const int64_t prompt = std::max<int64_t>(1, fleet.prompt_tokens_est);
+  return static_cast<double>(queued) * PrefillSeconds(prompt, 0, p.rates) /
+         static_cast<double>(prompt);
 }
 
 double EvictedUnits(const FleetSnapshot& fleet, int home, const PlacementParams& p) {

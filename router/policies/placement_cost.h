@@ -16,7 +16,9 @@
 //
 //   S_i = n_i / r + attn x n_i x (c_i + n_i / 2)   own prefill; attn is the
 //         profile's attention seconds per token pair (0: linear)
-//   W_i = Q_i / r                                queue wait
+//   W_i = Q_i x S(P, 0) / P                      queue wait: the snapshot has
+//         the queue's tokens, not its prompts' contexts, so each is priced at
+//         this prompt's cold average (Q_i / r when attn is 0)
 //   M_i = max(0, I_i + F - C_i) / r              admission wait: KV that
 //         requests in flight must free first, at one prefill token per token
 //         (the unit `baseline` uses); 0 when C_i is unknown
