@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 #include "router/policy_registry.h"
+#include "transfer/connector.h"
 
 namespace kvroute::proxy {
 namespace {
@@ -650,6 +651,11 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   }
   KV_RETURN_IF_ERROR(FillOffloadCost(offload_cost, profile, !c.profile.empty(), &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
+  if (absl::StatusOr<std::unique_ptr<transfer::Connector>> conn =
+          transfer::MakeConnector(c.transfer.connector);
+      conn.ok()) {
+    c.router.decode_leg_after_prefill = (*conn)->sequential();
+  }
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
   const YAML::Node* backends = r.Find("backends");

@@ -118,6 +118,12 @@ struct Options {
   std::string offload_gate = "joint";
   classifier::OffloadCostParams offload_cost;
 
+  // Whether an offload's decode leg reaches B only once A's prefill is done
+  // (a sequential connector, NIXL): then B's queue delays the first token in
+  // full. false: both legs are sent at once (Mooncake, SGLang) and B's queue
+  // runs while A prefills. The config loader sets it from the connector.
+  bool decode_leg_after_prefill = true;
+
   // `heavy_threshold: auto`: for v1_cost and v2 with the joint gate,
   // every request that is not WARM goes to the placement decision (which
   // decides whether it is worth moving), instead of only HEAVY ones;

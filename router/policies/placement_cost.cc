@@ -60,6 +60,7 @@ PlacementParams ParamsFromOptions(const Options& options) {
   p.rates = options.offload_cost;
   p.slo = options.slo;
   p.stream_tokens = static_cast<double>(std::max<int64_t>(1, options.default_output_tokens));
+  p.decode_leg_after_prefill = options.decode_leg_after_prefill;
   return p;
 }
 
@@ -143,7 +144,8 @@ PlanCost Offload(const FleetSnapshot& fleet, int prefill, int decode, RequestCla
   const int64_t decode_shortfall = policy_internal::AdmissionShortfall(fleet, decode);
   const double decode_ready =
       QueueSeconds(fleet, decode, p) + static_cast<double>(decode_shortfall) / Rate(p);
-  plan.decode_wait_s = std::max(0.0, decode_ready - ready);
+  plan.decode_wait_s =
+      p.decode_leg_after_prefill ? decode_ready : std::max(0.0, decode_ready - ready);
   plan.ttft_s = ready + plan.transfer_s + plan.decode_wait_s;
   SetPrefillHarm(fleet, prefill, p, plan);
   plan.evicted = EvictedUnits(fleet, decode, p);

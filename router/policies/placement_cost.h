@@ -25,10 +25,14 @@
 //   COLO(i):   TTFT = W_i + M_i + S_i
 //   OFF(a, b): ready = W_a + M'_a + S_a  (M'_a: the prompt P must fit, not F:
 //              A holds no output)
-//              TTFT = ready + X + max(0, W_b + M_b - ready)
+//              TTFT = ready + X + D_b
 //              X = overhead + (P - c_b) x kv_bytes_per_token / link
-//              B's own queue and admission run while A prefills; only what
-//              is left of them when the KV is ready delays the first token.
+//              D_b = W_b + M_b when the decode leg reaches B only after the
+//              prefill (a sequential connector, Options::
+//              decode_leg_after_prefill): it joins B's queue then, and a home
+//              worth sparing keeps receiving work, so the queue is taken as
+//              it stands; else max(0, W_b + M_b - ready): B's queue and
+//              admission run while A prefills.
 //
 // Harm done by the prefill on its site s (s = i, or a), and by the KV on the
 // decode home h (h = i, or b), with d_s decode streams on s, L = the
@@ -83,12 +87,14 @@ struct PlacementParams {
   classifier::OffloadCostParams rates;  // prefill rate, attention, KV bytes, link
   Options::PlacementSlo slo;
   double stream_tokens = 256;  // L: a decode stream's remaining output tokens
+  bool decode_leg_after_prefill = true;  // Options::decode_leg_after_prefill
   int64_t recompute_slack_tokens = 2048;
   double recompute_slack_fraction = 0.1;
 };
 
 // rates from options.offload_cost, slo from options.slo, L from
-// options.default_output_tokens.
+// options.default_output_tokens, the handoff's order from
+// options.decode_leg_after_prefill.
 PlacementParams ParamsFromOptions(const Options& options);
 
 enum class Veto { kNone, kRecomputesPrefix, kDecodeKvFull, kPrefillQueued, kNoStallSaved };
@@ -102,7 +108,7 @@ struct PlanCost {
   double admission_s = 0;    // M (COLO) or M' (OFF) on the prefill site
   double prefill_s = 0;      // S on the prefill site
   double transfer_s = 0;     // X, 0 co-located
-  double decode_wait_s = 0;  // OFF: B's queue and admission left when the KV is ready
+  double decode_wait_s = 0;  // OFF: D_b, B's queue and admission after the prefill
   double ttft_s = 0;
   double stall = 0;     // SLO fractions, as above
   double warm = 0;

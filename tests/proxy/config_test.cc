@@ -333,6 +333,11 @@ TEST(ConfigTest, JointDecisionKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->router.offload_gate, "joint");
   EXPECT_FALSE(c->router.heavy_threshold_auto);
+  EXPECT_TRUE(c->router.decode_leg_after_prefill);  // NIXL: the decode leg follows the prefill
+  c = ParseConfig("transfer: {connector: mooncake}\nbackends: [{name: a, url: http://h:1}]",
+                  "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.decode_leg_after_prefill);  // both legs at once
 
   c = ParseConfig(R"(
 mode: v1_cost

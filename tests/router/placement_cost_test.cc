@@ -49,6 +49,7 @@ struct CostCase {
   double want_evicted;
   double want_cost;
   Veto want_veto = Veto::kNone;
+  bool decode_leg_after_prefill = true;
 };
 
 class PlacementCostTest : public ::testing::TestWithParam<CostCase> {};
@@ -57,6 +58,7 @@ TEST_P(PlacementCostTest, MatchesHandComputation) {
   const CostCase& c = GetParam();
   PlacementParams p = Params();
   p.rates.attention_s_per_token_pair = c.attention;
+  p.decode_leg_after_prefill = c.decode_leg_after_prefill;
   const FleetSnapshot f = c.fleet();
   const PlanCost plan = c.prefill == c.decode
                             ? Colocated(f, c.prefill, RequestClass::kHeavy, p)
@@ -128,15 +130,25 @@ INSTANTIATE_TEST_SUITE_P(
         // warm 0.38 x 1.9 / 2 = 0.361. B would suffer 5.928: no veto.
         CostCase{"offload_spares_busy_home", OffloadFleet, 1, 0, 0, 4.78, 0.48, 0.38, 0.361, 0,
                  4.78 / 30 + 0.38 + 0.361},
-        // B has 50000 queued (W_b = 5): 0.7 s of it is left when the KV is
-        // ready at 4.3. TTFT = 4.3 + 0.48 + 0.7.
-        CostCase{"offload_waits_for_decode_queue",
+        // B has 50000 queued (W_b = 5). Both legs sent at once: 0.7 s of it
+        // is left when the KV is ready at 4.3. TTFT = 4.3 + 0.48 + 0.7.
+        CostCase{"offload_concurrent_legs_overlap_decode_queue",
                  [] {
                    auto f = OffloadFleet();
                    SetPrefill(f, {50000, 5000});
                    return f;
                  },
-                 1, 0, 0, 5.48, 0.48, 0.38, 0.361, 0, 5.48 / 30 + 0.38 + 0.361},
+                 1, 0, 0, 5.48, 0.48, 0.38, 0.361, 0, 5.48 / 30 + 0.38 + 0.361, Veto::kNone,
+                 /*decode_leg_after_prefill=*/false},
+        // The decode leg joins B's queue after the prefill: all 5 s of it.
+        // TTFT = 4.3 + 0.48 + 5.
+        CostCase{"offload_sequential_leg_waits_decode_queue",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetPrefill(f, {50000, 5000});
+                   return f;
+                 },
+                 1, 0, 0, 9.78, 0.48, 0.38, 0.361, 0, 9.78 / 30 + 0.38 + 0.361},
         // B holds 30000: A would recompute 38000 > 10000 + max(2048, 1000).
         // X moves the 10000 B lacks: 0.2.
         CostCase{"veto_recomputes_prefix",
@@ -148,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
                  1, 0, 0, 4.5, 0.2, 0.38, 0.361, 0, 4.5 / 30 + 0.38 + 0.361,
                  Veto::kRecomputesPrefix},
         // B's pool: 50000 with 20000 in flight cannot take 40000 (M_b = 1,
-        // all of it done while A prefills).
+        // paid after the prefill: TTFT 4.3 + 0.48 + 1).
         CostCase{"veto_decode_kv_full",
                  [] {
                    auto f = OffloadFleet();
@@ -156,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
                    SetInflightTokens(f, {20000, 0});
                    return f;
                  },
-                 1, 0, 0, 4.78, 0.48, 0.38, 0.361, 0, 4.78 / 30 + 0.38 + 0.361,
+                 1, 0, 0, 5.78, 0.48, 0.38, 0.361, 0, 5.78 / 30 + 0.38 + 0.361,
                  Veto::kDecodeKvFull},
         // A's queue: W_a = 4 >= S_b = 3.8. TTFT = 4 + 3.8 + 0.48.
         CostCase{"veto_prefill_queued",
