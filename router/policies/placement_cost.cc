@@ -115,8 +115,8 @@ PlanCost Colocated(const FleetSnapshot& fleet, int backend, RequestClass c,
   plan.prefill_backend = plan.decode_backend = backend;
   const int64_t cached = CachedOn(fleet, backend);
   plan.queue_s = QueueSeconds(fleet, backend, p);
-  plan.admission_s = static_cast<double>(policy_internal::AdmissionShortfall(fleet, backend)) /
-                     Rate(p);
+  plan.admission_s =
+      static_cast<double>(policy_internal::AdmissionShortfall(fleet, backend)) / Rate(p);
   plan.prefill_s = PrefillSeconds(fleet.prompt_tokens_est - cached, cached, p.rates);
   plan.ttft_s = plan.queue_s + plan.admission_s + plan.prefill_s;
   SetPrefillHarm(fleet, backend, p, plan);

@@ -86,7 +86,7 @@ namespace kvroute::router::placement {
 struct PlacementParams {
   classifier::OffloadCostParams rates;  // prefill rate, attention, KV bytes, link
   Options::PlacementSlo slo;
-  double stream_tokens = 256;  // L: a decode stream's remaining output tokens
+  double stream_tokens = 256;            // L: a decode stream's remaining output tokens
   bool decode_leg_after_prefill = true;  // Options::decode_leg_after_prefill
   int64_t recompute_slack_tokens = 2048;
   double recompute_slack_fraction = 0.1;
@@ -110,7 +110,7 @@ struct PlanCost {
   double transfer_s = 0;     // X, 0 co-located
   double decode_wait_s = 0;  // OFF: D_b, B's queue and admission after the prefill
   double ttft_s = 0;
-  double stall = 0;     // SLO fractions, as above
+  double stall = 0;  // SLO fractions, as above
   double warm = 0;
   double evicted = 0;
   double cost = 0;

@@ -24,8 +24,8 @@ Options JointOptions() {
   o.offload_cost.kv_bytes_per_token = 1e4;
   o.offload_cost.link_bytes_per_second = 1e9;
   o.offload_cost.transfer_overhead_seconds = 0.1;
-  o.slo = {.ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1,
-           .harm_weight = 1};
+  o.slo = {
+      .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
   o.default_output_tokens = 100;
   return o;
 }
