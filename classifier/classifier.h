@@ -43,6 +43,11 @@ struct OffloadCostParams {
   double link_bytes_per_second = 25e9;       // effective RDMA bandwidth
   double transfer_overhead_seconds = 0.002;  // handshake + second HTTP leg
   double prefill_tokens_per_second = 10000;  // prefill throughput per instance
+  // Attention's share of a prefill, which grows with the context: n new
+  // tokens after c cached ones add n x (c + n/2) x this many seconds
+  // (a profile's timing.attn_s_per_token_pair). 0: prefill time is linear
+  // in the new tokens.
+  double attention_s_per_token_pair = 0;
   // Offload is worthwhile when the prefill time saved on the decode instance
   // exceeds margin x the transfer time.
   double margin = 1.0;

@@ -432,6 +432,9 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
                          HandoffServes(endpoint, state.handoff->connector().name());
     rec.decode_backend = backends[d.decode_backend].name;
     rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
+    rec.predicted_ttft_s = d.predicted_ttft_s;
+    rec.predicted_transfer_s = offload ? d.predicted_transfer_s : -1;
+    if (offload) state.ObserveOffload(d.new_tokens_est);
     decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class, endpoint};
 
     const router::RouteTicket& tk = *ticket;

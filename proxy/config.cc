@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 #include "router/policy_registry.h"
+#include "transfer/connector.h"
 
 namespace kvroute::proxy {
 namespace {
@@ -212,6 +213,19 @@ absl::Status ParseOffloadCost(const YAML::Node& n, OffloadCostKeys* k) {
   return r.Finish();
 }
 
+// `router.slo`: the SLOs the placement cost weighs its terms by.
+absl::Status ParseSlo(const YAML::Node& n, router::Options::PlacementSlo* slo) {
+  const std::string path = "router.slo";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(r.Double("ttft_warm_s", &slo->ttft_warm_s, 0.001, 86400));
+  KV_RETURN_IF_ERROR(r.Double("ttft_medium_s", &slo->ttft_medium_s, 0.001, 86400));
+  KV_RETURN_IF_ERROR(r.Double("ttft_heavy_s", &slo->ttft_heavy_s, 0.001, 86400));
+  KV_RETURN_IF_ERROR(r.Double("tpot_s", &slo->tpot_s, 0.0001, 3600));
+  KV_RETURN_IF_ERROR(r.Double("harm_weight", &slo->harm_weight, 0, 1000));
+  return r.Finish();
+}
+
 absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKeys* cost) {
   KV_RETURN_IF_ERROR(RequireMap(n, "router"));
   MapReader r(n, "router");
@@ -241,11 +255,13 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   KV_RETURN_IF_ERROR(r.Double("admission_weight", &o->baseline.admission_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.Double("eviction_weight", &o->baseline.eviction_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.String("offload_gate", &o->offload_gate));
-  if (o->offload_gate != "threshold" && o->offload_gate != "cost") {
+  if (o->offload_gate != "joint" && o->offload_gate != "threshold" &&
+      o->offload_gate != "cost") {
     return KeyError("router.offload_gate", absl::StrCat("unknown gate '", o->offload_gate,
-                                                        "' (expected threshold or cost)"));
+                                                        "' (expected joint, threshold or cost)"));
   }
   if (const YAML::Node* c = r.Find("offload_cost")) KV_RETURN_IF_ERROR(ParseOffloadCost(*c, cost));
+  if (const YAML::Node* slo = r.Find("slo")) KV_RETURN_IF_ERROR(ParseSlo(*slo, &o->slo));
   return r.Finish();
 }
 
@@ -290,6 +306,9 @@ absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& 
     p.transfer_overhead_seconds = profile.transfer_overhead_seconds;
   }
   if (keys.margin >= 0) p.margin = keys.margin;
+  if (profile.attention_s_per_token_pair >= 0) {
+    p.attention_s_per_token_pair = profile.attention_s_per_token_pair;
+  }
   return absl::OkStatus();
 }
 
@@ -486,6 +505,8 @@ absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const 
       ProfileNumber(root, where, "link", "bandwidth_bytes_per_s", &f.link_bytes_per_second));
   KV_RETURN_IF_ERROR(
       ProfileNumber(root, where, "timing", "prefill_s_per_token", &prefill_s_per_token));
+  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "timing", "attn_s_per_token_pair",
+                                   &f.attention_s_per_token_pair));
   // link.overhead_s may be 0.
   if (const YAML::Node link = root["link"]; link && link.IsMap() && link["overhead_s"]) {
     const YAML::Node v = link["overhead_s"];
@@ -547,6 +568,22 @@ absl::Status ParseBackendUrl(const std::string& key, const std::string& url, std
   return absl::OkStatus();
 }
 
+absl::Status ParseHeavyThreshold(const std::string& key, const std::string& value,
+                                 router::Options* o) {
+  if (value == "auto") {
+    o->heavy_threshold_auto = true;
+    return absl::OkStatus();
+  }
+  int64_t t = 0;
+  if (!absl::SimpleAtoi(value, &t) || t < 1 || t > (int64_t{1} << 40)) {
+    return KeyError(key, absl::StrCat("expected 'auto' or a positive token count, got '", value,
+                                      "'"));
+  }
+  o->thresholds.heavy_threshold = t;
+  o->heavy_threshold_auto = false;
+  return absl::OkStatus();
+}
+
 absl::Status ValidateConfig(const Config& c) {
   KV_RETURN_IF_ERROR(router::CheckPolicyName(c.router.mode));
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -595,8 +632,13 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   KV_RETURN_IF_ERROR(r.String("listen", &listen));
   if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
   KV_RETURN_IF_ERROR(r.String("mode", &c.router.mode));
-  KV_RETURN_IF_ERROR(r.Integer("heavy_threshold", &c.router.thresholds.heavy_threshold, 1,
-                               int64_t{1} << 40));
+  if (const YAML::Node* t = r.Find("heavy_threshold")) {
+    if (!t->IsScalar()) {
+      return KeyError("heavy_threshold",
+                      absl::StrCat("expected 'auto' or a positive token count, got ", Show(*t)));
+    }
+    KV_RETURN_IF_ERROR(ParseHeavyThreshold("heavy_threshold", t->Scalar(), &c.router));
+  }
   KV_RETURN_IF_ERROR(r.String("request_log", &c.request_log));
   KV_RETURN_IF_ERROR(ReadBool(r, "request_log_prompts", &c.request_log_prompts));
   KV_RETURN_IF_ERROR(r.String("log_level", &c.log_level));
@@ -609,6 +651,11 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   }
   KV_RETURN_IF_ERROR(FillOffloadCost(offload_cost, profile, !c.profile.empty(), &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
+  if (absl::StatusOr<std::unique_ptr<transfer::Connector>> conn =
+          transfer::MakeConnector(c.transfer.connector);
+      conn.ok()) {
+    c.router.decode_leg_after_prefill = (*conn)->sequential();
+  }
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
   const YAML::Node* backends = r.Find("backends");

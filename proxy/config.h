@@ -112,7 +112,14 @@ struct ProfileFigures {
   double link_bytes_per_second = -1;  // link.bandwidth_bytes_per_s
   double transfer_overhead_seconds = -1;  // link.overhead_s
   double prefill_tokens_per_second = -1;  // 1 / timing.prefill_s_per_token
+  double attention_s_per_token_pair = -1;  // timing.attn_s_per_token_pair
 };
+
+// `heavy_threshold` (or --heavy-threshold, named by `key`): a positive token
+// count, or "auto" (router::Options::heavy_threshold_auto). InvalidArgument
+// naming `key` otherwise.
+absl::Status ParseHeavyThreshold(const std::string& key, const std::string& value,
+                                 router::Options* o);
 
 // Reads a profile file. InvalidArgument naming `key` (the config key that
 // named the file), the file and the offending profile key.

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"kvroute: cache-aware routing proxy for a fleet of vLLM instances"};
   std::string config_path, mode, listen, request_log, log_level;
-  int64_t heavy_threshold = -1;
+  std::string heavy_threshold;
   int threads = -1;
   app.add_option("--config", config_path, "YAML config file (listen, mode, backends, ...)")
       ->required();
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
                  "Routing mode (overrides `mode`):" + kvroute::router::PolicyHelp());
   app.add_option("--heavy-threshold", heavy_threshold,
                  "New-token count at which a request is HEAVY (overrides `heavy_threshold`, "
-                 "default 20000)");
+                 "default 20000); auto: v1_cost and v2 decide every request that is not WARM");
   app.add_option("--listen", listen, "HOST:PORT to listen on (overrides `listen`; port 0 picks one)");
   app.add_option("--request-log", request_log,
                  "Append one JSON line per request to this file (overrides `request_log`)");
@@ -49,7 +49,14 @@ int main(int argc, char** argv) {
   }
   Config config = *std::move(loaded);
   if (!mode.empty()) config.router.mode = mode;
-  if (heavy_threshold != -1) config.router.thresholds.heavy_threshold = heavy_threshold;
+  if (!heavy_threshold.empty()) {
+    absl::Status st =
+        kvroute::proxy::ParseHeavyThreshold("--heavy-threshold", heavy_threshold, &config.router);
+    if (!st.ok()) {
+      std::cerr << "kvroute: config error: " << st.message() << "\n";
+      return kConfigError;
+    }
+  }
   if (!request_log.empty()) config.request_log = request_log;
   if (!log_level.empty()) config.log_level = log_level;
   if (threads != -1) {
@@ -106,7 +113,8 @@ int main(int argc, char** argv) {
     return kConfigError;
   }
   std::cout << "kvroute: listening on " << config.listen_host << ":" << server.port() << std::endl;
-  spdlog::info("mode {} heavy_threshold {} backends {}", config.router.mode,
+  spdlog::info("mode {} heavy_threshold {}{} backends {}", config.router.mode,
+               config.router.heavy_threshold_auto ? "auto, classes at " : "",
                config.router.thresholds.heavy_threshold, config.backends.size());
 
   // SIGHUP re-reads the config file and applies its backend list (the

@@ -74,7 +74,14 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
                                         {"connector"}, metrics::LatencyBuckets())),
       prefill_seconds(reg.AddHistogram("kvroute_prefill_leg_seconds",
                                        "Duration of the prefill leg of a handoff.", {"connector"},
-                                       metrics::LatencyBuckets())) {}
+                                       metrics::LatencyBuckets())),
+      offload_min_new_tokens(reg.AddGauge(
+          "kvroute_offload_min_new_tokens",
+          "Fewest new (uncached) prompt tokens of any request offloaded so far: the heavy "
+          "threshold in effect, which the decision sets under heavy_threshold auto; -1 before "
+          "the first offload.")) {
+  offload_min_new_tokens->Set({}, -1);
+}
 
 void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router) {
   reg.AddCollector([r = router](std::string* out) {

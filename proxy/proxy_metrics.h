@@ -39,6 +39,7 @@ struct ProxyMetrics {
   metrics::CounterVec* offloads;            // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector
+  metrics::GaugeVec* offload_min_new_tokens;
 };
 
 // Adds a collector that renders the router's per-backend gauges (health,

@@ -280,7 +280,11 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     }
     r.headers_sent = true;
   }
-  if (opts.on_first_byte) opts.on_first_byte(t_header);
+  // An engine sends a stream's header as soon as it accepts the request: the
+  // first token is the stream's first body byte. A plain body's header
+  // comes with the whole answer.
+  bool first_token_seen = !r.sse;
+  if (first_token_seen && opts.on_first_byte) opts.on_first_byte(t_header);
 
   ResponseObserver observer(r.sse, pool.options().max_observed_body,
                             pool.options().max_observed_body, /*keep_transfer_params=*/false,
@@ -336,6 +340,13 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
       break;
     }
     if (n == 0) continue;
+    if (!first_token_seen) {
+      first_token_seen = true;
+      const auto t_first = Clock::now();
+      r.t_first_byte = WallSecondsAt(t_first);
+      r.ttfb_s = Seconds(t_first - t0);
+      if (opts.on_first_byte) opts.on_first_byte(t_first);
+    }
     if (usage_filter) {
       pieces.clear();
       for (std::string_view p : usage_filter->Feed(std::string_view(chunk, n))) {

@@ -52,6 +52,7 @@ struct RelayResult {
   std::string error;
   Usage usage;
   bool sse = false;
+  // The first token: a stream's first body byte, a plain body's header.
   double t_first_byte = -1;  // wall seconds
   double ttfb_s = -1;        // steady seconds since relay start
   int64_t events = 0;
@@ -83,9 +84,11 @@ struct LegState {
 // Readable with nothing there is a stale readiness event (bytes the eager
 // reads took while the event was queued): wait again. Peeking tells these
 // apart; FIONREAD (available()) says 0 for both of the last two.
-// A plain handler, not a coroutine, and not cancelled when the leg ends
 
-// token).
+// Called once with the time of the leg's first token: a stream's first body
+// byte (an engine sends a stream's header as soon as it accepts the
+// request), a plain body's header. A plain handler, not a coroutine, and not
+// cancelled when the leg ends.
 using OnFirstByte = std::function<void(Clock::time_point)>;
 
 // How Relay() treats a leg.

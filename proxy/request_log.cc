@@ -82,6 +82,8 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Count("status", r.status);
   w.Str("error", r.error);
   w.Count("attempts", r.attempts);
+  w.Time("predicted_ttft_s", r.predicted_ttft_s);
+  w.Time("predicted_transfer_s", r.predicted_transfer_s);
   if (!r.prompt.empty()) w.Str("prompt", r.prompt);
   return w.Done();
 }

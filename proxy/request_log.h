@@ -46,6 +46,11 @@ struct RequestRecord {
   int status = 0;
   std::string error;  // empty: none
   int attempts = 0;   // upstream attempts made
+  // The routing decision's prediction (router::Decision), seconds: time to
+  // first token, and for an executed offload the KV transfer; to set next
+  // to t_first_token - t_routed and transfer_s.
+  double predicted_ttft_s = -1;
+  double predicted_transfer_s = -1;
   // The prompt text (features' prompt bytes); empty: not logged, and the
   // line has no `prompt` field.
   std::string prompt;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proxy/admission.h"
 #include "proxy/config.h"
 #include "proxy/health.h"
@@ -34,6 +36,17 @@ struct SharedState {
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> inflight{0};
   std::atomic<bool> draining{false};
+  // The fewest new tokens of an offload made so far (the heavy threshold in
+  // effect; with `heavy_threshold: auto` the decision sets it), mirrored in
+  // metrics->offload_min_new_tokens. Taken only when a request offloads.
+  absl::Mutex offload_min_mu;
+  int64_t offload_min_new_tokens ABSL_GUARDED_BY(offload_min_mu) = -1;
+  void ObserveOffload(int64_t new_tokens) {
+    absl::MutexLock lock(&offload_min_mu);
+    if (offload_min_new_tokens >= 0 && offload_min_new_tokens <= new_tokens) return;
+    offload_min_new_tokens = new_tokens;
+    metrics->offload_min_new_tokens->Set({}, static_cast<double>(new_tokens));
+  }
   std::unique_ptr<HealthTracker> health;
   std::unique_ptr<Admission> admission;
   // Prefill/decode handoffs: the connector, the in-flight bound, the

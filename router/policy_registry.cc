@@ -8,6 +8,7 @@
 #include "router/policies/cache_aware.h"
 #include "router/policies/heavy_offload.h"
 #include "router/policies/heavy_to_least_decode.h"
+#include "router/policies/joint_placement.h"
 #include "router/policies/least_loaded.h"
 #include "router/policies/round_robin.h"
 #include "router/policies/static_pd.h"
@@ -32,13 +33,22 @@ constexpr PolicyEntry kPolicies[] = {
      [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<HeavyToLeastDecodePolicy>(o);
      }},
-    {"v2", "baseline; HEAVY requests prefill on another instance and hand the KV over",
+    {"v1_cost",
+     "HEAVY co-located where predicted TTFT plus harm to other streams (SLO-weighted) is least",
+     nullptr,
+     [](const Options& o) -> std::unique_ptr<Policy> {
+       return std::make_unique<JointPlacementPolicy>(o, /*offload=*/false, "v1_cost");
+     }},
+    {"v2", "HEAVY prefill site and decode home chosen together; offloads only where that wins",
      [](const Options& o, const std::vector<BackendSpec>&) {
        return HeavyOffloadPolicy::ParseGate(o.offload_gate).status();
      },
      [](const Options& o) -> std::unique_ptr<Policy> {
-       return std::make_unique<HeavyOffloadPolicy>(o,
-                                                   *HeavyOffloadPolicy::ParseGate(o.offload_gate));
+       const HeavyOffloadPolicy::Gate gate = *HeavyOffloadPolicy::ParseGate(o.offload_gate);
+       if (gate == HeavyOffloadPolicy::Gate::kJoint) {
+         return std::make_unique<JointPlacementPolicy>(o, /*offload=*/true, "v2");
+       }
+       return std::make_unique<HeavyOffloadPolicy>(o, gate);
      }},
     {"pd_sep", "every request prefills in the prefill pool and decodes in the decode pool",
      [](const Options&, const std::vector<BackendSpec>& backends) {

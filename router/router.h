@@ -110,11 +110,37 @@ struct Options {
   };
   BaselineWeights baseline;
 
-  // v2: "threshold" offloads every HEAVY request; "cost" only when the
-  // classifier's cost model says the prefill saved on the decode instance
-  // outweighs the KV transfer.
-  std::string offload_gate = "threshold";
+  // v2: "joint" (the default) picks the prefill site and the decode home
+  // together by the placement cost (router/policies/placement_cost.h) and
+  // offloads only where that wins; "threshold" offloads every HEAVY
+  // request; "cost" only when the classifier's cost model says the prefill
+  // saved on the decode instance outweighs the KV transfer.
+  std::string offload_gate = "joint";
   classifier::OffloadCostParams offload_cost;
+
+  // Whether an offload's decode leg reaches B only once A's prefill is done
+  // (a sequential connector, NIXL): then B's queue delays the first token in
+  // full. false: both legs are sent at once (Mooncake, SGLang) and B's queue
+  // runs while A prefills. The config loader sets it from the connector.
+  bool decode_leg_after_prefill = true;
+
+  // `heavy_threshold: auto`: for v1_cost and v2 with the joint gate,
+  // every request that is not WARM goes to the placement decision (which
+  // decides whether it is worth moving), instead of only HEAVY ones;
+  // thresholds.heavy_threshold still labels the class.
+  bool heavy_threshold_auto = false;
+
+  // The operator's service-level objectives, in seconds: they weigh a
+  // request's own time to first token against the harm its prefill does to
+  // the others (router/policies/placement_cost.h).
+  struct PlacementSlo {
+    double ttft_warm_s = 2;
+    double ttft_medium_s = 10;
+    double ttft_heavy_s = 30;
+    double tpot_s = 0.1;       // per output token of a decode stream
+    double harm_weight = 1.0;  // scales the harm terms against the TTFT term
+  };
+  PlacementSlo slo;
 };
 
 // The largest fleet the router (and its shadow index bitsets) supports.

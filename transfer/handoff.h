@@ -122,7 +122,7 @@ struct LegReport {
   bool headers_sent = false;     // a client-facing leg: the client has a response header
   bool client_gone = false;      // the client went away
   bool upstream_failed = false;  // failed before a response header, or answered 5xx
-  double t_first_byte = -1;      // wall seconds of the response header; -1 none
+  double t_first_byte = -1;      // wall seconds of the first token (a stream's first body byte); -1 none
   double t_done = -1;            // wall seconds the leg ended (prefill legs)
   std::string body;              // a prefill leg's captured response body
 };

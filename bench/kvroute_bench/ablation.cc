@@ -21,7 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ThresholdSensitive(const std::string& mode) { return mode == "v1" || mode == "v2"; }
+bool ThresholdSensitive(const std::string& mode) {
+  return mode == "v1" || mode == "v1_cost" || mode == "v2";
+}
 
 std::string ThresholdLabel(int64_t t) {
   if (t % 1000 == 0) return absl::StrCat(t / 1000, "k");
@@ -122,10 +124,10 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
   for (const std::string& mode : modes) {
     if (ThresholdSensitive(mode) && !thresholds.empty()) {
       for (int64_t t : thresholds) {
-        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t});
+        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, ""});
       }
     } else {
-      out.push_back({mode, mode, default_threshold});
+      out.push_back({mode, mode, default_threshold, ""});
     }
   }
   return out;
@@ -149,6 +151,7 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
     }
     absl::StrAppend(&y, "}\n");
   }
+  if (!config.profile.empty()) absl::StrAppend(&y, "profile: ", config.profile, "\n");
   return y;
 }
 
@@ -295,7 +298,11 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     }
 
     const fs::path yaml = dir / "kvroute.yaml";
-    std::ofstream(yaml) << KvrouteConfigYaml(config, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
+    // kvroute's placement cost reads the fleet's profile too (an absolute path: the config
+    // lives in the run's directory).
+    AblationConfig with_profile = config;
+    if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
+    std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
     std::vector<std::string> proxy_argv = {
         options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
         "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};

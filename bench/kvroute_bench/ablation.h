@@ -34,9 +34,10 @@ struct AblationConfig {
   std::string name;  // "baseline", "v2-T20k"
   std::string mode;
   int64_t heavy_threshold = 20000;
+  std::string profile;  // the model/GPU profile kvroute's config names; empty: none
 };
 
-// Modes whose routing depends on the heavy threshold (v1, v2) are crossed with every
+// Modes whose routing depends on the heavy threshold (v1, v1_cost, v2) are crossed with every
 // threshold; the others run once at default_threshold.
 std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& modes,
                                             const std::vector<int64_t>& thresholds,

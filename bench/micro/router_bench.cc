@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "router/policy_registry.h"
 #include "router/prefix_hash.h"
 #include "router/router.h"
 
@@ -121,6 +122,43 @@ BENCHMARK(BM_RouteDecision)
     ->ArgNames({"tokens", "instances"})
     ->ArgsProduct({{1024, 32768, 131072}, {8, 64, 256}})
     ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// One policy's Decide() alone on a busy fleet's snapshot, for a cold HEAVY request (the
+// case v1_cost and v2 spend their candidate search on): mode 0 baseline, 1 v1_cost, 2 v2.
+void BM_PolicyDecide(benchmark::State& state) {
+  static const char* const kModes[] = {"baseline", "v1_cost", "v2"};
+  const int instances = static_cast<int>(state.range(1));
+  Options o;
+  o.mode = kModes[state.range(0)];
+  auto made = MakePolicy(o, std::vector<BackendSpec>(instances));
+  if (!made.ok()) {
+    state.SkipWithError("MakePolicy failed");
+    return;
+  }
+  std::mt19937_64 rng(3);
+  FleetSnapshot f;
+  f.prompt_tokens_est = 50000;
+  f.footprint_tokens_est = 50256;
+  f.backends.resize(instances);
+  for (BackendSnapshot& b : f.backends) {
+    b.inflight_prefill_tokens = static_cast<int64_t>(rng() % 40000);
+    b.decoding_requests = static_cast<int64_t>(rng() % 40);
+    b.inflight_tokens = static_cast<int64_t>(rng() % 200000);
+    b.kv_capacity_tokens = 286000;
+    b.resident_tokens = static_cast<int64_t>(rng() % 300000);
+    b.cached_tokens_est = static_cast<int64_t>(rng() % 3000);
+  }
+  for (auto _ : state) {
+    f.sequence++;
+    benchmark::DoNotOptimize((*made)->Decide(f));
+  }
+  state.SetLabel(kModes[state.range(0)]);
+}
+
+BENCHMARK(BM_PolicyDecide)
+    ->ArgNames({"mode", "instances"})
+    ->ArgsProduct({{0, 1, 2}, {8, 64, 256}})
     ->Unit(benchmark::kMicrosecond);
 
 // Hashing alone, for reference.

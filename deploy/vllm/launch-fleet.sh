@@ -32,7 +32,8 @@
 #                               as "0+1,2+3,...")
 #   --kvroute-listen HOST:PORT  kvroute's listen address in the written config (default 0.0.0.0:8000)
 #   --mode M                    kvroute mode in the written config (default v2)
-#   --heavy-threshold N         kvroute heavy threshold in the written config (default 20000)
+#   --heavy-threshold N|auto    kvroute heavy threshold in the written config (default 20000;
+#                               auto: v1_cost and v2 decide every request that is not WARM)
 #   --out DIR                   logs, pid files and kvroute.yaml (default ./kvroute-fleet)
 #   --vllm BIN                  the vllm executable (default vllm)
 #   --wait-timeout S            seconds to wait for every /health (default 1800; 0 = no wait)
@@ -153,15 +154,17 @@ fi
 [ -n "$MODEL" ] || { usage >&2; die "--model is required"; }
 [ -n "$SERVED_NAME" ] || SERVED_NAME=$MODEL
 for v in INSTANCES BASE_PORT SIDE_BASE BOOT_BASE KV_EVENTS_BASE KV_REPLAY_BASE BLOCK_SIZE TP \
-         KV_THRESHOLD WAIT_TIMEOUT; do
+         WAIT_TIMEOUT; do
   is_uint "${!v}" || die "${v,,}: expected a non-negative integer, got '${!v}'"
 done
+[ "$KV_THRESHOLD" = auto ] || is_uint "$KV_THRESHOLD" ||
+  die "--heavy-threshold: expected a non-negative integer or auto, got '$KV_THRESHOLD'"
 [ "$INSTANCES" -ge 1 ] || die "--instances must be at least 1"
 [ "$TP" -ge 1 ] || die "--tensor-parallel-size must be at least 1"
 [ -z "$MAX_MODEL_LEN" ] || is_uint "$MAX_MODEL_LEN" || die "--max-model-len: expected an integer"
 case "$CONNECTOR" in nixl|mooncake|none) ;; *) die "--connector: expected nixl, mooncake or none, got '$CONNECTOR'" ;; esac
 case "$FAILURE_POLICY" in ""|fail|recompute) ;; *) die "--kv-load-failure-policy: expected fail or recompute" ;; esac
-case "$KV_MODE" in round_robin|least_loaded|baseline|v1|v2|pd_sep) ;; *) die "--mode: unknown mode '$KV_MODE'" ;; esac
+case "$KV_MODE" in round_robin|least_loaded|baseline|v1|v1_cost|v2|pd_sep) ;; *) die "--mode: unknown mode '$KV_MODE'" ;; esac
 if [ "$CONNECTOR" = none ] && { [ "$KV_MODE" = v2 ] || [ "$KV_MODE" = pd_sep ]; }; then
   die "--mode $KV_MODE needs a KV connector (use --connector nixl or mooncake)"
 fi

@@ -9,9 +9,10 @@ namespace kvroute::router {
 absl::StatusOr<HeavyOffloadPolicy::Gate> HeavyOffloadPolicy::ParseGate(std::string_view gate) {
   if (gate == "threshold") return Gate::kThreshold;
   if (gate == "cost") return Gate::kCost;
+  if (gate == "joint") return Gate::kJoint;
   return absl::InvalidArgumentError(absl::StrCat("offload_gate: unknown value '",
                                                  absl::string_view(gate.data(), gate.size()),
-                                                 "' (threshold|cost)"));
+                                                 "' (joint|threshold|cost)"));
 }
 
 absl::StatusOr<Decision> HeavyOffloadPolicy::Decide(const FleetSnapshot& fleet) const {

@@ -17,7 +17,9 @@
 // heavy-threshold ablation pure); "cost" asks classifier::EstimateOffload and
 // serves the request as `baseline` would when the KV transfer costs more
 // than the prefill time it saves on B. With a single healthy instance the
-// request is served co-located. Thread-safe (stateless).
+// request is served co-located. The default gate, "joint", is not this
+// class: `v2` is then JointPlacementPolicy (policies/joint_placement.h).
+// Thread-safe (stateless).
 #pragma once
 
 #include "router/policies/cache_aware.h"
@@ -26,9 +28,9 @@ namespace kvroute::router {
 
 class HeavyOffloadPolicy : public Policy {
  public:
-  enum class Gate { kThreshold, kCost };
-  // Options::offload_gate ("threshold" | "cost") as a Gate; InvalidArgument
-  // naming offload_gate otherwise.
+  enum class Gate { kThreshold, kCost, kJoint };
+  // Options::offload_gate ("joint" | "threshold" | "cost") as a Gate;
+  // InvalidArgument naming offload_gate otherwise.
   static absl::StatusOr<Gate> ParseGate(std::string_view gate);
 
   HeavyOffloadPolicy(const Options& options, Gate gate)

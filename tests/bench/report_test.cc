@@ -240,6 +240,19 @@ TEST(PrometheusTest, ParsesVllmAndSimulatorGauges) {
   EXPECT_DOUBLE_EQ(dcgm.at("1"), 0.13);
 }
 
+// v1_cost is crossed with the thresholds like v1 and v2; the fleet's profile
+// reaches kvroute's config, whose placement cost reads it.
+TEST(AblationConfigTest, CostModesAndProfile) {
+  const auto c = AblationConfigs({"v1_cost"}, {10000, 20000}, 20000);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[1].name, "v1_cost-T20k");
+  EXPECT_EQ(KvrouteConfigYaml(c[1], {}).find("profile:"), std::string::npos);
+  AblationConfig with_profile = c[1];
+  with_profile.profile = "/p/h20.yaml";
+  EXPECT_NE(KvrouteConfigYaml(with_profile, {}).find("\nprofile: /p/h20.yaml\n"),
+            std::string::npos);
+}
+
 TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   const auto c = AblationConfigs({"baseline", "v1", "v2"}, {10000, 20000, 40000}, 20000);
   ASSERT_EQ(c.size(), 7u);

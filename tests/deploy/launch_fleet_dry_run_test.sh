@@ -62,6 +62,12 @@ bash "$SCRIPT" --model m --instances 2 --tensor-parallel-size 2 --connector none
 expect "$WORK/tp2.out" "CUDA_VISIBLE_DEVICES=2,3 vllm serve m"
 grep -q -- --kv-transfer-config "$WORK/tp2.out" && fail "connector none still passes --kv-transfer-config"
 
+# --- v1_cost needs no connector; the threshold may be auto.
+bash "$SCRIPT" --model m --instances 2 --connector none --mode v1_cost --heavy-threshold auto \
+  --advertise-host 127.0.0.1 --out "$WORK/v1cost" --dry-run >"$WORK/v1cost.out"
+expect "$WORK/v1cost/kvroute.yaml" "mode: v1_cost"
+expect "$WORK/v1cost/kvroute.yaml" "heavy_threshold: auto"
+
 # --- KV cache events on chosen ports, and off.
 bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
   --kv-events-base-port 7000 --kv-events-replay-base-port 7100 --out "$WORK/events" --dry-run \
@@ -76,6 +82,7 @@ expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101,
 
 # --- Argument errors exit 2 with a message.
 for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \
+           "--heavy-threshold lots" \
            "--instances 3 --gpus 0,1" "--bogus" "--kv-events-base-port x" \
            "--kv-events-base-port 5800" "--kv-events-base-port 65534"; do
   set +e

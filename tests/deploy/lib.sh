@@ -130,6 +130,8 @@ write_kvroute_config() {
     echo "threads: 2"
     echo "health: {interval_s: 0.5, scrape_interval_s: 0.5}"
     echo "transfer: {connector: nixl}"
+    # v2 offloads every HEAVY request: these tests exercise the handoff, not the decision.
+    echo "router: {offload_gate: threshold}"
     [ -z "$extra" ] || echo "$extra"
     echo "backends:"
     local i

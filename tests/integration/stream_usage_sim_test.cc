@@ -75,7 +75,11 @@ TEST(StreamUsageSimTest, StreamsWithoutIncludeUsageStillTeachTheRouter) {
 }
 
 TEST(StreamUsageSimTest, OffloadedStreamWithoutIncludeUsage) {
-  FleetHarness h(4, "v2", ZeroWhenAbsent);
+  // offload_gate threshold: every HEAVY request is offloaded, the case under test.
+  FleetHarness h(4, "v2", [](proxy::Config& c) {
+    ZeroWhenAbsent(c);
+    c.router.offload_gate = "threshold";
+  });
   json::array messages;
   messages.push_back(Msg("user", Text(120000, 34)));  // ~30k tokens, cold: HEAVY
   auto res = RequestOnce(h.server().port(), http::verb::post, "/v1/chat/completions",

@@ -12,7 +12,11 @@ namespace {
 class OffloadTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OffloadTest, HeavyRequestIsOffloadedThenTheSessionStaysWarmOnB) {
-  FleetHarness h(4, "v2", [&](proxy::Config& c) { c.transfer.connector = GetParam(); });
+  // offload_gate threshold: every HEAVY request is offloaded, the case under test.
+  FleetHarness h(4, "v2", [&](proxy::Config& c) {
+    c.transfer.connector = GetParam();
+    c.router.offload_gate = "threshold";
+  });
   json::array messages;
   messages.push_back(Msg("user", Text(120000, 21)));  // ~30k tokens, cold
   auto res = h.Chat(messages, true, "s-1", 16);

@@ -105,13 +105,13 @@ INSTANTIATE_TEST_SUITE_P(
                 "backends[0].weight: unknown key"},
         BadCase{"wrong_type_threshold",
                 "heavy_threshold: lots\nbackends: [{name: a, url: http://h:1}]",
-                "heavy_threshold: expected an integer, got 'lots'"},
+                "heavy_threshold: expected 'auto' or a positive token count, got 'lots'"},
         BadCase{"wrong_type_backends", "backends: {name: a}", "backends: expected a list"},
         BadCase{"wrong_type_limits", "limits: 5\nbackends: [{name: a, url: http://h:1}]",
                 "limits: expected a map, got '5'"},
         BadCase{"negative_threshold",
                 "heavy_threshold: -3\nbackends: [{name: a, url: http://h:1}]",
-                "heavy_threshold: value -3 is out of range"},
+                "heavy_threshold: expected 'auto' or a positive token count, got '-3'"},
         BadCase{"bad_url_scheme", "backends: [{name: a, url: 'ftp://h:1'}]",
                 "backends[0].url: 'ftp://h:1' is not an http:// URL"},
         BadCase{"https_url", "backends: [{name: a, url: 'https://h:1'}]",
@@ -172,6 +172,20 @@ INSTANTIATE_TEST_SUITE_P(
                 "link_bytes_per_second: 25e9}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.offload_gate: cost needs router.offload_cost.prefill_tokens_per_second "
                 "or a `profile` with timing.prefill_s_per_token"},
+        BadCase{"heavy_threshold_list",
+                "heavy_threshold: [1]\nbackends: [{name: a, url: http://h:1}]",
+                "heavy_threshold: expected 'auto' or a positive token count, got a list"},
+        BadCase{"heavy_threshold_zero", "heavy_threshold: 0\nbackends: [{name: a, url: http://h:1}]",
+                "heavy_threshold: expected 'auto' or a positive token count, got '0'"},
+        BadCase{"unknown_gate",
+                "router: {offload_gate: maybe}\nbackends: [{name: a, url: http://h:1}]",
+                "router.offload_gate: unknown gate 'maybe' (expected joint, threshold or cost)"},
+        BadCase{"slo_unknown_key",
+                "router: {slo: {itl_s: 1}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.slo.itl_s: unknown key"},
+        BadCase{"slo_zero_ttft",
+                "router: {slo: {ttft_heavy_s: 0}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.slo.ttft_heavy_s: value 0 is out of range"},
         BadCase{"offload_cost_unknown_key",
                 "router: {offload_cost: {bandwidth: 1}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.offload_cost.bandwidth: unknown key"},
@@ -309,6 +323,50 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_EQ(p.link_bytes_per_second, f->link_bytes_per_second);
   EXPECT_EQ(p.prefill_tokens_per_second, f->prefill_tokens_per_second);
   EXPECT_EQ(p.transfer_overhead_seconds, f->transfer_overhead_seconds);
+  // The context-dependent prefill cost the placement decision uses.
+  EXPECT_GT(f->attention_s_per_token_pair, 0);
+  EXPECT_EQ(p.attention_s_per_token_pair, f->attention_s_per_token_pair);
+}
+
+TEST(ConfigTest, JointDecisionKeys) {
+  absl::StatusOr<Config> c = ParseConfig(kMinimal, "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->router.offload_gate, "joint");
+  EXPECT_FALSE(c->router.heavy_threshold_auto);
+  EXPECT_TRUE(c->router.decode_leg_after_prefill);  // NIXL: the decode leg follows the prefill
+  c = ParseConfig("transfer: {connector: mooncake}\nbackends: [{name: a, url: http://h:1}]",
+                  "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.decode_leg_after_prefill);  // both legs at once
+
+  c = ParseConfig(R"(
+mode: v1_cost
+heavy_threshold: auto
+router:
+  offload_gate: joint
+  slo: {ttft_warm_s: 1, ttft_medium_s: 3, ttft_heavy_s: 12, tpot_s: 0.05, harm_weight: 0.5}
+backends: [{name: a, url: http://h:1}]
+)",
+                  "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->router.mode, "v1_cost");
+  EXPECT_TRUE(c->router.heavy_threshold_auto);
+  EXPECT_EQ(c->router.thresholds.heavy_threshold, 20000);  // still labels the class
+  EXPECT_EQ(c->router.slo.ttft_warm_s, 1);
+  EXPECT_EQ(c->router.slo.ttft_medium_s, 3);
+  EXPECT_EQ(c->router.slo.ttft_heavy_s, 12);
+  EXPECT_EQ(c->router.slo.tpot_s, 0.05);
+  EXPECT_EQ(c->router.slo.harm_weight, 0.5);
+
+  // --heavy-threshold over the file's value, either way.
+  router::Options o;
+  ASSERT_TRUE(ParseHeavyThreshold("--heavy-threshold", "auto", &o).ok());
+  EXPECT_TRUE(o.heavy_threshold_auto);
+  ASSERT_TRUE(ParseHeavyThreshold("--heavy-threshold", "30000", &o).ok());
+  EXPECT_FALSE(o.heavy_threshold_auto);
+  EXPECT_EQ(o.thresholds.heavy_threshold, 30000);
+  const absl::Status st = ParseHeavyThreshold("--heavy-threshold", "big", &o);
+  EXPECT_EQ(st.message(), "--heavy-threshold: expected 'auto' or a positive token count, got 'big'");
 }
 
 TEST(ConfigTest, ProfileFillsBelowExplicitKeysAndToleratesOtherKeys) {

@@ -408,7 +408,7 @@ TEST(PolicyRegistryTest, PdSepPools) {
 TEST(PolicyRegistryTest, OffloadGate) {
   Options o;
   o.mode = "v2";
-  for (const char* gate : {"threshold", "cost"}) {
+  for (const char* gate : {"joint", "threshold", "cost"}) {
     o.offload_gate = gate;
     EXPECT_TRUE(ValidatePolicy(o, std::vector<BackendSpec>(2)).ok()) << gate;
   }

@@ -110,8 +110,8 @@ TEST_P(RouterConcurrencyTest, EveryReservationIsReleased) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RouterConcurrencyTest,
-                         testing::Values("round_robin", "least_loaded", "baseline", "v1", "v2",
-                                         "pd_sep"),
+                         testing::Values("round_robin", "least_loaded", "baseline", "v1", "v1_cost",
+                                         "v2", "pd_sep"),
                          [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -42,6 +42,13 @@ std::unique_ptr<Router> Make(const std::string& policy, std::vector<BackendSpec>
   return *std::move(r);
 }
 
+// v2 offloading every HEAVY request, whatever the fleet's load.
+Options ThresholdGate() {
+  Options o;
+  o.offload_gate = "threshold";
+  return o;
+}
+
 RequestFeatures Req(const std::string& prompt, const std::string& session = "") {
   RequestFeatures f;
   f.model = "m";
@@ -234,7 +241,7 @@ TEST(RouterShadowTest, ReprovedSinceRoutingSkipsCorrection) {
 }
 
 TEST(RouterShadowTest, TransferredKvIsNotTruthAndBothInstancesHoldThePrompt) {
-  auto r = Make("v2", Fleet(2));
+  auto r = Make("v2", Fleet(2), ThresholdGate());
   const std::string heavy = Text(50, 400);  // 25600 tokens: HEAVY when cold
   absl::StatusOr<RouteTicket> t = r->Route(Req(heavy), kT0);
   ASSERT_TRUE(t.ok());
@@ -269,7 +276,7 @@ TEST(RouterShadowTest, TransferredKvIsNotTruthAndBothInstancesHoldThePrompt) {
 }
 
 TEST(RouterShadowTest, OffloadWithUnknownTransferIsNotTruth) {
-  auto r = Make("v2", Fleet(2));
+  auto r = Make("v2", Fleet(2), ThresholdGate());
   absl::StatusOr<RouteTicket> t = r->Route(Req(Text(52, 400)), kT0);
   ASSERT_TRUE(t.ok());
   ASSERT_EQ(t->decision.mode, DecisionMode::kOffload);
@@ -285,7 +292,7 @@ TEST(RouterShadowTest, OffloadWithUnknownTransferIsNotTruth) {
 }
 
 TEST(RouterShadowTest, OffloadServedColocatedCorrectsTheDecodeShadow) {
-  auto r = Make("v2", Fleet(2));
+  auto r = Make("v2", Fleet(2), ThresholdGate());
   const std::string heavy = Text(51, 400);
   absl::StatusOr<RouteTicket> t = r->Route(Req(heavy), kT0);
   ASSERT_TRUE(t.ok());

@@ -66,7 +66,7 @@ TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
   r = Router::Create(o, Fleet(257));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"}) {
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
     o.mode = name;
     EXPECT_TRUE(Router::Create(o, Fleet(4)).ok()) << name;
   }
@@ -92,7 +92,7 @@ TEST(RouterTest, RoundRobinCyclesOverHealthy) {
 }
 
 TEST(RouterTest, AllUnhealthyIsUnavailable) {
-  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v2", "pd_sep"}) {
+  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
     auto r = Make(name, 3);
     for (int i = 0; i < 3; ++i) r->SetHealthy(i, false);
     auto t = r->Route(Req("hello"), kT0);

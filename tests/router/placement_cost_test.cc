@@ -1,0 +1,236 @@
+// The placement cost model against hand-computed cases.
+//
+// Every case uses one set of figures: 10,000 prefill tokens/s, no attention
+// term unless the case sets one, 1e4 KV bytes per token over a 1e9 B/s link
+// (1e-5 s per token) plus 0.1 s per transfer, SLOs WARM 2 s, MEDIUM 10 s,
+// HEAVY 30 s, TPOT 0.1 s, and streams with 100 tokens left (a 10 s decode
+// budget). The comment of each case gives the arithmetic.
+#include "router/policies/placement_cost.h"
+
+#include <functional>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/router/policy_test_util.h"
+
+namespace kvroute::router::placement {
+namespace {
+
+using testing::Fleet;
+using testing::SetCached;
+using testing::SetDecoding;
+using testing::SetInflightTokens;
+using testing::SetMemory;
+using testing::SetPrefill;
+
+PlacementParams Params() {
+  PlacementParams p;
+  p.rates.prefill_tokens_per_second = 10000;
+  p.rates.attention_s_per_token_pair = 0;
+  p.rates.kv_bytes_per_token = 1e4;
+  p.rates.link_bytes_per_second = 1e9;
+  p.rates.transfer_overhead_seconds = 0.1;
+  p.slo = {
+      .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
+  p.stream_tokens = 100;
+  return p;
+}
+
+struct CostCase {
+  std::string label;
+  std::function<FleetSnapshot()> fleet;
+  int prefill;
+  int decode;
+  double attention = 0;
+  double want_ttft;
+  double want_transfer;
+  double want_stall;
+  double want_warm;
+  double want_evicted;
+  double want_cost;
+  Veto want_veto = Veto::kNone;
+  bool decode_leg_after_prefill = true;
+};
+
+class PlacementCostTest : public ::testing::TestWithParam<CostCase> {};
+
+TEST_P(PlacementCostTest, MatchesHandComputation) {
+  const CostCase& c = GetParam();
+  PlacementParams p = Params();
+  p.rates.attention_s_per_token_pair = c.attention;
+  p.decode_leg_after_prefill = c.decode_leg_after_prefill;
+  const FleetSnapshot f = c.fleet();
+  const PlanCost plan = c.prefill == c.decode
+                            ? Colocated(f, c.prefill, RequestClass::kHeavy, p)
+                            : Offload(f, c.prefill, c.decode, RequestClass::kHeavy, p);
+  constexpr double kEps = 1e-9;
+  EXPECT_EQ(plan.prefill_backend, c.prefill);
+  EXPECT_EQ(plan.decode_backend, c.decode);
+  EXPECT_NEAR(plan.ttft_s, c.want_ttft, kEps);
+  EXPECT_NEAR(plan.transfer_s, c.want_transfer, kEps);
+  EXPECT_NEAR(plan.stall, c.want_stall, kEps);
+  EXPECT_NEAR(plan.warm, c.want_warm, kEps);
+  EXPECT_NEAR(plan.evicted, c.want_evicted, kEps);
+  EXPECT_NEAR(plan.cost, c.want_cost, kEps);
+  EXPECT_EQ(plan.veto, c.want_veto) << ToString(plan.veto);
+}
+
+// A 40,000-token prompt, 2,000 cached on both instances, 8 streams on the
+// decode home 0 and 1 on instance 1, which has 5,000 prefill tokens queued.
+FleetSnapshot OffloadFleet() {
+  auto f = Fleet(2, 40000);
+  f.footprint_tokens_est = 40000;
+  SetCached(f, {2000, 2000});
+  SetDecoding(f, {8, 1});
+  SetPrefill(f, {0, 5000});
+  return f;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PlacementCostTest,
+    ::testing::Values(
+        // W = 10000/1e4 = 1, S = 40000/1e4 = 4: TTFT 5. stall = 4 x 4 / 10 =
+        // 1.6, arrivals min(4, 1.6) = 1.6, warm = 1.6 x (4/2) / 2 = 1.6.
+        // cost = 5/30 + 1.6 + 1.6.
+        CostCase{"colo_queue_and_streams",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   SetPrefill(f, {10000});
+                   SetDecoding(f, {4});
+                   return f;
+                 },
+                 0, 0, 0, 5, 0, 1.6, 1.6, 0, 5.0 / 30 + 3.2},
+        // n = 20000 after c = 20000: S = 2 + 1e-8 x 20000 x (20000 + 10000)
+        // = 8; no streams: cost 8/30.
+        CostCase{"colo_attention_grows_with_context",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   SetCached(f, {20000});
+                   return f;
+                 },
+                 0, 0, 1e-8, 8, 0, 0, 0, 0, 8.0 / 30},
+        // Pool 100000 holding 80000 in flight: the 40000 footprint waits for
+        // 20000 to leave, M = 2; S = 4, TTFT 6. Resident 90000 + 40000 goes
+        // 30000 past the pool: 3 s of re-prefill / 2 = 1.5. cost 6/30 + 1.5.
+        CostCase{"colo_admission_and_eviction",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   f.footprint_tokens_est = 40000;
+                   SetMemory(f, {100000}, {90000});
+                   SetInflightTokens(f, {80000});
+                   return f;
+                 },
+                 0, 0, 0, 6, 0, 0, 0, 1.5, 6.0 / 30 + 1.5},
+        // The decode home prefilling itself: S = 3.8, 8 streams: stall
+        // 8 x 3.8 / 10 = 3.04, warm 3.04 x 1.9 / 2 = 2.888.
+        CostCase{"colo_busy_home", OffloadFleet, 0, 0, 0, 3.8, 0, 3.04, 2.888, 0,
+                 3.8 / 30 + 3.04 + 2.888},
+        // OFF(1, 0): W_a = 0.5, S_a = 3.8, ready 4.3; X = 0.1 + 38000 x 1e-5
+        // = 0.48; B idle: TTFT 4.78. Harm on A's one stream: stall 0.38,
+        // warm 0.38 x 1.9 / 2 = 0.361. B would suffer 5.928: no veto.
+        CostCase{"offload_spares_busy_home", OffloadFleet, 1, 0, 0, 4.78, 0.48, 0.38, 0.361, 0,
+                 4.78 / 30 + 0.38 + 0.361},
+        // B has 50000 queued (W_b = 5). Both legs sent at once: 0.7 s of it
+        // is left when the KV is ready at 4.3. TTFT = 4.3 + 0.48 + 0.7.
+        CostCase{"offload_concurrent_legs_overlap_decode_queue",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetPrefill(f, {50000, 5000});
+                   return f;
+                 },
+                 1, 0, 0, 5.48, 0.48, 0.38, 0.361, 0, 5.48 / 30 + 0.38 + 0.361, Veto::kNone,
+                 /*decode_leg_after_prefill=*/false},
+        // The decode leg joins B's queue after the prefill: all 5 s of it.
+        // TTFT = 4.3 + 0.48 + 5.
+        CostCase{"offload_sequential_leg_waits_decode_queue",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetPrefill(f, {50000, 5000});
+                   return f;
+                 },
+                 1, 0, 0, 9.78, 0.48, 0.38, 0.361, 0, 9.78 / 30 + 0.38 + 0.361},
+        // B holds 30000: A would recompute 38000 > 10000 + max(2048, 1000).
+        // X moves the 10000 B lacks: 0.2.
+        CostCase{"veto_recomputes_prefix",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetCached(f, {30000, 2000});
+                   return f;
+                 },
+                 1, 0, 0, 4.5, 0.2, 0.38, 0.361, 0, 4.5 / 30 + 0.38 + 0.361,
+                 Veto::kRecomputesPrefix},
+        // B's pool: 50000 with 20000 in flight cannot take 40000 (M_b = 1,
+        // paid after the prefill: TTFT 4.3 + 0.48 + 1).
+        CostCase{"veto_decode_kv_full",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetMemory(f, {50000, 0}, {0, 0});
+                   SetInflightTokens(f, {20000, 0});
+                   return f;
+                 },
+                 1, 0, 0, 5.78, 0.48, 0.38, 0.361, 0, 5.78 / 30 + 0.38 + 0.361,
+                 Veto::kDecodeKvFull},
+        // A's queue: W_a = 4 >= S_b = 3.8. TTFT = 4 + 3.8 + 0.48.
+        CostCase{"veto_prefill_queued",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetPrefill(f, {0, 40000});
+                   return f;
+                 },
+                 1, 0, 0, 8.28, 0.48, 0.38, 0.361, 0, 8.28 / 30 + 0.38 + 0.361,
+                 Veto::kPrefillQueued},
+        // B has no streams to spare.
+        CostCase{"veto_no_streams_on_home",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetDecoding(f, {0, 1});
+                   return f;
+                 },
+                 1, 0, 0, 4.78, 0.48, 0.38, 0.361, 0, 4.78 / 30 + 0.38 + 0.361,
+                 Veto::kNoStallSaved},
+        // A has as many streams as B: the stall only moves.
+        CostCase{"veto_stall_only_moves",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetDecoding(f, {8, 8});
+                   return f;
+                 },
+                 1, 0, 0, 4.78, 0.48, 3.04, 2.888, 0, 4.78 / 30 + 3.04 + 2.888,
+                 Veto::kNoStallSaved}),
+    [](const ::testing::TestParamInfo<CostCase>& info) { return info.param.label; });
+
+TEST(PlacementCostTest, PrefillAndTransferSeconds) {
+  classifier::OffloadCostParams r;
+  r.prefill_tokens_per_second = 1.0 / 1.1e-4;
+  r.attention_s_per_token_pair = 7.9e-9;
+  // The H20 profile's anchors: 8K cold ~1.17 s of compute, 128K ~78.8 s.
+  EXPECT_NEAR(PrefillSeconds(8192, 0, r), 8192 * 1.1e-4 + 7.9e-9 * 8192 * 4096.0, 1e-9);
+  EXPECT_NEAR(PrefillSeconds(131072, 0, r), 131072 * 1.1e-4 + 7.9e-9 * 131072 * 65536.0, 1e-6);
+  EXPECT_EQ(PrefillSeconds(-5, 100, r), 0);
+  r.kv_bytes_per_token = 98304;
+  r.link_bytes_per_second = 22e9;
+  r.transfer_overhead_seconds = 0.15;
+  EXPECT_NEAR(TransferSeconds(50000, r), 0.15 + 50000.0 * 98304 / 22e9, 1e-12);
+  EXPECT_NEAR(TransferSeconds(0, r), 0.15, 1e-12);
+}
+
+TEST(PlacementCostTest, SloByClass) {
+  const Options::PlacementSlo slo{.ttft_warm_s = 1, .ttft_medium_s = 3, .ttft_heavy_s = 9};
+  EXPECT_EQ(TtftSlo(RequestClass::kWarm, slo), 1);
+  EXPECT_EQ(TtftSlo(RequestClass::kMedium, slo), 3);
+  EXPECT_EQ(TtftSlo(RequestClass::kHeavy, slo), 9);
+}
+
+TEST(PlacementCostTest, ParamsFromOptions) {
+  Options o;
+  o.offload_cost.prefill_tokens_per_second = 7000;
+  o.slo.tpot_s = 0.05;
+  o.default_output_tokens = 512;
+  const PlacementParams p = ParamsFromOptions(o);
+  EXPECT_EQ(p.rates.prefill_tokens_per_second, 7000);
+  EXPECT_EQ(p.slo.tpot_s, 0.05);
+  EXPECT_EQ(p.stream_tokens, 512);
+}
+
+}  // namespace
+}  // namespace kvroute::router::placement
