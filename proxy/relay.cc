@@ -235,9 +235,11 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   // Response header from the engine: relay it with kvroute's headers.
   r.status = parser->status();
   const auto t_header = Clock::now();
-  r.t_first_byte = WallSecondsAt(t_header);
-  r.ttfb_s = Seconds(t_header - t0);
   r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
+  if (!r.sse) {
+    r.t_first_byte = WallSecondsAt(t_header);
+    r.ttfb_s = Seconds(t_header - t0);
+  }
   const boost::optional<uint64_t> length = parser->content_length();
   const bool chunked = !length.has_value();
   // The usage chunk kvroute asked for comes out of the client's stream, so

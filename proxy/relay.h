@@ -52,7 +52,8 @@ struct RelayResult {
   std::string error;
   Usage usage;
   bool sse = false;
-  // The first token: a stream's first body byte, a plain body's header.
+  // The first token: a stream's first body byte (-1 when none came), a plain
+  // body's header.
   double t_first_byte = -1;  // wall seconds
   double ttfb_s = -1;        // steady seconds since relay start
   int64_t events = 0;

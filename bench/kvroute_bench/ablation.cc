@@ -66,11 +66,12 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                                    t.speedup, t.block_size));
   }
   if (o.targets.empty()) {
-    s.emplace_back("fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale "
-                                            "%g, seed %d, KV events %s",
-                                            o.instances, o.profile.empty() ? "(default)" : o.profile,
-                                            o.sim_time_scale, o.sim_seed,
-                                            o.kv_events ? "published and subscribed" : "off"));
+    s.emplace_back(
+        "fleet",
+        absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale "
+                        "%g, seed %d, KV events %s",
+                        o.instances, o.profile.empty() ? "(default)" : o.profile, o.sim_time_scale,
+                        o.sim_seed, o.kv_events ? "published and subscribed" : "off"));
   } else {
     std::string t;
     for (const auto& [name, url] : o.targets) absl::StrAppend(&t, t.empty() ? "" : ", ", name, "=", url);
@@ -112,6 +113,9 @@ int64_t MergeRequestLog(const std::string& path, RunResult& run) {
     const double prefill_done = JsonNumber(o, "t_prefill_done");
     if (routed > 0 && prefill_done >= routed) r.prefill_leg_s = prefill_done - routed;
     r.transfer_s = JsonNumber(o, "transfer_s");
+    // kvroute predicts in the profile's (modelled) seconds; records keep wall seconds.
+    const double predicted = JsonNumber(o, "predicted_ttft_s");
+    r.predicted_ttft_s = predicted >= 0 ? predicted * run.time_scale : -1;
     ++matched;
   }
   return matched;
@@ -134,8 +138,7 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
 }
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<FleetBackend>& backends,
-                              double time_scale) {
+                              const std::vector<FleetBackend>& backends, double time_scale) {
   // kvroute runs on the wall clock: a window of modelled time is scaled.
   const router::Options defaults;
   std::string y = absl::StrCat(
@@ -267,7 +270,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       if (!event_lines.ok()) {
         return absl::Status(event_lines.status().code(),
                             absl::StrCat("kvroute-sim KV events: ", event_lines.status().message(),
-                                          "; see ", (dir / "sim.log").string()));
+                                         "; see ", (dir / "sim.log").string()));
       }
       for (const std::vector<std::string>& m : *event_lines) {
         size_t i = 0;
@@ -302,7 +305,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     // lives in the run's directory).
     AblationConfig with_profile = config;
     if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
-    std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
+    std::ofstream(yaml) << KvrouteConfigYaml(
+        with_profile, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
     std::vector<std::string> proxy_argv = {
         options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
         "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};

@@ -89,7 +89,6 @@ struct FleetBackend {
 // The kvroute YAML config (DESIGN.md section 4) for one configuration, its
 // time windows scaled to a simulated fleet running at `time_scale`.
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<FleetBackend>& backends,
-                              double time_scale = 1.0);
+                              const std::vector<FleetBackend>& backends, double time_scale = 1.0);
 
 }  // namespace kvroute::bench

@@ -228,7 +228,8 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--thresholds", abl.thresholds,
                   "heavy thresholds crossed with the threshold-sensitive modes (v1, v1_cost, v2)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--default-threshold", abl.default_threshold,
                   "heavy threshold for the other modes")->capture_default_str();
   cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();

@@ -39,6 +39,9 @@ struct RequestRecord {
   int64_t cached_tokens_est = -1;
   double prefill_leg_s = -1;
   double transfer_s = -1;
+  // The router's predicted time to first token for its decision (modes with a time model:
+  // v1_cost, v2), scaled to wall seconds like the other times; -1 when it made none.
+  double predicted_ttft_s = -1;
   // The largest gap between two consecutive streamed chunks carrying generated text, and how
   // many such gaps the stream had (0 with fewer than two chunks; max_gap -1 then).
   double max_gap = -1;

@@ -71,20 +71,27 @@ json::object SummaryJson(const RunSummary& s) {
                                                {"p90", Num(e.p90)},
                                                {"p99", Num(e.p99)}};
     }
-    classes[c.klass] = json::object{{"requests", c.requests},
-                                    {"ttft_s", DistJson(c.ttft)},
-                                    {"tpot_s", DistJson(c.tpot)},
-                                    {"e2e_s", DistJson(c.e2e)},
-                                    {"cache_estimate_error", std::move(est)},
-                                    {"itl_s", json::object{{"gaps", c.itl_gaps},
-                                                           {"p50", NonNegative(c.itl_p50)},
-                                                           {"p99", NonNegative(c.itl_p99)},
-                                                           {"max", NonNegative(c.itl_max)}}},
-                                    {"streams", c.streams},
-                                    {"stalled_stream_share", NonNegative(c.stalled_stream_share)},
-                                    {"slo_requests", c.slo_requests},
-                                    {"slo_met", c.slo_met},
-                                    {"goodput", NonNegative(c.goodput)}};
+    classes[c.klass] = json::object{
+        {"requests", c.requests},
+        {"ttft_s", DistJson(c.ttft)},
+        {"tpot_s", DistJson(c.tpot)},
+        {"e2e_s", DistJson(c.e2e)},
+        {"cache_estimate_error", std::move(est)},
+        {"itl_s", json::object{{"gaps", c.itl_gaps},
+                               {"p50", NonNegative(c.itl_p50)},
+                               {"p99", NonNegative(c.itl_p99)},
+                               {"max", NonNegative(c.itl_max)}}},
+        {"streams", c.streams},
+        {"stalled_stream_share", NonNegative(c.stalled_stream_share)},
+        {"slo_requests", c.slo_requests},
+        {"slo_met", c.slo_met},
+        {"goodput", NonNegative(c.goodput)},
+        {"ttft_prediction",
+         json::object{{"n", c.predicted},
+                      {"abs_error_p50", NonNegative(c.prediction_abs_error_p50)},
+                      {"abs_error_p90", NonNegative(c.prediction_abs_error_p90)},
+                      {"signed_error_p50", c.prediction_signed_error_p50},
+                      {"abs_error_s_p50", NonNegative(c.prediction_abs_error_s_p50)}}}};
   }
   o["classes"] = std::move(classes);
   o["offload_prefill_s"] = DistJson(s.offload_prefill);
@@ -251,6 +258,27 @@ std::vector<std::vector<std::string>> EstimateRows(const Report& report,
   return rows;
 }
 
+std::vector<std::string> PredictionHeader() {
+  return {"config",      "class",        "n", "median |error|", "median |error| (s)",
+          "p90 |error|", "median signed"};
+}
+
+// Rows only for runs whose router predicted TTFT (v1_cost, v2).
+std::vector<std::vector<std::string>> PredictionRows(const Report& report,
+                                                     const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    for (const ClassSummary& c : sums[i].classes) {
+      if (c.predicted == 0) continue;
+      rows.push_back(
+          {report.runs[i].name, c.klass, absl::StrCat(c.predicted),
+           Percent(c.prediction_abs_error_p50), FormatSeconds(c.prediction_abs_error_s_p50),
+           Percent(c.prediction_abs_error_p90), SignedPercent(c.prediction_signed_error_p50)});
+    }
+  }
+  return rows;
+}
+
 std::vector<std::string> HeavySplitHeader() {
   return {"config",    "HEAVY co-located n", "TTFT p50",  "TTFT p90",   "floor p50",
           "floor p90", "queue p50",          "queue p90", "queue share"};
@@ -317,6 +345,12 @@ constexpr char kEstimateNote[] =
     "Error = (router estimate - engine cached_tokens) / prompt tokens per co-located request "
     "(kvroute's request log): positive promised a hit the engine did not have. p1 ... p99 are "
     "percentiles of the signed error.";
+
+constexpr char kPredictionNote[] =
+    "Error = (router's predicted TTFT - realised TTFT) / realised TTFT per successful request "
+    "whose decision carried a prediction (predicted_ttft_s in kvroute's request log: v1_cost "
+    "and v2); positive predicted too slow. The realised TTFT is the bench's, from sending the "
+    "request to its first token.";
 
 constexpr char kEstimateHistogramNote[] =
     "Share of each class's co-located requests per 5-point bin of signed error, bins centred "
@@ -620,6 +654,10 @@ std::string ReportMarkdown(const Report& report) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
                     MarkdownTable(EstimateHeader(), est), "\n", kEstimateNote, "\n");
   }
+  if (const auto pred = PredictionRows(report, sums); !pred.empty()) {
+    absl::StrAppend(&out, "\n## Predicted TTFT against realised\n\n",
+                    MarkdownTable(PredictionHeader(), pred), "\n", kPredictionNote, "\n");
+  }
   if (const size_t turns = MaxTurns(sums); turns > 0) {
     absl::StrAppend(&out, "\n## Mean end-to-end latency per turn\n\n",
                     MarkdownTable(TurnHeader(turns), TurnRows(report, sums)));
@@ -745,6 +783,11 @@ std::string ReportHtml(const Report& report) {
     for (const RunResult& r : report.runs) out += EstimateErrorHistogram(r);
     absl::StrAppend(&out, "</div>\n<p class=\"note\">", XmlEscape(kEstimateHistogramNote),
                     "</p>\n");
+  }
+  if (const auto pred = PredictionRows(report, sums); !pred.empty()) {
+    absl::StrAppend(&out, "<h2>Predicted TTFT against realised</h2>\n",
+                    HtmlTable(PredictionHeader(), pred), "<p class=\"note\">",
+                    XmlEscape(kPredictionNote), "</p>\n");
   }
   out += "</body></html>\n";
   return out;

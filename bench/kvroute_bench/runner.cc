@@ -1,10 +1,6 @@
 #include "bench/kvroute_bench/runner.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <numeric>
-#include <optional>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -12,6 +8,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <cstdio>
+#include <numeric>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"

@@ -113,6 +113,8 @@ RunSummary Summarize(const RunResult& run) {
   struct Samples {
     std::vector<double> ttft, tpot, e2e;
     std::vector<double> est_error;  // signed, fraction of the prompt
+    std::vector<double> prediction_error;    // signed, fraction of the realised TTFT
+    std::vector<double> prediction_error_s;  // |predicted - realised|, modelled seconds
     int64_t n = 0;
     int64_t streams = 0, stalled = 0;
     int64_t slo_requests = 0, slo_met = 0;
@@ -165,6 +167,12 @@ RunSummary Summarize(const RunResult& run) {
       heavy_queue.push_back((r.ttft - r.compute_floor_s) / scale);
       heavy_ttft_sum += r.ttft / scale;
       heavy_queue_sum += (r.ttft - r.compute_floor_s) / scale;
+    }
+    if (r.predicted_ttft_s >= 0 && r.ttft > 0) {
+      for (Samples* x : {&all, &c}) {
+        x->prediction_error.push_back((r.predicted_ttft_s - r.ttft) / r.ttft);
+        x->prediction_error_s.push_back(std::abs(r.predicted_ttft_s - r.ttft) / scale);
+      }
     }
     for (Samples* x : {&all, &c}) {
       ++x->n;
@@ -231,6 +239,16 @@ RunSummary Summarize(const RunResult& run) {
     c.tpot = Describe(x.tpot);
     c.e2e = Describe(x.e2e);
     c.estimate = DescribeEstimateErrors(x.est_error);
+    if (!x.prediction_error.empty()) {
+      std::vector<double> abs_error;
+      for (double e : x.prediction_error) abs_error.push_back(std::abs(e));
+      c.predicted = static_cast<int64_t>(x.prediction_error.size());
+      c.prediction_signed_error_p50 = Describe(x.prediction_error).p50;
+      const Distribution a = Describe(std::move(abs_error));
+      c.prediction_abs_error_p50 = a.p50;
+      c.prediction_abs_error_p90 = a.p90;
+      c.prediction_abs_error_s_p50 = Describe(x.prediction_error_s).p50;
+    }
     if (itl != nullptr && itl->count() > 0) {
       c.itl_gaps = itl->count();
       c.itl_p50 = itl->Percentile(50) / scale;

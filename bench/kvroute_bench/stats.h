@@ -65,6 +65,12 @@ struct ClassSummary {
   // successful requests (RunResult::itl_by_class, within 1.2 %), modelled seconds.
   int64_t itl_gaps = 0;
   double itl_p50 = -1, itl_p99 = -1, itl_max = -1;  // -1: no gaps
+  // The router's TTFT prediction against the realised TTFT, over successful requests with a
+  // prediction: (predicted - realised) / realised. -1 (n 0): no predictions.
+  int64_t predicted = 0;
+  double prediction_abs_error_p50 = -1, prediction_abs_error_p90 = -1;
+  double prediction_signed_error_p50 = 0;
+  double prediction_abs_error_s_p50 = -1;  // modelled seconds
   // Successful requests with at least one gap, and the share of them with a gap over
   // kStreamStallS (-1: none).
   int64_t streams = 0;

@@ -302,6 +302,51 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
   EXPECT_EQ(MergeRequestLog("/nonexistent/requests.jsonl", run), 0);
 }
 
+// kvroute logs its TTFT prediction in modelled seconds; the report sets it against the
+// realised TTFT per class.
+TEST(AblationConfigTest, ReportsThePredictedTtftAgainstTheRealised) {
+  RunResult run = FixedRun("v2", 0.5);
+  run.requests[2].request_id = "bench-v2-2";  // HEAVY, TTFT 2.0 modelled seconds
+  run.requests[0].request_id = "bench-v2-0";  // WARM, 0.1
+  run.requests[1].request_id = "bench-v2-1";  // WARM, no prediction
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kvb_predlog_" + std::to_string(::getpid()));
+  {
+    std::ofstream f(path);
+    f << R"({"id":"bench-v2-2","predicted_ttft_s":2.5})"
+      << "\n";
+    f << R"({"id":"bench-v2-0","predicted_ttft_s":0.05})"
+      << "\n";
+    f << R"({"id":"bench-v2-1","predicted_ttft_s":null})"
+      << "\n";
+  }
+  EXPECT_EQ(MergeRequestLog(path.string(), run), 3);
+  std::filesystem::remove(path);
+  EXPECT_DOUBLE_EQ(run.requests[2].predicted_ttft_s, 1.25);  // wall seconds at scale 0.5
+  EXPECT_LT(run.requests[1].predicted_ttft_s, 0);
+  const RunSummary s = Summarize(run);
+  for (const ClassSummary& c : s.classes) {
+    if (c.klass == "HEAVY") {
+      EXPECT_EQ(c.predicted, 1);
+      EXPECT_DOUBLE_EQ(c.prediction_abs_error_p50, 0.25);
+      EXPECT_DOUBLE_EQ(c.prediction_signed_error_p50, 0.25);
+      EXPECT_DOUBLE_EQ(c.prediction_abs_error_s_p50, 0.5);
+    } else if (c.klass == "WARM") {
+      EXPECT_EQ(c.predicted, 1);
+      EXPECT_DOUBLE_EQ(c.prediction_signed_error_p50, -0.5);
+    } else if (c.klass == "ALL") {
+      EXPECT_EQ(c.predicted, 2);
+    } else {
+      EXPECT_EQ(c.predicted, 0) << c.klass;
+    }
+  }
+  Report report;
+  report.runs = {run};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("## Predicted TTFT against realised"), std::string::npos);
+  EXPECT_NE(md.find("| v2 | HEAVY | 1 | 25.0%"), std::string::npos) << md;
+}
+
 }  // namespace
 }  // namespace kvroute::bench
 

@@ -405,6 +405,32 @@ TEST(ServerTest, MetricsAndRequestLog) {
   std::filesystem::remove(log_path);
 }
 
+// An engine sends a stream's header as soon as it accepts the request, long before the
+// first token: the header must not count as the first token (the router keeps the request's
+// prefill queued until then). An engine that dies after the header sent no token at all.
+TEST(ServerTest, AStreamsHeaderIsNotItsFirstToken) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    return false;  // dies before its first event
+  });
+  const std::string log_path = (std::filesystem::temp_directory_path() /
+                                ("kvroute_hdr_" + std::to_string(getpid()) + ".jsonl"))
+                                   .string();
+  std::filesystem::remove(log_path);
+  Config c = TestConfig({up.port()});
+  c.request_log = log_path;
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  EXPECT_EQ(res.result_int(), 200);
+  server->Shutdown();
+  server->Wait();
+  std::ifstream in(log_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_NE(line.find("\"t_first_token\":null"), std::string::npos) << line;
+  std::filesystem::remove(log_path);
+}
+
 TEST(ServerTest, StreamBrokenMidwayEndsWithErrorEvent) {
   FakeUpstream up([](const auto& req, auto& s) {
     FakeUpstream::WriteSseHeader(s);
