@@ -3,7 +3,7 @@
 #
 #   1. installs build dependencies (deploy/install-deps.sh, Debian packages),
 #   2. builds kvroute, kvroute-sim and kvroute-bench,
-#   3. runs a short ablation (~3 minutes): for each configuration kvroute-bench starts 8
+#   3. runs an ablation (~2 minutes a configuration): for each configuration kvroute-bench starts 8
 #      simulated H20 instances (configs/profiles/h20-qwen3-coder-30b-a3b.yaml) and one kvroute
 #      on loopback, replays the same seeded agentic workload at a sped-up time scale, and
 #   4. prints the summary table and the path of the report (report.html/.md/.json).
