@@ -23,6 +23,9 @@
 
 namespace kvroute::bench {
 
+// The classes in the order reports list them; other labels follow.
+inline constexpr const char* kReportClasses[] = {"ALL", "WARM", "MEDIUM", "HEAVY"};
+
 struct Report {
   std::string title = "kvroute ablation";
   std::string generated_at;  // caller-supplied timestamp (keeps rendering deterministic)
@@ -45,5 +48,7 @@ absl::Status WriteReports(const Report& report, const std::string& dir);
 
 // "0.123", "1.23", "12.3", "123"; "-" for NaN/negative.
 std::string FormatSeconds(double s);
+// "12.3%" for 0.123; "-" for NaN/negative.
+std::string Percent(double f);
 
 }  // namespace kvroute::bench
