@@ -18,17 +18,7 @@ using testing::SetDecoding;
 using testing::SetPrefill;
 using testing::SetUnhealthy;
 
-Options JointOptions() {
-  Options o;
-  o.offload_cost.prefill_tokens_per_second = 10000;
-  o.offload_cost.kv_bytes_per_token = 1e4;
-  o.offload_cost.link_bytes_per_second = 1e9;
-  o.offload_cost.transfer_overhead_seconds = 0.1;
-  o.slo = {
-      .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
-  o.default_output_tokens = 100;
-  return o;
-}
+Options JointOptions() { return testing::PlacementTestOptions(); }
 
 Decision Decide(const std::string& mode, const FleetSnapshot& f, Options o = JointOptions()) {
   o.mode = mode;

@@ -23,18 +23,7 @@ using testing::SetInflightTokens;
 using testing::SetMemory;
 using testing::SetPrefill;
 
-PlacementParams Params() {
-  PlacementParams p;
-  p.rates.prefill_tokens_per_second = 10000;
-  p.rates.attention_s_per_token_pair = 0;
-  p.rates.kv_bytes_per_token = 1e4;
-  p.rates.link_bytes_per_second = 1e9;
-  p.rates.transfer_overhead_seconds = 0.1;
-  p.slo = {
-      .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
-  p.stream_tokens = 100;
-  return p;
-}
+PlacementParams Params() { return ParamsFromOptions(testing::PlacementTestOptions()); }
 
 struct CostCase {
   std::string label;

@@ -1,9 +1,10 @@
-// Hand-built fleet snapshots for the policy tests.
+// Hand-built fleet snapshots and options for the policy tests.
 #pragma once
 
 #include <vector>
 
 #include "router/policy.h"
+#include "router/router.h"
 
 namespace kvroute::router::testing {
 
@@ -45,6 +46,20 @@ inline void SetMemory(FleetSnapshot& f, const std::vector<int64_t>& capacity,
 
 inline void SetUnhealthy(FleetSnapshot& f, const std::vector<int>& down) {
   for (int i : down) f.backends[i].healthy = false;
+}
+
+// Round figures for the placement cost's tests: 10,000 prefill tokens/s, 10 kB of KV a
+// token over a 1 GB/s link with 0.1 s overhead, the default SLOs, 100-token streams.
+inline Options PlacementTestOptions() {
+  Options o;
+  o.offload_cost.prefill_tokens_per_second = 10000;
+  o.offload_cost.kv_bytes_per_token = 1e4;
+  o.offload_cost.link_bytes_per_second = 1e9;
+  o.offload_cost.transfer_overhead_seconds = 0.1;
+  o.slo = {
+      .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
+  o.default_output_tokens = 100;
+  return o;
 }
 
 }  // namespace kvroute::router::testing
