@@ -336,7 +336,8 @@ absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& 
   if (profile.attention_s_per_token_pair >= 0) {
     p.attention_s_per_token_pair = profile.attention_s_per_token_pair;
   }
-  o->offload_cost_known = keys.prefill_tokens_per_second > 0 || profile.prefill_tokens_per_second > 0;
+  o->offload_cost_known =
+      keys.prefill_tokens_per_second > 0 || profile.prefill_tokens_per_second > 0;
   // An engine running at time_scale wall seconds per profile second.
   p.prefill_tokens_per_second /= time_scale;
   p.link_bytes_per_second /= time_scale;
@@ -672,8 +673,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("router")) {
     KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router, &offload_cost));
   }
-  KV_RETURN_IF_ERROR(FillOffloadCost(offload_cost, profile, !c.profile.empty(),
-                                     c.profile_time_scale, &c.router));
+  KV_RETURN_IF_ERROR(
+      FillOffloadCost(offload_cost, profile, !c.profile.empty(), c.profile_time_scale, &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
   if (absl::StatusOr<std::unique_ptr<transfer::Connector>> conn =
           transfer::MakeConnector(c.transfer.connector);

@@ -41,8 +41,7 @@ void RateLearner::ObservePrefill(int backend, double realised_s, double modelled
   Update(prefill_[backend], LogSample(realised_s, modelled_s));
 }
 
-void RateLearner::ObserveTransfer(int prefill, int decode, double realised_s,
-                                  double modelled_s) {
+void RateLearner::ObserveTransfer(int prefill, int decode, double realised_s, double modelled_s) {
   if (prefill < 0 || prefill >= n_ || decode < 0 || decode >= n_ || !(modelled_s > 0) ||
       !(realised_s >= 0)) {
     return;
@@ -77,9 +76,7 @@ int64_t RateLearner::transfer_samples(int prefill, int decode) const {
   return pairs_[static_cast<size_t>(prefill) * n_ + decode].samples;
 }
 
-double RateLearner::fleet_transfer_factor() const {
-  return std::exp(fleet_transfer_.log_factor);
-}
+double RateLearner::fleet_transfer_factor() const { return std::exp(fleet_transfer_.log_factor); }
 
 void RateLearner::RebuildTable() {
   const double fleet = fleet_transfer_factor();

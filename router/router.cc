@@ -369,8 +369,7 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
   // model leaves out (a scheduling step, the HTTP round trip).
   if (options_.rate_learning.enabled && r.stream && d.mode == DecisionMode::kColocated &&
       d.prefill_backend == d.decode_backend && d.request_class != RequestClass::kWarm &&
-      d.predicted_ttft_s > 0 && q.epoch == r.decode_epoch &&
-      !(*specs_)[d.decode_backend].retired) {
+      d.predicted_ttft_s > 0 && q.epoch == r.decode_epoch && !(*specs_)[d.decode_backend].retired) {
     rates_.ObservePrefill(d.decode_backend, absl::ToDoubleSeconds(now - r.routed_at),
                           d.predicted_ttft_s / r.prefill_time_factor);
   }
@@ -379,8 +378,7 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
 void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
   const Decision& d = ticket.decision;
   if (!options_.rate_learning.enabled || d.mode != DecisionMode::kOffload ||
-      !(d.predicted_transfer_s > 0) || !(ticket.transfer_time_factor > 0) ||
-      !(transfer_s >= 0)) {
+      !(d.predicted_transfer_s > 0) || !(ticket.transfer_time_factor > 0) || !(transfer_s >= 0)) {
     return;
   }
   absl::MutexLock lock(&mu_);
@@ -395,9 +393,8 @@ void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
 // The placement cost's figures for the plan a policy chose without them.
 void RouterImpl::Predict(const FleetSnapshot& fleet, Decision& d) const {
   if (d.mode == DecisionMode::kOffload && d.prefill_backend != d.decode_backend) {
-    const placement::PlanCost plan = placement::Offload(fleet, d.prefill_backend,
-                                                        d.decode_backend, d.request_class,
-                                                        placement_);
+    const placement::PlanCost plan =
+        placement::Offload(fleet, d.prefill_backend, d.decode_backend, d.request_class, placement_);
     d.predicted_ttft_s = plan.ttft_s;
     d.predicted_transfer_s = plan.transfer_s + plan.decode_wait_s;
     return;

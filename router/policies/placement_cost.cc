@@ -38,7 +38,8 @@ double AdmissionSeconds(const FleetSnapshot& fleet, int backend, int64_t shortfa
 }
 
 double EvictedUnits(const FleetSnapshot& fleet, int home, const PlacementParams& p) {
-  const double seconds = AdmissionSeconds(fleet, home, policy_internal::EvictedResident(fleet, home), p);
+  const double seconds =
+      AdmissionSeconds(fleet, home, policy_internal::EvictedResident(fleet, home), p);
   return seconds / std::max(1e-9, p.slo.ttft_warm_s);
 }
 
