@@ -458,8 +458,10 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
       report(served_by, transferred, status >= 200 && status < 300, u);
     };
     if (offload) {
+      rec.transfer_s = -1;  // the record's transfer is the answering attempt's
       leg = co_await ServeOffload(s, hook, tmpl, body, d.prefill_backend, d.decode_backend, decor,
                                   rec.stream, on_first_byte, rec);
+      if (rec.transfer_s >= 0) state.router->OnTransfer(tk, rec.transfer_s);
     } else {
       leg = LegResult{};
       LegOptions opts =

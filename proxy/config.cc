@@ -132,6 +132,17 @@ absl::Status RequireMap(const YAML::Node& n, const std::string& path) {
   return absl::OkStatus();
 }
 
+// `key: true|false`; absent leaves *out alone.
+absl::Status ReadBool(MapReader& r, const std::string& key, bool* out) {
+  const YAML::Node* n = r.Find(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false")) {
+    return KeyError(r.Path(key), absl::StrCat("expected true or false, got ", Show(*n)));
+  }
+  *out = n->Scalar() == "true";
+  return absl::OkStatus();
+}
+
 absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
   KV_RETURN_IF_ERROR(RequireMap(n, "limits"));
   MapReader r(n, "limits");
@@ -213,6 +224,17 @@ absl::Status ParseOffloadCost(const YAML::Node& n, OffloadCostKeys* k) {
   return r.Finish();
 }
 
+// `router.rate_learning`: the cost model's time factors learned online.
+absl::Status ParseRateLearning(const YAML::Node& n, router::Options::RateLearning* l) {
+  const std::string path = "router.rate_learning";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &l->enabled));
+  KV_RETURN_IF_ERROR(r.Double("alpha", &l->alpha, 0.001, 1));
+  KV_RETURN_IF_ERROR(r.Double("max_sample_ratio", &l->max_sample_ratio, 1, 1e6));
+  return r.Finish();
+}
+
 // `router.slo`: the SLOs the placement cost weighs its terms by.
 absl::Status ParseSlo(const YAML::Node& n, router::Options::PlacementSlo* slo) {
   const std::string path = "router.slo";
@@ -262,16 +284,21 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   }
   if (const YAML::Node* c = r.Find("offload_cost")) KV_RETURN_IF_ERROR(ParseOffloadCost(*c, cost));
   if (const YAML::Node* slo = r.Find("slo")) KV_RETURN_IF_ERROR(ParseSlo(*slo, &o->slo));
+  if (const YAML::Node* l = r.Find("rate_learning")) {
+    KV_RETURN_IF_ERROR(ParseRateLearning(*l, &o->rate_learning));
+  }
   return r.Finish();
 }
 
 // The offload cost model from its defaults, then the profile, then the
-// `router.offload_cost` keys. With `offload_gate: cost` the figures that
-// decide it (KV bytes per token, link bandwidth, prefill rate) must come
-// from the profile or the keys: the defaults describe one model on one GPU,
-// not this fleet.
+// `router.offload_cost` keys, its times then scaled to wall seconds by
+// `time_scale` (profile_time_scale). With `offload_gate: cost` the figures
+// that decide it (KV bytes per token, link bandwidth, prefill rate) must
+// come from the profile or the keys: the defaults describe one model on one
+// GPU, not this fleet. A prefill rate from either makes the model this
+// fleet's (Options::offload_cost_known).
 absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& profile,
-                             bool has_profile, router::Options* o) {
+                             bool has_profile, double time_scale, router::Options* o) {
   classifier::OffloadCostParams& p = o->offload_cost;
   struct Figure {
     double key;
@@ -309,6 +336,13 @@ absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& 
   if (profile.attention_s_per_token_pair >= 0) {
     p.attention_s_per_token_pair = profile.attention_s_per_token_pair;
   }
+  o->offload_cost_known =
+      keys.prefill_tokens_per_second > 0 || profile.prefill_tokens_per_second > 0;
+  // An engine running at time_scale wall seconds per profile second.
+  p.prefill_tokens_per_second /= time_scale;
+  p.link_bytes_per_second /= time_scale;
+  p.transfer_overhead_seconds *= time_scale;
+  p.attention_s_per_token_pair *= time_scale;
   return absl::OkStatus();
 }
 
@@ -343,17 +377,6 @@ absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
   KV_RETURN_IF_ERROR(r.Integer("max_offload_inflight", &t->max_offload_inflight, 0, 1000000));
   KV_RETURN_IF_ERROR(r.Integer("bootstrap_port", &t->bootstrap_port, 1, 65535));
   return r.Finish();
-}
-
-// `key: true|false`; absent leaves *out alone.
-absl::Status ReadBool(MapReader& r, const std::string& key, bool* out) {
-  const YAML::Node* n = r.Find(key);
-  if (n == nullptr) return absl::OkStatus();
-  if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false")) {
-    return KeyError(r.Path(key), absl::StrCat("expected true or false, got ", Show(*n)));
-  }
-  *out = n->Scalar() == "true";
-  return absl::OkStatus();
 }
 
 absl::Status ParseAdmin(const YAML::Node& n, AdminOptions* a) {
@@ -628,6 +651,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     profile = *read;
   }
   OffloadCostKeys offload_cost;
+  KV_RETURN_IF_ERROR(r.Double("profile_time_scale", &c.profile_time_scale, 1e-6, 1e6));
   std::string listen;
   KV_RETURN_IF_ERROR(r.String("listen", &listen));
   if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
@@ -649,7 +673,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   if (const YAML::Node* n = r.Find("router")) {
     KV_RETURN_IF_ERROR(ParseRouter(*n, &c.router, &offload_cost));
   }
-  KV_RETURN_IF_ERROR(FillOffloadCost(offload_cost, profile, !c.profile.empty(), &c.router));
+  KV_RETURN_IF_ERROR(
+      FillOffloadCost(offload_cost, profile, !c.profile.empty(), c.profile_time_scale, &c.router));
   if (const YAML::Node* n = r.Find("transfer")) KV_RETURN_IF_ERROR(ParseTransfer(*n, &c.transfer));
   if (absl::StatusOr<std::unique_ptr<transfer::Connector>> conn =
           transfer::MakeConnector(c.transfer.connector);

@@ -146,6 +146,12 @@ struct Config {
   // file's directory); empty: none. It fills router.offload_cost below the
   // `router.offload_cost` keys.
   std::string profile;
+  // Wall seconds per profile second (`profile_time_scale`): 1 for real
+  // engines, kvroute-sim's --time-scale for a simulated fleet. The cost
+  // model's time figures (router.offload_cost, from the profile or its keys)
+  // are scaled by it, so the router predicts, learns and weighs its SLOs in
+  // wall seconds.
+  double profile_time_scale = 1;
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8000;
   std::string request_log;  // empty: no request log

@@ -112,6 +112,30 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
         if (!b.retired) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
       }
     }
+    // The cost model's learned time factors (router/rate_learner.h).
+    if (!r->options().rate_learning.enabled) return;
+    metrics::RenderGaugeHeader(out, "kvroute_prefill_time_factor",
+                               "Learned realised / predicted prefill time of the backend (1 until "
+                               "learned).");
+    for (const auto& b : report) {
+      if (!b.retired) {
+        metrics::RenderSample(out, "kvroute_prefill_time_factor", {{"backend", b.name}},
+                              b.prefill_time_factor);
+      }
+    }
+    const router::RouterStats stats = r->Stats();
+    metrics::RenderGaugeHeader(out, "kvroute_transfer_time_factor",
+                               "Learned realised / predicted time from an offload's prefill end to "
+                               "its first token, per pair with samples.");
+    for (const router::TransferFactorReport& t : stats.transfer_time_factors) {
+      const auto a = static_cast<size_t>(t.prefill_backend);
+      const auto d = static_cast<size_t>(t.decode_backend);
+      if (a >= report.size() || d >= report.size() || report[a].retired || report[d].retired) {
+        continue;
+      }
+      metrics::RenderSample(out, "kvroute_transfer_time_factor",
+                            {{"prefill", report[a].name}, {"decode", report[d].name}}, t.factor);
+    }
   });
 }
 

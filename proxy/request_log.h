@@ -46,9 +46,10 @@ struct RequestRecord {
   int status = 0;
   std::string error;  // empty: none
   int attempts = 0;   // upstream attempts made
-  // The routing decision's prediction (router::Decision), seconds: time to
-  // first token, and for an executed offload the KV transfer; to set next
-  // to t_first_token - t_routed and transfer_s.
+  // The routing decision's prediction (router::Decision), wall seconds: time
+  // to first token, to set next to t_first_token - t_routed; for an executed
+  // offload, the prefill's end to the first token (the KV transfer and the
+  // decode backend's wait), to set next to transfer_s.
   double predicted_ttft_s = -1;
   double predicted_transfer_s = -1;
   // The prompt text (features' prompt bytes); empty: not logged, and the

@@ -40,6 +40,9 @@ struct BackendSnapshot {
   // Estimated prompt tokens of this request already in this backend's
   // prefix cache (shadow index match), 0..prompt_tokens_est.
   int64_t cached_tokens_est = 0;
+  // This instance's prefill times against the cost model's rates, as learned
+  // from its realised TTFTs (router/rate_learner.h); 1 = as the profile says.
+  double prefill_time_factor = 1;
 };
 
 struct FleetSnapshot {
@@ -51,6 +54,10 @@ struct FleetSnapshot {
   // request continues it, and most of it has been evicted there since.
   bool session_prefix_evicted = false;
   uint64_t sequence = 0;     // increments once per Route() call
+  // The learned factor of the time from prefill site a's prefill end to the
+  // first token on decode home b, at [a x backends.size() + b] (row-major);
+  // empty: 1 for every pair (router/rate_learner.h).
+  std::vector<double> transfer_time_factors;
 };
 
 class Policy {

@@ -15,9 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "router/bytes_per_token.h"
+#include "router/policies/placement_cost.h"
 #include "router/policy.h"
 #include "router/policy_registry.h"
 #include "router/prefix_hash.h"
+#include "router/rate_learner.h"
 #include "router/session_table.h"
 #include "router/shadow_index.h"
 
@@ -66,6 +68,11 @@ struct InflightRequest {
   int32_t est_chunks_decode = 0;
   int32_t est_chunks_prefill = 0;
   uint64_t route_tick = 0;  // shadow clock at routing
+  absl::Time routed_at;
+  // Only a stream's first byte is its first token (a plain body's comes
+  // with the whole answer).
+  bool stream = false;
+  double prefill_time_factor = 1;  // the decode backend's, in the prediction
   bool first_token = false;
   uint64_t prefill_epoch = 0;  // BackendState::epoch of each backend at routing
   uint64_t decode_epoch = 0;
@@ -83,9 +90,12 @@ class RouterImpl : public Router {
         sessions_(options_.max_sessions, options_.session_ttl, options_.session_resident_window),
         ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
                 options_.max_models),
+        placement_(placement::ParamsFromOptions(options_)),
+        rates_(options_.rate_learning),
         state_(backends.size()),
         matched_(backends.size()) {
     absl::MutexLock lock(&mu_);
+    rates_.Resize(static_cast<int>(backends.size()));
     specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(backends));
     ApplyCapacities();
   }
@@ -100,6 +110,7 @@ class RouterImpl : public Router {
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
   void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
+  void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
   void SetHealthy(int backend, bool healthy) override;
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
@@ -123,6 +134,7 @@ class RouterImpl : public Router {
   void Release(InflightRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnFromTruth(InflightRequest& r, const Outcome& outcome, int served)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Predict(const FleetSnapshot& fleet, Decision& d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -133,6 +145,10 @@ class RouterImpl : public Router {
   ShadowIndex index_ ABSL_GUARDED_BY(mu_);
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   BytesPerTokenModel ratios_ ABSL_GUARDED_BY(mu_);
+  const placement::PlacementParams placement_;  // for predictions the policy did not make
+  RateLearner rates_ ABSL_GUARDED_BY(mu_);
+  // rates_.transfer_version() of the table in snapshot_.
+  uint64_t snapshot_transfer_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
@@ -245,6 +261,12 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
     if (reference) cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
+    v.prefill_time_factor = rates_.prefill_factor(b);
+  }
+  // The pair factors change only when an offload's transfer is learned.
+  if (snapshot_transfer_version_ != rates_.transfer_version()) {
+    fleet.transfer_time_factors = rates_.transfer_table();
+    snapshot_transfer_version_ = rates_.transfer_version();
   }
   // The session's own footprint is replaced by this request's wherever it
   // goes: it is not demand from others on its instance.
@@ -261,6 +283,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
                                             " chose an invalid or unhealthy backend"));
   }
+  if (d.predicted_ttft_s < 0 && options_.offload_cost_known) Predict(fleet, d);
+  const bool split = d.mode == DecisionMode::kOffload && d.prefill_backend != d.decode_backend;
 
   InflightRequest r;
   r.decision = d;
@@ -272,6 +296,9 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   r.est_chunks_decode = matched_[d.decode_backend];
   r.est_chunks_prefill = matched_[d.prefill_backend];
   r.route_tick = index_.clock();
+  r.routed_at = now;
+  r.stream = features.stream;
+  r.prefill_time_factor = placement::PrefillTimeFactor(fleet, d.decode_backend);
   r.prefill_epoch = state_[d.prefill_backend].epoch;
   r.decode_epoch = state_[d.decode_backend].epoch;
   r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.prefill_cached_tokens_est);
@@ -311,6 +338,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   RouteTicket ticket;
   ticket.id = next_ticket_++;
   ticket.decision = d;
+  ticket.transfer_time_factor =
+      split ? placement::TransferTimeFactor(fleet, d.prefill_backend, d.decode_backend) : 1;
   inflight_.emplace(ticket.id, std::move(r));
   return ticket;
 }
@@ -334,6 +363,45 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
   }
   BackendState& q = state_[d.decode_backend];
   if (q.epoch == r.decode_epoch) q.decoding_requests += 1;
+
+  // A co-located streamed request's TTFT teaches its instance's prefill
+  // time factor. WARM turns teach nothing: their TTFT is mostly what the
+  // model leaves out (a scheduling step, the HTTP round trip).
+  if (options_.rate_learning.enabled && r.stream && d.mode == DecisionMode::kColocated &&
+      d.prefill_backend == d.decode_backend && d.request_class != RequestClass::kWarm &&
+      d.predicted_ttft_s > 0 && q.epoch == r.decode_epoch && !(*specs_)[d.decode_backend].retired) {
+    rates_.ObservePrefill(d.decode_backend, absl::ToDoubleSeconds(now - r.routed_at),
+                          d.predicted_ttft_s / r.prefill_time_factor);
+  }
+}
+
+void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
+  const Decision& d = ticket.decision;
+  if (!options_.rate_learning.enabled || d.mode != DecisionMode::kOffload ||
+      !(d.predicted_transfer_s > 0) || !(ticket.transfer_time_factor > 0) || !(transfer_s >= 0)) {
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!Valid(d.prefill_backend) || !Valid(d.decode_backend) ||
+      (*specs_)[d.prefill_backend].retired || (*specs_)[d.decode_backend].retired) {
+    return;
+  }
+  rates_.ObserveTransfer(d.prefill_backend, d.decode_backend, transfer_s,
+                         d.predicted_transfer_s / ticket.transfer_time_factor);
+}
+
+// The placement cost's figures for the plan a policy chose without them.
+void RouterImpl::Predict(const FleetSnapshot& fleet, Decision& d) const {
+  if (d.mode == DecisionMode::kOffload && d.prefill_backend != d.decode_backend) {
+    const placement::PlanCost plan =
+        placement::Offload(fleet, d.prefill_backend, d.decode_backend, d.request_class, placement_);
+    d.predicted_ttft_s = plan.ttft_s;
+    d.predicted_transfer_s = plan.transfer_s + plan.decode_wait_s;
+    return;
+  }
+  d.predicted_ttft_s =
+      placement::Colocated(fleet, d.decode_backend, d.request_class, placement_).ttft_s;
+  d.predicted_transfer_s = -1;
 }
 
 void RouterImpl::Release(InflightRequest& r) {
@@ -589,6 +657,7 @@ absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends
   }
   const int n = static_cast<int>(next.size());
   index_.AddInstances(n - index_.num_instances());
+  rates_.Resize(n);
   state_.resize(n);
   matched_.resize(n);
   snapshot_.backends.resize(n);
@@ -629,6 +698,8 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.est_signed_error_tokens_sum = s.signed_error_sum;
     r.last_est_error_tokens = s.last_error;
     r.shadow_corrections = s.corrections;
+    r.prefill_time_factor = rates_.prefill_factor(b);
+    r.prefill_time_samples = rates_.prefill_samples(b);
     out.push_back(std::move(r));
   }
   return out;
@@ -645,6 +716,17 @@ RouterStats RouterImpl::Stats() const {
   s.bytes_per_token = ratios_.FleetWide();
   s.affinity_hits = affinity_hits_;
   s.affinity_breaks = affinity_breaks_;
+  s.transfer_time_factor = rates_.fleet_transfer_factor();
+  const int n = static_cast<int>(specs_->size());
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (rates_.transfer_samples(a, b) == 0) continue;
+      s.transfer_time_factors.push_back({.prefill_backend = a,
+                                         .decode_backend = b,
+                                         .factor = rates_.transfer_factor(a, b),
+                                         .samples = rates_.transfer_samples(a, b)});
+    }
+  }
   return s;
 }
 

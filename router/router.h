@@ -8,6 +8,7 @@
 //   absl::StatusOr<router::RouteTicket> t = (*router)->Route(features, now);
 //   ... first byte from the engine:   (*router)->OnFirstToken(*t, now);
 //   ... response finished:           (*router)->OnComplete(*t, outcome, now);
+//   ... an offload's measured transfer: (*router)->OnTransfer(*t, seconds);
 //
 // Thread-safety: every method may be called from any thread. State is guarded
 // by one absl::Mutex; the policy runs under it on an immutable FleetSnapshot
@@ -17,7 +18,8 @@
 //
 // Where things live: router/policies/ (one class per policy, behind
 // router/policy.h, built from the table in router/policy_registry.h), router/shadow_index.h
-// (prefix-cache model), router/session_table.h, router/bytes_per_token.h.
+// (prefix-cache model), router/session_table.h, router/bytes_per_token.h,
+// router/rate_learner.h (the cost model's learned time factors).
 // router/README.md explains the model and has the benchmark figures.
 #pragma once
 
@@ -141,6 +143,24 @@ struct Options {
     double harm_weight = 1.0;  // scales the harm terms against the TTFT term
   };
   PlacementSlo slo;
+
+  // Whether offload_cost describes this fleet (the config filled it from a
+  // profile or router.offload_cost keys). Then the router predicts the TTFT
+  // of every decision, whatever the policy, so the prediction is logged and
+  // the rates are learned in every mode.
+  bool offload_cost_known = false;
+
+  // Learning the cost model's time factors online (router/rate_learner.h):
+  // per instance, realised TTFT of co-located streamed requests against the
+  // prediction; per (prefill, decode) pair, the handoff's measured transfer
+  // against the prediction. Log-space EWMA of weight `alpha`; each sample's
+  // ratio is clamped to [1 / max_sample_ratio, max_sample_ratio].
+  struct RateLearning {
+    bool enabled = true;
+    double alpha = 0.2;
+    double max_sample_ratio = 20;
+  };
+  RateLearning rate_learning;
 };
 
 // The largest fleet the router (and its shadow index bitsets) supports.
@@ -174,6 +194,17 @@ struct BackendReport {
   // Tokens in blocks the engine's own KV events say it caches (stored minus
   // removed, reset by a clear); -1 until the backend's first event.
   int64_t engine_cached_tokens = -1;
+  // The learned prefill time factor (router/rate_learner.h) and its samples.
+  double prefill_time_factor = 1;
+  int64_t prefill_time_samples = 0;
+};
+
+// The learned transfer time factor of one (prefill, decode) pair.
+struct TransferFactorReport {
+  int prefill_backend = -1;
+  int decode_backend = -1;
+  double factor = 1;
+  int64_t samples = 0;
 };
 
 // Fleet-wide figures for /metrics.
@@ -186,6 +217,9 @@ struct RouterStats {
   double bytes_per_token = 0;      // fleet-wide learned ratio
   int64_t affinity_hits = 0;
   int64_t affinity_breaks = 0;
+  // Learned transfer time factors: fleet-wide, and each pair with samples.
+  double transfer_time_factor = 1;
+  std::vector<TransferFactorReport> transfer_time_factors;
 };
 
 // Engine gauges scraped from an instance's /metrics.
@@ -212,6 +246,9 @@ struct EngineKvEvent {
 struct RouteTicket {
   uint64_t id = 0;
   Decision decision;
+  // The learned transfer time factor the decision's prediction used, so
+  // OnTransfer can learn against the profile's rates after OnComplete.
+  double transfer_time_factor = 1;
 };
 
 // Whether `outcome.cached_tokens` may count KV moved in by a connector
@@ -256,10 +293,17 @@ class Router {
   // router hashes prompt_bytes itself (outside its lock) with chunk_bytes.
   virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) = 0;
   // The decode backend produced its first byte: prefill tokens become a
-  // decoding request.
+  // decoding request. For a co-located streamed request whose decision
+  // carried a prediction, `now` minus the routing time is its realised TTFT,
+  // which teaches the instance's prefill time factor.
   virtual void OnFirstToken(const RouteTicket& ticket, absl::Time now) = 0;
   // The response ended (any way). Releases load; learns from usage.
   virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) = 0;
+  // An executed OFFLOAD's handoff measured `transfer_s` wall seconds from the
+  // prefill leg's end to the decode leg's first byte (Decision::
+  // predicted_transfer_s is its prediction): learns the pair's transfer time
+  // factor. May come before or after OnComplete; at most once per ticket.
+  virtual void OnTransfer(const RouteTicket& ticket, double transfer_s) = 0;
 
   // Ejecting a backend (healthy -> false) releases the load of its requests
   // in flight (they are failing or being retried elsewhere); re-admitting it

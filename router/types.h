@@ -78,10 +78,14 @@ struct Decision {
   int64_t prefill_cached_tokens_est = 0;  // on the prefill backend
   int64_t best_cached_tokens_est = 0;     // best over healthy backends
   int session_backend = -1;               // session's instance before, -1 none
-  // The placement cost model's prediction for the chosen plan, in seconds
-  // (router/policies/placement_cost.h); -1 when the policy made none.
+  // The placement cost model's prediction for the chosen plan, in wall
+  // seconds (router/policies/placement_cost.h); -1 when none was made (the
+  // router fills it for every policy when Options::offload_cost_known).
   double predicted_ttft_s = -1;
-  double predicted_transfer_s = -1;  // OFFLOAD only: the KV transfer
+  // OFFLOAD only: from the prefill leg's end to the first token on the
+  // decode backend (the KV transfer and the decode backend's wait), the
+  // interval the handoff measures as its transfer time.
+  double predicted_transfer_s = -1;
 };
 
 // What the proxy reports back when a response ends.

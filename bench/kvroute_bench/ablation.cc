@@ -113,9 +113,9 @@ int64_t MergeRequestLog(const std::string& path, RunResult& run) {
     const double prefill_done = JsonNumber(o, "t_prefill_done");
     if (routed > 0 && prefill_done >= routed) r.prefill_leg_s = prefill_done - routed;
     r.transfer_s = JsonNumber(o, "transfer_s");
-    // kvroute predicts in the profile's (modelled) seconds; records keep wall seconds.
+    // kvroute predicts in wall seconds (its config's profile_time_scale), as records keep them.
     const double predicted = JsonNumber(o, "predicted_ttft_s");
-    r.predicted_ttft_s = predicted >= 0 ? predicted * run.time_scale : -1;
+    r.predicted_ttft_s = predicted >= 0 ? predicted : -1;
     ++matched;
   }
   return matched;
@@ -138,14 +138,21 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
 }
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<FleetBackend>& backends, double time_scale) {
-  // kvroute runs on the wall clock: a window of modelled time is scaled.
+                              const std::vector<FleetBackend>& backends, double time_scale,
+                              const SloTargets& slo) {
+  // kvroute runs on the wall clock: a window of modelled time is scaled, the
+  // profile's costs by profile_time_scale, and the SLOs the placement cost
+  // weighs (the ones the report judges by) likewise.
   const router::Options defaults;
   std::string y = absl::StrCat(
       "# written by kvroute-bench for configuration ", config.name,
       "\nlisten: 127.0.0.1:0\nmode: ", config.mode, "\nheavy_threshold: ", config.heavy_threshold,
-      "\nrouter:\n  session_resident_window_s: ",
-      absl::ToDoubleSeconds(defaults.session_resident_window) * time_scale, "\nbackends:\n");
+      "\nprofile_time_scale: ", time_scale, "\nrouter:\n  session_resident_window_s: ",
+      absl::ToDoubleSeconds(defaults.session_resident_window) * time_scale,
+      "\n  slo: {ttft_warm_s: ", slo.ttft_warm_s * time_scale,
+      ", ttft_medium_s: ", slo.ttft_medium_s * time_scale,
+      ", ttft_heavy_s: ", slo.ttft_heavy_s * time_scale, ", tpot_s: ", slo.tpot_s * time_scale,
+      "}\nbackends:\n");
   for (const FleetBackend& b : backends) {
     absl::StrAppend(&y, "  - {name: ", b.name, ", url: ", b.url);
     if (!b.kv_events.empty()) absl::StrAppend(&y, ", kv_events: \"", b.kv_events, "\"");
@@ -305,8 +312,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     // lives in the run's directory).
     AblationConfig with_profile = config;
     if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
-    std::ofstream(yaml) << KvrouteConfigYaml(
-        with_profile, backends, options.sim_time_scale > 0 ? options.sim_time_scale : 1.0);
+    std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo);
     std::vector<std::string> proxy_argv = {
         options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
         "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};

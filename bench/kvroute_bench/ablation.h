@@ -73,8 +73,9 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
 std::string FindBuiltBinary(const std::string& name, const std::vector<std::string>& subdirs);
 
 // Joins kvroute's request log (one JSON object per line, DESIGN.md section 4) into the run's
-// records by request id: cached_tokens_est, prefill leg (t_prefill_done - t_routed) and
-// transfer_s. Returns how many records matched; a missing file matches none.
+// records by request id: cached_tokens_est, prefill leg (t_prefill_done - t_routed),
+// transfer_s and predicted_ttft_s (wall seconds, as kvroute's config for the run has them). Returns
+// how many records matched; a missing file matches none.
 int64_t MergeRequestLog(const std::string& path, RunResult& run);
 
 // One simulated instance as kvroute's config names it: its HTTP URL and, when
@@ -86,9 +87,13 @@ struct FleetBackend {
   std::string kv_events_replay;
 };
 
-// The kvroute YAML config (DESIGN.md section 4) for one configuration, its
-// time windows scaled to a simulated fleet running at `time_scale`.
+// The kvroute YAML config (DESIGN.md section 4) for one configuration on a
+// simulated fleet running at `time_scale` wall seconds per modelled second:
+// its time windows, its profile's costs (profile_time_scale) and the SLOs
+// its placement cost weighs (`slo`, modelled seconds, as the report judges
+// by) are scaled to wall seconds.
 std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<FleetBackend>& backends, double time_scale = 1.0);
+                              const std::vector<FleetBackend>& backends, double time_scale = 1.0,
+                              const SloTargets& slo = {});
 
 }  // namespace kvroute::bench

@@ -17,9 +17,10 @@ const char kEstimateNote[] =
 
 const char kPredictionNote[] =
     "Error = (router's predicted TTFT - realised TTFT) / realised TTFT per successful request "
-    "whose decision carried a prediction (predicted_ttft_s in kvroute's request log: v1_cost "
-    "and v2); positive predicted too slow. The realised TTFT is the bench's, from sending the "
-    "request to its first token.";
+    "whose decision carried a prediction (predicted_ttft_s in kvroute's request log: every "
+    "mode once the profile gives kvroute its rates, scaled by the rates it learns online); "
+    "positive predicted too slow. The realised TTFT is the bench's, from sending the request "
+    "to its first token.";
 
 const char kEstimateHistogramNote[] =
     "Share of each class's co-located requests per 5-point bin of signed error, bins centred "

@@ -97,7 +97,8 @@ absl::StatusOr<Decision> JointPlacementPolicy::Decide(const FleetSnapshot& fleet
   Decision d = policy_internal::MakeOffload(fleet, c, best.prefill_backend, best.decode_backend);
   policy_internal::MarkAffinity(fleet, d);
   d.predicted_ttft_s = best.ttft_s;
-  d.predicted_transfer_s = d.mode == DecisionMode::kOffload ? best.transfer_s : -1;
+  d.predicted_transfer_s =
+      d.mode == DecisionMode::kOffload ? best.transfer_s + best.decode_wait_s : -1;
   return d;
 }
 

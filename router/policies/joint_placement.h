@@ -20,7 +20,10 @@
 //     skipping plans the cost model vetoes (never recompute B's prefix, B's
 //     KV full, A queued, no stall saved).
 // The cheapest plan wins; ties go to co-location, then the lowest index.
-// The Decision carries the plan's predicted TTFT and transfer seconds.
+// The Decision carries the plan's predicted TTFT and, for an offload, the
+// seconds from the prefill's end to the first token (transfer and B's wait).
+// The snapshot's learned time factors (router/rate_learner.h) scale every
+// plan's times.
 //
 // `v1_cost` (COLO only) is co-location done with the same cost, so an
 // ablation against `v2` shows what offload adds beyond smarter placement.

@@ -27,13 +27,19 @@ int64_t Shortfall(const BackendSnapshot& b, int64_t tokens) {
 double QueueSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
   const int64_t queued = std::max<int64_t>(0, fleet.backends[backend].inflight_prefill_tokens);
   const int64_t prompt = std::max<int64_t>(1, fleet.prompt_tokens_est);
-  return static_cast<double>(queued) * PrefillSeconds(prompt, 0, p.rates) /
-         static_cast<double>(prompt);
+  return PrefillTimeFactor(fleet, backend) * static_cast<double>(queued) *
+         PrefillSeconds(prompt, 0, p.rates) / static_cast<double>(prompt);
+}
+
+// M: KV that must be freed first, at one prefill token per token.
+double AdmissionSeconds(const FleetSnapshot& fleet, int backend, int64_t shortfall,
+                        const PlacementParams& p) {
+  return PrefillTimeFactor(fleet, backend) * static_cast<double>(shortfall) / Rate(p);
 }
 
 double EvictedUnits(const FleetSnapshot& fleet, int home, const PlacementParams& p) {
   const double seconds =
-      static_cast<double>(policy_internal::EvictedResident(fleet, home)) / Rate(p);
+      AdmissionSeconds(fleet, home, policy_internal::EvictedResident(fleet, home), p);
   return seconds / std::max(1e-9, p.slo.ttft_warm_s);
 }
 
@@ -94,6 +100,19 @@ double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rate
              std::max(1.0, rates.link_bytes_per_second);
 }
 
+double PrefillTimeFactor(const FleetSnapshot& fleet, int backend) {
+  const double f = fleet.backends[backend].prefill_time_factor;
+  return f > 0 ? f : 1.0;
+}
+
+double TransferTimeFactor(const FleetSnapshot& fleet, int prefill, int decode) {
+  const size_t n = fleet.backends.size();
+  const size_t at = static_cast<size_t>(prefill) * n + static_cast<size_t>(decode);
+  if (fleet.transfer_time_factors.size() != n * n) return 1.0;
+  const double g = fleet.transfer_time_factors[at];
+  return g > 0 ? g : 1.0;
+}
+
 double TtftSlo(RequestClass c, const Options::PlacementSlo& slo) {
   double s = slo.ttft_medium_s;
   if (c == RequestClass::kWarm) s = slo.ttft_warm_s;
@@ -116,8 +135,9 @@ PlanCost Colocated(const FleetSnapshot& fleet, int backend, RequestClass c,
   const int64_t cached = CachedOn(fleet, backend);
   plan.queue_s = QueueSeconds(fleet, backend, p);
   plan.admission_s =
-      static_cast<double>(policy_internal::AdmissionShortfall(fleet, backend)) / Rate(p);
-  plan.prefill_s = PrefillSeconds(fleet.prompt_tokens_est - cached, cached, p.rates);
+      AdmissionSeconds(fleet, backend, policy_internal::AdmissionShortfall(fleet, backend), p);
+  plan.prefill_s = PrefillTimeFactor(fleet, backend) *
+                   PrefillSeconds(fleet.prompt_tokens_est - cached, cached, p.rates);
   plan.ttft_s = plan.queue_s + plan.admission_s + plan.prefill_s;
   SetPrefillHarm(fleet, backend, p, plan);
   plan.evicted = EvictedUnits(fleet, backend, p);
@@ -136,16 +156,18 @@ PlanCost Offload(const FleetSnapshot& fleet, int prefill, int decode, RequestCla
   const BackendSnapshot& a = fleet.backends[prefill];
   const BackendSnapshot& b = fleet.backends[decode];
 
+  const double f_a = PrefillTimeFactor(fleet, prefill);
+  const double g = TransferTimeFactor(fleet, prefill, decode);
   plan.queue_s = QueueSeconds(fleet, prefill, p);
-  plan.admission_s = static_cast<double>(Shortfall(a, prompt)) / Rate(p);
-  plan.prefill_s = PrefillSeconds(prompt - cached_a, cached_a, p.rates);
-  plan.transfer_s = TransferSeconds(prompt - cached_b, p.rates);
+  plan.admission_s = AdmissionSeconds(fleet, prefill, Shortfall(a, prompt), p);
+  plan.prefill_s = f_a * PrefillSeconds(prompt - cached_a, cached_a, p.rates);
   const double ready = plan.queue_s + plan.admission_s + plan.prefill_s;
   const int64_t decode_shortfall = policy_internal::AdmissionShortfall(fleet, decode);
   const double decode_ready =
-      QueueSeconds(fleet, decode, p) + static_cast<double>(decode_shortfall) / Rate(p);
+      QueueSeconds(fleet, decode, p) + AdmissionSeconds(fleet, decode, decode_shortfall, p);
+  plan.transfer_s = g * TransferSeconds(prompt - cached_b, p.rates);
   plan.decode_wait_s =
-      p.decode_leg_after_prefill ? decode_ready : std::max(0.0, decode_ready - ready);
+      g * (p.decode_leg_after_prefill ? decode_ready : std::max(0.0, decode_ready - ready));
   plan.ttft_s = ready + plan.transfer_s + plan.decode_wait_s;
   SetPrefillHarm(fleet, prefill, p, plan);
   plan.evicted = EvictedUnits(fleet, decode, p);
@@ -155,7 +177,8 @@ PlanCost Offload(const FleetSnapshot& fleet, int prefill, int decode, RequestCla
   const int64_t new_b = prompt - cached_b;
   const double slack = std::max(static_cast<double>(p.recompute_slack_tokens),
                                 p.recompute_slack_fraction * static_cast<double>(new_b));
-  const double prefill_on_b = PrefillSeconds(new_b, cached_b, p.rates);
+  const double prefill_on_b =
+      PrefillTimeFactor(fleet, decode) * PrefillSeconds(new_b, cached_b, p.rates);
   if (static_cast<double>(new_a) > static_cast<double>(new_b) + slack) {
     plan.veto = Veto::kRecomputesPrefix;
   } else if (decode_shortfall > 0) {

@@ -9,23 +9,25 @@
 //   PlanCost off = Offload(fleet, a, b, RequestClass::kHeavy, p);
 //   if (off.veto == Veto::kNone && off.cost < colo.cost) ...
 //
-// Time to first token, seconds (r = prefill tokens/s, n_i and c_i = the
-// prompt's uncached and cached tokens on i, Q_i = prefill tokens queued on
-// i, C_i = i's KV pool, I_i = its in-flight tokens, F = the request's
-// footprint, P = its prompt):
+// Time to first token, wall seconds (r = prefill tokens/s, n_i and c_i =
+// the prompt's uncached and cached tokens on i, Q_i = prefill tokens queued
+// on i, C_i = i's KV pool, I_i = its in-flight tokens, F = the request's
+// footprint, P = its prompt; f_i = i's learned prefill time factor and g_ab
+// the pair's learned transfer time factor, router/rate_learner.h, 1 until
+// learned):
 //
-//   S_i = n_i / r + attn x n_i x (c_i + n_i / 2)   own prefill; attn is the
-//         profile's attention seconds per token pair (0: linear)
-//   W_i = Q_i x S(P, 0) / P                      queue wait: the snapshot has
+//   S_i = f_i x (n_i / r + attn x n_i x (c_i + n_i / 2))   own prefill; attn
+//         is the profile's attention seconds per token pair (0: linear)
+//   W_i = f_i x Q_i x S(P, 0) / P                queue wait: the snapshot has
 //         the queue's tokens, not its prompts' contexts, so each is priced at
 //         this prompt's cold average (Q_i / r when attn is 0)
-//   M_i = max(0, I_i + F - C_i) / r              admission wait: KV that
+//   M_i = f_i x max(0, I_i + F - C_i) / r        admission wait: KV that
 //         requests in flight must free first, at one prefill token per token
 //         (the unit `baseline` uses); 0 when C_i is unknown
 //   COLO(i):   TTFT = W_i + M_i + S_i
 //   OFF(a, b): ready = W_a + M'_a + S_a  (M'_a: the prompt P must fit, not F:
 //              A holds no output)
-//              TTFT = ready + X + D_b
+//              TTFT = ready + g_ab x (X + D_b)
 //              X = overhead + (P - c_b) x kv_bytes_per_token / link
 //              D_b = W_b + M_b when the decode leg reaches B only after the
 //              prefill (a sequential connector, Options::
@@ -33,6 +35,13 @@
 //              worth sparing keeps receiving work, so the queue is taken as
 //              it stands; else max(0, W_b + M_b - ready): B's queue and
 //              admission run while A prefills.
+//              g_ab scales X + D_b together: the handoff measures the time
+//              from A's prefill end to B's first token, which is both.
+//
+// Every time term on an instance runs at that instance's prefill rate, so
+// one factor per instance rescales them all; the profile's rates are in
+// wall seconds (the config's profile_time_scale converts a simulated
+// fleet's).
 //
 // Harm done by the prefill on its site s (s = i, or a), and by the KV on the
 // decode home h (h = i, or b), with d_s decode streams on s, L = the
@@ -50,9 +59,9 @@
 //             the decoding streams stand for the sessions living there.
 //   warm    = arrivals x (S_s / 2) / ttft_warm   each waits half the prefill
 //             on average, against the WARM TTFT SLO
-//   evicted = EvictedResident(h) / r / ttft_warm   resident session KV the
-//             footprint pushes out of h's pool (policies/common.h), as the
-//             prefill seconds a session's next WARM turn pays again
+//   evicted = f_h x EvictedResident(h) / r / ttft_warm   resident session
+//             KV the footprint pushes out of h's pool (policies/common.h), as
+//             the prefill seconds a session's next WARM turn pays again
 //
 //   cost = TTFT / ttft_slo(class) + harm_weight x (stall + warm + evicted)
 //
@@ -107,8 +116,8 @@ struct PlanCost {
   double queue_s = 0;        // W on the prefill site
   double admission_s = 0;    // M (COLO) or M' (OFF) on the prefill site
   double prefill_s = 0;      // S on the prefill site
-  double transfer_s = 0;     // X, 0 co-located
-  double decode_wait_s = 0;  // OFF: D_b, B's queue and admission after the prefill
+  double transfer_s = 0;     // g_ab x X, 0 co-located
+  double decode_wait_s = 0;  // OFF: g_ab x D_b, B's queue and admission after the prefill
   double ttft_s = 0;
   double stall = 0;  // SLO fractions, as above
   double warm = 0;
@@ -122,6 +131,10 @@ double PrefillSeconds(int64_t new_tokens, int64_t cached_tokens,
                       const classifier::OffloadCostParams& rates);
 // X: seconds to move `tokens` tokens of KV, overhead included.
 double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rates);
+// f_i from the snapshot (1 when unset).
+double PrefillTimeFactor(const FleetSnapshot& fleet, int backend);
+// g_ab from the snapshot (1 when the snapshot has no pair factors).
+double TransferTimeFactor(const FleetSnapshot& fleet, int prefill, int decode);
 // The class's TTFT SLO.
 double TtftSlo(RequestClass c, const Options::PlacementSlo& slo);
 

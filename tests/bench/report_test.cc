@@ -15,6 +15,7 @@
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/stats.h"
 #include "bench/kvroute_bench/svg_chart.h"
+#include "proxy/config.h"
 
 namespace kvroute::bench {
 namespace {
@@ -253,6 +254,30 @@ TEST(AblationConfigTest, CostModesAndProfile) {
             std::string::npos);
 }
 
+// A fleet simulated at 0.1 wall seconds per modelled second: kvroute's
+// windows, profile costs and SLOs are all in wall seconds, the SLOs being the
+// report's own (modelled) targets scaled; the config loads.
+TEST(AblationConfigTest, ScalesTheConfigToTheSimulatedFleet) {
+  const auto c = AblationConfigs({"v2"}, {}, 20000);
+  SloTargets slo;
+  slo.ttft_warm_s = 2;
+  slo.ttft_medium_s = 10;
+  slo.ttft_heavy_s = 40;
+  slo.tpot_s = 0.1;
+  const std::string y =
+      KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, slo);
+  EXPECT_NE(y.find("\nprofile_time_scale: 0.1\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("  session_resident_window_s: 6\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("  slo: {ttft_warm_s: 0.2, ttft_medium_s: 1, ttft_heavy_s: 4, tpot_s: 0.01}\n"),
+            std::string::npos)
+      << y;
+  absl::StatusOr<proxy::Config> parsed = proxy::ParseConfig(y, "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << y;
+  EXPECT_EQ(parsed->profile_time_scale, 0.1);
+  EXPECT_NEAR(parsed->router.slo.ttft_heavy_s, 4, 1e-12);
+  EXPECT_NEAR(parsed->router.slo.tpot_s, 0.01, 1e-12);
+}
+
 TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   const auto c = AblationConfigs({"baseline", "v1", "v2"}, {10000, 20000, 40000}, 20000);
   ASSERT_EQ(c.size(), 7u);
@@ -264,6 +289,7 @@ TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   const std::string y = KvrouteConfigYaml(
       c[6], {{"gpu0", "http://127.0.0.1:9000", "", ""},
              {"gpu1", "http://127.0.0.1:9001", "tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"}});
+  EXPECT_NE(y.find("profile_time_scale: 1\n"), std::string::npos) << y;
   EXPECT_NE(y.find("mode: v2\n"), std::string::npos);
   EXPECT_NE(y.find("heavy_threshold: 40000\n"), std::string::npos);
   EXPECT_NE(y.find("  - {name: gpu0, url: http://127.0.0.1:9000}\n"), std::string::npos);
@@ -302,8 +328,8 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
   EXPECT_EQ(MergeRequestLog("/nonexistent/requests.jsonl", run), 0);
 }
 
-// kvroute logs its TTFT prediction in modelled seconds; the report sets it against the
-// realised TTFT per class.
+// kvroute logs its TTFT prediction in wall seconds (its config scales the profile by the
+// run's time scale); the report sets it against the realised TTFT per class.
 TEST(AblationConfigTest, ReportsThePredictedTtftAgainstTheRealised) {
   RunResult run = FixedRun("v2", 0.5);
   run.requests[2].request_id = "bench-v2-2";  // HEAVY, TTFT 2.0 modelled seconds
@@ -313,16 +339,16 @@ TEST(AblationConfigTest, ReportsThePredictedTtftAgainstTheRealised) {
       std::filesystem::temp_directory_path() / ("kvb_predlog_" + std::to_string(::getpid()));
   {
     std::ofstream f(path);
-    f << R"({"id":"bench-v2-2","predicted_ttft_s":2.5})"
+    f << R"({"id":"bench-v2-2","predicted_ttft_s":1.25})"
       << "\n";
-    f << R"({"id":"bench-v2-0","predicted_ttft_s":0.05})"
+    f << R"({"id":"bench-v2-0","predicted_ttft_s":0.025})"
       << "\n";
     f << R"({"id":"bench-v2-1","predicted_ttft_s":null})"
       << "\n";
   }
   EXPECT_EQ(MergeRequestLog(path.string(), run), 3);
   std::filesystem::remove(path);
-  EXPECT_DOUBLE_EQ(run.requests[2].predicted_ttft_s, 1.25);  // wall seconds at scale 0.5
+  EXPECT_DOUBLE_EQ(run.requests[2].predicted_ttft_s, 1.25);  // as logged, not rescaled
   EXPECT_LT(run.requests[1].predicted_ttft_s, 0);
   const RunSummary s = Summarize(run);
   for (const ClassSummary& c : s.classes) {

@@ -16,6 +16,7 @@ TEST_P(OffloadTest, HeavyRequestIsOffloadedThenTheSessionStaysWarmOnB) {
   FleetHarness h(4, "v2", [&](proxy::Config& c) {
     c.transfer.connector = GetParam();
     c.router.offload_gate = "threshold";
+    c.router.offload_cost_known = true;  // the router predicts the gate's plans
   });
   json::array messages;
   messages.push_back(Msg("user", Text(120000, 21)));  // ~30k tokens, cold
@@ -46,7 +47,13 @@ TEST_P(OffloadTest, HeavyRequestIsOffloadedThenTheSessionStaysWarmOnB) {
   EXPECT_EQ(log[0].at("decode_backend").as_string(), b);
   EXPECT_TRUE(log[0].at("t_prefill_done").is_double());
   EXPECT_GE(log[0].at("transfer_s").to_number<double>(), 0);
+  EXPECT_GT(log[0].at("predicted_ttft_s").to_number<double>(), 0);
+  EXPECT_GT(log[0].at("predicted_transfer_s").to_number<double>(), 0);
   const std::string text = h.server().registry().Render();
+  // The handoff's measured transfer taught the pair's factor.
+  EXPECT_NE(text.find("kvroute_transfer_time_factor{prefill=\"" + a + "\",decode=\"" + b + "\"}"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("kvroute_offloads_total{connector=\"" + GetParam() + "\",outcome=\"ok\"} 1"),
             std::string::npos)
       << text;

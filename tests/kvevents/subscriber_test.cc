@@ -359,6 +359,9 @@ class HoldingRouter : public router::Router {
   void OnFirstToken(const router::RouteTicket& t, absl::Time now) override {
     inner_->OnFirstToken(t, now);
   }
+  void OnTransfer(const router::RouteTicket& t, double transfer_s) override {
+    inner_->OnTransfer(t, transfer_s);
+  }
   void OnComplete(const router::RouteTicket& t, const router::Outcome& o,
                   absl::Time now) override {
     inner_->OnComplete(t, o, now);

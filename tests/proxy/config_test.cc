@@ -186,6 +186,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slo_zero_ttft",
                 "router: {slo: {ttft_heavy_s: 0}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.slo.ttft_heavy_s: value 0 is out of range"},
+        BadCase{"rate_learning_alpha_zero",
+                "router: {rate_learning: {alpha: 0}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.rate_learning.alpha: value 0 is out of range"},
+        BadCase{"rate_learning_not_bool",
+                "router: {rate_learning: {enabled: yes}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.rate_learning.enabled: expected true or false, got 'yes'"},
+        BadCase{"rate_learning_ratio_below_one",
+                "router: {rate_learning: {max_sample_ratio: 0.5}}\n"
+                "backends: [{name: a, url: http://h:1}]",
+                "router.rate_learning.max_sample_ratio: value 0.5 is out of range"},
+        BadCase{"rate_learning_unknown_key",
+                "router: {rate_learning: {beta: 1}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.rate_learning.beta: unknown key"},
+        BadCase{"rate_learning_not_a_map",
+                "router: {rate_learning: true}\nbackends: [{name: a, url: http://h:1}]",
+                "router.rate_learning: expected a map"},
+        BadCase{"profile_time_scale_zero",
+                "profile_time_scale: 0\nbackends: [{name: a, url: http://h:1}]",
+                "profile_time_scale: value 0 is out of range"},
+        BadCase{"profile_time_scale_text",
+                "profile_time_scale: fast\nbackends: [{name: a, url: http://h:1}]",
+                "profile_time_scale: expected a number, got 'fast'"},
         BadCase{"offload_cost_unknown_key",
                 "router: {offload_cost: {bandwidth: 1}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.offload_cost.bandwidth: unknown key"},
@@ -298,6 +320,73 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_EQ(p.transfer_overhead_seconds, 0.15);
   EXPECT_EQ(p.prefill_tokens_per_second, 7000);
   EXPECT_EQ(p.margin, 1.5);
+}
+
+TEST(ConfigTest, RateLearning) {
+  absl::StatusOr<Config> c = ParseConfig("backends: [{name: a, url: http://h:1}]", "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->router.rate_learning.enabled);
+  EXPECT_EQ(c->router.rate_learning.alpha, 0.2);
+  EXPECT_EQ(c->router.rate_learning.max_sample_ratio, 20);
+  c = ParseConfig(R"(
+router: {rate_learning: {enabled: false, alpha: 0.05, max_sample_ratio: 4}}
+backends: [{name: a, url: http://h:1}]
+)",
+                  "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.rate_learning.enabled);
+  EXPECT_EQ(c->router.rate_learning.alpha, 0.05);
+  EXPECT_EQ(c->router.rate_learning.max_sample_ratio, 4);
+}
+
+// The cost model is the fleet's once a prefill rate comes from a key or the
+// profile; profile_time_scale turns its times into wall seconds of a fleet
+// running at that scale (a simulated one at 0.1: ten times the rates, a
+// tenth of the times).
+TEST(ConfigTest, ProfileTimeScaleScalesTheCostModel) {
+  absl::StatusOr<Config> c = ParseConfig("backends: [{name: a, url: http://h:1}]", "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.offload_cost_known);
+  EXPECT_EQ(c->profile_time_scale, 1);
+
+  const std::string keys = R"(
+router:
+  offload_cost:
+    kv_bytes_per_token: 98304
+    link_bytes_per_second: 22e9
+    transfer_overhead_s: 0.15
+    prefill_tokens_per_second: 7000
+backends: [{name: a, url: http://h:1}]
+)";
+  c = ParseConfig(keys, "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->router.offload_cost_known);
+  EXPECT_EQ(c->router.offload_cost.prefill_tokens_per_second, 7000);
+
+  c = ParseConfig("profile_time_scale: 0.1\n" + keys, "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->profile_time_scale, 0.1);
+  const classifier::OffloadCostParams& p = c->router.offload_cost;
+  EXPECT_NEAR(p.prefill_tokens_per_second, 70000, 1e-6);
+  EXPECT_NEAR(p.link_bytes_per_second, 220e9, 1e-3);
+  EXPECT_NEAR(p.transfer_overhead_seconds, 0.015, 1e-12);
+  EXPECT_EQ(p.kv_bytes_per_token, 98304);  // bytes, not time
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(KVROUTE_SOURCE_DIR) / "configs";
+  absl::StatusOr<Config> one = ParseConfig(
+      "profile: profiles/h20-qwen3-coder-30b-a3b.yaml\nbackends: [{name: a, url: http://h:1}]\n",
+      "test", dir.string());
+  absl::StatusOr<Config> tenth = ParseConfig(
+      "profile: profiles/h20-qwen3-coder-30b-a3b.yaml\nprofile_time_scale: 0.1\n"
+      "backends: [{name: a, url: http://h:1}]\n",
+      "test", dir.string());
+  ASSERT_TRUE(one.ok() && tenth.ok());
+  EXPECT_TRUE(one->router.offload_cost_known);
+  EXPECT_NEAR(tenth->router.offload_cost.attention_s_per_token_pair,
+              0.1 * one->router.offload_cost.attention_s_per_token_pair, 1e-20);
+  EXPECT_NEAR(tenth->router.offload_cost.prefill_tokens_per_second,
+              10 * one->router.offload_cost.prefill_tokens_per_second, 1e-6);
 }
 
 // The H20 / Qwen3-Coder-30B-A3B profile: c_KV = 2 x 48 x 4 x 128 x 2 B.

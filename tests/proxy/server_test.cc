@@ -381,6 +381,11 @@ TEST(ServerTest, MetricsAndRequestLog) {
   EXPECT_NE(metrics.body().find("# TYPE kvroute_requests_total counter"), std::string::npos);
   EXPECT_NE(metrics.body().find("kvroute_backend_inflight_requests{backend=\"gpu0\"}"),
             std::string::npos);
+  // Nothing learned yet (round_robin, no cost model of the fleet): 1.
+  EXPECT_NE(metrics.body().find("kvroute_prefill_time_factor{backend=\"gpu0\"} 1\n"),
+            std::string::npos)
+      << metrics.body();
+  EXPECT_NE(metrics.body().find("# TYPE kvroute_transfer_time_factor gauge"), std::string::npos);
   server->Shutdown();
   server->Wait();
   const std::string text = server->registry().Render();

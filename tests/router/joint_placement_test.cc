@@ -102,6 +102,53 @@ TEST(JointPlacementTest, V2OffloadsOffBusyHome) {
   EXPECT_NEAR(off.predicted_transfer_s, 0.48, 1e-9);
 }
 
+// Instance 0 is idle and instance 1 has 5,000 tokens queued: COLO(0) = 4 s
+// wins against 4.5 s, until instance 0 is learned to prefill at half its
+// profile's rate (8 s).
+TEST(JointPlacementTest, LearnedSlowInstanceLosesThePlacement) {
+  auto f = Fleet(2, 40000);
+  SetPrefill(f, {0, 5000});
+  for (const char* mode : {"v1_cost", "v2"}) {
+    EXPECT_EQ(Decide(mode, f).decode_backend, 0) << mode;
+  }
+  f.backends[0].prefill_time_factor = 2;
+  for (const char* mode : {"v1_cost", "v2"}) {
+    const Decision d = Decide(mode, f);
+    EXPECT_EQ(d.mode, DecisionMode::kColocated) << mode;
+    EXPECT_EQ(d.decode_backend, 1) << mode;
+    EXPECT_NEAR(d.predicted_ttft_s, 4.5, 1e-9) << mode;
+  }
+}
+
+// V2OffloadsOffBusyHome's offload: with the pair (1, 0) learned twice as
+// fast as modelled its transfer is 0.24 s (TTFT 4.04). Learned 20x slower
+// (X = 9.6 s, TTFT 13.4) under a 2 s HEAVY SLO, its cost 13.4 / 2 + 0.741
+// loses to prefilling on instance 2 instead (4.28 / 2 + 0.76 + 0.722).
+TEST(JointPlacementTest, LearnedTransferFactorChangesTheOffload) {
+  auto f = Fleet(3, 40000);
+  f.footprint_tokens_est = 40000;
+  SetCached(f, {2000, 2000, 2000});
+  SetDecoding(f, {8, 1, 2});
+  f.session_backend = 0;
+  f.transfer_time_factors = std::vector<double>(9, 1.0);
+  f.transfer_time_factors[1 * 3 + 0] = 0.5;
+  Decision d = Decide("v2", f);
+  EXPECT_EQ(d.mode, DecisionMode::kOffload);
+  EXPECT_EQ(d.prefill_backend, 1);
+  EXPECT_NEAR(d.predicted_transfer_s, 0.24, 1e-9);
+  EXPECT_NEAR(d.predicted_ttft_s, 4.04, 1e-9);
+
+  Options o = JointOptions();
+  o.slo.ttft_heavy_s = 2;
+  EXPECT_EQ(Decide("v2", f, o).prefill_backend, 1);
+  f.transfer_time_factors[1 * 3 + 0] = 20;
+  d = Decide("v2", f, o);
+  EXPECT_EQ(d.mode, DecisionMode::kOffload);
+  EXPECT_EQ(d.prefill_backend, 2);
+  EXPECT_EQ(d.decode_backend, 0);
+  EXPECT_NEAR(d.predicted_transfer_s, 0.48, 1e-9);
+}
+
 // The same, but the home holds most of the prompt: A would recompute it,
 // so v2 abstains and serves at home.
 TEST(JointPlacementTest, V2NeverRecomputesHomePrefix) {

@@ -177,6 +177,45 @@ INSTANTIATE_TEST_SUITE_P(
                  },
                  1, 0, 0, 4.78, 0.48, 0.38, 0.361, 0, 4.78 / 30 + 0.38 + 0.361,
                  Veto::kNoStallSaved},
+        // The learned factors scale every time term. Instance 0 twice as
+        // slow as its profile: W = 2, S = 8, TTFT 10; stall 4 x 8 / 10 =
+        // 3.2, warm 3.2 x 4 / 2 = 6.4.
+        CostCase{"colo_slow_instance_scales_every_term",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   SetPrefill(f, {10000});
+                   SetDecoding(f, {4});
+                   f.backends[0].prefill_time_factor = 2;
+                   return f;
+                 },
+                 0, 0, 0, 10, 0, 3.2, 6.4, 0, 10.0 / 30 + 3.2 + 6.4},
+        // As colo_admission_and_eviction at factor 2: M = 4, S = 8, TTFT 12;
+        // the evicted KV's re-prefill 6 s / 2.
+        CostCase{"colo_slow_instance_admission_and_eviction",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   f.footprint_tokens_est = 40000;
+                   SetMemory(f, {100000}, {90000});
+                   SetInflightTokens(f, {80000});
+                   f.backends[0].prefill_time_factor = 2;
+                   return f;
+                 },
+                 0, 0, 0, 12, 0, 0, 0, 3, 12.0 / 30 + 3},
+        // offload_sequential_leg_waits_decode_queue with A (1) at factor 2,
+        // B (0) at 1.5 and the pair (1, 0) at 2: W_a = 1, S_a = 7.6, ready
+        // 8.6; X = 2 x 0.48 = 0.96; D_b = 2 x 1.5 x 5 = 15: TTFT 24.56.
+        // A's stream: stall 0.76, warm 0.76 x 3.8 / 2 = 1.444. S_b = 5.7
+        // exceeds A's queue and B's harm 4.56 + 6.498 exceeds A's: no veto.
+        CostCase{"offload_learned_factors",
+                 [] {
+                   auto f = OffloadFleet();
+                   SetPrefill(f, {50000, 5000});
+                   f.backends[0].prefill_time_factor = 1.5;
+                   f.backends[1].prefill_time_factor = 2;
+                   f.transfer_time_factors = {1, 1, 2, 1};
+                   return f;
+                 },
+                 1, 0, 0, 24.56, 0.96, 0.76, 1.444, 0, 24.56 / 30 + 0.76 + 1.444},
         // A has as many streams as B: the stall only moves.
         CostCase{"veto_stall_only_moves",
                  [] {
@@ -201,6 +240,19 @@ TEST(PlacementCostTest, PrefillAndTransferSeconds) {
   r.transfer_overhead_seconds = 0.15;
   EXPECT_NEAR(TransferSeconds(50000, r), 0.15 + 50000.0 * 98304 / 22e9, 1e-12);
   EXPECT_NEAR(TransferSeconds(0, r), 0.15, 1e-12);
+}
+
+TEST(PlacementCostTest, FactorsFromTheSnapshot) {
+  auto f = Fleet(2, 1000);
+  EXPECT_EQ(PrefillTimeFactor(f, 1), 1.0);
+  EXPECT_EQ(TransferTimeFactor(f, 0, 1), 1.0);  // no table: every pair 1
+  f.backends[1].prefill_time_factor = 0.5;
+  f.transfer_time_factors = {1, 3, 4, 1};
+  EXPECT_EQ(PrefillTimeFactor(f, 1), 0.5);
+  EXPECT_EQ(TransferTimeFactor(f, 0, 1), 3.0);
+  EXPECT_EQ(TransferTimeFactor(f, 1, 0), 4.0);
+  f.transfer_time_factors = {2};  // not n x n (a fleet that grew): ignored
+  EXPECT_EQ(TransferTimeFactor(f, 0, 1), 1.0);
 }
 
 TEST(PlacementCostTest, SloByClass) {
