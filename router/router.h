@@ -103,12 +103,14 @@ struct Options {
   //        + waiting_penalty_tokens x engine_waiting
   //        + admission_weight x tokens that must leave the pool before admission
   //        + eviction_weight x resident session KV the placement would evict
+  //        + decode_stall_weight x decoding requests x new_tokens (not WARM)
   struct BaselineWeights {
     double prefill_queue_weight = 1.0;
     double decode_tokens_weight = 0.05;
     double waiting_penalty_tokens = 1000;
     double admission_weight = 1.0;
     double eviction_weight = 1.0;
+    double decode_stall_weight = 1.0;
   };
   BaselineWeights baseline;
 

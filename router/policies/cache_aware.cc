@@ -9,9 +9,12 @@ CacheAwarePolicy::CacheAwarePolicy(const Options& options)
       weights_(options.baseline),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
-double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
+double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
   const BackendSnapshot& b = fleet.backends[backend];
-  return static_cast<double>(policy_internal::NewTokensOn(fleet, backend)) +
+  const double new_tokens = static_cast<double>(policy_internal::NewTokensOn(fleet, backend));
+  const double stalled_streams =
+      c == RequestClass::kWarm ? 0 : static_cast<double>(std::max<int64_t>(0, b.decoding_requests));
+  return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *
@@ -22,12 +25,12 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend) const {
              static_cast<double>(policy_internal::EvictedResident(fleet, backend));
 }
 
-int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const {
+int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, RequestClass c, int exclude) const {
   int best = -1;
   double best_cost = 0;
   for (int i = 0; i < static_cast<int>(fleet.backends.size()); ++i) {
     if (i == exclude || !fleet.backends[i].healthy) continue;
-    const double cost = Cost(fleet, i);
+    const double cost = Cost(fleet, i, c);
     if (best < 0 || cost < best_cost) {
       best = i;
       best_cost = cost;
@@ -39,11 +42,13 @@ int CacheAwarePolicy::BestByCost(const FleetSnapshot& fleet, int exclude) const 
 absl::StatusOr<Decision> CacheAwarePolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c = policy_internal::ClassifyFleet(fleet, thresholds_);
   if (c.best_backend < 0) return policy_internal::NoHealthyBackend();
-  const policy_internal::Affinity affinity =
-      policy_internal::EvaluateAffinity(fleet, overload_);
+  const policy_internal::Affinity affinity = policy_internal::EvaluateAffinity(fleet, overload_);
   int backend = affinity.backend;
-  if (backend < 0) backend = BestByCost(fleet, affinity.broken ? fleet.session_backend : -1);
-  if (backend < 0) backend = BestByCost(fleet);  // the overloaded one is all there is
+  if (backend < 0) {
+    backend = BestByCost(fleet, c.request_class, affinity.broken ? fleet.session_backend : -1);
+  }
+  // The overloaded one is all there is.
+  if (backend < 0) backend = BestByCost(fleet, c.request_class);
   Decision d = policy_internal::MakeColocated(fleet, c, backend);
   policy_internal::MarkAffinity(fleet, d);
   return d;

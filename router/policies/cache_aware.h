@@ -1,5 +1,5 @@
 // CacheAwarePolicy (mode `baseline`): cache-aware routing with token-level load balance and session
-// affinity (DESIGN.md §3, Exp A). Every class is routed the same way.
+// affinity (DESIGN.md §3, Exp A). Every class is scored by the same cost.
 //
 // Scoring. For each healthy instance i the policy estimates the request's
 // time to first token there, in prefill-token units (divide by a prefill
@@ -7,6 +7,8 @@
 // out of the argmin):
 //
 //   cost_i = new_tokens_i                        (prompt - cached_i: own work)
+//          x (1 + decode_stall_weight x decoding_i)  (streams the prefill
+//                                    stalls; 0 for a WARM request)
 //          + prefill_queue_weight  x inflight_prefill_tokens_i  (work ahead)
 //          + decode_tokens_weight  x inflight_tokens_i  (decode batch sharing
 //                                    each prefill step, KV memory pressure)
@@ -23,6 +25,18 @@
 // load ratio, and a cold request degenerates to "least prefill work queued".
 // The decode weight is small because decode tokens slow a prefill step only
 // marginally; the waiting penalty covers load this router cannot see.
+//
+// The stall factor prices the decode streams a long prefill holds up: chunked
+// prefill shares every engine step with the decode batch, so each of the
+// decoding_i streams on i runs at the chunk's step time for as long as the
+// prefill lasts. With weight 1 a stream's stall counts as much as the
+// request's own wait (placement_cost.h, at its default SLOs, weighs one
+// stream's stall at about 1.2 times a HEAVY request's own). A WARM turn's prefill
+// is a step or two, and moving it off its cache would cost its session more
+// than the streams lose, so it pays no stall. The term steers cold prompts
+// to instances whose resident sessions are not mid-answer: a session that is
+// decoding will send its next turn soon, and a long prefill there would both
+// delay that turn and evict its KV.
 //
 // The two memory terms (policies/common.h) are what make a session's home
 // one where the resident sessions' KV fits: while some instance has room,
@@ -53,10 +67,11 @@ class CacheAwarePolicy : public Policy {
   std::string_view name() const override { return "baseline"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
-  // The score above, for one backend of `fleet` (lower is better).
-  double Cost(const FleetSnapshot& fleet, int backend) const;
+  // The score above, for one backend of `fleet` and a request of class `c`
+  // (lower is better).
+  double Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const;
   // argmin Cost over healthy backends other than `exclude`, -1 when none.
-  int BestByCost(const FleetSnapshot& fleet, int exclude = -1) const;
+  int BestByCost(const FleetSnapshot& fleet, RequestClass c, int exclude = -1) const;
   const policy_internal::OverloadRule& overload_rule() const { return overload_; }
   const classifier::Thresholds& thresholds() const { return thresholds_; }
 

@@ -32,7 +32,7 @@ absl::StatusOr<Decision> HeavyOffloadPolicy::Decide(const FleetSnapshot& fleet) 
     double decode_cost = 0;
     for (int i = 0; i < n; ++i) {
       if (!fleet.backends[i].healthy || (pass == 0 && i == excluded)) continue;
-      const double cost = cache_aware_.Cost(fleet, i);
+      const double cost = cache_aware_.Cost(fleet, i, c.request_class);
       if (decode < 0 ||
           fleet.backends[i].cached_tokens_est > fleet.backends[decode].cached_tokens_est ||
           (fleet.backends[i].cached_tokens_est == fleet.backends[decode].cached_tokens_est &&

@@ -46,7 +46,8 @@ upstream: {connect_timeout_s: 0.5, first_byte_timeout_s: 100, max_attempts: 2,
            retry_backoff_s: 0.01, retry_backoff_max_s: 0.1}
 health: {interval_s: 1, unhealthy_after: 3, enabled: false, passive_failures: 9,
          ejection_s: 2, max_ejection_s: 30}
-router: {chunk_bytes: 128, bytes_per_token: 3.5, overload_factor: 3, warm_new_tokens: 4000}
+router: {chunk_bytes: 128, bytes_per_token: 3.5, overload_factor: 3, warm_new_tokens: 4000,
+         decode_stall_weight: 0.5}
 backends:
   - {name: p0, url: "http://10.0.0.1:8100/", role: prefill, capacity_tokens: 1000}
   - {name: d0, url: "http://node-b:8100", role: decode}
@@ -72,6 +73,7 @@ backends:
   EXPECT_EQ(c->router.chunk_bytes, 128u);
   EXPECT_DOUBLE_EQ(c->router.default_bytes_per_token, 3.5);
   EXPECT_EQ(c->router.thresholds.warm_new_tokens, 4000);
+  EXPECT_DOUBLE_EQ(c->router.baseline.decode_stall_weight, 0.5);
   EXPECT_EQ(c->backends[0].spec.role, router::BackendRole::kPrefill);
   EXPECT_EQ(c->backends[0].spec.capacity_tokens, 1000);
   EXPECT_EQ(c->backends[1].spec.host, "node-b");
@@ -106,6 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"wrong_type_threshold",
                 "heavy_threshold: lots\nbackends: [{name: a, url: http://h:1}]",
                 "heavy_threshold: expected 'auto' or a positive token count, got 'lots'"},
+        BadCase{"negative_stall_weight",
+                "router: {decode_stall_weight: -1}\nbackends: [{name: a, url: http://h:1}]",
+                "router.decode_stall_weight"},
         BadCase{"wrong_type_backends", "backends: {name: a}", "backends: expected a list"},
         BadCase{"wrong_type_limits", "limits: 5\nbackends: [{name: a, url: http://h:1}]",
                 "limits: expected a map, got '5'"},

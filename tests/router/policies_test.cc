@@ -144,6 +144,31 @@ INSTANTIATE_TEST_SUITE_P(
                      return f;
                    },
                    3, 3, DecisionMode::kColocated, RequestClass::kMedium, true, false},
+        // --- baseline, stalled streams: new x (1 + decoding) unless WARM.
+        PolicyCase{"base_cold_prompt_avoids_decoding_streams", "baseline",
+                   [] {
+                     auto f = Fleet(3, 50000);
+                     SetDecoding(f, {4, 0, 2});     // 250000, 50000, 150000
+                     SetPrefill(f, {0, 30000, 0});  // + 30000 on 1
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kHeavy},
+        PolicyCase{"base_medium_stall_outweighs_queue", "baseline",
+                   [] {
+                     auto f = Fleet(2, 10000);
+                     SetDecoding(f, {3, 0});     // 40000
+                     SetPrefill(f, {0, 25000});  // 35000
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kMedium},
+        PolicyCase{"base_warm_pays_no_stall", "baseline",
+                   [] {
+                     auto f = Fleet(3, 10000);
+                     SetCached(f, {0, 8000, 0});
+                     SetDecoding(f, {0, 9, 0});
+                     return f;
+                   },
+                   1, 1, DecisionMode::kColocated, RequestClass::kWarm},
         // --- baseline, placement by memory.
         PolicyCase{"base_new_session_goes_where_its_kv_fits", "baseline",
                    [] {
