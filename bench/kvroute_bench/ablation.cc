@@ -2,13 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 
-#include <boost/json.hpp>
-
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,7 +32,7 @@ std::string ThresholdLabel(int64_t t) {
 }
 
 std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
-                                                        const WorkloadSpec& w) {
+                                                       const WorkloadSpec& w) {
   std::vector<std::pair<std::string, std::string>> s;
   if (w.kind == WorkloadKind::kAgentic && !w.agentic.preset.empty()) {
     const AgenticOptions& a = w.agentic;
@@ -56,14 +57,13 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                                    a.task_tokens_max > a.task_tokens
                                        ? absl::StrCat(a.task_tokens, "-", a.task_tokens_max)
                                        : absl::StrCat(a.task_tokens),
-                                   tools, a.tool_time_s, a.completion_tokens,
-                                   a.seed));
+                                   tools, a.tool_time_s, a.completion_tokens, a.seed));
   } else {
     const TraceOptions& t = w.trace;
-    s.emplace_back("workload",
-                   absl::StrFormat("trace %s: %d requests, speed-up %g, block size %d",
-                                   t.path, w.trace_records ? w.trace_records->size() : 0,
-                                   t.speedup, t.block_size));
+    s.emplace_back(
+        "workload",
+        absl::StrFormat("trace %s: %d requests, speed-up %g, block size %d", t.path,
+                        w.trace_records ? w.trace_records->size() : 0, t.speedup, t.block_size));
   }
   if (o.targets.empty()) {
     s.emplace_back(
@@ -74,7 +74,8 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                         o.sim_seed, o.kv_events ? "published and subscribed" : "off"));
   } else {
     std::string t;
-    for (const auto& [name, url] : o.targets) absl::StrAppend(&t, t.empty() ? "" : ", ", name, "=", url);
+    for (const auto& [name, url] : o.targets)
+      absl::StrAppend(&t, t.empty() ? "" : ", ", name, "=", url);
     s.emplace_back("targets", t);
   }
   return s;
@@ -139,7 +140,8 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
                               const std::vector<FleetBackend>& backends, double time_scale,
-                              const SloTargets& slo) {
+                              const SloTargets& slo,
+                              const std::vector<std::pair<std::string, std::string>>& router_keys) {
   // kvroute runs on the wall clock: a window of modelled time is scaled, the
   // profile's costs by profile_time_scale, and the SLOs the placement cost
   // weighs (the ones the report judges by) likewise.
@@ -152,7 +154,9 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
       "\n  slo: {ttft_warm_s: ", slo.ttft_warm_s * time_scale,
       ", ttft_medium_s: ", slo.ttft_medium_s * time_scale,
       ", ttft_heavy_s: ", slo.ttft_heavy_s * time_scale, ", tpot_s: ", slo.tpot_s * time_scale,
-      "}\nbackends:\n");
+      "}\n");
+  for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
+  absl::StrAppend(&y, "backends:\n");
   for (const FleetBackend& b : backends) {
     absl::StrAppend(&y, "  - {name: ", b.name, ", url: ", b.url);
     if (!b.kv_events.empty()) absl::StrAppend(&y, ", kv_events: \"", b.kv_events, "\"");
@@ -163,6 +167,33 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
   }
   if (!config.profile.empty()) absl::StrAppend(&y, "profile: ", config.profile, "\n");
   return y;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseRouterKeys(
+    const std::vector<std::string>& settings) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& setting : settings) {
+    const size_t eq = setting.find('=');
+    const std::string key(absl::StripAsciiWhitespace(setting.substr(0, eq)));
+    const std::string value = eq == std::string::npos
+                                  ? ""
+                                  : std::string(absl::StripAsciiWhitespace(setting.substr(eq + 1)));
+    const bool plain_key = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    if (!plain_key || value.empty() || value.find_first_of("\n\r#") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--router '", setting,
+                       "': expected KEY=VALUE with a plain router key and a one-line value"));
+    }
+    if (key == "session_resident_window_s" || key == "slo") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--router ", key,
+                       ": the bench writes this key itself, scaled to the fleet's time scale"));
+    }
+    out.emplace_back(key, value);
+  }
+  return out;
 }
 
 std::string FindBuiltBinary(const std::string& name, const std::vector<std::string>& subdirs) {
@@ -209,6 +240,15 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return report;
   }
 
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> router_keys =
+      ParseRouterKeys(options.router_keys);
+  if (!router_keys.ok()) return router_keys.status();
+  if (!router_keys->empty() &&
+      std::find(options.modes.begin(), options.modes.end(), "oracle") != options.modes.end()) {
+    return absl::InvalidArgumentError(
+        "--router reaches kvroute's configurations, not the bench's oracle reference, which "
+        "routes with the defaults; run the oracle without it");
+  }
   if (options.kvroute_bin.empty() || access(options.kvroute_bin.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("kvroute binary not found (", options.kvroute_bin,
                                             "); build it or pass --kvroute-bin"));
@@ -217,9 +257,9 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return absl::NotFoundError(absl::StrCat("kvroute-sim binary not found (", options.sim_bin,
                                             "); build it or pass --sim-bin"));
   }
-  const auto startup = std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
-  static const std::regex kSimReady(
-      R"(kvroute-sim: instance (\d+) listening on ([0-9.]+):(\d+))");
+  const auto startup =
+      std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
+  static const std::regex kSimReady(R"(kvroute-sim: instance (\d+) listening on ([0-9.]+):(\d+))");
   static const std::regex kSimEvents(
       R"(kvroute-sim: instance (\d+) kv events on (\S+) replay (\S+))");
   static const std::regex kProxyReady(R"(kvroute: listening on ([0-9.]+):(\d+))");
@@ -230,15 +270,20 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     const AblationConfig& config = configs[ci];
     const fs::path dir = fs::path(options.out_dir) / config.name;
     fs::create_directories(dir, ec);
-    spdlog::info("[{}] configuration {}/{}: starting {} simulated instances and kvroute "
-                 "(mode {}, threshold {})",
-                 config.name, ci + 1, configs.size(), options.instances, config.mode,
-                 config.heavy_threshold);
+    spdlog::info(
+        "[{}] configuration {}/{}: starting {} simulated instances and kvroute "
+        "(mode {}, threshold {})",
+        config.name, ci + 1, configs.size(), options.instances, config.mode,
+        config.heavy_threshold);
     std::vector<std::string> sim_argv = {options.sim_bin,
-                                         "--instances", absl::StrCat(options.instances),
-                                         "--base-port", "0",
-                                         "--time-scale", absl::StrCat(options.sim_time_scale),
-                                         "--seed", absl::StrCat(options.sim_seed)};
+                                         "--instances",
+                                         absl::StrCat(options.instances),
+                                         "--base-port",
+                                         "0",
+                                         "--time-scale",
+                                         absl::StrCat(options.sim_time_scale),
+                                         "--seed",
+                                         absl::StrCat(options.sim_seed)};
     if (!options.profile.empty()) {
       sim_argv.push_back("--profile");
       sim_argv.push_back(options.profile);
@@ -254,7 +299,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     absl::StatusOr<std::unique_ptr<ChildProcess>> sim =
         ChildProcess::Start(sim_argv, (dir / "sim.log").string());
     if (!sim.ok()) return sim.status();
-    auto sim_lines = (*sim)->WaitForLines(kSimReady, static_cast<size_t>(options.instances), startup);
+    auto sim_lines =
+        (*sim)->WaitForLines(kSimReady, static_cast<size_t>(options.instances), startup);
     if (!sim_lines.ok()) {
       return absl::Status(sim_lines.status().code(),
                           absl::StrCat("kvroute-sim: ", sim_lines.status().message(), "; see ",
@@ -312,10 +358,17 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     // lives in the run's directory).
     AblationConfig with_profile = config;
     if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
-    std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo);
-    std::vector<std::string> proxy_argv = {
-        options.kvroute_bin, "--config", yaml.string(), "--listen", "127.0.0.1:0",
-        "--request-log", (dir / "requests.jsonl").string(), "--log-level", options.log_level};
+    std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo,
+                                             *router_keys);
+    std::vector<std::string> proxy_argv = {options.kvroute_bin,
+                                           "--config",
+                                           yaml.string(),
+                                           "--listen",
+                                           "127.0.0.1:0",
+                                           "--request-log",
+                                           (dir / "requests.jsonl").string(),
+                                           "--log-level",
+                                           options.log_level};
     absl::StatusOr<std::unique_ptr<ChildProcess>> proxy =
         ChildProcess::Start(proxy_argv, (dir / "kvroute.log").string());
     if (!proxy.ok()) return proxy.status();
@@ -332,8 +385,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     (*sim)->Stop();
     if (result.ok()) {
       const int64_t matched = MergeRequestLog((dir / "requests.jsonl").string(), *result);
-      spdlog::info("[{}] joined {} of {} requests with kvroute's request log", config.name,
-                   matched, result->requests.size());
+      spdlog::info("[{}] joined {} of {} requests with kvroute's request log", config.name, matched,
+                   result->requests.size());
     }
     if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;
   }

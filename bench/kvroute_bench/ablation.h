@@ -58,6 +58,9 @@ struct AblationOptions {
   // --kv-events-config) and kvroute subscribes to them.
   bool kv_events = true;
   std::string log_level = "warn";
+  // KEY=VALUE settings added under `router:` in every kvroute config the
+  // bench writes (ParseRouterKeys); times in wall seconds.
+  std::vector<std::string> router_keys;
   double startup_timeout_s = 60;
   // Given targets instead: (name, URL) pairs; run_template.instances are scraped.
   std::vector<std::pair<std::string, std::string>> targets;
@@ -92,8 +95,18 @@ struct FleetBackend {
 // its time windows, its profile's costs (profile_time_scale) and the SLOs
 // its placement cost weighs (`slo`, modelled seconds, as the report judges
 // by) are scaled to wall seconds.
-std::string KvrouteConfigYaml(const AblationConfig& config,
-                              const std::vector<FleetBackend>& backends, double time_scale = 1.0,
-                              const SloTargets& slo = {});
+// `router_keys` (ParseRouterKeys) are written under `router:` as given.
+std::string KvrouteConfigYaml(
+    const AblationConfig& config, const std::vector<FleetBackend>& backends,
+    double time_scale = 1.0, const SloTargets& slo = {},
+    const std::vector<std::pair<std::string, std::string>>& router_keys = {});
+
+// Splits --router KEY=VALUE settings. KEY is a plain `router` key (letters,
+// digits, underscores) other than the ones the bench writes itself
+// (session_resident_window_s, slo); VALUE is a non-empty YAML scalar on one
+// line. kvroute's own config loader judges the key and the value when it
+// starts.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseRouterKeys(
+    const std::vector<std::string>& settings);
 
 }  // namespace kvroute::bench

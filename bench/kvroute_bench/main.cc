@@ -6,19 +6,17 @@
 //   kvroute-bench calibrate --target http://gpu-host:8000 --profile base.yaml --out fitted.yaml
 //   kvroute-bench trace-stats --workload agentic-long --fleet-kv-tokens 1804800
 //   kvroute-bench sweep --modes baseline,v1 --jps 0.25,0.5,0.75 --seeds 1,2,3 --out out/sweep
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include <fstream>
-#include <sstream>
-
 #include "bench/kvroute_bench/ablation.h"
 #include "bench/kvroute_bench/calibrate.h"
 #include "bench/kvroute_bench/compute_floor.h"
@@ -69,13 +67,16 @@ struct CommonFlags {
     auto* pr = "agentic-long preset";
     app->add_option("--fleet-kv-tokens", fleet_kv_tokens,
                     "the fleet's KV in tokens (sizing rule; pooled-LRU bound when not scraped)")
-        ->group(pr)->capture_default_str();
+        ->group(pr)
+        ->capture_default_str();
     app->add_option("--working-set-ratio", working_set_ratio,
                     "sessions' working set / fleet KV (agentic-long)")
-        ->group(pr)->capture_default_str();
+        ->group(pr)
+        ->capture_default_str();
     app->add_option("--arrival-window", arrival_window_s,
                     "seconds in which the agentic-long sessions arrive")
-        ->group(pr)->capture_default_str();
+        ->group(pr)
+        ->capture_default_str();
   }
 
   void Add(CLI::App* app) {
@@ -86,41 +87,59 @@ struct CommonFlags {
     app->add_option("--seed", seed, "workload seed")->capture_default_str();
     auto* ag = "Agentic workload";
     app->add_option("--jps", agentic.jobs_per_second, "agent jobs per second (Poisson)")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--duration", agentic.duration_s, "seconds of job arrivals")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--turns", agentic.turns, "turns per job")->group(ag)->capture_default_str();
     app->add_option("--tool-tokens", agentic.tool_tokens,
                     "tool output sizes after turns 1..n-1 (comma separated)")
-        ->delimiter(',')->group(ag)->capture_default_str();
+        ->delimiter(',')
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--system-tokens", agentic.system_tokens, "shared system prompt tokens")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--task-tokens", agentic.task_tokens, "per-job task tokens")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--task-tokens-max", agentic.task_tokens_max,
                     "if larger than --task-tokens: task sizes uniform in [task, max] per job")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--tool-time", agentic.tool_time_s, "seconds the agent's tool runs")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--completion-tokens", agentic.completion_tokens, "output tokens per turn")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     app->add_option("--max-jobs", agentic.max_jobs, "bound on the number of jobs")
-        ->group(ag)->capture_default_str();
+        ->group(ag)
+        ->capture_default_str();
     auto* tr = "Trace workload";
-    app->add_option("--trace", trace.path, "JSONL trace (timestamp, input_length, "
-                    "output_length, hash_ids)")->group(tr);
+    app->add_option("--trace", trace.path,
+                    "JSONL trace (timestamp, input_length, "
+                    "output_length, hash_ids)")
+        ->group(tr);
     app->add_option("--speedup", trace.speedup, "replay speed-up factor")
-        ->group(tr)->capture_default_str();
+        ->group(tr)
+        ->capture_default_str();
     app->add_option("--limit", trace.limit, "at most this many requests (0: all)")
-        ->group(tr)->capture_default_str();
+        ->group(tr)
+        ->capture_default_str();
     app->add_option("--window", window, "START:END seconds of trace time to replay")->group(tr);
     app->add_option("--block-size", trace.block_size, "tokens per hash id")
-        ->group(tr)->capture_default_str();
+        ->group(tr)
+        ->capture_default_str();
     app->add_option("--max-output-tokens", trace.max_output_tokens, "cap output_length (0: none)")
-        ->group(tr)->capture_default_str();
+        ->group(tr)
+        ->capture_default_str();
     app->add_option("--think-time", trace.think_time_s,
                     "seconds between a session turn and its parent's completion "
-                    "(negative: the timestamp gap)")->group(tr)->capture_default_str();
+                    "(negative: the timestamp gap)")
+        ->group(tr)
+        ->capture_default_str();
     auto* rn = "Run";
     app->add_option("--model", run.model, "model name (default: first of GET /v1/models)")
         ->group(rn);
@@ -131,26 +150,37 @@ struct CommonFlags {
         ->group(rn)
         ->capture_default_str();
     app->add_option("--request-timeout", run.request_timeout_s, "seconds per request (wall)")
-        ->group(rn)->capture_default_str();
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--drain-timeout", run.drain_timeout_s,
                     "seconds to wait for in-flight work after the last arrival (wall)")
-        ->group(rn)->capture_default_str();
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--max-inflight", run.max_inflight,
                     "jobs/requests in flight before arrivals are dropped")
-        ->group(rn)->capture_default_str();
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--sample-interval", run.sample_interval_s, "seconds between /metrics scrapes")
-        ->group(rn)->capture_default_str();
-    app->add_option("--progress-interval", run.progress_interval_s, "seconds between progress lines")
-        ->group(rn)->capture_default_str();
+        ->group(rn)
+        ->capture_default_str();
+    app->add_option("--progress-interval", run.progress_interval_s,
+                    "seconds between progress lines")
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--metrics-urls", metrics_urls,
-                    "instances to scrape: NAME=URL,... (or URL,...)")->delimiter(',')->group(rn);
+                    "instances to scrape: NAME=URL,... (or URL,...)")
+        ->delimiter(',')
+        ->group(rn);
     app->add_option("--dcgm-url", dcgm_url, "DCGM exporter base URL for GPU utilisation")
         ->group(rn);
     app->add_option("--slo-ttft", slo_ttft,
                     "TTFT SLOs for goodput, modelled seconds: warm=S,medium=S,heavy=S")
-        ->group(rn)->default_str("warm=2,medium=10,heavy=30");
+        ->group(rn)
+        ->default_str("warm=2,medium=10,heavy=30");
     app->add_option("--slo-tpot", run.slo.tpot_s, "TPOT SLO for goodput, modelled seconds")
-        ->check(CLI::PositiveNumber)->group(rn)->capture_default_str();
+        ->check(CLI::PositiveNumber)
+        ->group(rn)
+        ->capture_default_str();
   }
 
   // Validates and fills the workload spec and run options.
@@ -167,12 +197,13 @@ struct CommonFlags {
     }
     if (workload == "agentic-long") {
       if (fleet_kv_tokens <= 0 || !(working_set_ratio > 0) || !(arrival_window_s > 0)) {
-        std::fprintf(stderr, "agentic-long needs positive --fleet-kv-tokens, "
-                             "--working-set-ratio and --arrival-window\n");
+        std::fprintf(stderr,
+                     "agentic-long needs positive --fleet-kv-tokens, "
+                     "--working-set-ratio and --arrival-window\n");
         return false;
       }
-      spec.agentic = kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s,
-                                           seed);
+      spec.agentic =
+          kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s, seed);
     }
     if (!window.empty()) {
       std::vector<std::string> parts = absl::StrSplit(window, ':');
@@ -225,13 +256,15 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   absl::StrCat("modes (", absl::StrJoin(kvroute::router::PolicyNames(), ","),
                                "; oracle: baseline from kvroute-sim's true cached tokens, "
                                "bench-only reference)"))
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--thresholds", abl.thresholds,
                   "heavy thresholds crossed with the threshold-sensitive modes (v1, v1_cost, v2)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--default-threshold", abl.default_threshold,
-                  "heavy threshold for the other modes")->capture_default_str();
+                  "heavy threshold for the other modes")
+      ->capture_default_str();
   cmd->add_option("--instances", abl.instances, "simulated instances")->capture_default_str();
   cmd->add_option("--profile", abl.profile, "kvroute-sim profile YAML");
   CLI::Option* time_scale_opt =
@@ -244,10 +277,13 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                 "the simulated engines publish KV cache events and kvroute subscribes "
                 "(as vLLM with --kv-events-config)")
       ->capture_default_str();
+  cmd->add_option("--router", abl.router_keys,
+                  "KEY=VALUE added under router: in every kvroute config (e.g. "
+                  "decode_stall_weight=2; times in wall seconds; not the oracle reference)")
+      ->type_name("KEY=VALUE");
   cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
   cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
-  cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")
-      ->capture_default_str();
+  cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")->capture_default_str();
   return time_scale_opt;
 }
 
@@ -279,9 +315,11 @@ int main(int argc, char** argv) {
   std::string target;
   run_cmd->add_option("--target", target, "base URL, e.g. http://127.0.0.1:8000")->required();
   run_cmd->add_option("--name", run_flags.run.name, "label in reports")->capture_default_str();
-  run_cmd->add_option("--time-scale", run_flags.run.time_scale,
-                      "the target's simulated time scale: workload times are multiplied by it "
-                      "and reported latencies divided by it")->capture_default_str();
+  run_cmd
+      ->add_option("--time-scale", run_flags.run.time_scale,
+                   "the target's simulated time scale: workload times are multiplied by it "
+                   "and reported latencies divided by it")
+      ->capture_default_str();
   run_cmd->add_option("--out", run_flags.out, "write report.{json,md,html} into this directory");
 
   // ablation
@@ -292,16 +330,19 @@ int main(int argc, char** argv) {
   kb::AblationOptions abl;
   std::vector<std::string> targets;
   CLI::Option* time_scale_opt = AddFleetOptions(abl_cmd, abl);
-  abl_cmd->add_option("--targets", targets,
-                      "use running endpoints instead of the embedded fleet: NAME=URL,...")
+  abl_cmd
+      ->add_option("--targets", targets,
+                   "use running endpoints instead of the embedded fleet: NAME=URL,...")
       ->delimiter(',');
-  abl_cmd->add_option("--out", abl_flags.out, "report directory (default: "
+  abl_cmd->add_option("--out", abl_flags.out,
+                      "report directory (default: "
                       "kvroute-bench-out/ablation-<time>)");
 
   // sweep: the ablation at several rates and seeds. --jps and --seed become lists.
   CLI::App* sweep_cmd = app.add_subcommand(
-      "sweep", "the ablation at several loads (jobs/s) and seeds: spread across seeds and a "
-               "regime map (win/tie/lose against a reference configuration)");
+      "sweep",
+      "the ablation at several loads (jobs/s) and seeds: spread across seeds and a "
+      "regime map (win/tie/lose against a reference configuration)");
   CommonFlags sweep_flags;
   sweep_flags.Add(sweep_cmd);
   sweep_cmd->remove_option(sweep_cmd->get_option("--jps"));
@@ -309,13 +350,19 @@ int main(int argc, char** argv) {
   kb::SweepOptions sweep;
   AddFleetOptions(sweep_cmd, sweep.ablation);
   sweep_cmd->add_option("--jps", sweep.jobs_per_second, "agent jobs per second, one point each")
-      ->delimiter(',')->group("Agentic workload")->capture_default_str();
+      ->delimiter(',')
+      ->group("Agentic workload")
+      ->capture_default_str();
   sweep_cmd->add_option("--seeds", sweep.seeds, "workload seeds run at every rate")
-      ->delimiter(',')->capture_default_str();
-  sweep_cmd->add_option("--references", sweep.references,
-                        "configurations the regime map compares the others with")
-      ->delimiter(',')->capture_default_str();
-  sweep_cmd->add_option("--out", sweep_flags.out, "sweep directory (default: "
+      ->delimiter(',')
+      ->capture_default_str();
+  sweep_cmd
+      ->add_option("--references", sweep.references,
+                   "configurations the regime map compares the others with")
+      ->delimiter(',')
+      ->capture_default_str();
+  sweep_cmd->add_option("--out", sweep_flags.out,
+                        "sweep directory (default: "
                         "kvroute-bench-out/sweep-<time>)");
 
   // trace-stats
@@ -329,8 +376,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   stats_flags.AddPreset(stats_cmd);
   stats_cmd->add_option("--seed", stats_flags.seed, "workload seed")->capture_default_str();
-  stats_cmd->add_option("--nominal-turn", nominal_turn_s,
-                        "agentic: modelled seconds a turn is assumed to take (arrival order)")
+  stats_cmd
+      ->add_option("--nominal-turn", nominal_turn_s,
+                   "agentic: modelled seconds a turn is assumed to take (arrival order)")
       ->capture_default_str();
   stats_cmd->add_option("--trace", stats_flags.trace.path, "JSONL trace");
   stats_cmd->add_option("--limit", stats_flags.trace.limit, "at most this many requests");
@@ -348,13 +396,21 @@ int main(int argc, char** argv) {
   cal_cmd->add_option("--out", cal_out, "write the base profile with the fitted timing here");
   cal_cmd->add_option("--model", cal.model, "model name (default: first of GET /v1/models)");
   cal_cmd->add_option("--prompt-lengths", cal.prompt_lengths, "prefill probes (tokens)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   cal_cmd->add_option("--decode-batches", cal.decode_batches, "decode probes (batch sizes)")
-      ->delimiter(',')->capture_default_str();
-  cal_cmd->add_option("--decode-context", cal.decode_context,
-                      "prompt tokens of each decode-batch request")->capture_default_str();
-  cal_cmd->add_option("--long-contexts", cal.long_contexts, "batch-1 decode probes at these "
-                      "contexts (tokens)")->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
+  cal_cmd
+      ->add_option("--decode-context", cal.decode_context,
+                   "prompt tokens of each decode-batch request")
+      ->capture_default_str();
+  cal_cmd
+      ->add_option("--long-contexts", cal.long_contexts,
+                   "batch-1 decode probes at these "
+                   "contexts (tokens)")
+      ->delimiter(',')
+      ->capture_default_str();
   cal_cmd->add_option("--decode-tokens", cal.decode_tokens, "output tokens per decode request")
       ->capture_default_str();
   cal_cmd->add_option("--window-steps", cal.window_steps, "decode steps measured per probe")
@@ -405,13 +461,13 @@ int main(int argc, char** argv) {
     }
     const kb::CacheBounds bounds = kb::ComputeCacheBounds(
         std::move(bound_requests), stats_flags.fleet_kv_tokens, stats_flags.trace.block_size);
-    std::printf("requests %zu, span %.1f s, input tokens %lld (avg %.0f), output tokens %lld, "
-                "infinite-cache prefix-hit bound %.3f, pooled LRU of %lld tokens %.3f\n",
-                recs.size(), recs.back().timestamp_ms / 1000.0, static_cast<long long>(input),
-                static_cast<double>(input) / static_cast<double>(recs.size()),
-                static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs),
-                static_cast<long long>(stats_flags.fleet_kv_tokens),
-                bounds.pooled_lru_hit_ratio());
+    std::printf(
+        "requests %zu, span %.1f s, input tokens %lld (avg %.0f), output tokens %lld, "
+        "infinite-cache prefix-hit bound %.3f, pooled LRU of %lld tokens %.3f\n",
+        recs.size(), recs.back().timestamp_ms / 1000.0, static_cast<long long>(input),
+        static_cast<double>(input) / static_cast<double>(recs.size()),
+        static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs),
+        static_cast<long long>(stats_flags.fleet_kv_tokens), bounds.pooled_lru_hit_ratio());
     return 0;
   }
 
@@ -479,8 +535,7 @@ int main(int argc, char** argv) {
     FindFleetBinaries(a);
     if (absl::Status s = kb::UseFleetProfile(a.profile, a.run_template); !s.ok()) return Fail(s);
     sweep.on_point = [](double rate, uint64_t seed, const kb::Report& report) {
-      std::cout << "\n" << rate << " jobs/s, seed " << seed << ":\n"
-                << kb::SummaryTable(report);
+      std::cout << "\n" << rate << " jobs/s, seed " << seed << ":\n" << kb::SummaryTable(report);
     };
     if (absl::Status s = kb::ValidateSweep(sweep, spec); !s.ok()) {
       std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
@@ -516,7 +571,8 @@ int main(int argc, char** argv) {
   }
   if (abl.targets.empty()) {
     FindFleetBinaries(abl);
-    if (absl::Status s = kb::UseFleetProfile(abl.profile, abl.run_template); !s.ok()) return Fail(s);
+    if (absl::Status s = kb::UseFleetProfile(abl.profile, abl.run_template); !s.ok())
+      return Fail(s);
   }
   absl::StatusOr<kb::Report> report = kb::RunAblation(abl, spec);
   if (!report.ok()) return Fail(report.status());

@@ -1,18 +1,18 @@
+#include "bench/kvroute_bench/report.h"
+
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
 
-#include <boost/json.hpp>
-#include <gtest/gtest.h>
-
 #include "bench/kvroute_bench/ablation.h"
 #include "bench/kvroute_bench/metrics_sampler.h"
-#include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/stats.h"
 #include "bench/kvroute_bench/svg_chart.h"
 #include "proxy/config.h"
@@ -71,17 +71,26 @@ RunResult FixedRun(std::string name, double scale) {
   failed.http_status = 503;
   run.requests.push_back(failed);
   run.dropped = 1;
-  JobRecord j1{.job = 0, .t_arrival = 0, .t_done = 4 * scale, .ok = true,
+  JobRecord j1{.job = 0,
+               .t_arrival = 0,
+               .t_done = 4 * scale,
+               .ok = true,
                .turn_e2e = {1 * scale, 2 * scale}};
-  JobRecord j2{.job = 1, .t_arrival = 1 * scale, .t_done = 7 * scale, .ok = true,
+  JobRecord j2{.job = 1,
+               .t_arrival = 1 * scale,
+               .t_done = 7 * scale,
+               .ok = true,
                .turn_e2e = {1 * scale, 4 * scale}};
   run.jobs = {j1, j2};
-  run.samples = {{.t = 0, .instance = "gpu0", .kv_usage = 0.2, .running = 1, .waiting = 0,
-                  .gpu_busy = 0.5},
-                 {.t = 2 * scale, .instance = "gpu0", .kv_usage = 0.6, .running = 2,
-                  .waiting = 1, .gpu_busy = 0.7},
-                 {.t = 0, .instance = "gpu1", .kv_usage = 0.4, .running = 0, .waiting = 0,
-                  .gpu_busy = 0.1}};
+  run.samples = {
+      {.t = 0, .instance = "gpu0", .kv_usage = 0.2, .running = 1, .waiting = 0, .gpu_busy = 0.5},
+      {.t = 2 * scale,
+       .instance = "gpu0",
+       .kv_usage = 0.6,
+       .running = 2,
+       .waiting = 1,
+       .gpu_busy = 0.7},
+      {.t = 0, .instance = "gpu1", .kv_usage = 0.4, .running = 0, .waiting = 0, .gpu_busy = 0.1}};
   return run;
 }
 
@@ -203,12 +212,13 @@ TEST(SvgChartTest, CdfAndRendering) {
   EXPECT_EQ(CdfPoints(many, 100).back().second, 1.0);
 
   ChartOptions o{.title = "a<b", .x_label = "x", .y_label = "y", .log_x = true};
-  const std::string svg = RenderLineChart(o, {{"s1", {{0.01, 0.1}, {1, 0.5}, {10, 1}}, ""},
-                                              {"s2", {{0.1, 0.2}, {0, 0.3}}, ""}});
+  const std::string svg = RenderLineChart(
+      o, {{"s1", {{0.01, 0.1}, {1, 0.5}, {10, 1}}, ""}, {"s2", {{0.1, 0.2}, {0, 0.3}}, ""}});
   EXPECT_NE(svg.find("a&lt;b"), std::string::npos);
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 5, true);
   size_t lines = 0;
-  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++lines;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1))
+    ++lines;
   EXPECT_EQ(lines, 2u);
   EXPECT_NE(RenderLineChart(o, {}).find("no data"), std::string::npos);
 }
@@ -278,6 +288,30 @@ TEST(AblationConfigTest, ScalesTheConfigToTheSimulatedFleet) {
   EXPECT_NEAR(parsed->router.slo.tpot_s, 0.01, 1e-12);
 }
 
+// --router settings land under router: and reach kvroute's loader; malformed
+// ones and the keys the bench scales itself are refused.
+TEST(AblationConfigTest, RouterSettingsReachKvroutesConfig) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> keys =
+      ParseRouterKeys({"decode_stall_weight=2.5", "eviction_weight = 3"});
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const auto c = AblationConfigs({"baseline"}, {}, 20000);
+  const std::string y =
+      KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, *keys);
+  absl::StatusOr<proxy::Config> parsed = proxy::ParseConfig(y, "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << y;
+  EXPECT_DOUBLE_EQ(parsed->router.baseline.decode_stall_weight, 2.5);
+  EXPECT_DOUBLE_EQ(parsed->router.baseline.eviction_weight, 3);
+  EXPECT_EQ(parsed->backends.size(), 1u);
+
+  for (const char* bad : {"decode_stall_weight", "=2", "a.b=1", "slo=1",
+                          "session_resident_window_s=60", "x=1\ny: 2", "x=1 # c"}) {
+    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> r = ParseRouterKeys({bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("--router"), std::string_view::npos) << r.status();
+  }
+}
+
 TEST(AblationConfigTest, CrossesThresholdSensitiveModes) {
   const auto c = AblationConfigs({"baseline", "v1", "v2"}, {10000, 20000, 40000}, 20000);
   ASSERT_EQ(c.size(), 7u);
@@ -307,10 +341,14 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
   {
     std::ofstream f(path);
     f << R"({"id":"bench-v2-2","cached_tokens_est":100,"t_routed":1000.5,)"
-      << R"("t_prefill_done":1001.75,"transfer_s":0.25,"prompt_tokens":30000})" << "\n";
+      << R"("t_prefill_done":1001.75,"transfer_s":0.25,"prompt_tokens":30000})"
+      << "\n";
     f << R"({"id":"bench-v2-0","cached_tokens_est":800,"t_routed":1000.0,)"
-      << R"("t_prefill_done":null,"transfer_s":null})" << "\n";
-    f << R"({"id":"someone-else","cached_tokens_est":1})" << "\n" << "not json\n";
+      << R"("t_prefill_done":null,"transfer_s":null})"
+      << "\n";
+    f << R"({"id":"someone-else","cached_tokens_est":1})"
+      << "\n"
+      << "not json\n";
   }
   EXPECT_EQ(MergeRequestLog(path.string(), run), 2);
   std::filesystem::remove(path);
@@ -456,7 +494,8 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
                   .at("p50")
                   .as_double(),
               0.01, 1e-12);
-  EXPECT_DOUBLE_EQ(j.at("runs").as_array()[0].at("summary").at("prefix_hit_pooled_lru_bound").as_double(), 0.4);
+  EXPECT_DOUBLE_EQ(
+      j.at("runs").as_array()[0].at("summary").at("prefix_hit_pooled_lru_bound").as_double(), 0.4);
 }
 
 // Two labelled classes with their SLOs, one failure, one dropped arrival and stream gaps at a
