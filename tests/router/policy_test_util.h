@@ -1,12 +1,24 @@
-// Hand-built fleet snapshots and options for the policy tests.
+// Hand-built fleets, fleet snapshots and options for the router and policy tests.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "router/policy.h"
 #include "router/router.h"
 
 namespace kvroute::router::testing {
+
+// n backends gpu0..gpu{n-1} on 127.0.0.1:8100+i (never dialled by the router).
+inline std::vector<BackendSpec> LoopbackBackends(int n) {
+  std::vector<BackendSpec> v;
+  for (int i = 0; i < n; ++i) {
+    v.push_back({.name = "gpu" + std::to_string(i),
+                 .host = "127.0.0.1",
+                 .port = static_cast<uint16_t>(8100 + i)});
+  }
+  return v;
+}
 
 inline FleetSnapshot Fleet(int n, int64_t prompt_tokens) {
   FleetSnapshot f;

@@ -16,17 +16,9 @@
 namespace kvroute::router {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+using testing::LoopbackBackends;
 
-std::vector<BackendSpec> Fleet(int n) {
-  std::vector<BackendSpec> v;
-  for (int i = 0; i < n; ++i) {
-    v.push_back({.name = "gpu" + std::to_string(i),
-                 .host = "127.0.0.1",
-                 .port = static_cast<uint16_t>(8100 + i)});
-  }
-  return v;
-}
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
 Options RatesOptions(const std::string& mode) {
   Options o = testing::PlacementTestOptions();
@@ -36,7 +28,7 @@ Options RatesOptions(const std::string& mode) {
 }
 
 std::unique_ptr<Router> Make(const Options& o, int n = 2) {
-  auto r = Router::Create(o, Fleet(n));
+  auto r = Router::Create(o, LoopbackBackends(n));
   EXPECT_TRUE(r.ok()) << r.status();
   return *std::move(r);
 }

@@ -8,25 +8,18 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "router/prefix_hash.h"
+#include "tests/router/policy_test_util.h"
 
 namespace kvroute::router {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+using testing::LoopbackBackends;
 
-std::vector<BackendSpec> Fleet(int n) {
-  std::vector<BackendSpec> v;
-  for (int i = 0; i < n; ++i) {
-    v.push_back({.name = "gpu" + std::to_string(i),
-                 .host = "127.0.0.1",
-                 .port = static_cast<uint16_t>(8100 + i)});
-  }
-  return v;
-}
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
 std::unique_ptr<Router> Make(const std::string& policy, int n, Options o = {}) {
   o.mode = policy;
-  auto r = Router::Create(o, Fleet(n));
+  auto r = Router::Create(o, LoopbackBackends(n));
   EXPECT_TRUE(r.ok()) << r.status();
   return *std::move(r);
 }
@@ -44,7 +37,7 @@ RequestFeatures Req(std::string prompt, std::string session = "") {
 TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
   Options o;
   o.mode = "fastest";
-  absl::StatusOr<std::unique_ptr<Router>> r = Router::Create(o, Fleet(2));
+  absl::StatusOr<std::unique_ptr<Router>> r = Router::Create(o, LoopbackBackends(2));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("fastest"), std::string::npos);
@@ -55,20 +48,20 @@ TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
 
   o.mode = "v2";
   o.offload_gate = "maybe";
-  r = Router::Create(o, Fleet(2));
+  r = Router::Create(o, LoopbackBackends(2));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
   o.mode = "pd_sep";
   o.offload_gate = "threshold";
-  r = Router::Create(o, Fleet(1));
+  r = Router::Create(o, LoopbackBackends(1));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  r = Router::Create(o, Fleet(257));
+  r = Router::Create(o, LoopbackBackends(257));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
   for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
     o.mode = name;
-    EXPECT_TRUE(Router::Create(o, Fleet(4)).ok()) << name;
+    EXPECT_TRUE(Router::Create(o, LoopbackBackends(4)).ok()) << name;
   }
 }
 
@@ -185,7 +178,7 @@ TEST(RouterTest, UpdateBackendsKeepsSlotsAddsAndRetires) {
   ASSERT_GT(shadow0, 0);
   auto before = r->Backends();
 
-  std::vector<BackendSpec> next = Fleet(2);
+  std::vector<BackendSpec> next = LoopbackBackends(2);
   next[0].capacity_tokens = 12345;     // same address: kept, capacity updated
   next[1].port = 9999;                 // gpu1 moved: a new slot
   next.push_back({.name = "gpu9", .host = "127.0.0.1", .port = 8109});
@@ -226,7 +219,7 @@ TEST(RouterTest, UpdateBackendsKeepsSlotsAddsAndRetires) {
 
 TEST(RouterTest, UpdateBackendsIsBoundedBySlots) {
   auto r = Make("round_robin", 1);
-  std::vector<BackendSpec> next = Fleet(1);
+  std::vector<BackendSpec> next = LoopbackBackends(1);
   for (int i = 0; i < kMaxBackends - 1; ++i) {
     next.push_back({.name = "n" + std::to_string(i), .host = "h", .port = 1});
   }
