@@ -227,6 +227,21 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return WriteReports(report, options.out_dir);
   };
 
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> router_keys =
+      ParseRouterKeys(options.router_keys);
+  if (!router_keys.ok()) return router_keys.status();
+  if (!router_keys->empty() && !options.targets.empty()) {
+    return absl::InvalidArgumentError(
+        "--router writes the configs of the kvroutes the bench starts; with --targets, set "
+        "your kvroute's config instead");
+  }
+  if (!router_keys->empty() &&
+      std::find(options.modes.begin(), options.modes.end(), "oracle") != options.modes.end()) {
+    return absl::InvalidArgumentError(
+        "--router reaches kvroute's configurations, not the bench's oracle reference, which "
+        "routes with the defaults; run the oracle without it");
+  }
+
   if (!options.targets.empty()) {
     for (const auto& [name, url] : options.targets) {
       absl::StatusOr<Endpoint> ep = ParseHttpUrl(url);
@@ -240,15 +255,6 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return report;
   }
 
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> router_keys =
-      ParseRouterKeys(options.router_keys);
-  if (!router_keys.ok()) return router_keys.status();
-  if (!router_keys->empty() &&
-      std::find(options.modes.begin(), options.modes.end(), "oracle") != options.modes.end()) {
-    return absl::InvalidArgumentError(
-        "--router reaches kvroute's configurations, not the bench's oracle reference, which "
-        "routes with the defaults; run the oracle without it");
-  }
   if (options.kvroute_bin.empty() || access(options.kvroute_bin.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("kvroute binary not found (", options.kvroute_bin,
                                             "); build it or pass --kvroute-bin"));
