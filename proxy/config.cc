@@ -245,7 +245,6 @@ absl::Status ParseSlo(const YAML::Node& n, router::Options::PlacementSlo* slo) {
   KV_RETURN_IF_ERROR(r.Double("ttft_heavy_s", &slo->ttft_heavy_s, 0.001, 86400));
   KV_RETURN_IF_ERROR(r.Double("tpot_s", &slo->tpot_s, 0.0001, 3600));
   KV_RETURN_IF_ERROR(r.Double("harm_weight", &slo->harm_weight, 0, 1000));
-  KV_RETURN_IF_ERROR(r.Double("max_ttft_stretch", &slo->max_ttft_stretch, 0, 1000));
   return r.Finish();
 }
 

@@ -143,10 +143,6 @@ struct Options {
     double ttft_heavy_s = 30;
     double tpot_s = 0.1;       // per output token of a decode stream
     double harm_weight = 1.0;  // scales the harm terms against the TTFT term
-    // The most the harm terms may cost the request itself: a plan whose
-    // predicted TTFT exceeds the fastest plan's by more than this fraction
-    // is not taken, whatever harm it spares (0: only the fastest plans).
-    double max_ttft_stretch = 0.25;
   };
   PlacementSlo slo;
 

@@ -37,31 +37,19 @@ absl::StatusOr<Decision> JointPlacementPolicy::Decide(const FleetSnapshot& fleet
   auto eligible = [&](int i) { return i >= 0 && fleet.backends[i].healthy && i != excluded; };
   const double ttft_slo = placement::TtftSlo(c.request_class, params_.slo);
 
-  // The request's candidate plans: COLO(i) where affinity allows, and the
-  // offloads the cost model does not veto.
-  auto colocation_candidate = [&](int i) {
-    return eligible(i) && (affinity.backend < 0 || i == affinity.backend);
-  };
-  double fastest_ttft = -1;
-  auto consider_speed = [&](const placement::PlanCost& plan) {
-    if (fastest_ttft < 0 || plan.ttft_s < fastest_ttft) fastest_ttft = plan.ttft_s;
-  };
+  placement::PlanCost best;
+  bool have_best = false;
   // The prefill sites with the lowest score, best first.
   int sites[kPrefillSites] = {-1, -1, -1};
   double site_scores[kPrefillSites] = {0, 0, 0};
   int most_free = -1;
   int64_t most_free_tokens = 0;
-  int cheapest_colo = -1;
-  double cheapest_colo_cost = 0;
   for (int i = 0; i < n; ++i) {
     if (!eligible(i)) continue;
     const placement::PlanCost colo = placement::Colocated(fleet, i, c.request_class, params_);
-    if (colocation_candidate(i)) {
-      consider_speed(colo);
-      if (cheapest_colo < 0 || colo.cost < cheapest_colo_cost) {
-        cheapest_colo = i;
-        cheapest_colo_cost = colo.cost;
-      }
+    if ((affinity.backend < 0 || i == affinity.backend) && (!have_best || colo.cost < best.cost)) {
+      best = colo;
+      have_best = true;
     }
     const double score =
         colo.ttft_s / ttft_slo + params_.slo.harm_weight * (colo.stall + colo.warm);
@@ -84,17 +72,15 @@ absl::StatusOr<Decision> JointPlacementPolicy::Decide(const FleetSnapshot& fleet
       }
     }
   }
-  if (cheapest_colo < 0) return policy_internal::NoHealthyBackend();
+  if (!have_best) return policy_internal::NoHealthyBackend();
 
-  placement::PlanCost offloads[kPrefillSites * kDecodeHomes];
-  int offload_count = 0;
   if (offload_) {
     int homes[kDecodeHomes] = {-1, -1, -1};
     if (affinity.backend >= 0) {
       homes[0] = affinity.backend;
     } else {
       homes[0] = eligible(c.best_backend) ? c.best_backend : -1;
-      homes[1] = cheapest_colo;
+      homes[1] = best.decode_backend;
       homes[2] = most_free;
     }
     for (int h = 0; h < kDecodeHomes; ++h) {
@@ -103,30 +89,10 @@ absl::StatusOr<Decision> JointPlacementPolicy::Decide(const FleetSnapshot& fleet
       for (int a : sites) {
         if (a < 0 || a == b) continue;
         const placement::PlanCost off = placement::Offload(fleet, a, b, c.request_class, params_);
-        if (off.veto != placement::Veto::kNone) continue;
-        consider_speed(off);
-        offloads[offload_count++] = off;
+        if (off.veto == placement::Veto::kNone && off.cost < best.cost) best = off;
       }
     }
   }
-
-  // The harm terms may trade only a bounded part of the request's own TTFT.
-  const double ttft_bound = fastest_ttft * (1 + params_.slo.max_ttft_stretch);
-  placement::PlanCost best;
-  bool have_best = false;
-  auto take_if_better = [&](const placement::PlanCost& plan) {
-    if (plan.ttft_s > ttft_bound) return;
-    if (!have_best || plan.cost < best.cost) {
-      best = plan;
-      have_best = true;
-    }
-  };
-  for (int i = 0; i < n; ++i) {
-    if (colocation_candidate(i)) {
-      take_if_better(placement::Colocated(fleet, i, c.request_class, params_));
-    }
-  }
-  for (int k = 0; k < offload_count; ++k) take_if_better(offloads[k]);
 
   Decision d = policy_internal::MakeOffload(fleet, c, best.prefill_backend, best.decode_backend);
   policy_internal::MarkAffinity(fleet, d);

@@ -19,9 +19,7 @@
 //     with the lowest prefill-site score (COLO TTFT / SLO + prefill harm),
 //     skipping plans the cost model vetoes (never recompute B's prefix, B's
 //     KV full, A queued, no stall saved).
-// The cheapest plan whose predicted TTFT is at most (1 + max_ttft_stretch)
-// times the fastest plan's wins (the harm terms trade only a bounded share
-// of the request's own TTFT); ties go to co-location, then the lowest index.
+// The cheapest plan wins; ties go to co-location, then the lowest index.
 // The Decision carries the plan's predicted TTFT and, for an offload, the
 // seconds from the prefill's end to the first token (transfer and B's wait).
 // The snapshot's learned time factors (router/rate_learner.h) scale every

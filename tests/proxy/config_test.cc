@@ -438,8 +438,7 @@ mode: v1_cost
 heavy_threshold: auto
 router:
   offload_gate: joint
-  slo: {ttft_warm_s: 1, ttft_medium_s: 3, ttft_heavy_s: 12, tpot_s: 0.05, harm_weight: 0.5,
-        max_ttft_stretch: 0.4}
+  slo: {ttft_warm_s: 1, ttft_medium_s: 3, ttft_heavy_s: 12, tpot_s: 0.05, harm_weight: 0.5}
 backends: [{name: a, url: http://h:1}]
 )",
                   "test");
@@ -452,7 +451,6 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_EQ(c->router.slo.ttft_heavy_s, 12);
   EXPECT_EQ(c->router.slo.tpot_s, 0.05);
   EXPECT_EQ(c->router.slo.harm_weight, 0.5);
-  EXPECT_EQ(c->router.slo.max_ttft_stretch, 0.4);
 
   // --heavy-threshold over the file's value, either way.
   router::Options o;

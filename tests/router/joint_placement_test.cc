@@ -120,50 +120,6 @@ TEST(JointPlacementTest, LearnedSlowInstanceLosesThePlacement) {
   }
 }
 
-// The harm terms buy at most max_ttft_stretch (0.25) of the request's own
-// fastest TTFT: instance 0 (4 s, stalling 8 streams) against instance 1
-// (no streams, 30,000 tokens queued: 7 s). Unbounded, sparing the streams
-// wins (6.53 against 0.23); bounded at 5 s, instance 0 is the only plan;
-// with 5,000 queued (4.5 s) instance 1 is within the bound again.
-TEST(JointPlacementTest, HarmBuysABoundedShareOfTheRequestsTtft) {
-  auto f = Fleet(2, 40000);
-  SetDecoding(f, {8, 0});
-  SetPrefill(f, {0, 30000});
-  Options unbounded = JointOptions();
-  unbounded.slo.max_ttft_stretch = 1000;
-  for (const char* mode : {"v1_cost", "v2"}) {
-    EXPECT_EQ(Decide(mode, f, unbounded).decode_backend, 1) << mode;
-    const Decision d = Decide(mode, f);
-    EXPECT_EQ(d.mode, DecisionMode::kColocated) << mode;
-    EXPECT_EQ(d.decode_backend, 0) << mode;
-    EXPECT_DOUBLE_EQ(d.predicted_ttft_s, 4.0) << mode;
-  }
-  SetPrefill(f, {0, 5000});
-  for (const char* mode : {"v1_cost", "v2"}) {
-    const Decision d = Decide(mode, f);
-    EXPECT_EQ(d.decode_backend, 1) << mode;
-    EXPECT_NEAR(d.predicted_ttft_s, 4.5, 1e-9) << mode;
-  }
-}
-
-// An offload costs its own transfer: 4.28 s against co-locating at the
-// busy home in 3.8 s (1.13x) is taken with the default stretch, not with
-// a stretch of 0.1.
-TEST(JointPlacementTest, OffloadWithinTheStretchOnly) {
-  auto f = Fleet(3, 40000);
-  f.footprint_tokens_est = 40000;
-  SetCached(f, {2000, 2000, 2000});
-  SetDecoding(f, {8, 1, 2});
-  f.session_backend = 0;
-  EXPECT_EQ(Decide("v2", f).mode, DecisionMode::kOffload);
-  Options tight = JointOptions();
-  tight.slo.max_ttft_stretch = 0.1;
-  const Decision d = Decide("v2", f, tight);
-  EXPECT_EQ(d.mode, DecisionMode::kColocated);
-  EXPECT_EQ(d.decode_backend, 0);
-  EXPECT_NEAR(d.predicted_ttft_s, 3.8, 1e-9);
-}
-
 // V2OffloadsOffBusyHome's offload: with the pair (1, 0) learned twice as
 // fast as modelled its transfer is 0.24 s (TTFT 4.04). Learned 20x slower
 // (X = 9.6 s, TTFT 13.4) under a 2 s HEAVY SLO, its cost 13.4 / 2 + 0.741
