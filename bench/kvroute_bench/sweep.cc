@@ -42,6 +42,7 @@ std::string FormatFigure(SweepFigure f, double v) {
   if (!std::isfinite(v)) return "-";
   switch (f) {
     case SweepFigure::kPrefixHit:
+    case SweepFigure::kGoodput:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
@@ -96,6 +97,8 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kTtftP90, "ttft_p90_s", "TTFT p90"},
       {SweepFigure::kTtftP99, "ttft_p99_s", "TTFT p99"},
       {SweepFigure::kTpotP99, "tpot_p99_s", "TPOT p99"},
+      {SweepFigure::kHeavyTtftP90, "heavy_ttft_p90_s", "HEAVY TTFT p90"},
+      {SweepFigure::kGoodput, "goodput", "goodput"},
       {SweepFigure::kPrefixHit, "prefix_hit_ratio", "prefix hit"},
       {SweepFigure::kOffloads, "offloads", "offloads"},
       {SweepFigure::kErrors, "errors", "errors"},
@@ -113,6 +116,10 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
     v[Index(SweepFigure::kTtftP90)] = all.ttft.p90;
     v[Index(SweepFigure::kTtftP99)] = all.ttft.p99;
     v[Index(SweepFigure::kTpotP99)] = all.tpot.p99;
+    if (all.goodput >= 0) v[Index(SweepFigure::kGoodput)] = all.goodput;
+  }
+  for (const ClassSummary& c : summary.classes) {
+    if (c.klass == "HEAVY" && c.requests > 0) v[Index(SweepFigure::kHeavyTtftP90)] = c.ttft.p90;
   }
   if (summary.prompt_tokens > 0) v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
   v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
@@ -353,7 +360,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
 
   absl::StrAppend(&md,
                   "## Figures over the seeds\n\nMedian [min–max] over the seeds; "
-                  "latencies in modelled seconds over all requests; errors count failed "
+                  "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
+                  "HEAVY class's); goodput: the share of requests meeting their class's TTFT "
+                  "SLO and the TPOT SLO (each point's report.md); errors count failed "
                   "requests and dropped arrivals.\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};

@@ -59,11 +59,13 @@ enum class SweepFigure {
   kTtftP90,
   kTtftP99,
   kTpotP99,
-  kPrefixHit,  // cached / prompt tokens, 0..1 (higher is better)
+  kHeavyTtftP90,  // the HEAVY class's TTFT p90 (offloaded requests included)
+  kGoodput,       // share of requests meeting their SLOs, 0..1 (higher is better)
+  kPrefixHit,     // cached / prompt tokens, 0..1 (higher is better)
   kOffloads,
   kErrors,  // failed requests plus dropped arrivals
 };
-inline constexpr size_t kSweepFigureCount = 8;
+inline constexpr size_t kSweepFigureCount = 10;
 
 struct SweepFigureInfo {
   SweepFigure figure;

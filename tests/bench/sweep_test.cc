@@ -95,6 +95,7 @@ TEST(SweepFiguresTest, FromARunSummary) {
   for (int i = 1; i <= 10; ++i) {
     run.requests.push_back(Ok(i, 0.01 * i, 1000, 500, i == 10 ? "gpu1->gpu0" : "gpu0"));
   }
+  run.requests.back().klass = "HEAVY";
   RequestRecord failed;
   failed.error = "http 503";
   run.requests.push_back(failed);
@@ -108,6 +109,11 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP90)], 9.1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTpotP99)], summary.classes[0].tpot.p99);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kPrefixHit)], summary.hit_ratio);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kHeavyTtftP90)], 10);  // the one HEAVY request
+  // WARM TTFTs 1 and 2 s meet the 2 s SLO, the HEAVY one its 30 s; of 13 (one failure and
+  // two dropped arrivals count as misses).
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kGoodput)], summary.classes[0].goodput);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kGoodput)], 3.0 / 13);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kRequests)], 11);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kOffloads)], 1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kErrors)], 3);  // one failure, two dropped
@@ -117,6 +123,7 @@ TEST(SweepFiguresTest, FromARunSummary) {
   const SweepFigureValues e = SweepFiguresOf(Summarize(empty));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kTtftP90)]));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kPrefixHit)]));
+  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHeavyTtftP90)]));
   EXPECT_DOUBLE_EQ(e[Index(SweepFigure::kErrors)], 1);
 }
 
