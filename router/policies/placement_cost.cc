@@ -48,11 +48,16 @@ double Total(const PlanCost& plan, RequestClass c, const PlacementParams& p) {
          p.slo.harm_weight * (plan.stall + plan.warm + plan.evicted);
 }
 
+// The streams a prefill on `b` stalls: those decoding now and those queued
+// ahead of it, which decode while its chunks run (FCFS admission).
+int64_t StreamsStalled(const BackendSnapshot& b) {
+  return std::max<int64_t>(0, std::max(b.decoding_requests, b.inflight_requests));
+}
+
 // stall and warm (see the header) into `plan`.
 void SetPrefillHarm(const FleetSnapshot& fleet, int site, const PlacementParams& p,
                     PlanCost& plan) {
-  const double streams =
-      static_cast<double>(std::max<int64_t>(0, fleet.backends[site].decoding_requests));
+  const double streams = static_cast<double>(StreamsStalled(fleet.backends[site]));
   const double budget = std::max(1e-9, p.stream_tokens * p.slo.tpot_s);
   plan.stall = streams * plan.prefill_s / budget;
   const double arrivals = std::min(streams, plan.stall);
@@ -185,7 +190,7 @@ PlanCost Offload(const FleetSnapshot& fleet, int prefill, int decode, RequestCla
     plan.veto = Veto::kDecodeKvFull;
   } else if (plan.queue_s + plan.admission_s >= prefill_on_b) {
     plan.veto = Veto::kPrefillQueued;
-  } else if (b.decoding_requests <= 0 ||
+  } else if (StreamsStalled(b) <= 0 ||
              plan.stall + plan.warm >= PrefillHarm(fleet, decode, prefill_on_b, p)) {
     plan.veto = Veto::kNoStallSaved;
   }

@@ -44,7 +44,9 @@
 // fleet's).
 //
 // Harm done by the prefill on its site s (s = i, or a), and by the KV on the
-// decode home h (h = i, or b), with d_s decode streams on s, L = the
+// decode home h (h = i, or b), with d_s streams on s (those decoding, or
+// all in flight there when more: FCFS admission prefills the requests queued
+// ahead first, so they decode while this prefill's chunks run), L = the
 // expected output tokens a stream still has to produce and tpot the TPOT
 // SLO (L x tpot: a stream's decode budget in seconds):
 //
@@ -56,7 +58,7 @@
 //             during the prefill: a decoding stream of an agent session ends
 //             within its budget and its session's next (cached, WARM) turn
 //             follows; the snapshot has no per-instance session count, so
-//             the decoding streams stand for the sessions living there.
+//             the streams stand for the sessions living there.
 //   warm    = arrivals x (S_s / 2) / ttft_warm   each waits half the prefill
 //             on average, against the WARM TTFT SLO
 //   evicted = f_h x EvictedResident(h) / r / ttft_warm   resident session
@@ -79,7 +81,7 @@
 //   - kDecodeKvFull: B's pool cannot admit the footprint now (M_b > 0);
 //   - kPrefillQueued: W_a + M'_a >= S_b: A's queue lasts at least as long as
 //     the stall the offload spares B's streams;
-//   - kNoStallSaved: B has no decode streams (so no WARM arrivals either),
+//   - kNoStallSaved: B has no streams (so no WARM arrivals either),
 //     or the prefill harms A's streams at least as much as B's.
 #pragma once
 

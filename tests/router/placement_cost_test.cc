@@ -89,6 +89,18 @@ INSTANTIATE_TEST_SUITE_P(
                    return f;
                  },
                  0, 0, 0, 5, 0, 1.6, 1.6, 0, 5.0 / 30 + 3.2},
+        // The same with 1 request decoding and 3 queued ahead (4 in
+        // flight): FCFS, the queued ones decode while this prefill runs, so
+        // the prefill stalls 4 streams all the same.
+        CostCase{"colo_queued_requests_count_as_streams",
+                 [] {
+                   auto f = Fleet(1, 40000);
+                   SetPrefill(f, {10000});
+                   SetDecoding(f, {1});
+                   testing::SetInflightRequests(f, {4});
+                   return f;
+                 },
+                 0, 0, 0, 5, 0, 1.6, 1.6, 0, 5.0 / 30 + 3.2},
         // n = 20000 after c = 20000: S = 2 + 1e-8 x 20000 x (20000 + 10000)
         // = 8; no streams: cost 8/30.
         CostCase{"colo_attention_grows_with_context",
@@ -168,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(
                  },
                  1, 0, 0, 8.28, 0.48, 0.38, 0.361, 0, 8.28 / 30 + 0.38 + 0.361,
                  Veto::kPrefillQueued},
-        // B has no streams to spare.
+        // B has no streams to spare: nothing decoding or queued there.
         CostCase{"veto_no_streams_on_home",
                  [] {
                    auto f = OffloadFleet();
