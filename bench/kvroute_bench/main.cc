@@ -349,7 +349,10 @@ int main(int argc, char** argv) {
   sweep_cmd->remove_option(sweep_cmd->get_option("--seed"));
   kb::SweepOptions sweep;
   AddFleetOptions(sweep_cmd, sweep.ablation);
-  sweep_cmd->add_option("--jps", sweep.jobs_per_second, "agent jobs per second, one point each")
+  sweep_cmd
+      ->add_option("--jps", sweep.jobs_per_second,
+                   "agent jobs per second, one point each (agentic-long: the rate its sessions "
+                   "arrive at; the ablation's is 1.5 x jobs / --arrival-window)")
       ->delimiter(',')
       ->group("Agentic workload")
       ->capture_default_str();

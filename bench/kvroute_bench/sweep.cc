@@ -27,6 +27,11 @@ size_t Index(SweepFigure f) { return static_cast<size_t>(f); }
 
 std::string RateLabel(double jobs_per_second) { return absl::StrFormat("%g", jobs_per_second); }
 
+// The agentic-long preset with the inputs to rebuild it at another seed.
+bool IsLongPreset(const AgenticOptions& a) {
+  return a.preset == "agentic-long" && a.long_preset.fleet_kv_tokens > 0;
+}
+
 json::value Num(double v) {
   if (!std::isfinite(v)) return nullptr;
   return v;
@@ -401,9 +406,10 @@ absl::Status WriteSweep(const Sweep& sweep, const std::string& dir) {
 }
 
 absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base) {
-  if (base.kind != WorkloadKind::kAgentic || !base.agentic.preset.empty()) {
+  if (base.kind != WorkloadKind::kAgentic ||
+      (!base.agentic.preset.empty() && !IsLongPreset(base.agentic))) {
     return absl::InvalidArgumentError(
-        "sweep varies --jps: it needs --workload agentic (agentic-long and traces set their "
+        "sweep varies --jps: it needs --workload agentic or agentic-long (traces set their "
         "own arrivals)");
   }
   if (!options.ablation.targets.empty()) {
@@ -448,6 +454,11 @@ absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base
 
 WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second, uint64_t seed) {
   WorkloadSpec w = base;
+  if (IsLongPreset(base.agentic)) {
+    const AgenticOptions::LongPresetInputs& in = base.agentic.long_preset;
+    w.agentic =
+        AgenticLongPreset(in.fleet_kv_tokens, in.working_set_ratio, in.arrival_window_s, seed);
+  }
   w.agentic.jobs_per_second = jobs_per_second;
   w.agentic.seed = seed;
   w.trace.seed = seed;
@@ -471,16 +482,25 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
     names.push_back(c.name);
   }
   const AgenticOptions& w = base.agentic;
+  const std::string workload =
+      IsLongPreset(w)
+          ? absl::StrFormat(
+                "agentic-long: sessions' working set %g x %d tokens of fleet KV, the job count "
+                "by the preset's sizing rule at each seed, arriving at the point's rate within "
+                "%.0f s; the same planned arrivals for every configuration at a (rate, seed)",
+                w.long_preset.working_set_ratio, w.long_preset.fleet_kv_tokens,
+                w.long_preset.arrival_window_s)
+          : absl::StrFormat(
+                "agentic, %.0f s of arrivals, %d turns, system %d + task %s tokens, "
+                "%d completion tokens per turn, tool time %.2f s; the same planned "
+                "arrivals for every configuration at a (rate, seed)",
+                w.duration_s, w.turns, w.system_tokens,
+                w.task_tokens_max > w.task_tokens
+                    ? absl::StrCat(w.task_tokens, "-", w.task_tokens_max)
+                    : absl::StrCat(w.task_tokens),
+                w.completion_tokens, w.tool_time_s);
   sweep.setup = {
-      {"workload",
-       absl::StrFormat("agentic, %.0f s of arrivals, %d turns, system %d + task %s tokens, "
-                       "%d completion tokens per turn, tool time %.2f s; the same planned "
-                       "arrivals for every configuration at a (rate, seed)",
-                       w.duration_s, w.turns, w.system_tokens,
-                       w.task_tokens_max > w.task_tokens
-                           ? absl::StrCat(w.task_tokens, "-", w.task_tokens_max)
-                           : absl::StrCat(w.task_tokens),
-                       w.completion_tokens, w.tool_time_s)},
+      {"workload", workload},
       {"fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale %g, sim seed "
                                 "%d; a fresh fleet per configuration and point",
                                 a.instances, a.profile.empty() ? "(default)" : a.profile,

@@ -7,6 +7,9 @@
 // point's workload (SweepPointWorkload) depends on the rate and the seed only, never on the
 // configuration. Across rates one seed keeps its jobs (same ids, sizes and text); a higher
 // rate compresses their arrival times and adds jobs after them (common random numbers).
+// The agentic-long preset is rebuilt at each seed (its job count follows the seed's planned
+// contexts, AgenticLongPreset) and the rate is the one its sessions arrive at, within the
+// preset's arrival window: the working set stays the preset's, how fast it comes varies.
 //
 // The spread of a figure (TTFT p90 of configuration C at one rate, say) is its median and
 // [min, max] over the seeds. Verdict of C against the reference R on a lower-is-better
@@ -165,9 +168,10 @@ struct SweepOptions {
 };
 
 // Checks rates (positive, distinct), seeds (distinct, at least one), references (among the
-// configurations) and the workload (agentic jobs without a preset: the rate is what varies).
+// configurations) and the workload (agentic jobs, hand-set or the agentic-long preset: the
+// rate is what varies).
 absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base);
-// `base` with the point's rate and seed.
+// `base` with the point's rate and seed (the agentic-long preset rebuilt at that seed).
 WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second, uint64_t seed);
 // out_dir/jps-<rate>/seed-<seed>
 std::string SweepPointDir(const std::string& out_dir, double jobs_per_second, uint64_t seed);

@@ -122,6 +122,7 @@ AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_rat
                                  double arrival_window_s, uint64_t seed) {
   AgenticOptions a;
   a.preset = "agentic-long";
+  a.long_preset = {fleet_kv_tokens, working_set_ratio, arrival_window_s};
   a.seed = seed;
   a.system_tokens = 14000;
   a.task_tokens = 10000;

@@ -56,6 +56,14 @@ struct AgenticOptions {
   int64_t max_context_tokens = 0;
   // Label for reports ("agentic-long"); empty for hand-set options.
   std::string preset = {};
+  // The agentic-long preset's inputs (AgenticLongPreset; 0 for hand-set options), kept so a
+  // sweep can rebuild the preset at each seed: the job count follows that seed's contexts.
+  struct LongPresetInputs {
+    int64_t fleet_kv_tokens = 0;
+    double working_set_ratio = 0;
+    double arrival_window_s = 0;
+  };
+  LongPresetInputs long_preset = {};
 };
 
 // The `agentic-long` preset: coding-agent sessions under KV memory pressure.

@@ -386,7 +386,40 @@ TEST(ValidateSweepTest, RejectsWhatASweepCannotCompare) {
   EXPECT_NE(message(ValidOptions(), trace).find("--workload agentic"), std::string::npos);
   WorkloadSpec preset = base;
   preset.agentic = AgenticLongPreset(1804800, 2.0, 60, 1);
+  EXPECT_TRUE(ValidateSweep(ValidOptions(), preset).ok());
+  // A preset label without the inputs to rebuild it at another seed.
+  preset.agentic.long_preset = {};
   EXPECT_NE(message(ValidOptions(), preset).find("--workload agentic"), std::string::npos);
+}
+
+TEST(SweepWorkloadTest, TheLongPresetIsRebuiltAtEachSeed) {
+  WorkloadSpec base;
+  base.kind = WorkloadKind::kAgentic;
+  base.agentic = AgenticLongPreset(1804800, 2.0, 60, 1);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const WorkloadSpec w = SweepPointWorkload(base, 0.9, seed);
+    const AgenticOptions want = AgenticLongPreset(1804800, 2.0, 60, seed);
+    EXPECT_EQ(w.agentic.preset, "agentic-long");
+    EXPECT_EQ(w.agentic.seed, seed);
+    EXPECT_EQ(w.agentic.max_jobs, want.max_jobs) << "seed " << seed;
+    EXPECT_DOUBLE_EQ(w.agentic.duration_s, 60);
+    EXPECT_DOUBLE_EQ(w.agentic.jobs_per_second, 0.9);
+    const std::vector<AgenticJob> jobs = PlanAgenticJobs(w.agentic);
+    ASSERT_FALSE(jobs.empty());
+    EXPECT_LE(jobs.size(), static_cast<size_t>(want.max_jobs));
+    EXPECT_EQ(AgenticTaskTokens(w.agentic, 0), AgenticTaskTokens(want, 0));
+  }
+  // The sizing rule gives seed 3 one job fewer than seed 1 (41 against 42): the preset is
+  // rebuilt, not copied. One seed's plan is the same at every configuration of a point.
+  EXPECT_EQ(SweepPointWorkload(base, 0.9, 3).agentic.max_jobs + 1, base.agentic.max_jobs);
+  const WorkloadSpec a = SweepPointWorkload(base, 0.9, 2);
+  const WorkloadSpec b = SweepPointWorkload(base, 0.9, 2);
+  const std::vector<AgenticJob> ja = PlanAgenticJobs(a.agentic);
+  const std::vector<AgenticJob> jb = PlanAgenticJobs(b.agentic);
+  ASSERT_EQ(ja.size(), jb.size());
+  for (size_t i = 0; i < ja.size(); ++i) EXPECT_EQ(ja[i].arrival_s, jb[i].arrival_s);
+  EXPECT_NE(AgenticTaskTokens(SweepPointWorkload(base, 0.9, 1).agentic, 0),
+            AgenticTaskTokens(a.agentic, 0));
 }
 
 TEST(SweepPointDirTest, RateAndSeedInThePath) {
