@@ -47,6 +47,7 @@ std::string FormatFigure(SweepFigure f, double v) {
   if (!std::isfinite(v)) return "-";
   switch (f) {
     case SweepFigure::kPrefixHit:
+    case SweepFigure::kHitOfPooled:
     case SweepFigure::kGoodput:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
@@ -105,6 +106,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kHeavyTtftP90, "heavy_ttft_p90_s", "HEAVY TTFT p90"},
       {SweepFigure::kGoodput, "goodput", "goodput"},
       {SweepFigure::kPrefixHit, "prefix_hit_ratio", "prefix hit"},
+      {SweepFigure::kHitOfPooled, "hit_of_pooled_lru_bound", "hit / pooled"},
       {SweepFigure::kOffloads, "offloads", "offloads"},
       {SweepFigure::kErrors, "errors", "errors"},
   }};
@@ -126,7 +128,12 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   for (const ClassSummary& c : summary.classes) {
     if (c.klass == "HEAVY" && c.requests > 0) v[Index(SweepFigure::kHeavyTtftP90)] = c.ttft.p90;
   }
-  if (summary.prompt_tokens > 0) v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
+  if (summary.prompt_tokens > 0) {
+    v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
+    if (summary.pooled_bound_hit_ratio > 0) {
+      v[Index(SweepFigure::kHitOfPooled)] = summary.hit_ratio / summary.pooled_bound_hit_ratio;
+    }
+  }
   v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
   v[Index(SweepFigure::kOffloads)] = static_cast<double>(summary.offloads);
   v[Index(SweepFigure::kErrors)] = static_cast<double>(summary.errors + summary.dropped);

@@ -65,10 +65,11 @@ enum class SweepFigure {
   kHeavyTtftP90,  // the HEAVY class's TTFT p90 (offloaded requests included)
   kGoodput,       // share of requests meeting their SLOs, 0..1 (higher is better)
   kPrefixHit,     // cached / prompt tokens, 0..1 (higher is better)
+  kHitOfPooled,   // kPrefixHit / the run's pooled-LRU bound (runner.h); NaN when unknown
   kOffloads,
   kErrors,  // failed requests plus dropped arrivals
 };
-inline constexpr size_t kSweepFigureCount = 10;
+inline constexpr size_t kSweepFigureCount = 11;
 
 struct SweepFigureInfo {
   SweepFigure figure;

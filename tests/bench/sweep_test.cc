@@ -100,6 +100,7 @@ TEST(SweepFiguresTest, FromARunSummary) {
   failed.error = "http 503";
   run.requests.push_back(failed);
   run.dropped = 2;
+  run.pooled_bound_hit_ratio = 0.4;
   const RunSummary summary = Summarize(run);
   const SweepFigureValues v = SweepFiguresOf(summary);
   ASSERT_FALSE(summary.classes.empty());
@@ -109,6 +110,8 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTtftP90)], 9.1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kTpotP99)], summary.classes[0].tpot.p99);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kPrefixHit)], summary.hit_ratio);
+  EXPECT_GT(summary.hit_ratio, 0);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kHitOfPooled)], summary.hit_ratio / 0.4);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kHeavyTtftP90)], 10);  // the one HEAVY request
   // WARM TTFTs 1 and 2 s meet the 2 s SLO, the HEAVY one its 30 s; of 13 (one failure and
   // two dropped arrivals count as misses).
@@ -123,6 +126,10 @@ TEST(SweepFiguresTest, FromARunSummary) {
   const SweepFigureValues e = SweepFiguresOf(Summarize(empty));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kTtftP90)]));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kPrefixHit)]));
+  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHitOfPooled)]));
+  // Without a pooled-LRU bound (the fleet's KV unknown) there is no ratio to it.
+  run.pooled_bound_hit_ratio = -1;
+  EXPECT_TRUE(std::isnan(SweepFiguresOf(Summarize(run))[Index(SweepFigure::kHitOfPooled)]));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHeavyTtftP90)]));
   EXPECT_DOUBLE_EQ(e[Index(SweepFigure::kErrors)], 1);
 }
