@@ -158,7 +158,7 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           Percent(s.hit_ratio),
           Percent(s.bound_hit_ratio),
           Percent(s.pooled_bound_hit_ratio),
-          s.pooled_bound_hit_ratio > 0 ? Percent(s.hit_ratio / s.pooled_bound_hit_ratio) : "-",
+          Percent(s.hit_of_pooled()),
           FormatSeconds(all.ttft.p50),
           FormatSeconds(all.ttft.p90),
           FormatSeconds(all.ttft.p99),

@@ -98,6 +98,10 @@ struct RunSummary {
   double hit_ratio = 0;         // cached / prompt over successful requests
   double bound_hit_ratio = -1;  // infinite-cache bound, -1 if unknown
   double pooled_bound_hit_ratio = -1;  // one LRU cache of the fleet's KV, -1 if unknown
+  // hit_ratio over the pooled-LRU bound; -1 when the bound is unknown (or 0).
+  double hit_of_pooled() const {
+    return pooled_bound_hit_ratio > 0 ? hit_ratio / pooled_bound_hit_ratio : -1;
+  }
   int64_t fleet_kv_tokens = 0;
   // Offloaded requests (kvroute request log): prefill leg and KV transfer, modelled seconds.
   Distribution offload_prefill, offload_transfer;

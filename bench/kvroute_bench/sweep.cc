@@ -130,9 +130,8 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   }
   if (summary.prompt_tokens > 0) {
     v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
-    if (summary.pooled_bound_hit_ratio > 0) {
-      v[Index(SweepFigure::kHitOfPooled)] = summary.hit_ratio / summary.pooled_bound_hit_ratio;
-    }
+    const double of_pooled = summary.hit_of_pooled();
+    if (of_pooled >= 0) v[Index(SweepFigure::kHitOfPooled)] = of_pooled;
   }
   v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
   v[Index(SweepFigure::kOffloads)] = static_cast<double>(summary.offloads);

@@ -127,11 +127,12 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kTtftP90)]));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kPrefixHit)]));
   EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHitOfPooled)]));
+  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHeavyTtftP90)]));
+  EXPECT_DOUBLE_EQ(e[Index(SweepFigure::kErrors)], 1);
+
   // Without a pooled-LRU bound (the fleet's KV unknown) there is no ratio to it.
   run.pooled_bound_hit_ratio = -1;
   EXPECT_TRUE(std::isnan(SweepFiguresOf(Summarize(run))[Index(SweepFigure::kHitOfPooled)]));
-  EXPECT_TRUE(std::isnan(e[Index(SweepFigure::kHeavyTtftP90)]));
-  EXPECT_DOUBLE_EQ(e[Index(SweepFigure::kErrors)], 1);
 }
 
 SweepSample Sample(double rate, uint64_t seed, std::string config, double p90, double p99) {
