@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proxy/agent_apis.h"
+#include "proxy/engine_priority.h"
 #include "proxy/relay.h"
 #include "proxy/request_clock.h"
 #include "proxy/request_log.h"
@@ -367,6 +368,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
   rec.stream = features->stream;
   const router::Options& ropts = state.router->options();
   features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
+  features->defer_kv_reservation = state.residency->enabled() && !features->session_id.empty();
   // A Responses follow-up goes to the backend storing its conversation and
   // nowhere else (not even on a retry: any other instance answers 404).
   previous_response_id = features->previous_response_id;
@@ -435,16 +437,31 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.predicted_ttft_s = d.predicted_ttft_s;
     rec.predicted_transfer_s = offload ? d.predicted_transfer_s : -1;
     if (offload) state.ObserveOffload(d.new_tokens_est);
-    decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class, endpoint};
+    decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class, endpoint,
+                  DeadlinePriority(d, ropts, rec.t_arrival)};
 
     const router::RouteTicket& tk = *ticket;
     auto on_first_byte = [&state, &tk](Clock::time_point at) {
       state.router->OnFirstToken(tk, WallAt(at));
     };
+    // A co-located turn of an agent session goes once its KV fits its
+    // instance (router/residency_gate.h); offloads are not held.
+    const bool gated = !offload && state.residency->enabled() && !features->session_id.empty();
+    if (gated) {
+      rec.residency_wait_s = co_await state.residency->Enter(
+          d.decode_backend, features->session_id, d.footprint_tokens_est,
+          d.decode_capacity_tokens);
+    }
+    state.router->OnDispatch(*ticket);
     bool reported = false;
     auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
       if (reported) return;
       reported = true;
+      if (gated) {
+        state.residency->Leave(d.decode_backend, features->session_id,
+                               std::max<int64_t>(0, u.prompt_tokens) +
+                                   std::max<int64_t>(0, u.completion_tokens));
+      }
       router::Outcome o;
       o.served_by = served_by;
       o.ok = ok;

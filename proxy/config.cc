@@ -235,6 +235,19 @@ absl::Status ParseRateLearning(const YAML::Node& n, router::Options::RateLearnin
   return r.Finish();
 }
 
+// `router.residency`: agent sessions held back until their KV fits.
+absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options* g) {
+  const std::string path = "router.residency";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &g->enabled));
+  KV_RETURN_IF_ERROR(r.Double("fill", &g->fill, 0.05, 1));
+  KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
+  KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
+  return r.Finish();
+}
+
 // `router.slo`: the SLOs the placement cost weighs its terms by.
 absl::Status ParseSlo(const YAML::Node& n, router::Options::PlacementSlo* slo) {
   const std::string path = "router.slo";
@@ -288,6 +301,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   if (const YAML::Node* l = r.Find("rate_learning")) {
     KV_RETURN_IF_ERROR(ParseRateLearning(*l, &o->rate_learning));
   }
+  if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, &o->residency));
   return r.Finish();
 }
 
@@ -457,7 +471,15 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     KV_RETURN_IF_ERROR(r.String("kv_events_replay", &b.kv_events_replay));
     std::string absent = "auto";
     KV_RETURN_IF_ERROR(r.String("cached_tokens_absent", &absent));
+    std::string scheduling = "fcfs";
+    KV_RETURN_IF_ERROR(r.String("scheduling_policy", &scheduling));
     KV_RETURN_IF_ERROR(r.Finish());
+    if (scheduling == "priority") {
+      b.spec.priority_scheduling = true;
+    } else if (scheduling != "fcfs") {
+      return KeyError(path + ".scheduling_policy",
+                      absl::StrCat("unknown value '", scheduling, "' (expected fcfs or priority)"));
+    }
     if (!b.kv_events.empty()) {
       KV_RETURN_IF_ERROR(CheckTcpEndpoint(path + ".kv_events", b.kv_events));
     }

@@ -14,6 +14,7 @@
 #include "proxy/absl_compat.h"
 #include "proxy/buffer_stash.h"
 #include "proxy/eager_io.h"
+#include "proxy/engine_priority.h"
 #include "proxy/relay_parser.h"
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
@@ -86,16 +87,31 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   if (opts.ask_stream_usage && opts.to_client && client_wants_stream && openai_stream) {
     usage_plan = PlanStreamUsage(up.body());
   }
-  const std::array<std::string_view, 3> body = usage_plan.Pieces(up.body());
+  // An engine scheduling by priority gets the request's deadline as the
+  // body's first member, ahead of any usage edit (which never starts
+  // before the first member).
+  std::optional<BodyInsert> priority;
+  if (decor.engine_priority && spec.priority_scheduling && openai_stream) {
+    priority = PlanPriority(up.body(), *decor.engine_priority);
+  }
+  const std::array<std::string_view, 3> usage_pieces = usage_plan.Pieces(up.body());
+  std::array<std::string_view, 5> body{usage_pieces[0], {}, {}, usage_pieces[1], usage_pieces[2]};
+  size_t body_size = usage_plan.BodySize(up.body());
+  if (priority) {
+    body[0] = usage_pieces[0].substr(0, priority->at);
+    body[1] = priority->text;
+    body[2] = usage_pieces[0].substr(priority->at);
+    body_size += priority->text.size();
+  }
   // The request's header bytes, written with its body: the client's
   // fields less the hop-by-hop and framing ones, kvroute's request id, this
   // backend's Host, the body's length (no edits to the field map).
   std::string up_header;
   up_header.reserve(256);
-  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, usage_plan.BodySize(up.body()),
-                       &up_header);
-  const std::array<net::const_buffer, 4> up_bytes{net::buffer(up_header), net::buffer(body[0]),
-                                                  net::buffer(body[1]), net::buffer(body[2])};
+  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, body_size, &up_header);
+  const std::array<net::const_buffer, 6> up_bytes{
+      net::buffer(up_header), net::buffer(body[0]), net::buffer(body[1]),
+      net::buffer(body[2]),   net::buffer(body[3]), net::buffer(body[4])};
 
   std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
   if (opts.watch_client) {

@@ -39,6 +39,9 @@ struct Decor {
   std::string backend_label;       // "gpu3" or "gpu1->gpu3"
   std::string_view request_class;  // empty: not a routed request
   Endpoint endpoint = Endpoint::kChat;
+  // The `priority` every chat/completions leg to a backend with
+  // priority_scheduling carries (proxy/engine_priority.h); none: no leg does.
+  std::optional<int64_t> engine_priority;
 };
 
 struct RelayResult {

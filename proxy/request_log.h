@@ -52,6 +52,9 @@ struct RequestRecord {
   // decode backend's wait), to set next to transfer_s.
   double predicted_ttft_s = -1;
   double predicted_transfer_s = -1;
+  // Seconds the residency gate held the request back (router/residency_gate.h);
+  // -1: not gated (no session, an offload, or the gate is off).
+  double residency_wait_s = -1;
   // The prompt text (features' prompt bytes); empty: not logged, and the
   // line has no `prompt` field.
   std::string prompt;

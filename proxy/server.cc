@@ -47,6 +47,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
       [this](const HealthChange& c) { ApplyHealthChange(c, *router_, *metrics_, workers_); });
   state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
                                                   config_.limits.max_queued_requests);
+  state_->residency = std::make_unique<ResidencyWait>(config_.router.residency);
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.

@@ -20,6 +20,7 @@
 #include "proxy/metrics.h"
 #include "proxy/proxy_metrics.h"
 #include "proxy/request_log.h"
+#include "proxy/residency_wait.h"
 #include "proxy/response_homes.h"
 #include "proxy/response_observer.h"
 #include "router/router.h"
@@ -49,6 +50,8 @@ struct SharedState {
   }
   std::unique_ptr<HealthTracker> health;
   std::unique_ptr<Admission> admission;
+  // Agent sessions held back until their KV fits their instance.
+  std::unique_ptr<ResidencyWait> residency;
   // Prefill/decode handoffs: the connector, the in-flight bound, the
   // bootstrap ports and engine ids.
   std::unique_ptr<transfer::Handoff> handoff;

@@ -79,6 +79,10 @@ struct InflightRequest {
   // What the request holds in each backend's modelled KV pool until it ends.
   ShadowIndex::Pin decode_pin;
   ShadowIndex::Pin prefill_pin;
+  // Routed with defer_kv_reservation and not dispatched yet: decode_pin is
+  // taken by OnDispatch, for footprint_chunks.
+  bool pin_deferred = false;
+  int64_t footprint_chunks = 0;
 };
 
 class RouterImpl : public Router {
@@ -108,6 +112,7 @@ class RouterImpl : public Router {
   const Options& options() const override { return options_; }
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
+  void OnDispatch(const RouteTicket& ticket) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
   void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
   void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
@@ -284,6 +289,8 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
                                             " chose an invalid or unhealthy backend"));
   }
   if (d.predicted_ttft_s < 0 && options_.offload_cost_known) Predict(fleet, d);
+  d.footprint_tokens_est = fleet.footprint_tokens_est;
+  d.decode_capacity_tokens = NominalCapacityTokens(d.decode_backend);
   const bool split = d.mode == DecisionMode::kOffload && d.prefill_backend != d.decode_backend;
 
   InflightRequest r;
@@ -313,8 +320,13 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   // admission of every request already routed there.
   const int64_t prompt_chunks =
       std::max(static_cast<int64_t>(chain->size()), TokensToChunks(d.prompt_tokens_est, bpt));
-  r.decode_pin = index_.PinRequest(d.decode_backend, *chain, r.est_chunks_decode,
-                                   prompt_chunks + TokensToChunks(output_est, bpt));
+  r.footprint_chunks = prompt_chunks + TokensToChunks(output_est, bpt);
+  if (features.defer_kv_reservation && d.prefill_backend == d.decode_backend) {
+    r.pin_deferred = true;
+  } else {
+    r.decode_pin =
+        index_.PinRequest(d.decode_backend, *chain, r.est_chunks_decode, r.footprint_chunks);
+  }
   if (d.prefill_backend != d.decode_backend) {
     r.prefill_pin =
         index_.PinRequest(d.prefill_backend, *chain, r.est_chunks_prefill, prompt_chunks);
@@ -342,6 +354,19 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
       split ? placement::TransferTimeFactor(fleet, d.prefill_backend, d.decode_backend) : 1;
   inflight_.emplace(ticket.id, std::move(r));
   return ticket;
+}
+
+void RouterImpl::OnDispatch(const RouteTicket& ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(ticket.id);
+  if (it == inflight_.end() || !it->second.pin_deferred) return;
+  InflightRequest& r = it->second;
+  r.pin_deferred = false;
+  // The estimate's evictions are judged from here: the engine admits it now.
+  r.route_tick = index_.clock();
+  if (state_[r.decision.decode_backend].epoch != r.decode_epoch) return;  // ejected meanwhile
+  r.decode_pin = index_.PinRequest(r.decision.decode_backend, r.chain, r.est_chunks_decode,
+                                   r.footprint_chunks);
 }
 
 void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
@@ -624,10 +649,11 @@ absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends
       if (!next[b].retired && next[b].name == want.name) slot = b;
     }
     if (slot >= 0 && next[slot].host == want.host && next[slot].port == want.port) {
-      // Same instance: keep its slot, load and shadow; take the new role
-      // and capacity.
+      // Same instance: keep its slot, load and shadow; take the new role,
+      // capacity and scheduling policy.
       next[slot].role = want.role;
       next[slot].capacity_tokens = want.capacity_tokens;
+      next[slot].priority_scheduling = want.priority_scheduling;
       listed[slot] = true;
       continue;
     }

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "classifier/classifier.h"
+#include "router/residency_gate.h"
 #include "router/types.h"
 
 namespace kvroute::router {
@@ -46,6 +47,11 @@ struct BackendSpec {
   uint16_t port = 0;
   BackendRole role = BackendRole::kBoth;
   int64_t capacity_tokens = 0;
+  // The engine runs vLLM's --scheduling-policy priority: it serves waiting
+  // requests by their `priority`, which kvroute then sets on every leg
+  // (proxy/engine_priority.h). False: FCFS, and kvroute sends none (vLLM
+  // refuses a priority other than 0 under FCFS).
+  bool priority_scheduling = false;
   // Set by Router::UpdateBackends on a backend dropped from the list: its
   // slot stays (indices held by requests in flight remain valid) but it is
   // never routed, health-checked or re-admitted again.
@@ -163,6 +169,11 @@ struct Options {
     double max_sample_ratio = 20;
   };
   RateLearning rate_learning;
+
+  // Agent sessions held back until their KV fits their instance
+  // (router/residency_gate.h); the proxy applies it to co-located requests
+  // that carry a session id.
+  ResidencyGate::Options residency;
 };
 
 // The largest fleet the router (and its shadow index bitsets) supports.
@@ -294,6 +305,10 @@ class Router {
   // Options::max_inflight_requests. When features.chunk_hashes is empty the
   // router hashes prompt_bytes itself (outside its lock) with chunk_bytes.
   virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) = 0;
+  // A request routed with RequestFeatures::defer_kv_reservation is sent
+  // now: it pins its cached prefix and reserves the rest of its footprint
+  // in the shadow's pool of its instance. A no-op for other requests.
+  virtual void OnDispatch(const RouteTicket& ticket) = 0;
   // The decode backend produced its first byte: prefill tokens become a
   // decoding request. For a co-located streamed request whose decision
   // carried a prediction, `now` minus the routing time is its realised TTFT,

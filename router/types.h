@@ -51,6 +51,11 @@ struct RequestFeatures {
   // instance failed it before its first byte). Treated as unhealthy for
   // this one decision.
   std::vector<int> avoid_backends;
+  // The caller may hold a co-located request back before sending it (the
+  // residency gate, residency_gate.h) and calls Router::OnDispatch when it
+  // sends it: until then the request takes no room in the shadow's model of
+  // the instance's KV pool, as it takes none in the engine's.
+  bool defer_kv_reservation = false;
   // Measurement only, never set by the proxy: the true cached tokens of this
   // prompt on every backend, in backend order (kvroute-bench's oracle
   // reference reads them from kvroute-sim's /sim/oracle/cached_tokens). When
@@ -86,6 +91,11 @@ struct Decision {
   // decode backend (the KV transfer and the decode backend's wait), the
   // interval the handoff measures as its transfer time.
   double predicted_transfer_s = -1;
+  // The request's KV on its decode backend (prompt + expected output) and
+  // that backend's KV pool, in tokens, for the residency gate
+  // (residency_gate.h).
+  int64_t footprint_tokens_est = 0;
+  int64_t decode_capacity_tokens = 0;
 };
 
 // What the proxy reports back when a response ends.

@@ -162,6 +162,11 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Endpoint e
     if (!ie->is_bool()) return BadRequest("ignore_eos must be a boolean", "ignore_eos");
     out->ignore_eos = ie->as_bool();
   }
+  if (const json::value* pr = o.if_contains("priority"); pr != nullptr && !pr->is_null()) {
+    const std::optional<int64_t> n = AsInt(*pr);
+    if (!n) return BadRequest("priority must be an integer", "priority");
+    out->priority = *n;
+  }
   if (const json::value* n = o.if_contains("n"); n != nullptr && !n->is_null()) {
     if (AsInt(*n) != 1) return BadRequest("kvroute-sim supports only n = 1", "n");
   }

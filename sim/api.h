@@ -44,6 +44,8 @@ struct CompletionRequest {
   std::optional<int64_t> max_tokens;
   int64_t min_tokens = 0;
   bool ignore_eos = false;
+  // vLLM's `priority` (lower is served first; an integer of any size in vLLM, int64 here).
+  int64_t priority = 0;
   // P/D handoff fields, kept verbatim.
   std::optional<boost::json::object> kv_transfer_params;
   std::optional<std::string> bootstrap_host;

@@ -25,6 +25,7 @@ EngineConfig EngineConfig::FromProfile(const Profile& profile) {
   c.max_num_batched_tokens = profile.max_num_batched_tokens;
   c.max_num_seqs = profile.max_num_seqs;
   c.admission = profile.admission;
+  c.scheduling_policy = profile.scheduling_policy;
   c.cache_generated_blocks = profile.cache_generated_blocks;
   c.num_layers = std::max(1, profile.arch.num_attention_layers);
   c.timing = profile.timing;
@@ -124,8 +125,26 @@ RequestHandle Engine::Submit(RequestSpec spec) {
   r->info.arrival = now_;
   Request* raw = r.get();
   requests_.emplace(raw->handle, std::move(r));
-  waiting_.push_back(raw);
+  Enqueue(raw);
   return raw->handle;
+}
+
+bool Engine::ServedBefore(const Request& a, const Request& b) {
+  if (a.spec.priority != b.spec.priority) return a.spec.priority < b.spec.priority;
+  if (a.info.arrival != b.info.arrival) return a.info.arrival < b.info.arrival;
+  return a.handle < b.handle;
+}
+
+void Engine::Enqueue(Request* r) {
+  if (config_.scheduling_policy == SchedulingPolicy::kFcfs) {
+    waiting_.push_back(r);
+    return;
+  }
+  const auto at = std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                                   [](const Request* x, const Request* y) {
+                                     return ServedBefore(*x, *y);
+                                   });
+  waiting_.insert(at, r);
 }
 
 void Engine::Abort(RequestHandle handle) {
@@ -296,7 +315,12 @@ void Engine::Preempt(Request* r) {
   r->state = Request::State::kWaiting;
   ++r->info.num_preemptions;
   ++counters_.preemptions;
-  waiting_.push_front(r);
+  // A heap has no front: under kPriority the preempted request goes back in its order.
+  if (config_.scheduling_policy == SchedulingPolicy::kFcfs) {
+    waiting_.push_front(r);
+  } else {
+    Enqueue(r);
+  }
 }
 
 void Engine::CommitFullBlocks(Request* r) {
@@ -457,7 +481,23 @@ StepResult Engine::Step() {
     }
     bool self_preempted = false;
     while (need > blocks_.num_free()) {
-      Request* victim = running_.back();
+      Request* victim =
+          config_.scheduling_policy == SchedulingPolicy::kFcfs
+              ? running_.back()
+              : *std::max_element(running_.begin(), running_.end(),
+                                  [](const Request* x, const Request* y) {
+                                    return ServedBefore(*x, *y);
+                                  });
+      const size_t at = static_cast<size_t>(
+          std::find(running_.begin(), running_.end(), victim) - running_.begin());
+      if (at < i) {
+        // Scheduled earlier in this step (kPriority only): undo that, as vLLM does.
+        const auto it = std::find_if(scheduled.begin(), scheduled.end(),
+                                     [victim](const Scheduled& s) { return s.r == victim; });
+        budget += it->n;
+        scheduled.erase(it);
+        --i;
+      }
       Preempt(victim);
       ++result.num_preempted;
       if (victim == r) {
@@ -475,7 +515,8 @@ StepResult Engine::Step() {
     ++i;
   }
 
-  // 2. Admit waiting requests while their blocks fit (FIFO: the head blocks the queue).
+  // 2. Admit waiting requests while their blocks fit, in queue order (the head blocks the
+  //    queue).
   while (result.num_preempted == 0 && budget > 0 && !waiting_.empty()) {
     Request* r = waiting_.front();
     if (!CanAdmit(*r)) break;

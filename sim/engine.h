@@ -42,6 +42,7 @@ struct EngineConfig {
   int max_num_batched_tokens = 8192;
   int max_num_seqs = 256;
   AdmissionRule admission = AdmissionRule::kFullPrompt;
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   bool cache_generated_blocks = true;
   // Attention layers: a pull moves one RDMA descriptor per block, layer and K/V.
   int num_layers = 1;
@@ -66,6 +67,9 @@ struct RequestSpec {
   int max_tokens = 16;
   int min_tokens = 0;
   bool ignore_eos = false;
+  // The request's `priority` (lower is served first); orders the waiting queue and picks
+  // preemption victims under SchedulingPolicy::kPriority, ignored under kFcfs.
+  int64_t priority = 0;
   // Seeds the natural output length and the generated words.
   uint64_t output_seed = 0;
   // Prefill leg of a P/D handoff: when it stops on the token limit, its blocks stay pinned
@@ -219,6 +223,11 @@ class Engine {
   int64_t BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) const;
   int64_t MaxHitBlocks(const Request& r) const;
   void Preempt(Request* r);
+  // Queues a waiting request: at the back (kFcfs), or after every request that goes before it
+  // in (priority, arrival, submission) order (kPriority).
+  void Enqueue(Request* r);
+  // Whether a is served before b under kPriority: vLLM's Request ordering.
+  static bool ServedBefore(const Request& a, const Request& b);
   void CommitFullBlocks(Request* r);
   void AppendToken(Request* r, StepResult& result, double t);
   void Finish(Request* r, FinishReason reason, double t);
@@ -239,8 +248,11 @@ class Engine {
   double slowdown_ = 1;
   RequestHandle next_handle_ = 1;
   absl::flat_hash_map<RequestHandle, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;       // admission order; preemption takes from the back
-  std::deque<Request*> waiting_;        // FIFO; preempted requests go to the front
+  // Admission order; preemption takes from the back (kFcfs) or the request served last in
+  // priority order (kPriority).
+  std::vector<Request*> running_;
+  // kFcfs: FIFO, preempted requests go to the front; kPriority: sorted by ServedBefore.
+  std::deque<Request*> waiting_;
   std::vector<Request*> transferring_;  // decode legs pulling KV
   double pulls_drained_at_ = 0;
   absl::flat_hash_map<std::string, Hold> holds_;

@@ -516,6 +516,12 @@ std::optional<ApiError> Instance::ValidateCompletion(const Request& req, Endpoin
                      "completion."),
         "BadRequestError", "input_tokens");
   }
+  // vLLM's processor refuses a priority the scheduler would ignore.
+  if (parsed->priority != 0 &&
+      engine_.config().scheduling_policy != SchedulingPolicy::kPriority) {
+    return MakeApiError(400, absl::StrCat("Got priority ", parsed->priority,
+                                          " but Priority scheduling is not enabled."));
+  }
   if (absl::Status s = engine_.Validate(prompt_len, *max_tokens); !s.ok()) {
     return MakeApiError(400, std::string(s.message()));
   }
@@ -553,6 +559,7 @@ awaitable<bool> Instance::HandleCompletion(Stream& stream, Request& req, Endpoin
   spec.max_tokens = static_cast<int>(max_tokens);
   spec.min_tokens = static_cast<int>(parsed.min_tokens);
   spec.ignore_eos = parsed.ignore_eos;
+  spec.priority = parsed.priority;
   spec.output_seed = XXH3_64bits_withSeed(base_id.data(), base_id.size(), options_.seed);
   const uint64_t output_seed = spec.output_seed;
 

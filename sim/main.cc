@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::vector<std::string> fault_specs;
   int64_t num_gpu_blocks = 0;
+  std::string scheduling_policy;
   app.add_option("--instances", opts.instances, "number of instances")->check(CLI::Range(1, 1024));
   app.add_option("--base-port", base_port,
                  "instance i listens on base-port + i (0: ephemeral ports, printed)")
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", opts.seed, "seed for ids, output lengths and injected errors");
   app.add_option("--threads", opts.io_threads, "I/O threads")->check(CLI::Range(1, 64));
   app.add_option("--num-gpu-blocks", num_gpu_blocks, "override the profile's KV block count");
+  app.add_option("--scheduling-policy", scheduling_policy,
+                 "vLLM's --scheduling-policy: fcfs, or priority (requests' `priority` orders the "
+                 "waiting queue and picks preemption victims; default: the profile's, fcfs)")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
   app.add_option("--fault", fault_specs,
                  "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
                  "(fields as POST /sim/faults)");
@@ -62,6 +67,11 @@ int main(int argc, char** argv) {
     opts.profile = *p;
   }
   if (num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = num_gpu_blocks;
+  if (!scheduling_policy.empty()) {
+    opts.profile.scheduling_policy = scheduling_policy == "priority"
+                                         ? sim::SchedulingPolicy::kPriority
+                                         : sim::SchedulingPolicy::kFcfs;
+  }
   if (base_port != 0 && base_port + opts.instances - 1 > 65535) {
     std::fprintf(stderr, "kvroute-sim: ports beyond 65535\n");
     return 2;

@@ -112,6 +112,8 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   Read(eng, "engine", "mean_output_tokens", p.mean_output_tokens, err);
   std::string admission = p.admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt";
   Read(eng, "engine", "admission", admission, err);
+  std::string policy = p.scheduling_policy == SchedulingPolicy::kPriority ? "priority" : "fcfs";
+  Read(eng, "engine", "scheduling_policy", policy, err);
   Read(eng, "engine", "cache_generated_blocks", p.cache_generated_blocks, err);
   Read(eng, "engine", "always_report_cached_tokens", p.always_report_cached_tokens, err);
   const YAML::Node timing = root["timing"];
@@ -145,6 +147,14 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("engine.admission: bad value '", admission, "' (full_prompt or first_chunk)"));
+  }
+  if (policy == "fcfs") {
+    p.scheduling_policy = SchedulingPolicy::kFcfs;
+  } else if (policy == "priority") {
+    p.scheduling_policy = SchedulingPolicy::kPriority;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine.scheduling_policy: bad value '", policy, "' (fcfs or priority)"));
   }
   const std::pair<const char*, double> non_negative[] = {
       {"timing.step_fixed_s", p.timing.step_fixed_s},

@@ -59,6 +59,13 @@ struct LinkModel {
 // later when the pool runs out (the vLLM releases before that change, e.g. v0.12).
 enum class AdmissionRule { kFullPrompt, kFirstChunk };
 
+// vLLM's --scheduling-policy (vllm/v1/core/sched/request_queue.py): kFcfs serves the waiting
+// queue in arrival order and preempts the most recently admitted running request; kPriority
+// keeps the waiting queue ordered by (request priority, arrival time), lower first, and
+// preempts the running request that is last in that order. Under kFcfs a request with a
+// priority other than 0 is refused (vllm/v1/engine/processor.py).
+enum class SchedulingPolicy { kFcfs, kPriority };
+
 struct Profile {
   std::string model_name = "Qwen/Qwen3-Coder-30B-A3B-Instruct";
   int max_model_len = 262144;
@@ -68,6 +75,7 @@ struct Profile {
   int max_num_batched_tokens = 8192;
   int max_num_seqs = 1024;
   AdmissionRule admission = AdmissionRule::kFullPrompt;
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   // Whether generated tokens' blocks enter the prefix cache. false models a chat template
   // that re-renders the previous answer differently (reasoning stripped, retokenised): the
   // next turn's hit ends where the previous prompt ended.

@@ -156,6 +156,14 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
       ", ttft_medium_s: ", slo.ttft_medium_s * time_scale,
       ", ttft_heavy_s: ", slo.ttft_heavy_s * time_scale, ", tpot_s: ", slo.tpot_s * time_scale,
       "}\n");
+  // The residency gate's times, unless the caller sets the gate itself.
+  if (std::none_of(router_keys.begin(), router_keys.end(),
+                   [](const auto& kv) { return kv.first == "residency"; })) {
+    absl::StrAppend(&y, "  residency: {grace_s: ",
+                    absl::ToDoubleSeconds(defaults.residency.grace) * time_scale,
+                    ", max_wait_s: ", absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale,
+                    "}\n");
+  }
   for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
   absl::StrAppend(&y, "backends:\n");
   for (const FleetBackend& b : backends) {
@@ -164,6 +172,7 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
     if (!b.kv_events_replay.empty()) {
       absl::StrAppend(&y, ", kv_events_replay: \"", b.kv_events_replay, "\"");
     }
+    if (b.priority_scheduling) absl::StrAppend(&y, ", scheduling_policy: priority");
     absl::StrAppend(&y, "}\n");
   }
   if (!config.profile.empty()) absl::StrAppend(&y, "profile: ", config.profile, "\n");
@@ -295,6 +304,10 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       sim_argv.push_back("--profile");
       sim_argv.push_back(options.profile);
     }
+    if (options.scheduling_policy != "fcfs") {
+      sim_argv.push_back("--scheduling-policy");
+      sim_argv.push_back(options.scheduling_policy);
+    }
     // The oracle reads the truth directly; kvroute learns evictions from the events.
     const bool kv_events = options.kv_events && config.mode != kOracleReferenceMode;
     if (kv_events) {
@@ -323,6 +336,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       }
       backends[i].name = absl::StrCat("gpu", i);
       backends[i].url = absl::StrCat("http://", m[2], ":", m[3]);
+      backends[i].priority_scheduling = options.scheduling_policy == "priority";
     }
     if (kv_events) {
       auto event_lines =

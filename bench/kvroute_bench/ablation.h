@@ -57,6 +57,10 @@ struct AblationOptions {
   // The simulated engines publish their KV cache events (as vLLM does with
   // --kv-events-config) and kvroute subscribes to them.
   bool kv_events = true;
+  // The simulated engines' scheduling policy (vLLM's --scheduling-policy): "fcfs", or
+  // "priority", and then kvroute's config names it on every backend so each leg carries the
+  // request's deadline (proxy/engine_priority.h).
+  std::string scheduling_policy = "fcfs";
   std::string log_level = "warn";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
@@ -88,6 +92,7 @@ struct FleetBackend {
   std::string url;
   std::string kv_events;
   std::string kv_events_replay;
+  bool priority_scheduling = false;  // the engine runs --scheduling-policy priority
 };
 
 // The kvroute YAML config (DESIGN.md section 4) for one configuration on a

@@ -277,6 +277,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                 "the simulated engines publish KV cache events and kvroute subscribes "
                 "(as vLLM with --kv-events-config)")
       ->capture_default_str();
+  cmd->add_option("--scheduling-policy", abl.scheduling_policy,
+                  "the simulated engines' --scheduling-policy; with priority kvroute sets each "
+                  "request's deadline as its priority (backends[].scheduling_policy)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
                   "decode_stall_weight=2; times in wall seconds; not the oracle reference)")

@@ -168,6 +168,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "backends: [{name: a, url: http://h:1, cached_tokens_absent: never}]",
                 "backends[0].cached_tokens_absent: unknown value 'never' (expected auto, zero "
                 "or unknown)"},
+        BadCase{"bad_scheduling_policy",
+                "backends: [{name: a, url: http://h:1, scheduling_policy: lifo}]",
+                "backends[0].scheduling_policy: unknown value 'lifo' (expected fcfs or "
+                "priority)"},
         BadCase{"cost_gate_with_nothing",
                 "router: {offload_gate: cost}\nbackends: [{name: a, url: http://h:1}]",
                 "router.offload_gate: cost needs router.offload_cost.kv_bytes_per_token or a "
@@ -303,6 +307,20 @@ backends:
   EXPECT_EQ(c->backends[1].cached_tokens_absent, AbsentCachedTokens::kZero);
   EXPECT_EQ(c->backends[2].cached_tokens_absent, AbsentCachedTokens::kUnknown);
   EXPECT_EQ(c->backends[3].cached_tokens_absent, AbsentCachedTokens::kAuto);
+}
+
+TEST(ConfigTest, SchedulingPolicyPerBackend) {
+  absl::StatusOr<Config> c = ParseConfig(R"(
+backends:
+  - {name: a, url: http://h:1}
+  - {name: b, url: http://h:2, scheduling_policy: priority}
+  - {name: c, url: http://h:3, scheduling_policy: fcfs}
+)",
+                                         "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->backends[0].spec.priority_scheduling);
+  EXPECT_TRUE(c->backends[1].spec.priority_scheduling);
+  EXPECT_FALSE(c->backends[2].spec.priority_scheduling);
 }
 
 TEST(ConfigTest, OffloadCostFromKeys) {

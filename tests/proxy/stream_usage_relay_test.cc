@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -162,10 +163,12 @@ struct Served {
 
 // Sends `bodies` in turn through kvroute to a FakeVllm with `cached` tokens.
 Served Serve(const std::vector<std::pair<std::string, std::string>>& requests, int64_t cached,
-             AbsentCachedTokens absent, const std::string& name) {
+             AbsentCachedTokens absent, const std::string& name,
+             bool priority_scheduling = false) {
   FakeVllm engine(cached);
   Config c = TestConfig({engine.port()});
   c.backends[0].cached_tokens_absent = absent;
+  c.backends[0].spec.priority_scheduling = priority_scheduling;
   c.request_log = LogPath(name);
   std::filesystem::remove(c.request_log);
   auto server = StartServer(c);
@@ -262,6 +265,41 @@ TEST(StreamUsageRelayTest, ColdRequestLogsZeroCachedTokens) {
       Serve({{kChat, kChatBody}}, 0, AbsentCachedTokens::kUnknown, "cold_unknown");
   ASSERT_EQ(unknown.log.size(), 1u);
   EXPECT_TRUE(unknown.log[0].at("cached_tokens").is_null());
+}
+
+// An engine started with --scheduling-policy priority gets each request's
+// deadline as `priority`, next to kvroute's own usage edit; an FCFS engine
+// (which refuses any priority but 0) never does.
+TEST(StreamUsageRelayTest, APriorityEngineGetsTheDeadlineBesideTheUsageEdit) {
+  const std::string usage_off =
+      R"({"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true,)"
+      R"("stream_options":{"include_usage":false},"max_tokens":2})";
+  const auto before = std::chrono::system_clock::now();
+  const Served s = Serve({{kChat, kChatBody}, {kChat, usage_off}, {kCmpl, kCmplBody}}, 8,
+                         AbsentCachedTokens::kAuto, "priority", /*priority_scheduling=*/true);
+  const auto after = std::chrono::system_clock::now();
+  auto ms = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  };
+  ASSERT_EQ(s.upstream_bodies.size(), 3u);
+  const router::Options defaults;
+  for (size_t i = 0; i < s.upstream_bodies.size(); ++i) {
+    const json::object sent = json::parse(s.upstream_bodies[i]).as_object();
+    ASSERT_TRUE(sent.contains("priority")) << s.upstream_bodies[i];
+    const int64_t p = sent.at("priority").as_int64();
+    // "hello" has fewer new tokens than warm_new_tokens: WARM, so its
+    // deadline is its arrival plus ttft_warm_s.
+    EXPECT_GE(p, ms(before) + static_cast<int64_t>(defaults.slo.ttft_warm_s * 1000) - 1);
+    EXPECT_LE(p, ms(after) + static_cast<int64_t>(defaults.slo.ttft_warm_s * 1000) + 1);
+    EXPECT_TRUE(AskOf(sent).include_usage) << s.upstream_bodies[i];
+    EXPECT_EQ(s.client_bodies[i], Join(EngineEvents(i < 2, {}, 8)));
+  }
+}
+
+TEST(StreamUsageRelayTest, AnFcfsEngineGetsNoPriority) {
+  const Served s = Serve({{kChat, kChatBody}}, 8, AbsentCachedTokens::kAuto, "fcfs");
+  ASSERT_EQ(s.upstream_bodies.size(), 1u);
+  EXPECT_FALSE(json::parse(s.upstream_bodies[0]).as_object().contains("priority"));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+
 namespace sim {
 namespace {
 
@@ -148,6 +150,62 @@ TEST(EngineTest, PreemptsTheLatestRequestWhenARunningOneCannotGrow) {
   for (const TokenEvent& e : events) b_tokens += e.handle == b;
   EXPECT_EQ(b_tokens, 12) << "a preempted request resumes, it does not restart its output";
   EXPECT_GT(engine.Info(b)->finished, engine.Info(a)->finished);
+}
+
+// vLLM's --scheduling-policy priority: the waiting queue is ordered by (priority, arrival).
+std::vector<double> FirstScheduledInPolicy(SchedulingPolicy policy) {
+  EngineConfig config = TinyConfig(/*num_blocks=*/6);  // one 16-token request at a time
+  config.scheduling_policy = policy;
+  Engine engine(config);
+  RequestSpec a = Spec("a", Tokens(16), 8);
+  a.priority = 9;
+  engine.Submit(std::move(a));
+  engine.Step();
+  std::vector<RequestHandle> later;
+  const int64_t priorities[] = {5, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    RequestSpec s = Spec(absl::StrCat("w", i), Tokens(16, 100 * (i + 1)), 2);
+    s.priority = priorities[i];
+    later.push_back(engine.Submit(std::move(s)));
+    engine.AdvanceTo(engine.now() + 1);
+  }
+  RunToIdle(engine);
+  std::vector<double> out;
+  for (RequestHandle h : later) out.push_back(engine.Info(h)->first_scheduled);
+  return out;
+}
+
+TEST(EngineTest, PriorityPolicyAdmitsByPriorityThenArrival) {
+  const std::vector<double> fcfs = FirstScheduledInPolicy(SchedulingPolicy::kFcfs);
+  EXPECT_LT(fcfs[0], fcfs[1]);
+  EXPECT_LT(fcfs[1], fcfs[2]);
+  const std::vector<double> prio = FirstScheduledInPolicy(SchedulingPolicy::kPriority);
+  EXPECT_LT(prio[1], prio[2]) << "equal priorities go by arrival";
+  EXPECT_LT(prio[2], prio[0]) << "priority 5 waits for both priority 1 requests";
+}
+
+TEST(EngineTest, PriorityPolicyPreemptsTheLowestPriorityRunningRequest) {
+  EngineConfig config = TinyConfig(/*num_blocks=*/6);
+  config.scheduling_policy = SchedulingPolicy::kPriority;
+  Engine engine(config);
+  RequestSpec a = Spec("a", Tokens(8), 12);
+  a.priority = 5;
+  RequestSpec b = Spec("b", Tokens(8, 100), 12);
+  b.priority = 0;
+  const RequestHandle ha = engine.Submit(std::move(a));
+  const RequestHandle hb = engine.Submit(std::move(b));
+  const std::vector<TokenEvent> events = RunToIdle(engine);
+  // Under FCFS b, admitted last, is the victim (PreemptsTheLatestRequest...); here a is,
+  // though it comes first in the running list and was already scheduled in that step.
+  EXPECT_GE(engine.Info(ha)->num_preemptions, 1);
+  EXPECT_EQ(engine.Info(hb)->num_preemptions, 0);
+  EXPECT_EQ(engine.Info(ha)->completion_tokens, 12);
+  EXPECT_EQ(engine.Info(hb)->completion_tokens, 12);
+  int a_tokens = 0;
+  for (const TokenEvent& e : events) a_tokens += e.handle == ha;
+  EXPECT_EQ(a_tokens, 12);
+  EXPECT_LT(engine.Info(hb)->finished, engine.Info(ha)->finished);
+  EXPECT_EQ(engine.blocks().num_free(), 6);
 }
 
 TEST(EngineTest, ASequenceThatOutgrowsThePoolStopsOnLength) {

@@ -193,6 +193,33 @@ TEST(WireProfileTest, AlwaysReportCachedTokensKeepsZeroDetails) {
   fleet.Stop();
 }
 
+// vLLM's processor: a priority other than 0 needs --scheduling-policy priority.
+TEST_F(WireTest, PriorityNeedsThePrioritySchedulingPolicy) {
+  auto zero = Post(ports_[0], "/v1/completions", R"({"prompt": "hi", "max_tokens": 1, "priority": 0})");
+  EXPECT_EQ(zero.status, 200);
+  auto five = Post(ports_[0], "/v1/completions", R"({"prompt": "hi", "max_tokens": 1, "priority": 5})");
+  EXPECT_EQ(five.status, 400);
+  EXPECT_THAT(five.body, HasSubstr("Got priority 5 but Priority scheduling is not enabled."));
+  auto text = Post(ports_[0], "/v1/completions", R"({"prompt": "hi", "priority": "high"})");
+  EXPECT_EQ(text.status, 400);
+}
+
+TEST(WireProfileTest, PrioritySchedulingAcceptsAnyIntegerPriority) {
+  FleetOptions opts;
+  opts.instances = 1;
+  opts.time_scale = 0;
+  opts.profile = TinyProfile();
+  opts.profile.scheduling_policy = SchedulingPolicy::kPriority;
+  Fleet fleet(opts);
+  absl::StatusOr<std::vector<uint16_t>> ports = fleet.Start();
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  auto r = Post((*ports)[0], "/v1/chat/completions",
+                R"({"priority": 1795617966500, "messages": [{"role": "user", "content": "hi"}],)"
+                R"( "max_tokens": 1})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  fleet.Stop();
+}
+
 TEST_F(WireTest, OracleAnswersWhatEveryInstanceHolds) {
   const std::string prompt = Prompt(6);
   const int n = PromptTokens(prompt);

@@ -1,0 +1,74 @@
+#include "proxy/residency_wait.h"
+
+#include <algorithm>
+#include <string>
+
+namespace kvroute::proxy {
+
+ResidencyWait::ResidencyWait(const router::ResidencyGate::Options& options)
+    : enabled_(options.enabled), gate_(options) {}
+
+void ResidencyWait::Wake(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    std::shared_ptr<Waiter> w = std::move(it->second);
+    waiters_.erase(it);
+    w->go = true;
+    net::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
+  }
+}
+
+net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view session,
+                                            int64_t footprint_tokens, int64_t capacity_tokens) {
+  const absl::Time start = absl::Now();
+  std::shared_ptr<Waiter> w;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> woken;
+    const uint64_t id =
+        gate_.Enter(backend, session, footprint_tokens, capacity_tokens, start, &woken);
+    Wake(woken);
+    if (id == 0) co_return 0.0;
+    w = std::make_shared<Waiter>(co_await net::this_coro::executor);
+    waiters_[id] = w;
+  }
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (w->go) break;
+      // The gate's next timed event; its own max_wait bounds it.
+      const std::optional<absl::Time> next = gate_.NextEvent();
+      const absl::Duration until =
+          next ? std::max(absl::ZeroDuration(), *next - absl::Now()) : absl::Milliseconds(10);
+      w->timer.expires_after(ToChrono(until + absl::Milliseconds(1)));
+    }
+    co_await w->timer.async_wait(kUseTuple);
+    absl::MutexLock lock(&mu_);
+    if (w->go) break;
+    std::vector<uint64_t> woken;
+    gate_.Tick(absl::Now(), &woken);
+    Wake(woken);
+    if (w->go) break;
+  }
+  co_return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void ResidencyWait::Leave(int backend, std::string_view session, int64_t footprint_tokens) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> woken;
+  gate_.Leave(backend, session, footprint_tokens, absl::Now(), &woken);
+  Wake(woken);
+}
+
+router::ResidencyGate::Counters ResidencyWait::counters() const {
+  absl::MutexLock lock(&mu_);
+  return gate_.counters();
+}
+
+size_t ResidencyWait::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return gate_.waiting();
+}
+
+}  // namespace kvroute::proxy

@@ -1,0 +1,189 @@
+#include "router/residency_gate.h"
+
+#include <algorithm>
+
+namespace kvroute::router {
+
+ResidencyGate::ResidencyGate(Options options) : options_(options) {}
+
+ResidencyGate::Instance& ResidencyGate::At(int backend) {
+  if (backend >= static_cast<int>(instances_.size())) instances_.resize(backend + 1);
+  return instances_[backend];
+}
+
+bool ResidencyGate::Fits(const Instance& in, int64_t footprint) const {
+  if (in.residents.empty()) return true;  // one session always gets in
+  return static_cast<double>(in.resident_tokens + footprint) <=
+         options_.fill * static_cast<double>(in.capacity_tokens);
+}
+
+void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
+                          int64_t footprint) {
+  Resident& r = in.residents[session];
+  r.footprint = std::max<int64_t>(1, footprint);
+  r.active = 1;
+  in.resident_tokens += r.footprint;
+  home_[session] = backend;
+}
+
+void ResidencyGate::Evict(Instance& in, const std::string& session) {
+  auto it = in.residents.find(session);
+  if (it == in.residents.end()) return;
+  in.resident_tokens -= it->second.footprint;
+  in.residents.erase(it);
+  home_.erase(session);
+}
+
+void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
+  if (in.waiting.empty()) return;
+  std::vector<std::string> gone;
+  for (const auto& [session, r] : in.residents) {
+    if (r.active == 0 && r.last_done + options_.grace <= now) gone.push_back(session);
+  }
+  for (const std::string& s : gone) {
+    Evict(in, s);
+    ++counters_.expired;
+  }
+}
+
+void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken) {
+  Instance& in = instances_[backend];
+  ExpireIdle(in, now);
+  while (!in.waiting.empty()) {
+    Waiter& w = in.waiting.front();
+    const bool timed_out = w.since + options_.max_wait <= now;
+    if (!timed_out && !Fits(in, w.footprint)) break;
+    // Waited long enough: the residents that have had the most turns yield
+    // until it fits (a yielding session's turn in flight runs on).
+    while (timed_out && !Fits(in, w.footprint)) {
+      auto most = std::max_element(in.residents.begin(), in.residents.end(),
+                                   [](const auto& x, const auto& y) {
+                                     return x.second.turns < y.second.turns;
+                                   });
+      const std::string key = most->first;
+      Evict(in, key);
+      ++counters_.yielded;
+    }
+    // Its session may have become resident elsewhere meanwhile (a parallel
+    // request routed there): this request is the one that counts now.
+    if (auto h = home_.find(w.session); h != home_.end() && h->second != backend) {
+      Evict(instances_[h->second], w.session);
+    }
+    if (auto r = in.residents.find(w.session); r != in.residents.end()) {
+      ++r->second.active;
+    } else {
+      Admit(backend, in, w.session, w.footprint);
+    }
+    if (timed_out) {
+      ++counters_.admitted_by_timeout;
+    } else {
+      ++counters_.admitted_after_wait;
+    }
+    woken->push_back(w.id);
+    in.waiting.pop_front();
+  }
+}
+
+uint64_t ResidencyGate::Enter(int backend, std::string_view session, int64_t footprint_tokens,
+                              int64_t capacity_tokens, absl::Time now,
+                              std::vector<uint64_t>* woken) {
+  Instance& in = At(backend);
+  in.capacity_tokens = capacity_tokens;
+  const std::string key(session);
+  if (auto h = home_.find(key); h != home_.end() && h->second != backend) {
+    // The session moved: its old instance's room is free for others.
+    const int old = h->second;
+    Evict(instances_[old], key);
+    AdmitWaiters(old, now, woken);
+  }
+  if (auto r = in.residents.find(key); r != in.residents.end()) {
+    ++r->second.active;
+    if (footprint_tokens > r->second.footprint) {
+      in.resident_tokens += footprint_tokens - r->second.footprint;
+      r->second.footprint = footprint_tokens;
+    }
+    ++counters_.admitted_at_once;
+    return 0;
+  }
+  ExpireIdle(in, now);
+  if (in.waiting.empty() && Fits(in, footprint_tokens)) {
+    Admit(backend, in, key, footprint_tokens);
+    ++counters_.admitted_at_once;
+    return 0;
+  }
+  const uint64_t id = next_waiter_++;
+  in.waiting.push_back(Waiter{id, key, std::max<int64_t>(1, footprint_tokens), now});
+  ++counters_.waited;
+  return id;
+}
+
+void ResidencyGate::Leave(int backend, std::string_view session, int64_t footprint_tokens,
+                          absl::Time now, std::vector<uint64_t>* woken) {
+  if (backend < 0 || backend >= static_cast<int>(instances_.size())) return;
+  Instance& in = instances_[backend];
+  auto it = in.residents.find(std::string(session));
+  if (it == in.residents.end()) return;
+  Resident& r = it->second;
+  r.active = std::max(0, r.active - 1);
+  ++r.turns;
+  r.last_done = now;
+  if (footprint_tokens > 0) {
+    in.resident_tokens += footprint_tokens - r.footprint;
+    r.footprint = footprint_tokens;
+  }
+  if (r.active == 0 && !in.waiting.empty() && r.turns >= options_.quantum_turns) {
+    const std::string key = it->first;  // Evict erases the map's own copy
+    Evict(in, key);
+    ++counters_.yielded;
+  }
+  AdmitWaiters(backend, now, woken);
+}
+
+void ResidencyGate::Tick(absl::Time now, std::vector<uint64_t>* woken) {
+  for (int b = 0; b < static_cast<int>(instances_.size()); ++b) {
+    if (!instances_[b].waiting.empty()) AdmitWaiters(b, now, woken);
+  }
+}
+
+void ResidencyGate::Abandon(uint64_t waiter, absl::Time now, std::vector<uint64_t>* woken) {
+  for (int b = 0; b < static_cast<int>(instances_.size()); ++b) {
+    std::deque<Waiter>& q = instances_[b].waiting;
+    auto it = std::find_if(q.begin(), q.end(), [&](const Waiter& w) { return w.id == waiter; });
+    if (it == q.end()) continue;
+    const bool head = it == q.begin();
+    q.erase(it);
+    if (head) AdmitWaiters(b, now, woken);  // the ones behind it may fit
+    return;
+  }
+}
+
+std::optional<absl::Time> ResidencyGate::NextEvent() const {
+  std::optional<absl::Time> next;
+  auto consider = [&](absl::Time t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const Instance& in : instances_) {
+    if (in.waiting.empty()) continue;
+    for (const Waiter& w : in.waiting) consider(w.since + options_.max_wait);
+    for (const auto& [session, r] : in.residents) {
+      if (r.active == 0) consider(r.last_done + options_.grace);
+    }
+  }
+  return next;
+}
+
+size_t ResidencyGate::waiting() const {
+  size_t n = 0;
+  for (const Instance& in : instances_) n += in.waiting.size();
+  return n;
+}
+
+size_t ResidencyGate::resident_sessions(int backend) const {
+  return backend < static_cast<int>(instances_.size()) ? instances_[backend].residents.size() : 0;
+}
+
+int64_t ResidencyGate::resident_tokens(int backend) const {
+  return backend < static_cast<int>(instances_.size()) ? instances_[backend].resident_tokens : 0;
+}
+
+}  // namespace kvroute::router

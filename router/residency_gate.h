@@ -1,0 +1,137 @@
+// ResidencyGate: an agent session is sent to its instance only while the KV
+// of the sessions resident there fits the instance's pool.
+//
+// Why. Coding-agent sessions are closed loops: a turn's answer, a few
+// seconds of tool time, the next turn with the whole context again. When the
+// live sessions' contexts exceed an instance's KV, vLLM admits the head of
+// its waiting queue the moment a running request frees its blocks, and that
+// head, a session whose prefix is long gone, evicts the least recently freed
+// blocks: the prefix of the session that has just finished its turn and is
+// about to send the next one. Every turn then finds its prefix evicted and
+// prefills its whole context again, which lengthens every queue, which
+// evicts more (the working-set thrashing of paged memory). Neither the
+// engine's scheduler nor any placement avoids it once every instance's
+// sessions exceed its pool; holding the excess sessions back does, as an OS
+// suspends processes whose working sets do not fit.
+//
+// What. Per instance, the resident sessions and their footprints (the KV
+// of their last turn: prompt plus output, in tokens). A request of a resident
+// session goes at once. A request of a session not resident there goes at
+// once if nobody waits and the resident footprints plus its own stay within
+// `fill` of the capacity (or nothing is resident); else it waits, first come
+// first served, until it fits. Room is made when
+//   - a resident session has been idle for `grace` (it ended, or thinks
+//     longer than agents do between turns);
+//   - a resident session that has run `quantum_turns` turns since it became
+//     resident finishes a turn while others wait: it yields its place and
+//     its next turn queues behind them (round-robin residency, so a session
+//     waits about (waiting / resident) x quantum turns, not until others end);
+//   - a waiter has waited `max_wait`: the residents that have had the most
+//     turns yield until it fits, which bounds every request's wait.
+// A session that moves to another instance leaves the first one's residents.
+//
+// Pure and deterministic: time is passed in, nothing here waits. The caller
+// (proxy/residency_wait.h) parks waiters and wakes the ids each call returns.
+// Not thread-safe: the caller serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+
+namespace kvroute::router {
+
+class ResidencyGate {
+ public:
+  struct Options {
+    bool enabled = true;
+    double fill = 0.9;  // of each instance's KV capacity
+    int quantum_turns = 8;
+    absl::Duration grace = absl::Seconds(15);
+    absl::Duration max_wait = absl::Seconds(120);
+  };
+
+  struct Counters {
+    uint64_t admitted_at_once = 0;  // resident already, or it fitted
+    uint64_t waited = 0;            // requests that had to wait
+    uint64_t admitted_after_wait = 0;
+    uint64_t admitted_by_timeout = 0;  // waited max_wait: others yielded to it
+    uint64_t yielded = 0;              // residents that gave their place up
+    uint64_t expired = 0;              // residents idle for the grace time
+  };
+
+  explicit ResidencyGate(Options options);
+
+  // A request of `session` (non-empty) goes to `backend`, whose KV pool is
+  // `capacity_tokens`, with `footprint_tokens` of KV (prompt + expected
+  // output). Returns 0 when it may go now; else the id of its wait, which a
+  // later call returns in `woken` once it may go. Requests of other sessions
+  // this admits (room freed by the session moving away) are added to `woken`.
+  uint64_t Enter(int backend, std::string_view session, int64_t footprint_tokens,
+                 int64_t capacity_tokens, absl::Time now, std::vector<uint64_t>* woken);
+  // The request of `session` on `backend` ended, its KV now
+  // `footprint_tokens` (prompt + completion; <= 0 keeps the last figure).
+  void Leave(int backend, std::string_view session, int64_t footprint_tokens, absl::Time now,
+             std::vector<uint64_t>* woken);
+  // Time passed: idle residents past the grace time leave, waiters past
+  // max_wait go.
+  void Tick(absl::Time now, std::vector<uint64_t>* woken);
+  // A waiter that no longer wants to go (its client left); a no-op for an
+  // id already woken.
+  void Abandon(uint64_t waiter, absl::Time now, std::vector<uint64_t>* woken);
+  // The earliest time Tick would wake someone, if anyone waits.
+  std::optional<absl::Time> NextEvent() const;
+
+  const Options& options() const { return options_; }
+  const Counters& counters() const { return counters_; }
+  size_t waiting() const;
+  // Resident sessions and their footprints on `backend` (tests, /admin).
+  size_t resident_sessions(int backend) const;
+  int64_t resident_tokens(int backend) const;
+
+ private:
+  struct Resident {
+    int64_t footprint = 0;
+    int turns = 0;   // completed since it became resident
+    int active = 0;  // requests in flight
+    absl::Time last_done = absl::InfinitePast();
+  };
+  struct Waiter {
+    uint64_t id = 0;
+    std::string session;
+    int64_t footprint = 0;
+    absl::Time since;
+  };
+  struct Instance {
+    absl::flat_hash_map<std::string, Resident> residents;
+    int64_t resident_tokens = 0;
+    int64_t capacity_tokens = 0;
+    std::deque<Waiter> waiting;
+  };
+
+  Instance& At(int backend);
+  // Makes `session` resident on `backend` with one request in flight.
+  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
+  void Evict(Instance& in, const std::string& session);
+  bool Fits(const Instance& in, int64_t footprint) const;
+  // Idle residents past the grace time leave (only while someone waits:
+  // otherwise nothing needs their room and they may still come back).
+  void ExpireIdle(Instance& in, absl::Time now);
+  // Wakes the waiters of `backend` that fit (first come, first served; a
+  // waiter that does not fit stops the queue), and those past max_wait.
+  void AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken);
+
+  Options options_;
+  std::vector<Instance> instances_;
+  absl::flat_hash_map<std::string, int> home_;  // resident session -> backend
+  uint64_t next_waiter_ = 1;
+  Counters counters_;
+};
+
+}  // namespace kvroute::router

@@ -1,0 +1,146 @@
+// The residency gate on a scripted timeline: who goes at once, who waits,
+// and what wakes each waiter.
+#include "router/residency_gate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kvroute::router {
+namespace {
+
+using ::testing::ElementsAre;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+absl::Time At(double s) { return kT0 + absl::Seconds(s); }
+
+ResidencyGate::Options Opts(int quantum = 100, double grace_s = 10, double max_wait_s = 100) {
+  ResidencyGate::Options o;
+  o.fill = 0.9;
+  o.quantum_turns = quantum;
+  o.grace = absl::Seconds(grace_s);
+  o.max_wait = absl::Seconds(max_wait_s);
+  return o;
+}
+
+constexpr int64_t kCap = 100;  // 90 tokens may be resident
+
+TEST(ResidencyGateTest, SessionsGoWhileTheirKvFitsThenWait) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  EXPECT_EQ(g.Enter(0, "a", 40, kCap, At(0), &woken), 0u);
+  EXPECT_EQ(g.Enter(0, "b", 40, kCap, At(0), &woken), 0u);
+  const uint64_t c = g.Enter(0, "c", 40, kCap, At(0), &woken);
+  EXPECT_NE(c, 0u);
+  EXPECT_EQ(g.waiting(), 1u);
+  EXPECT_EQ(g.resident_sessions(0), 2u);
+  EXPECT_EQ(g.resident_tokens(0), 80);
+  // Another instance is unaffected.
+  EXPECT_EQ(g.Enter(1, "c2", 40, kCap, At(0), &woken), 0u);
+  // A resident session's next turn goes at once though c waits.
+  g.Leave(0, "a", 42, At(1), &woken);
+  EXPECT_TRUE(woken.empty());
+  EXPECT_EQ(g.Enter(0, "a", 45, kCap, At(2), &woken), 0u);
+  EXPECT_EQ(g.resident_tokens(0), 85);
+  EXPECT_TRUE(woken.empty());
+}
+
+TEST(ResidencyGateTest, AnIdleResidentMakesRoomAfterTheGraceTime) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 50, kCap, At(0), &woken);
+  const uint64_t b = g.Enter(0, "b", 50, kCap, At(0), &woken);
+  ASSERT_NE(b, 0u);
+  g.Leave(0, "a", 50, At(5), &woken);  // a thinks: still resident
+  EXPECT_TRUE(woken.empty());
+  EXPECT_EQ(g.NextEvent(), At(15));
+  g.Tick(At(14.9), &woken);
+  EXPECT_TRUE(woken.empty());
+  g.Tick(At(15), &woken);
+  EXPECT_THAT(woken, ElementsAre(b));
+  EXPECT_EQ(g.counters().expired, 1u);
+  EXPECT_EQ(g.resident_sessions(0), 1u);
+  EXPECT_FALSE(g.NextEvent().has_value()) << "nobody waits";
+}
+
+TEST(ResidencyGateTest, AResidentYieldsAfterItsQuantumWhileOthersWait) {
+  ResidencyGate g(Opts(/*quantum=*/2));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 60, kCap, At(0), &woken);
+  const uint64_t b = g.Enter(0, "b", 60, kCap, At(0), &woken);
+  g.Leave(0, "a", 60, At(1), &woken);  // turn 1
+  EXPECT_TRUE(woken.empty());
+  EXPECT_EQ(g.Enter(0, "a", 60, kCap, At(2), &woken), 0u);
+  g.Leave(0, "a", 60, At(3), &woken);  // turn 2: yields to b
+  EXPECT_THAT(woken, ElementsAre(b));
+  EXPECT_EQ(g.counters().yielded, 1u);
+  // a's next turn now queues behind b's residency.
+  woken.clear();
+  const uint64_t a = g.Enter(0, "a", 60, kCap, At(4), &woken);
+  EXPECT_NE(a, 0u);
+  g.Leave(0, "b", 60, At(5), &woken);
+  g.Enter(0, "b", 60, kCap, At(6), &woken);
+  g.Leave(0, "b", 60, At(7), &woken);
+  EXPECT_THAT(woken, ElementsAre(a));
+}
+
+TEST(ResidencyGateTest, NoWaitOutlastsMaxWait) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/1000, /*max_wait_s=*/30));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 80, kCap, At(0), &woken);
+  const uint64_t b = g.Enter(0, "b", 80, kCap, At(10), &woken);
+  EXPECT_EQ(g.NextEvent(), At(40));
+  g.Tick(At(39), &woken);
+  EXPECT_TRUE(woken.empty());
+  g.Tick(At(40), &woken);
+  EXPECT_THAT(woken, ElementsAre(b));
+  EXPECT_EQ(g.counters().admitted_by_timeout, 1u);
+  EXPECT_EQ(g.resident_tokens(0), 80) << "a yielded to b";
+  EXPECT_EQ(g.counters().yielded, 1u);
+  // a's next turn waits in turn.
+  EXPECT_NE(g.Enter(0, "a", 80, kCap, At(41), &woken), 0u);
+}
+
+TEST(ResidencyGateTest, WaitersGoFirstComeFirstServed) {
+  ResidencyGate g(Opts(/*quantum=*/1));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 60, kCap, At(0), &woken);
+  const uint64_t big = g.Enter(0, "big", 80, kCap, At(1), &woken);
+  const uint64_t small = g.Enter(0, "small", 10, kCap, At(2), &woken);
+  EXPECT_NE(small, 0u) << "a newcomer that fits does not overtake the queue";
+  g.Leave(0, "a", 60, At(3), &woken);  // a yields (quantum 1): big, then small fit
+  EXPECT_THAT(woken, ElementsAre(big, small));
+}
+
+TEST(ResidencyGateTest, AMovedSessionFreesItsOldInstance) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 80, kCap, At(0), &woken);
+  const uint64_t b = g.Enter(0, "b", 80, kCap, At(0), &woken);
+  g.Leave(0, "a", 80, At(1), &woken);
+  EXPECT_EQ(g.Enter(1, "a", 80, kCap, At(2), &woken), 0u);
+  EXPECT_THAT(woken, ElementsAre(b));
+  EXPECT_EQ(g.resident_sessions(0), 1u);
+  EXPECT_EQ(g.resident_sessions(1), 1u);
+}
+
+TEST(ResidencyGateTest, AnEmptyInstanceTakesAnySession) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  EXPECT_EQ(g.Enter(0, "huge", 500, kCap, At(0), &woken), 0u);
+}
+
+TEST(ResidencyGateTest, AnAbandonedHeadLetsTheNextGo) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 50, kCap, At(0), &woken);
+  const uint64_t big = g.Enter(0, "big", 80, kCap, At(0), &woken);
+  const uint64_t small = g.Enter(0, "small", 30, kCap, At(0), &woken);
+  g.Abandon(big, At(1), &woken);
+  EXPECT_THAT(woken, ElementsAre(small));
+  EXPECT_EQ(g.waiting(), 0u);
+}
+
+}  // namespace
+}  // namespace kvroute::router
