@@ -451,6 +451,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
       rec.residency_wait_s = co_await state.residency->Enter(
           d.decode_backend, features->session_id, d.footprint_tokens_est,
           d.decode_capacity_tokens);
+      state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
     }
     state.router->OnDispatch(*ticket);
     bool reported = false;

@@ -79,7 +79,12 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
           "kvroute_offload_min_new_tokens",
           "Fewest new (uncached) prompt tokens of any request offloaded so far: the heavy "
           "threshold in effect, which the decision sets under heavy_threshold auto; -1 before "
-          "the first offload.")) {
+          "the first offload.")),
+      residency_wait(reg.AddHistogram(
+          "kvroute_residency_wait_seconds",
+          "Time an agent session's turn waited for its KV to fit its instance "
+          "(router.residency); 0 for a turn that went at once.",
+          {}, metrics::LatencyBuckets())) {
   offload_min_new_tokens->Set({}, -1);
 }
 

@@ -40,6 +40,7 @@ struct ProxyMetrics {
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector
   metrics::GaugeVec* offload_min_new_tokens;
+  metrics::HistogramVec* residency_wait;  // seconds a gated turn was held back
 };
 
 // Adds a collector that renders the router's per-backend gauges (health,

@@ -28,17 +28,20 @@ constexpr PolicyEntry kPolicies[] = {
     {"baseline", "cache-aware: lowest estimated time to first token, session affinity", nullptr,
      [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<CacheAwarePolicy>(o);
-     }},
+     },
+     /*homes_sessions=*/true},
     {"v1", "baseline; HEAVY requests go to the instance with the least decode load", nullptr,
      [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<HeavyToLeastDecodePolicy>(o);
-     }},
+     },
+     /*homes_sessions=*/true},
     {"v1_cost",
      "HEAVY co-located where predicted TTFT plus harm to other streams (SLO-weighted) is least",
      nullptr,
      [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<JointPlacementPolicy>(o, /*offload=*/false, "v1_cost");
-     }},
+     },
+     /*homes_sessions=*/true},
     {"v2", "HEAVY prefill site and decode home chosen together; offloads only where that wins",
      [](const Options& o, const std::vector<BackendSpec>&) {
        return HeavyOffloadPolicy::ParseGate(o.offload_gate).status();
@@ -49,7 +52,8 @@ constexpr PolicyEntry kPolicies[] = {
          return std::make_unique<JointPlacementPolicy>(o, /*offload=*/true, "v2");
        }
        return std::make_unique<HeavyOffloadPolicy>(o, gate);
-     }},
+     },
+     /*homes_sessions=*/true},
     {"pd_sep", "every request prefills in the prefill pool and decodes in the decode pool",
      [](const Options&, const std::vector<BackendSpec>& backends) {
        return StaticPdPolicy::CheckPools(backends);

@@ -37,6 +37,9 @@ struct PolicyEntry {
   absl::Status (*validate)(const Options& options, const std::vector<BackendSpec>& backends);
   // Called only after `validate` returned OK.
   std::unique_ptr<Policy> (*make)(const Options& options);
+  // The policy keeps a session on its instance (session affinity): the
+  // residency gate (residency_gate.h) holds its sessions' turns back.
+  bool homes_sessions = false;
 };
 
 // Every row, in the order --help lists them.

@@ -25,6 +25,9 @@
 #                               and kvroute follows them (default 5557)
 #   --kv-events-replay-base-port P  instance i answers event replays on P+i (default 5800)
 #   --no-kv-events              no KV cache events (kvroute then estimates evictions itself)
+#   --scheduling-policy P       fcfs | priority (default fcfs): vLLM's --scheduling-policy;
+#                               with priority kvroute sets each request's deadline as its
+#                               priority (backends[].scheduling_policy in the written config)
 #   --block-size N              KV block size in tokens (default 16, kvroute's assumption)
 #   --gpu-memory-utilization U  (default 0.9)
 #   --max-model-len N           (default: the model's)
@@ -82,6 +85,7 @@ UCX_DEVICES=all
 KV_EVENTS=1
 KV_EVENTS_BASE=5557
 KV_REPLAY_BASE=5800
+SCHED_POLICY=fcfs
 BLOCK_SIZE=16
 GPU_UTIL=0.9
 MAX_MODEL_LEN=""
@@ -114,6 +118,7 @@ while [ $# -gt 0 ]; do
     --kv-events-base-port) need "$@"; KV_EVENTS_BASE=$2; shift ;;
     --kv-events-replay-base-port) need "$@"; KV_REPLAY_BASE=$2; shift ;;
     --no-kv-events) KV_EVENTS=0 ;;
+    --scheduling-policy) need "$@"; SCHED_POLICY=$2; shift ;;
     --block-size) need "$@"; BLOCK_SIZE=$2; shift ;;
     --gpu-memory-utilization) need "$@"; GPU_UTIL=$2; shift ;;
     --max-model-len) need "$@"; MAX_MODEL_LEN=$2; shift ;;
@@ -163,6 +168,7 @@ done
 [ "$TP" -ge 1 ] || die "--tensor-parallel-size must be at least 1"
 [ -z "$MAX_MODEL_LEN" ] || is_uint "$MAX_MODEL_LEN" || die "--max-model-len: expected an integer"
 case "$CONNECTOR" in nixl|mooncake|none) ;; *) die "--connector: expected nixl, mooncake or none, got '$CONNECTOR'" ;; esac
+case "$SCHED_POLICY" in fcfs|priority) ;; *) die "--scheduling-policy: expected fcfs or priority, got '$SCHED_POLICY'" ;; esac
 case "$FAILURE_POLICY" in ""|fail|recompute) ;; *) die "--kv-load-failure-policy: expected fail or recompute" ;; esac
 case "$KV_MODE" in round_robin|least_loaded|baseline|v1|v1_cost|v2|pd_sep) ;; *) die "--mode: unknown mode '$KV_MODE'" ;; esac
 if [ "$CONNECTOR" = none ] && { [ "$KV_MODE" = v2 ] || [ "$KV_MODE" = pd_sep ]; }; then
@@ -237,6 +243,7 @@ build_instance() {
   [ -z "$MAX_MODEL_LEN" ] || ARGV_I+=(--max-model-len "$MAX_MODEL_LEN")
   [ "$CONNECTOR" = none ] || ARGV_I+=(--kv-transfer-config "$(kv_transfer_config)")
   [ "$KV_EVENTS" -eq 0 ] || ARGV_I+=(--kv-events-config "$(kv_events_config "$i")")
+  [ "$SCHED_POLICY" = fcfs ] || ARGV_I+=(--scheduling-policy "$SCHED_POLICY")
   ARGV_I+=(${EXTRA[@]+"${EXTRA[@]}"})
 }
 
@@ -270,6 +277,7 @@ write_kvroute_config() {
       # Every instance runs with --enable-prompt-tokens-details, which omits the details
       # when nothing was cached: a usage without them is a miss.
       line+=", cached_tokens_absent: zero"
+      [ "$SCHED_POLICY" = fcfs ] || line+=", scheduling_policy: $SCHED_POLICY"
       if [ "$KV_EVENTS" -eq 1 ]; then
         line+=", kv_events: tcp://$ADVERTISE:$((KV_EVENTS_BASE + i))"
         line+=", kv_events_replay: tcp://$ADVERTISE:$((KV_REPLAY_BASE + i))"

@@ -80,11 +80,19 @@ grep -q -- --kv-events-config "$WORK/noevents.out" && fail "--no-kv-events still
 grep -q kv_events "$WORK/noevents/kvroute.yaml" && fail "--no-kv-events still writes kv_events"
 expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero}"
 
+# --- vLLM's priority scheduler: the flag on every instance, the policy on every backend.
+bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+  --no-kv-events --scheduling-policy priority --out "$WORK/prio" --dry-run >"$WORK/prio.out"
+expect "$WORK/prio.out" "--scheduling-policy priority"
+expect "$WORK/prio/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero, scheduling_policy: priority}"
+grep -q -- --scheduling-policy "$WORK/noevents.out" && fail "fcfs still passes --scheduling-policy"
+
 # --- Argument errors exit 2 with a message.
 for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \
            "--heavy-threshold lots" \
            "--instances 3 --gpus 0,1" "--bogus" "--kv-events-base-port x" \
-           "--kv-events-base-port 5800" "--kv-events-base-port 65534"; do
+           "--kv-events-base-port 5800" "--kv-events-base-port 65534" \
+           "--scheduling-policy lifo"; do
   set +e
   # shellcheck disable=SC2086
   bash "$SCRIPT" --model m --out "$WORK/bad" --dry-run $bad >"$WORK/bad.out" 2>&1
