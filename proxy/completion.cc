@@ -453,7 +453,11 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
           d.decode_capacity_tokens);
       state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
     }
-    state.router->OnDispatch(*ticket);
+    // A held request's estimate is the one as it is sent (the instance may
+    // have evicted part of its prefix meanwhile).
+    if (const int64_t est = state.router->OnDispatch(*ticket); est >= 0) {
+      rec.cached_tokens_est = est;
+    }
     bool reported = false;
     auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
       if (reported) return;

@@ -112,7 +112,7 @@ class RouterImpl : public Router {
   const Options& options() const override { return options_; }
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
-  void OnDispatch(const RouteTicket& ticket) override;
+  int64_t OnDispatch(const RouteTicket& ticket) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
   void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
   void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
@@ -356,17 +356,27 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   return ticket;
 }
 
-void RouterImpl::OnDispatch(const RouteTicket& ticket) {
+int64_t RouterImpl::OnDispatch(const RouteTicket& ticket) {
   absl::MutexLock lock(&mu_);
   auto it = inflight_.find(ticket.id);
-  if (it == inflight_.end() || !it->second.pin_deferred) return;
+  if (it == inflight_.end() || !it->second.pin_deferred) return -1;
   InflightRequest& r = it->second;
   r.pin_deferred = false;
   // The estimate's evictions are judged from here: the engine admits it now.
   r.route_tick = index_.clock();
-  if (state_[r.decision.decode_backend].epoch != r.decode_epoch) return;  // ejected meanwhile
-  r.decode_pin = index_.PinRequest(r.decision.decode_backend, r.chain, r.est_chunks_decode,
-                                   r.footprint_chunks);
+  const int b = r.decision.decode_backend;
+  if (state_[b].epoch != r.decode_epoch) return r.decision.cached_tokens_est;  // ejected meanwhile
+  // What the instance evicted of the prefix while the request was held.
+  index_.Match(r.chain, absl::MakeSpan(matched_));
+  if (matched_[b] < r.est_chunks_decode) {
+    r.est_chunks_decode = matched_[b];
+    r.est_chunks_prefill = matched_[b];
+    r.decision.cached_tokens_est = std::min(r.decision.cached_tokens_est,
+                                            ChunksToTokens(matched_[b], r.bytes_per_token));
+    r.decision.prefill_cached_tokens_est = r.decision.cached_tokens_est;
+  }
+  r.decode_pin = index_.PinRequest(b, r.chain, r.est_chunks_decode, r.footprint_chunks);
+  return r.decision.cached_tokens_est;
 }
 
 void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {

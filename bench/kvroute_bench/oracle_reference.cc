@@ -1,5 +1,6 @@
 #include "bench/kvroute_bench/oracle_reference.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <boost/json.hpp>
@@ -47,6 +48,8 @@ absl::StatusOr<std::unique_ptr<OracleReference>> OracleReference::Create(
   router::Options options;
   options.mode = "baseline";
   options.session_resident_window *= time_scale;
+  options.residency.grace *= time_scale;
+  options.residency.max_wait *= time_scale;
   absl::StatusOr<std::unique_ptr<router::Router>> r =
       router::Router::Create(options, std::move(specs));
   if (!r.ok()) return r.status();
@@ -56,7 +59,9 @@ absl::StatusOr<std::unique_ptr<OracleReference>> OracleReference::Create(
 
 OracleReference::OracleReference(std::vector<NamedEndpoint> instances,
                                  std::unique_ptr<router::Router> router)
-    : instances_(std::move(instances)), router_(std::move(router)) {}
+    : instances_(std::move(instances)),
+      router_(std::move(router)),
+      residency_(std::make_unique<proxy::ResidencyWait>(router_->options().residency)) {}
 
 boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
     const std::string& body, std::string prompt_bytes, const std::string& session_id,
@@ -83,6 +88,8 @@ boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
   f.max_tokens = max_tokens;
   f.prompt_bytes = std::move(prompt_bytes);
   f.reference_cached_tokens = *std::move(truth);
+  const bool gated = residency_->enabled() && !session_id.empty();
+  f.defer_kv_reservation = gated;
   absl::StatusOr<router::RouteTicket> t = router_->Route(f, absl::Now());
   if (!t.ok()) {
     out.error = std::string(t.status().message());
@@ -90,6 +97,12 @@ boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
   }
   out.ticket = *t;
   const int b = t->decision.decode_backend;
+  if (gated) {
+    out.session = session_id;
+    co_await residency_->Enter(b, session_id, t->decision.footprint_tokens_est,
+                               t->decision.decode_capacity_tokens);
+  }
+  router_->OnDispatch(*t);
   out.endpoint = instances_[static_cast<size_t>(b)].endpoint;
   out.backend = instances_[static_cast<size_t>(b)].name;
   out.klass = std::string(router::ToString(t->decision.request_class));
@@ -110,6 +123,10 @@ void OracleReference::OnComplete(const Routed& routed, bool ok, int64_t prompt_t
   o.completion_tokens = completion_tokens;
   o.served_by = routed.ticket.decision.decode_backend;
   o.kv_transferred = false;
+  if (!routed.session.empty()) {
+    residency_->Leave(routed.ticket.decision.decode_backend, routed.session,
+                      std::max<int64_t>(0, prompt_tokens) + std::max<int64_t>(0, completion_tokens));
+  }
   router_->OnComplete(routed.ticket, o, absl::Now());
 }
 

@@ -173,6 +173,42 @@ TEST(RouterShadowTest, RequestsInFlightOccupyThePoolUntilTheyEnd) {
   EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
 }
 
+TEST(RouterShadowTest, AHeldRequestTakesRoomOnlyOnceDispatched) {
+  // As above, but b is held back (the residency gate) before it is sent: a keeps its whole
+  // prefix in the shadow until b goes, as in the engine.
+  auto r = Make("least_loaded", Fleet(1, 1280));
+  const std::string a = Text(20, 12);
+  const std::string b = Text(21, 12);
+  Serve(*r, a);
+  RequestFeatures held = Req(b);
+  held.defer_kv_reservation = true;
+  absl::StatusOr<RouteTicket> t = r->Route(held, kT0);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 12);
+  EXPECT_EQ(EstimateOn(*r, a), 12 * 64);
+  r->OnDispatch(*t);
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
+  EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
+  r->OnDispatch(*t);  // once only
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
+  r->OnFirstToken(*t, kT0);
+  r->OnComplete(*t, {.ok = true, .cached_tokens = 0, .served_by = 0}, kT0);
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 16);
+}
+
+TEST(RouterShadowTest, AHeldRequestThatNeverWentReleasesNothing) {
+  auto r = Make("least_loaded", Fleet(1, 1280));
+  const std::string a = Text(20, 12);
+  Serve(*r, a);
+  RequestFeatures held = Req(Text(21, 12));
+  held.defer_kv_reservation = true;
+  absl::StatusOr<RouteTicket> t = r->Route(held, kT0);
+  ASSERT_TRUE(t.ok());
+  r->OnComplete(*t, {.ok = false}, kT0);  // its client left while it waited
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 12);
+  EXPECT_EQ(EstimateOn(*r, a), 12 * 64);
+}
+
 TEST(RouterShadowTest, DefaultCapacityWhenNothingKnown) {
   Options o;
   o.default_capacity_tokens = 128;  // 2 chunks
