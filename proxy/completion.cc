@@ -455,7 +455,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     }
     // A held request's estimate is the one as it is sent (the instance may
     // have evicted part of its prefix meanwhile).
-    if (const int64_t est = state.router->OnDispatch(*ticket); est >= 0) {
+    if (const int64_t est = state.router->OnDispatch(*ticket, WallAt(Clock::now())); est >= 0) {
       rec.cached_tokens_est = est;
     }
     bool reported = false;

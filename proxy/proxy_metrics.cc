@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "wire/prometheus_text.h"
+
 namespace kvroute::proxy {
 
 ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
@@ -141,6 +143,36 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
       metrics::RenderSample(out, "kvroute_transfer_time_factor",
                             {{"prefill", report[a].name}, {"decode", report[d].name}}, t.factor);
     }
+  });
+}
+
+void RegisterResidencyCounters(metrics::Registry& reg, const ResidencyWait* residency) {
+  reg.AddCollector([w = residency](std::string* out) {
+    if (!w->enabled()) return;
+    const router::ResidencyGate::Counters c = w->counters();
+    wire::AppendHelpAndType(out, "kvroute_residency_turns_total", "counter",
+                            "Agent sessions' turns through the residency gate: at_once (resident, "
+                            "or its KV fitted), after_wait (room was made), after_max_wait (the "
+                            "longest residents yielded to it).");
+    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "at_once"}},
+                          static_cast<double>(c.admitted_at_once));
+    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "after_wait"}},
+                          static_cast<double>(c.admitted_after_wait));
+    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "after_max_wait"}},
+                          static_cast<double>(c.admitted_by_timeout));
+    wire::AppendHelpAndType(out, "kvroute_residency_releases_total", "counter",
+                            "Resident sessions that made room: quantum (yielded after "
+                            "quantum_turns while others waited), max_wait (yielded to a waiter "
+                            "past max_wait_s), idle (idle for grace_s).");
+    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "quantum"}},
+                          static_cast<double>(c.yielded));
+    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "max_wait"}},
+                          static_cast<double>(c.yielded_forced));
+    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "idle"}},
+                          static_cast<double>(c.expired));
+    metrics::RenderGaugeHeader(out, "kvroute_residency_waiting",
+                               "Turns waiting for their KV to fit their instance now.");
+    metrics::RenderSample(out, "kvroute_residency_waiting", {}, static_cast<double>(w->waiting()));
   });
 }
 

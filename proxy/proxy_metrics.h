@@ -11,6 +11,7 @@
 #pragma once
 
 #include "proxy/metrics.h"
+#include "proxy/residency_wait.h"
 #include "router/router.h"
 
 namespace kvroute::proxy {
@@ -47,5 +48,10 @@ struct ProxyMetrics {
 // load, shadow tokens, KV usage) at every scrape. `router` must outlive
 // `reg`'s last Render().
 void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router);
+
+// Adds a collector that renders the residency gate's counters
+// (router/residency_gate.h) at every scrape. `residency` must outlive `reg`'s
+// last Render().
+void RegisterResidencyCounters(metrics::Registry& reg, const ResidencyWait* residency);
 
 }  // namespace kvroute::proxy

@@ -49,38 +49,43 @@ void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
 void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken) {
   Instance& in = instances_[backend];
   ExpireIdle(in, now);
-  while (!in.waiting.empty()) {
-    Waiter& w = in.waiting.front();
-    const bool timed_out = w.since + options_.max_wait <= now;
-    if (!timed_out && !Fits(in, w.footprint)) break;
+  for (auto w = in.waiting.begin(); w != in.waiting.end();) {
+    const bool timed_out = w->since + options_.max_wait <= now;
     // Waited long enough: the residents that have had the most turns yield
     // until it fits (a yielding session's turn in flight runs on).
-    while (timed_out && !Fits(in, w.footprint)) {
+    while (timed_out && !Fits(in, w->footprint)) {
       auto most = std::max_element(in.residents.begin(), in.residents.end(),
                                    [](const auto& x, const auto& y) {
                                      return x.second.turns < y.second.turns;
                                    });
       const std::string key = most->first;
       Evict(in, key);
-      ++counters_.yielded;
+      ++counters_.yielded_forced;
+    }
+    // One that does not fit lets those behind it that do go first
+    // (backfilling keeps the pool full); its own wait stays bounded by
+    // max_wait.
+    if (!Fits(in, w->footprint)) {
+      ++w;
+      continue;
     }
     // Its session may have become resident elsewhere meanwhile (a parallel
     // request routed there): this request is the one that counts now.
-    if (auto h = home_.find(w.session); h != home_.end() && h->second != backend) {
-      Evict(instances_[h->second], w.session);
+    if (auto h = home_.find(w->session); h != home_.end() && h->second != backend) {
+      Evict(instances_[h->second], w->session);
     }
-    if (auto r = in.residents.find(w.session); r != in.residents.end()) {
+    if (auto r = in.residents.find(w->session); r != in.residents.end()) {
       ++r->second.active;
     } else {
-      Admit(backend, in, w.session, w.footprint);
+      Admit(backend, in, w->session, w->footprint);
     }
     if (timed_out) {
       ++counters_.admitted_by_timeout;
     } else {
       ++counters_.admitted_after_wait;
     }
-    woken->push_back(w.id);
-    in.waiting.pop_front();
+    woken->push_back(w->id);
+    w = in.waiting.erase(w);
   }
 }
 

@@ -18,8 +18,9 @@
 // of their last turn: prompt plus output, in tokens). A request of a resident
 // session goes at once. A request of a session not resident there goes at
 // once if nobody waits and the resident footprints plus its own stay within
-// `fill` of the capacity (or nothing is resident); else it waits, first come
-// first served, until it fits. Room is made when
+// `fill` of the capacity (or nothing is resident); else it waits until it
+// fits, in arrival order, except that a waiter that fits goes ahead of one
+// that does not (backfilling, so the pool stays full). Room is made when
 //   - a resident session has been idle for `grace` (it ended, or thinks
 //     longer than agents do between turns);
 //   - a resident session that has run `quantum_turns` turns since it became
@@ -62,8 +63,9 @@ class ResidencyGate {
     uint64_t waited = 0;            // requests that had to wait
     uint64_t admitted_after_wait = 0;
     uint64_t admitted_by_timeout = 0;  // waited max_wait: others yielded to it
-    uint64_t yielded = 0;              // residents that gave their place up
-    uint64_t expired = 0;              // residents idle for the grace time
+    uint64_t yielded = 0;         // residents that gave their place up after their quantum
+    uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
+    uint64_t expired = 0;         // residents idle for the grace time
   };
 
   explicit ResidencyGate(Options options);
@@ -123,8 +125,8 @@ class ResidencyGate {
   // Idle residents past the grace time leave (only while someone waits:
   // otherwise nothing needs their room and they may still come back).
   void ExpireIdle(Instance& in, absl::Time now);
-  // Wakes the waiters of `backend` that fit (first come, first served; a
-  // waiter that does not fit stops the queue), and those past max_wait.
+  // Wakes the waiters of `backend` that fit, in arrival order (one that does
+  // not fit is passed over), and those past max_wait (others yield to them).
   void AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken);
 
   Options options_;

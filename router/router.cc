@@ -112,7 +112,7 @@ class RouterImpl : public Router {
   const Options& options() const override { return options_; }
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
-  int64_t OnDispatch(const RouteTicket& ticket) override;
+  int64_t OnDispatch(const RouteTicket& ticket, absl::Time now) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
   void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
   void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
@@ -356,14 +356,16 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   return ticket;
 }
 
-int64_t RouterImpl::OnDispatch(const RouteTicket& ticket) {
+int64_t RouterImpl::OnDispatch(const RouteTicket& ticket, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = inflight_.find(ticket.id);
   if (it == inflight_.end() || !it->second.pin_deferred) return -1;
   InflightRequest& r = it->second;
   r.pin_deferred = false;
-  // The estimate's evictions are judged from here: the engine admits it now.
+  // The estimate's evictions, and the prefill's time, are judged from here:
+  // the engine gets it now.
   r.route_tick = index_.clock();
+  r.routed_at = now;
   const int b = r.decision.decode_backend;
   if (state_[b].epoch != r.decode_epoch) return r.decision.cached_tokens_est;  // ejected meanwhile
   // What the instance evicted of the prefix while the request was held.

@@ -307,12 +307,13 @@ class Router {
   virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) = 0;
   // A request routed with RequestFeatures::defer_kv_reservation is sent
   // now: it pins its cached prefix and reserves the rest of its footprint
-  // in the shadow's pool of its instance. Returns its cached-token estimate
+  // in the shadow's pool of its instance, and its realised TTFT (which
+  // teaches the prefill time factor) counts from `now`. Returns its cached-token estimate
   // there as of now (lower than the decision's when the instance evicted
   // part of the prefix while the request was held; what OnComplete then
   // compares with the engine's count), or -1 for any other request (a
   // no-op).
-  virtual int64_t OnDispatch(const RouteTicket& ticket) = 0;
+  virtual int64_t OnDispatch(const RouteTicket& ticket, absl::Time now) = 0;
   // The decode backend produced its first byte: prefill tokens become a
   // decoding request. For a co-located streamed request whose decision
   // carried a prediction, `now` minus the routing time is its realised TTFT,

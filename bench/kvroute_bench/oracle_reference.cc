@@ -102,7 +102,7 @@ boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
     co_await residency_->Enter(b, session_id, t->decision.footprint_tokens_est,
                                t->decision.decode_capacity_tokens);
   }
-  router_->OnDispatch(*t);
+  router_->OnDispatch(*t, absl::Now());
   out.endpoint = instances_[static_cast<size_t>(b)].endpoint;
   out.backend = instances_[static_cast<size_t>(b)].name;
   out.klass = std::string(router::ToString(t->decision.request_class));

@@ -359,7 +359,9 @@ class HoldingRouter : public router::Router {
   void OnFirstToken(const router::RouteTicket& t, absl::Time now) override {
     inner_->OnFirstToken(t, now);
   }
-  int64_t OnDispatch(const router::RouteTicket& t) override { return inner_->OnDispatch(t); }
+  int64_t OnDispatch(const router::RouteTicket& t, absl::Time now) override {
+    return inner_->OnDispatch(t, now);
+  }
   void OnTransfer(const router::RouteTicket& t, double transfer_s) override {
     inner_->OnTransfer(t, transfer_s);
   }

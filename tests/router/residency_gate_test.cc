@@ -97,7 +97,7 @@ TEST(ResidencyGateTest, NoWaitOutlastsMaxWait) {
   EXPECT_THAT(woken, ElementsAre(b));
   EXPECT_EQ(g.counters().admitted_by_timeout, 1u);
   EXPECT_EQ(g.resident_tokens(0), 80) << "a yielded to b";
-  EXPECT_EQ(g.counters().yielded, 1u);
+  EXPECT_EQ(g.counters().yielded_forced, 1u);
   // a's next turn waits in turn.
   EXPECT_NE(g.Enter(0, "a", 80, kCap, At(41), &woken), 0u);
 }
@@ -111,6 +111,21 @@ TEST(ResidencyGateTest, WaitersGoFirstComeFirstServed) {
   EXPECT_NE(small, 0u) << "a newcomer that fits does not overtake the queue";
   g.Leave(0, "a", 60, At(3), &woken);  // a yields (quantum 1): big, then small fit
   EXPECT_THAT(woken, ElementsAre(big, small));
+}
+
+TEST(ResidencyGateTest, ASmallWaiterBackfillsBehindOneThatDoesNotFit) {
+  ResidencyGate g(Opts(/*quantum=*/1));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 40, kCap, At(0), &woken);
+  g.Enter(0, "b", 40, kCap, At(0), &woken);
+  const uint64_t big = g.Enter(0, "big", 60, kCap, At(1), &woken);
+  const uint64_t small = g.Enter(0, "small", 30, kCap, At(2), &woken);
+  g.Leave(0, "a", 40, At(3), &woken);  // a yields 40: big (60) does not fit beside b, small does
+  EXPECT_THAT(woken, ElementsAre(small));
+  woken.clear();
+  g.Leave(0, "b", 40, At(4), &woken);  // b yields too: now big fits
+  EXPECT_THAT(woken, ElementsAre(big));
+  EXPECT_EQ(g.resident_tokens(0), 90);
 }
 
 TEST(ResidencyGateTest, AMovedSessionFreesItsOldInstance) {
