@@ -1,6 +1,9 @@
 #include "proxy/proxy_metrics.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "wire/prometheus_text.h"
 
@@ -150,26 +153,31 @@ void RegisterResidencyCounters(metrics::Registry& reg, const ResidencyWait* resi
   reg.AddCollector([w = residency](std::string* out) {
     if (!w->enabled()) return;
     const router::ResidencyGate::Counters c = w->counters();
-    wire::AppendHelpAndType(out, "kvroute_residency_turns_total", "counter",
-                            "Agent sessions' turns through the residency gate: at_once (resident, "
-                            "or its KV fitted), after_wait (room was made), after_max_wait (the "
-                            "longest residents yielded to it).");
-    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "at_once"}},
-                          static_cast<double>(c.admitted_at_once));
-    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "after_wait"}},
-                          static_cast<double>(c.admitted_after_wait));
-    metrics::RenderSample(out, "kvroute_residency_turns_total", {{"outcome", "after_max_wait"}},
-                          static_cast<double>(c.admitted_by_timeout));
-    wire::AppendHelpAndType(out, "kvroute_residency_releases_total", "counter",
-                            "Resident sessions that made room: quantum (yielded after "
-                            "quantum_turns while others waited), max_wait (yielded to a waiter "
-                            "past max_wait_s), idle (idle for grace_s).");
-    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "quantum"}},
-                          static_cast<double>(c.yielded));
-    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "max_wait"}},
-                          static_cast<double>(c.yielded_forced));
-    metrics::RenderSample(out, "kvroute_residency_releases_total", {{"cause", "idle"}},
-                          static_cast<double>(c.expired));
+    struct Family {
+      const char* name;
+      const char* label;
+      const char* help;
+      std::initializer_list<std::pair<const char*, uint64_t>> samples;
+    };
+    const Family families[] = {
+        {"kvroute_residency_turns_total", "outcome",
+         "Agent sessions' turns through the residency gate: at_once (resident, or its KV "
+         "fitted), after_wait (room was made), after_max_wait (the longest residents yielded "
+         "to it).",
+         {{"at_once", c.admitted_at_once},
+          {"after_wait", c.admitted_after_wait},
+          {"after_max_wait", c.admitted_by_timeout}}},
+        {"kvroute_residency_releases_total", "cause",
+         "Resident sessions that made room: quantum (yielded after quantum_turns while others "
+         "waited), max_wait (yielded to a waiter past max_wait_s), idle (idle for grace_s).",
+         {{"quantum", c.yielded}, {"max_wait", c.yielded_forced}, {"idle", c.expired}}},
+    };
+    for (const Family& f : families) {
+      wire::AppendHelpAndType(out, f.name, "counter", f.help);
+      for (const auto& [value, n] : f.samples) {
+        metrics::RenderSample(out, f.name, {{f.label, value}}, static_cast<double>(n));
+      }
+    }
     metrics::RenderGaugeHeader(out, "kvroute_residency_waiting",
                                "Turns waiting for their KV to fit their instance now.");
     metrics::RenderSample(out, "kvroute_residency_waiting", {}, static_cast<double>(w->waiting()));

@@ -22,6 +22,7 @@ void ResidencyWait::Wake(const std::vector<uint64_t>& ids) {
 net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view session,
                                             int64_t footprint_tokens, int64_t capacity_tokens) {
   const absl::Time start = absl::Now();
+  const net::any_io_executor executor = co_await net::this_coro::executor;
   std::shared_ptr<Waiter> w;
   {
     absl::MutexLock lock(&mu_);
@@ -30,7 +31,7 @@ net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view sessio
         gate_.Enter(backend, session, footprint_tokens, capacity_tokens, start, &woken);
     Wake(woken);
     if (id == 0) co_return 0.0;
-    w = std::make_shared<Waiter>(co_await net::this_coro::executor);
+    w = std::make_shared<Waiter>(executor);
     waiters_[id] = w;
   }
   for (;;) {

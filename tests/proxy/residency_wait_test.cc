@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "proxy/proxy_metrics.h"
+
 namespace kvroute::proxy {
 namespace {
 
@@ -59,6 +61,39 @@ TEST(ResidencyWaitTest, ATurnThatFitsGoesAtOnce) {
   EXPECT_EQ(a, 0.0);
   EXPECT_EQ(b, 0.0);
   EXPECT_EQ(w.counters().admitted_at_once, 2u);
+}
+
+
+TEST(ResidencyWaitTest, CountersAreExported) {
+  net::io_context ioc;
+  ResidencyWait w(HourLong(/*quantum=*/1));
+  std::optional<double> a, b;
+  StartEnter(ioc, w, 0, "a", 60, a);
+  StartEnter(ioc, w, 0, "b", 60, b);
+  ioc.poll();
+  metrics::Registry reg;
+  RegisterResidencyCounters(reg, &w);
+  std::string text = reg.Render();
+  EXPECT_NE(text.find("kvroute_residency_turns_total{outcome=\"at_once\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kvroute_residency_waiting 1\n"), std::string::npos) << text;
+  w.Leave(0, "a", 60);
+  ioc.poll();
+  text = reg.Render();
+  EXPECT_NE(text.find("kvroute_residency_turns_total{outcome=\"after_wait\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvroute_residency_releases_total{cause=\"quantum\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvroute_residency_waiting 0\n"), std::string::npos);
+}
+
+TEST(ResidencyWaitTest, NothingIsExportedWhenTheGateIsOff) {
+  router::ResidencyGate::Options off;
+  off.enabled = false;
+  ResidencyWait w(off);
+  metrics::Registry reg;
+  RegisterResidencyCounters(reg, &w);
+  EXPECT_EQ(reg.Render().find("kvroute_residency"), std::string::npos);
 }
 
 }  // namespace
