@@ -31,6 +31,11 @@ net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view sessio
         gate_.Enter(backend, session, footprint_tokens, capacity_tokens, start, &woken);
     Wake(woken);
     if (id == 0) co_return 0.0;
+    if (released_) {
+      gate_.Abandon(id, start, &woken);
+      Wake(woken);
+      co_return 0.0;
+    }
     w = std::make_shared<Waiter>(executor);
     waiters_[id] = w;
   }
@@ -60,6 +65,17 @@ void ResidencyWait::Leave(int backend, std::string_view session, int64_t footpri
   std::vector<uint64_t> woken;
   gate_.Leave(backend, session, footprint_tokens, absl::Now(), &woken);
   Wake(woken);
+}
+
+void ResidencyWait::ReleaseAll() {
+  absl::MutexLock lock(&mu_);
+  released_ = true;
+  std::vector<uint64_t> ids;
+  ids.reserve(waiters_.size());
+  for (const auto& [id, w] : waiters_) ids.push_back(id);
+  std::vector<uint64_t> woken;
+  for (uint64_t id : ids) gate_.Abandon(id, absl::Now(), &woken);
+  Wake(ids);
 }
 
 router::ResidencyGate::Counters ResidencyWait::counters() const {

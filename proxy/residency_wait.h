@@ -37,6 +37,9 @@ class ResidencyWait {
   net::awaitable<double> Enter(int backend, std::string_view session, int64_t footprint_tokens,
                                int64_t capacity_tokens);
   void Leave(int backend, std::string_view session, int64_t footprint_tokens);
+  // kvroute is draining: every held request goes now, and later ones do
+  // not wait (so none outlives the workers' event loops).
+  void ReleaseAll();
 
   router::ResidencyGate::Counters counters() const;
   size_t waiting() const;
@@ -51,6 +54,7 @@ class ResidencyWait {
 
   const bool enabled_;
   mutable absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
   router::ResidencyGate gate_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
 };

@@ -193,6 +193,7 @@ void Server::CheckBackendsNow() {
 }
 
 net::awaitable<void> Server::Drain() {
+  state_->residency->ReleaseAll();
   net::steady_timer timer(co_await net::this_coro::executor);
   const auto deadline = Clock::now() + ToChrono(config_.limits.drain_timeout);
   while (state_->inflight.load() > 0 && Clock::now() < deadline) {

@@ -64,6 +64,25 @@ TEST(ResidencyWaitTest, ATurnThatFitsGoesAtOnce) {
 }
 
 
+TEST(ResidencyWaitTest, DrainingReleasesEveryHeldTurn) {
+  net::io_context ioc;
+  ResidencyWait w(HourLong(/*quantum=*/100));
+  std::optional<double> a, b, c;
+  StartEnter(ioc, w, 0, "a", 60, a);
+  StartEnter(ioc, w, 0, "b", 60, b);
+  ioc.poll();
+  ASSERT_FALSE(b.has_value());
+  w.ReleaseAll();
+  ioc.poll();
+  EXPECT_TRUE(b.has_value());
+  EXPECT_EQ(w.waiting(), 0u);
+  ioc.restart();  // it ran out of work
+  StartEnter(ioc, w, 0, "c", 60, c);  // after the drain began: never held
+  ioc.poll();
+  EXPECT_EQ(c, 0.0);
+  EXPECT_EQ(w.waiting(), 0u);
+}
+
 TEST(ResidencyWaitTest, CountersAreExported) {
   net::io_context ioc;
   ResidencyWait w(HourLong(/*quantum=*/1));
