@@ -36,7 +36,12 @@ net::awaitable<void> BackendMonitor::CheckOnce(Worker& w, bool force_scrape) {
       BufferedResponse m = co_await FetchBuffered(w.pool, static_cast<int>(i), std::move(mreq),
                                                   config_.monitor.health_timeout, 8 << 20);
       if (!m.ec && m.status == 200) {
-        router_.UpdateEngineGauges(static_cast<int>(i), ParseEngineMetrics(m.body));
+        const router::EngineGauges g = ParseEngineMetrics(m.body);
+        router_.UpdateEngineGauges(static_cast<int>(i), g);
+        health_.OnProgress(static_cast<int>(i),
+                           EngineProgress{g.num_requests_running > 0 || g.num_requests_waiting > 0,
+                                          g.work_tokens_total},
+                           absl::Now());
       }
     }
   }
@@ -95,6 +100,8 @@ router::EngineGauges ParseEngineMetrics(std::string_view text) {
           std::max<int64_t>(0, g.num_requests_waiting) + static_cast<int64_t>(s.value);
     } else if (s.name == "vllm:kv_cache_usage_perc" || s.name == "vllm:gpu_cache_usage_perc") {
       g.kv_cache_usage_perc = std::max(g.kv_cache_usage_perc, s.value);
+    } else if (s.name == "vllm:prompt_tokens_total" || s.name == "vllm:generation_tokens_total") {
+      g.work_tokens_total = std::max(0.0, g.work_tokens_total) + s.value;
     } else if (s.name == "vllm:cache_config_info") {
       block_size = label(s, "block_size");
       num_blocks = label(s, "num_gpu_blocks");

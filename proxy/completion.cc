@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <functional>
 #include <optional>
 
@@ -84,10 +85,12 @@ void EndColocated(ClientRequest& tmpl, std::string& body, LegResult& out) {
 }
 net::awaitable<LegResult> ServeColocated(Session& s, CompleteHook* hook, ClientRequest& tmpl,
                                          std::string& body, int backend, Decor decor, bool stream,
-                                         OnFirstByte on_first_byte, bool kv_transferred = false) {
+                                         OnFirstByte on_first_byte, absl::Duration first_token_wait,
+                                         bool kv_transferred = false) {
   LegResult out;
   LegOptions opts = BeginColocated(s, hook, tmpl, body, backend, decor, std::move(on_first_byte),
                                    kv_transferred, out);
+  opts.first_token_timeout = first_token_wait;
   out.r = co_await Relay(s, backend, tmpl, decor, stream, std::move(opts));
   EndColocated(tmpl, body, out);
   co_return out;
@@ -99,7 +102,8 @@ net::awaitable<LegResult> ServeColocated(Session& s, CompleteHook* hook, ClientR
 class HttpLegRunner final : public transfer::LegRunner {
  public:
   HttpLegRunner(Session& s, CompleteHook* hook, const ClientRequest& tmpl, int a, int b,
-                const Decor& decor, bool stream, const OnFirstByte& on_first_byte)
+                const Decor& decor, bool stream, const OnFirstByte& on_first_byte,
+                absl::Duration first_token_wait)
       : s_(s),
         hook_(hook),
         tmpl_(tmpl),
@@ -107,7 +111,8 @@ class HttpLegRunner final : public transfer::LegRunner {
         b_(b),
         decor_(decor),
         client_wants_stream_(stream),
-        on_first_byte_(on_first_byte) {}
+        on_first_byte_(on_first_byte),
+        first_token_wait_(first_token_wait) {}
 
   // The client-facing results of the legs, for the caller.
   const RelayResult& prefill() const { return prefill_; }
@@ -132,6 +137,7 @@ class HttpLegRunner final : public transfer::LegRunner {
     opts.watch_client = watch_client;
     opts.capture = &captured;
     opts.state = prefill_state_;
+    opts.first_token_timeout = first_token_wait_;
     prefill_ = co_await Relay(s_, a_, pre, decor_, false, std::move(opts));
     transfer::LegReport report = Report(prefill_);
     report.t_done = WallSecondsAt(Clock::now());
@@ -145,6 +151,7 @@ class HttpLegRunner final : public transfer::LegRunner {
     LegOptions opts;
     opts.on_first_byte = on_first_byte_;
     opts.state = decode_state_;
+    opts.first_token_timeout = first_token_wait_;
     opts.fail_on_5xx = true;
     opts.ask_stream_usage = true;
     ArmCompletion(hook_, opts, b_, kv_transferred);
@@ -175,6 +182,7 @@ class HttpLegRunner final : public transfer::LegRunner {
   const Decor& decor_;
   const bool client_wants_stream_;
   const OnFirstByte& on_first_byte_;
+  const absl::Duration first_token_wait_;
   const std::shared_ptr<LegState> prefill_state_ = std::make_shared<LegState>();
   const std::shared_ptr<LegState> decode_state_ = std::make_shared<LegState>();
   RelayResult prefill_;
@@ -186,7 +194,8 @@ class HttpLegRunner final : public transfer::LegRunner {
 // instead whenever the handoff cannot run, so nothing is lost.
 net::awaitable<LegResult> ServeOffload(Session& s, CompleteHook* hook, ClientRequest& tmpl,
                                        std::string& body, int a, int b, Decor decor, bool stream,
-                                       OnFirstByte on_first_byte, RequestRecord& rec) {
+                                       OnFirstByte on_first_byte, absl::Duration first_token_wait,
+                                       RequestRecord& rec) {
   SharedState& state = s.state();
   const auto fleet = state.router->Backends();
   const auto& backends = *fleet;
@@ -201,7 +210,7 @@ net::awaitable<LegResult> ServeOffload(Session& s, CompleteHook* hook, ClientReq
   decor.backend_label = out.label;
   transfer::HandoffResult h;
   {
-    HttpLegRunner legs(s, hook, tmpl, a, b, decor, stream, on_first_byte);
+    HttpLegRunner legs(s, hook, tmpl, a, b, decor, stream, on_first_byte, first_token_wait);
     transfer::HandoffRequest request;
     request.request_id = rec.id;
     request.client_body = body;
@@ -224,7 +233,7 @@ net::awaitable<LegResult> ServeOffload(Session& s, CompleteHook* hook, ClientReq
     rec.prefill_backend = backends[on].name;
     rec.decode_backend = backends[on].name;
     LegResult again = co_await ServeColocated(s, hook, tmpl, body, on, decor, stream, on_first_byte,
-                                              h.kv_transferred);
+                                              first_token_wait, h.kv_transferred);
     again.attempts += h.attempts;
     co_return again;
   }
@@ -238,6 +247,57 @@ net::awaitable<LegResult> ServeOffload(Session& s, CompleteHook* hook, ClientReq
     state.metrics->transfer_seconds->Observe({conn_name}, rec.transfer_s);
   }
   co_return out;
+}
+
+// Answers a request the router shed at admission (router/shed.h): 429 in
+// its API's error shape, with Retry-After, before any engine work.
+template <typename Refuse>
+net::awaitable<bool> Shed(Session& s, const router::RouteTicket& ticket, Endpoint endpoint,
+                          std::string_view route, RequestRecord& rec, Refuse& refuse) {
+  const router::Decision& d = ticket.decision;
+  const router::ShedVerdict& v = ticket.shed;
+  rec.request_class = std::string(router::ToString(d.request_class));
+  rec.prompt_tokens_est = d.prompt_tokens_est;
+  rec.cached_tokens_est = d.cached_tokens_est;
+  rec.new_tokens_est = d.new_tokens_est;
+  rec.predicted_ttft_s = d.predicted_ttft_s;
+  s.state().metrics->shed->Inc({route, rec.request_class, v.running_session ? "running" : "new"});
+  co_return co_await refuse(
+      429,
+      absl::StrCat("kvroute is shedding load: this request's predicted time to first token (",
+                   absl::SixDigits(d.predicted_ttft_s), " s) is past its deadline (",
+                   absl::SixDigits(v.deadline_s), " s); retry after ",
+                   static_cast<int64_t>(v.retry_after_s), " s"),
+      std::to_string(static_cast<int64_t>(std::ceil(v.retry_after_s))), "shed");
+}
+
+// Holds a co-located agent turn until the residency gate admits it
+// (router/residency_gate.h): its wait is bounded by what its deadline leaves
+// after its predicted TTFT, and a turn whose prefix its instance no longer
+// holds takes whichever instance's room frees first, `d` then updated to it
+// (Router::Retarget). False when the gate admitted it on an instance the
+// router could not move it to: it has left the gate and goes where routed.
+net::awaitable<bool> EnterResidency(SharedState& state, const router::RouteTicket& ticket,
+                                    const std::string& session, router::Decision& d,
+                                    RequestRecord& rec) {
+  router::ResidencyGate::Turn turn{d.footprint_tokens_est, d.decode_capacity_tokens};
+  if (ticket.shed.deadline_s > 0 && d.predicted_ttft_s > 0) {
+    turn.max_wait = absl::Seconds(std::max(0.001, ticket.shed.deadline_s - d.predicted_ttft_s));
+  }
+  turn.movable = 2 * d.cached_tokens_est < d.prompt_tokens_est;
+  const ResidencyWait::Admitted admitted =
+      co_await state.residency->Enter(d.decode_backend, session, turn);
+  rec.residency_wait_s = admitted.waited_s;
+  state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
+  if (admitted.backend == d.decode_backend) co_return true;
+  absl::StatusOr<router::Decision> moved =
+      state.router->Retarget(ticket, admitted.backend, WallAt(Clock::now()));
+  if (!moved.ok()) {
+    state.residency->Leave(admitted.backend, session, 0);
+    co_return false;
+  }
+  d = *moved;
+  co_return true;
 }
 
 // Records the per-request metrics once a request is served.
@@ -314,6 +374,11 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.t_done = WallSecondsAt(t_done);
     const std::string status = std::to_string(rec.status);
     const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
+    if (rec.outcome.empty()) {
+      rec.outcome = rec.status >= 200 && rec.status < 300 && rec.error.empty() ? "ok"
+                    : rec.error == "client disconnected"                      ? "client_gone"
+                                                                             : "failed";
+    }
     state.metrics->requests->Inc({route, cfg.router.mode, cls, status});
     state.metrics->duration->Observe({route, cls}, Seconds(t_done - t0));
     state.request_log->Write(rec);
@@ -322,13 +387,21 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     state.metrics->inflight->Add({}, -1);
   };
   const bool keep_alive = req.keep_alive();
-  auto reject = [&](int status, std::string msg, bool retry_after = false) -> net::awaitable<bool> {
+  // Refused before any engine work: `retry_after` is the Retry-After value
+  // (empty: none).
+  auto refuse = [&](int status, std::string msg, std::string retry_after,
+                    std::string_view outcome) -> net::awaitable<bool> {
     rec.status = status;
     rec.error = msg;
+    rec.outcome = std::string(outcome);
     Headers extra;
     extra.emplace_back("X-Request-Id", rec.id);
-    if (retry_after) extra.emplace_back("Retry-After", s.RetryAfterValue());
+    if (!retry_after.empty()) extra.emplace_back("Retry-After", std::move(retry_after));
     co_return co_await s.SendApiError(endpoint, status, msg, keep_alive, std::move(extra));
+  };
+  auto reject = [&](int status, std::string msg, bool retry_after = false) {
+    return refuse(status, std::move(msg), retry_after ? s.RetryAfterValue() : std::string(),
+                  "rejected");
   };
   // A Responses follow-up whose conversation kvroute cannot reach: vLLM's own 404.
   std::string previous_response_id;
@@ -369,6 +442,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
   const router::Options& ropts = state.router->options();
   features->chunk_hashes = router::HashPromptChunks(features->prompt_bytes, ropts.chunk_bytes);
   features->defer_kv_reservation = state.residency->enabled() && !features->session_id.empty();
+  features->allow_shed = true;
   // A Responses follow-up goes to the backend storing its conversation and
   // nowhere else (not even on a retry: any other instance answers 404).
   previous_response_id = features->previous_response_id;
@@ -418,6 +492,10 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     const auto fleet = state.router->Backends();  // includes the decision's slots
     const auto& backends = *fleet;
     d = ticket->decision;
+    if (ticket->shed.shed) {
+      if (attempt > 1) break;  // a retry past its deadline: answer with the last failure
+      co_return co_await Shed(s, *ticket, endpoint, route, rec, refuse);
+    }
     if (!retry_reason.empty()) {
       state.metrics->retries->Inc({backends[d.decode_backend].name, retry_reason});
     }
@@ -435,6 +513,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.decode_backend = backends[d.decode_backend].name;
     rec.prefill_backend = backends[offload ? d.prefill_backend : d.decode_backend].name;
     rec.predicted_ttft_s = d.predicted_ttft_s;
+    const absl::Duration first_token_wait = FirstTokenTimeout(cfg.upstream, d.predicted_ttft_s);
     rec.predicted_transfer_s = offload ? d.predicted_transfer_s : -1;
     if (offload) state.ObserveOffload(d.new_tokens_est);
     decor = Decor{rec.id, backends[d.decode_backend].name, rec.request_class, endpoint,
@@ -446,12 +525,14 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     };
     // A co-located turn of an agent session goes once its KV fits its
     // instance (router/residency_gate.h); offloads are not held.
-    const bool gated = !offload && state.residency->enabled() && !features->session_id.empty();
-    if (gated) {
-      rec.residency_wait_s = co_await state.residency->Enter(
-          d.decode_backend, features->session_id, d.footprint_tokens_est,
-          d.decode_capacity_tokens);
-      state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
+    bool gated = !offload && state.residency->enabled() && !features->session_id.empty();
+    if (gated && !co_await EnterResidency(state, *ticket, features->session_id, d, rec)) {
+      gated = false;  // admitted elsewhere, which could not take it: sent ungated
+    }
+    if (gated && rec.decode_backend != backends[d.decode_backend].name) {
+      // The gate gave it another instance's room.
+      rec.decode_backend = rec.prefill_backend = backends[d.decode_backend].name;
+      decor.backend_label = rec.decode_backend;
     }
     // A held request's estimate is the one as it is sent (the instance may
     // have evicted part of its prefix meanwhile).
@@ -482,12 +563,13 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     if (offload) {
       rec.transfer_s = -1;  // the record's transfer is the answering attempt's
       leg = co_await ServeOffload(s, hook, tmpl, body, d.prefill_backend, d.decode_backend, decor,
-                                  rec.stream, on_first_byte, rec);
+                                  rec.stream, on_first_byte, first_token_wait, rec);
       if (rec.transfer_s >= 0) state.router->OnTransfer(tk, rec.transfer_s);
     } else {
       leg = LegResult{};
       LegOptions opts =
           BeginColocated(s, hook, tmpl, body, d.decode_backend, decor, on_first_byte, false, leg);
+      opts.first_token_timeout = first_token_wait;
       leg.r = co_await Relay(s, d.decode_backend, tmpl, decor, rec.stream, std::move(opts));
       EndColocated(tmpl, body, leg);
     }

@@ -168,6 +168,16 @@ absl::Status ParseUpstream(const YAML::Node& n, UpstreamOptions* u) {
   KV_RETURN_IF_ERROR(r.Seconds("connect_timeout_s", &u->connect_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("first_byte_timeout_s", &u->first_byte_timeout));
   KV_RETURN_IF_ERROR(r.Seconds("idle_timeout_s", &u->idle_timeout));
+  KV_RETURN_IF_ERROR(r.Seconds("first_token_timeout_s", &u->first_token_timeout));
+  KV_RETURN_IF_ERROR(
+      r.Double("first_token_timeout_factor", &u->first_token_timeout_factor, 0, 1000));
+  KV_RETURN_IF_ERROR(r.Seconds("first_token_timeout_max_s", &u->first_token_timeout_max));
+  if (u->first_token_timeout_max < u->first_token_timeout) {
+    return KeyError("upstream.first_token_timeout_max_s",
+                    absl::StrCat("must be at least upstream.first_token_timeout_s (",
+                                 absl::ToDoubleSeconds(u->first_token_timeout), "), got ",
+                                 absl::ToDoubleSeconds(u->first_token_timeout_max)));
+  }
   KV_RETURN_IF_ERROR(r.Integer("max_idle_per_backend", &u->max_idle_per_backend, 0, 100000));
   KV_RETURN_IF_ERROR(r.Integer("max_observed_body", &u->max_observed_body, 0, int64_t{1} << 30));
   KV_RETURN_IF_ERROR(r.Integer("max_attempts", &u->max_attempts, 1, 16));
@@ -193,6 +203,7 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
   KV_RETURN_IF_ERROR(r.Integer("passive_failures", &m->passive_failures, 1, 100000));
   KV_RETURN_IF_ERROR(r.Seconds("ejection_s", &m->ejection, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_ejection_s", &m->max_ejection, 0));
+  KV_RETURN_IF_ERROR(r.Seconds("hung_after_s", &m->hung_after, 0));
   if (m->max_ejection < m->ejection) {
     return KeyError("health.max_ejection_s",
                     absl::StrCat("must be at least health.ejection_s (",
@@ -245,6 +256,27 @@ absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options*
   KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
+  return r.Finish();
+}
+
+// `router.shed`: requests refused at admission past their deadline.
+absl::Status ParseShed(const YAML::Node& n, router::ShedOptions* o) {
+  const std::string path = "router.shed";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &o->enabled));
+  KV_RETURN_IF_ERROR(r.Double("ttft_factor", &o->ttft_factor, 0.01, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_warm_s", &o->ttft_deadline_warm_s, 0, 86400));
+  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_medium_s", &o->ttft_deadline_medium_s, 0, 86400));
+  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_heavy_s", &o->ttft_deadline_heavy_s, 0, 86400));
+  KV_RETURN_IF_ERROR(r.Double("running_session_factor", &o->running_session_factor, 1, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("min_retry_after_s", &o->min_retry_after_s, 0, 86400));
+  KV_RETURN_IF_ERROR(r.Double("max_retry_after_s", &o->max_retry_after_s, 0, 86400));
+  if (o->max_retry_after_s < o->min_retry_after_s) {
+    return KeyError("router.shed.max_retry_after_s",
+                    absl::StrCat("must be at least router.shed.min_retry_after_s (",
+                                 o->min_retry_after_s, "), got ", o->max_retry_after_s));
+  }
   return r.Finish();
 }
 
@@ -302,6 +334,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
     KV_RETURN_IF_ERROR(ParseRateLearning(*l, &o->rate_learning));
   }
   if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, &o->residency));
+  if (const YAML::Node* g = r.Find("shed")) KV_RETURN_IF_ERROR(ParseShed(*g, &o->shed));
   return r.Finish();
 }
 

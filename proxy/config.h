@@ -45,11 +45,20 @@ struct ServerLimits {
 // How kvroute talks to the instances.
 struct UpstreamOptions {
   absl::Duration connect_timeout = absl::Seconds(3);
-  // Time from sending a request to the response header: covers queueing and
-  // the whole prefill of a non-streaming request, so it is generous.
+  // Time from sending a streamed request to the response header, which an
+  // engine sends as soon as it accepts the request (a plain body's header
+  // comes with the whole answer: first_token_timeout bounds that wait).
   absl::Duration first_byte_timeout = absl::Seconds(600);
-  // Longest silence between two pieces of a response body.
+  // Longest silence between two pieces of a response body once tokens flow.
   absl::Duration idle_timeout = absl::Seconds(120);
+  // The wait for a request's first token: an engine answers a stream's
+  // header at once and sends nothing more until the first token, however
+  // long its queue. factor x the request's predicted TTFT, at least
+  // `first_token_timeout` and at most `first_token_timeout_max`
+  // (FirstTokenTimeout, proxy/relay.h).
+  absl::Duration first_token_timeout = absl::Seconds(300);
+  double first_token_timeout_factor = 4;
+  absl::Duration first_token_timeout_max = absl::Seconds(3600);
   size_t max_idle_per_backend = 64;  // per worker thread
   // Non-streaming bodies up to this size are parsed for `usage`.
   size_t max_observed_body = 1024 * 1024;

@@ -94,6 +94,36 @@ void HealthTracker::Tick(absl::Time now) {
   }
 }
 
+void HealthTracker::OnProgress(int backend, const EngineProgress& p, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (backend < 0 || backend >= static_cast<int>(backends_.size())) return;
+  BackendHealth& h = backends_[backend];
+  if (p.work_counter < 0) return;  // the engine publishes no counter: no judgement
+  const bool moved = h.work_counter < 0 || p.work_counter != h.work_counter;
+  h.work_counter = p.work_counter;
+  if (moved || !p.holds_requests) {
+    h.progress_at = now;
+    h.hung = false;
+    return;
+  }
+  if (options_.hung_after <= absl::ZeroDuration() || now - h.progress_at < options_.hung_after ||
+      h.breaker == BreakerState::kOpen) {
+    return;
+  }
+  const bool was = h.routable();
+  h.hung = true;
+  Open(h, now);
+  Update(backend, was, "hung");
+}
+
+bool HealthTracker::MakingProgress(int backend, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  if (backend < 0 || backend >= static_cast<int>(backends_.size())) return false;
+  const BackendHealth& h = backends_[backend];
+  if (h.work_counter < 0 || h.hung) return false;
+  return options_.hung_after <= absl::ZeroDuration() || now - h.progress_at < options_.hung_after;
+}
+
 void HealthTracker::Resize(int backends) {
   absl::MutexLock lock(&mu_);
   if (backends <= static_cast<int>(backends_.size())) return;

@@ -9,7 +9,13 @@
 //     error, timeout, 5xx, broken stream) open the breaker and eject the
 //     backend for `ejection` (doubling on each consecutive ejection, capped
 //     at `max_ejection`); then it is half-open: traffic flows again, the
-//     first success closes the breaker, the first failure re-opens it.
+//     first success closes the breaker, the first failure re-opens it;
+//   - progress, from the engine's own counters (/metrics, scraped by the
+//     monitor): an engine that holds requests while its token counters stand
+//     still for `hung_after` is hung and ejected like an open breaker. One
+//     whose counters move is busy, however long its queue: a request that
+//     times out waiting there is the queue's doing, not the instance's, and
+//     is not a passive failure (MakingProgress tells the relay which).
 //
 // A backend is routable when its active checks pass and its breaker is not
 // open. Every change of routability is reported, under the tracker's lock so
@@ -40,6 +46,18 @@ struct HealthOptions {
   int passive_failures = 5;  // consecutive failed requests to open the breaker
   absl::Duration ejection = absl::Seconds(5);       // first open period
   absl::Duration max_ejection = absl::Seconds(60);  // cap of the doubling
+  // An engine holding requests whose counters have not moved for this long
+  // is hung (longer than one prefill of the longest prompt: vLLM counts a
+  // prompt's tokens when its prefill ends). Zero: never judged hung.
+  absl::Duration hung_after = absl::Seconds(120);
+};
+
+// One scrape of an engine's progress: whether it holds requests (running or
+// waiting) and a counter that grows while it works (prompt plus generated
+// tokens); a negative counter: the engine does not publish one.
+struct EngineProgress {
+  bool holds_requests = false;
+  double work_counter = -1;
 };
 
 enum class BreakerState { kClosed, kOpen, kHalfOpen };
@@ -49,7 +67,7 @@ struct HealthChange {
   int backend = -1;
   bool routable = true;
   // What caused it: "health_check" | "health_check_recovered" |
-  // "passive_failures" | "half_open_failure" | "ejection_expired".
+  // "passive_failures" | "half_open_failure" | "ejection_expired" | "hung".
   std::string reason;
 };
 
@@ -59,6 +77,11 @@ struct BackendHealth {
   int consecutive_failures = 0;  // passive
   int ejections_in_a_row = 0;
   absl::Time open_until = absl::InfinitePast();
+  // Progress: the last counter value seen and when it last moved (or the
+  // engine last held nothing); InfinitePast until the first scrape.
+  double work_counter = -1;
+  absl::Time progress_at = absl::InfinitePast();
+  bool hung = false;  // ejected for standing still; cleared when it moves
   bool routable() const { return active_up && breaker != BreakerState::kOpen; }
 };
 
@@ -75,6 +98,14 @@ class HealthTracker {
   void OnRequest(int backend, bool ok, absl::Time now);
   // Moves breakers whose ejection has run out to half-open.
   void Tick(absl::Time now);
+  // One scrape of the engine's progress. Holding requests with the counter
+  // unchanged since `hung_after` ago opens the breaker (reason "hung"); a
+  // hung engine that stays still is re-ejected at each half-open scrape.
+  void OnProgress(int backend, const EngineProgress& p, absl::Time now);
+  // Whether the engine was seen working within `hung_after` of `now` (its
+  // counter moved, or it held nothing): a timeout there is a busy queue, not
+  // a failure. False when its progress is unknown (no counter scraped).
+  bool MakingProgress(int backend, absl::Time now) const;
 
   // Grows to `backends` (new backends start routable); never shrinks.
   void Resize(int backends);

@@ -62,12 +62,23 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
                          {"backend", "reason"})),
       ejections(reg.AddCounter("kvroute_backend_ejections_total",
                                "Times a backend was taken out of rotation, by reason "
-                               "(health_check, passive_failures, half_open_failure).",
+                               "(health_check, passive_failures, half_open_failure, hung).",
                                {"backend", "reason"})),
       admission_rejections(reg.AddCounter(
           "kvroute_admission_rejections_total",
           "Completion requests refused with 429 because kvroute was at "
           "limits.max_inflight_requests and the queue was full or its wait ran out.")),
+      shed(reg.AddCounter("kvroute_shed_total",
+                          "Completion requests answered 429 at admission, before any engine "
+                          "work, because their predicted TTFT exceeded their deadline "
+                          "(router.shed), by route, class and whether the request continues a "
+                          "running session or starts a new one.",
+                          {"route", "class", "session"})),
+      busy_timeouts(reg.AddCounter(
+          "kvroute_busy_timeouts_total",
+          "Requests that timed out waiting on an engine whose counters were moving (busy, "
+          "not broken): they failed, and did not count against the instance's health.",
+          {"backend"})),
       offloads(reg.AddCounter("kvroute_offloads_total",
                               "Prefill/decode handoffs by connector and outcome (ok, "
                               "prefill_failed, decode_failed, stream_error, client_gone, "

@@ -37,6 +37,8 @@ struct ProxyMetrics {
   metrics::CounterVec* retries;             // backend, reason
   metrics::CounterVec* ejections;           // backend, reason
   metrics::CounterVec* admission_rejections;
+  metrics::CounterVec* shed;           // route, class, session: new|running
+  metrics::CounterVec* busy_timeouts;  // backend
   metrics::CounterVec* offloads;            // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector
   metrics::HistogramVec* prefill_seconds;   // connector

@@ -65,6 +65,14 @@ void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
 
 }  // namespace
 
+absl::Duration FirstTokenTimeout(const UpstreamOptions& options, double predicted_ttft_s) {
+  absl::Duration wait = options.first_token_timeout;
+  if (predicted_ttft_s > 0) {
+    wait = std::max(wait, absl::Seconds(options.first_token_timeout_factor * predicted_ttft_s));
+  }
+  return std::min(wait, std::max(options.first_token_timeout, options.first_token_timeout_max));
+}
+
 net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, const Decor& decor,
                                   bool client_wants_stream, LegOptions opts) {
   Worker& worker = s.worker();
@@ -161,6 +169,24 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   auto passive = [&](bool ok, Clock::time_point at) {
     state.health->OnRequest(backend, ok, WallAt(at));
   };
+  // A wait that timed out on an engine whose counters move is its queue's
+  // length, not a fault of the instance: the request fails, the breaker is
+  // not fed (a hung engine is ejected by its standing counters instead).
+  auto timed_out_waiting = [&](Clock::time_point at) {
+    if (state.health->MakingProgress(backend, WallAt(at))) {
+      state.metrics->busy_timeouts->Inc({spec.name});
+    } else {
+      passive(false, at);
+    }
+  };
+  // A stream's header comes as soon as the engine accepts the request; a
+  // plain body's comes with the whole answer, after the engine's queue.
+  const absl::Duration first_token_wait = opts.first_token_timeout > absl::ZeroDuration()
+                                              ? opts.first_token_timeout
+                                              : cfg.upstream.first_token_timeout;
+  const bool header_is_first_token = !(opts.to_client && client_wants_stream);
+  const absl::Duration header_wait =
+      header_is_first_token ? first_token_wait : pool.options().first_byte_timeout;
   std::string held_header;  // a client header to send with the first body bytes
   for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
     beast::error_code ec;
@@ -199,8 +225,7 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
       // Nothing can have arrived yet: wait first, then parse. A reused
       // connection written at once has not waited since t0.
       const auto sent = attempt == 0 && reused && up_write.done ? t0 : Clock::now();
-      Watchdog::Scoped wait(s.watchdog(), sent + ToChrono(pool.options().first_byte_timeout),
-                            &conn->socket());
+      Watchdog::Scoped wait(s.watchdog(), sent + ToChrono(header_wait), &conn->socket());
       auto [hec, hn] = co_await EagerRead(
           conn->socket(), up_buf,
           [&](beast::error_code& e) {
@@ -231,7 +256,11 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
     r.timed_out = wec == beast::error::timeout;
     r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
     state.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
-    passive(false, Clock::now());
+    if (r.timed_out && header_is_first_token) {
+      timed_out_waiting(Clock::now());
+    } else {
+      passive(false, Clock::now());
+    }
     break;
   }
   waiting.reset();
@@ -332,10 +361,11 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
   for (bool first = true; !parser->is_done(); first = false) {
     parser->set_body_buffer(chunk, kRelayChunkBytes);
     // The first read follows the header (and its write, which does not
-    // wait while the client reads): its idle deadline counts from there.
+    // wait while the client reads): its deadline counts from there. Until
+    // the first token it is the first-token wait, then the idle timer.
     const auto now = first ? t_header : Clock::now();
-    Watchdog::Scoped wait(s.watchdog(), now + ToChrono(pool.options().idle_timeout),
-                          &conn->socket());
+    const absl::Duration limit = first_token_seen ? pool.options().idle_timeout : first_token_wait;
+    Watchdog::Scoped wait(s.watchdog(), now + ToChrono(limit), &conn->socket());
     auto read_some = [&](beast::error_code& e) {
       return http::read_some(conn->socket(), up_buf, *parser, e);
     };
@@ -351,9 +381,15 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
         note_aborted();
       } else {
         r.timed_out = rec == beast::error::timeout;
-        r.error = absl::StrCat("upstream broke mid-response: ", rec.message());
+        r.error = r.timed_out && !first_token_seen
+                      ? std::string("timed out waiting for the first token")
+                      : absl::StrCat("upstream broke mid-response: ", rec.message());
         state.metrics->stream_errors->Inc({spec.name});
-        passive(false, Clock::now());
+        if (r.timed_out) {
+          timed_out_waiting(Clock::now());
+        } else {
+          passive(false, Clock::now());
+        }
       }
       break;
     }

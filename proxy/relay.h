@@ -110,11 +110,23 @@ struct LegOptions {
   // go to the client, so that whatever the client sends next (a session's
   // next turn) is routed with this response already learned.
   std::function<void(int status, const Usage& usage)> before_last_write;
+  // The longest wait for the leg's first token: a stream's first body byte,
+  // or a plain body's header (which comes with the whole answer). The
+  // caller derives it from the request's predicted TTFT
+  // (FirstTokenTimeout); zero: upstream.first_token_timeout_s. The stream's
+  // idle timer applies only once tokens flow.
+  absl::Duration first_token_timeout = absl::ZeroDuration();
   // A chat/completions leg whose response goes to the client: when the
   // client streams without asking for usage, ask the engine for it and take
   // it back out of the client's stream (proxy/stream_usage.h).
   bool ask_stream_usage = false;
 };
+
+// The wait a request predicted to take `predicted_ttft_s` wall seconds to
+// its first token (< 0: no prediction) may spend before it:
+// factor x prediction, at least the floor and at most the cap
+// (upstream.first_token_timeout_*).
+absl::Duration FirstTokenTimeout(const UpstreamOptions& options, double predicted_ttft_s);
 
 // Sends `up` to `backend` and relays the response to the client as it
 // arrives (or captures it, for a prefill leg). Retries once on a fresh

@@ -85,6 +85,7 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Time("predicted_ttft_s", r.predicted_ttft_s);
   w.Time("predicted_transfer_s", r.predicted_transfer_s);
   w.Time("residency_wait_s", r.residency_wait_s);
+  w.Str("outcome", r.outcome);
   if (!r.prompt.empty()) w.Str("prompt", r.prompt);
   return w.Done();
 }

@@ -55,6 +55,12 @@ struct RequestRecord {
   // Seconds the residency gate held the request back (router/residency_gate.h);
   // -1: not gated (no session, an offload, or the gate is off).
   double residency_wait_s = -1;
+  // How the request ended: "ok" (served), "shed" (429 at admission: its
+  // predicted TTFT was past its deadline, router/shed.h), "rejected" (refused
+  // before routing: bad request, kvroute at its limits or draining, no
+  // backend), "failed" (an engine took it and it did not complete), or
+  // "client_gone". Set by ServeCompletion.
+  std::string outcome;
   // The prompt text (features' prompt bytes); empty: not logged, and the
   // line has no `prompt` field.
   std::string prompt;

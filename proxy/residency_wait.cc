@@ -19,22 +19,25 @@ void ResidencyWait::Wake(const std::vector<uint64_t>& ids) {
   }
 }
 
-net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view session,
-                                            int64_t footprint_tokens, int64_t capacity_tokens) {
+net::awaitable<ResidencyWait::Admitted> ResidencyWait::Enter(
+    int backend, std::string_view session, const router::ResidencyGate::Turn& turn) {
   const absl::Time start = absl::Now();
   const net::any_io_executor executor = co_await net::this_coro::executor;
   std::shared_ptr<Waiter> w;
+  uint64_t id = 0;
   {
     absl::MutexLock lock(&mu_);
     std::vector<uint64_t> woken;
-    const uint64_t id =
-        gate_.Enter(backend, session, footprint_tokens, capacity_tokens, start, &woken);
+    id = gate_.Enter(backend, session, turn, start, &woken);
+    // A movable turn may have been taken by another instance's room at once.
+    const bool gone_at_once = id != 0 && std::find(woken.begin(), woken.end(), id) != woken.end();
     Wake(woken);
-    if (id == 0) co_return 0.0;
+    if (id == 0) co_return Admitted{0.0, backend};
+    if (gone_at_once) co_return Admitted{0.0, gate_.TakeMove(id).value_or(backend)};
     if (released_) {
       gate_.Abandon(id, start, &woken);
       Wake(woken);
-      co_return 0.0;
+      co_return Admitted{0.0, backend};
     }
     w = std::make_shared<Waiter>(executor);
     waiters_[id] = w;
@@ -57,7 +60,12 @@ net::awaitable<double> ResidencyWait::Enter(int backend, std::string_view sessio
     Wake(woken);
     if (w->go) break;
   }
-  co_return absl::ToDoubleSeconds(absl::Now() - start);
+  int admitted_on = backend;
+  {
+    absl::MutexLock lock(&mu_);
+    admitted_on = gate_.TakeMove(id).value_or(backend);
+  }
+  co_return Admitted{absl::ToDoubleSeconds(absl::Now() - start), admitted_on};
 }
 
 void ResidencyWait::Leave(int backend, std::string_view session, int64_t footprint_tokens) {

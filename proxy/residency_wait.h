@@ -33,9 +33,21 @@ class ResidencyWait {
   explicit ResidencyWait(const router::ResidencyGate::Options& options);
 
   bool enabled() const { return enabled_; }
-  // Returns once the request may go to `backend`; the seconds it waited.
+  // Where and after how long a held request goes.
+  struct Admitted {
+    double waited_s = 0;
+    // The instance it was admitted on: `backend` as entered, or another whose
+    // room a movable turn took (router::ResidencyGate::TakeMove).
+    int backend = -1;
+  };
+  // Returns once the request may go.
+  net::awaitable<Admitted> Enter(int backend, std::string_view session,
+                                 const router::ResidencyGate::Turn& turn);
   net::awaitable<double> Enter(int backend, std::string_view session, int64_t footprint_tokens,
-                               int64_t capacity_tokens);
+                               int64_t capacity_tokens) {
+    const Admitted a = co_await Enter(backend, session, {footprint_tokens, capacity_tokens});
+    co_return a.waited_s;
+  }
   void Leave(int backend, std::string_view session, int64_t footprint_tokens);
   // kvroute is draining: every held request goes now, and later ones do
   // not wait (so none outlives the workers' event loops).

@@ -34,8 +34,17 @@ void ResidencyGate::Evict(Instance& in, const std::string& session) {
   home_.erase(session);
 }
 
+bool ResidencyGate::MovableWaiting() const {
+  for (const Instance& in : instances_) {
+    for (const Waiter& w : in.waiting) {
+      if (w.movable) return true;
+    }
+  }
+  return false;
+}
+
 void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
-  if (in.waiting.empty()) return;
+  if (in.waiting.empty() && !MovableWaiting()) return;
   std::vector<std::string> gone;
   for (const auto& [session, r] : in.residents) {
     if (r.active == 0 && r.last_done + options_.grace <= now) gone.push_back(session);
@@ -46,12 +55,33 @@ void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
   }
 }
 
+void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out,
+                                std::vector<uint64_t>* woken) {
+  Instance& in = instances_[backend];
+  // Its session may have become resident elsewhere meanwhile (a parallel
+  // request routed there): this request is the one that counts now.
+  if (auto h = home_.find(w.session); h != home_.end() && h->second != backend) {
+    Evict(instances_[h->second], w.session);
+  }
+  if (auto r = in.residents.find(w.session); r != in.residents.end()) {
+    ++r->second.active;
+  } else {
+    Admit(backend, in, w.session, w.footprint);
+  }
+  if (timed_out) {
+    ++counters_.admitted_by_timeout;
+  } else {
+    ++counters_.admitted_after_wait;
+  }
+  woken->push_back(w.id);
+}
+
 void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken) {
   Instance& in = instances_[backend];
   ExpireIdle(in, now);
   for (auto w = in.waiting.begin(); w != in.waiting.end();) {
-    const bool timed_out = w->since + options_.max_wait <= now;
-    // Waited long enough: the residents that have had the most turns yield
+    const bool timed_out = w->due <= now;
+    // Its wait ran out: the residents that have had the most turns yield
     // until it fits (a yielding session's turn in flight runs on).
     while (timed_out && !Fits(in, w->footprint)) {
       auto most = std::max_element(in.residents.begin(), in.residents.end(),
@@ -63,37 +93,51 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
       ++counters_.yielded_forced;
     }
     // One that does not fit lets those behind it that do go first
-    // (backfilling keeps the pool full); its own wait stays bounded by
-    // max_wait.
+    // (backfilling keeps the pool full); its own wait stays bounded.
     if (!Fits(in, w->footprint)) {
       ++w;
       continue;
     }
-    // Its session may have become resident elsewhere meanwhile (a parallel
-    // request routed there): this request is the one that counts now.
-    if (auto h = home_.find(w->session); h != home_.end() && h->second != backend) {
-      Evict(instances_[h->second], w->session);
-    }
-    if (auto r = in.residents.find(w->session); r != in.residents.end()) {
-      ++r->second.active;
-    } else {
-      Admit(backend, in, w->session, w->footprint);
-    }
-    if (timed_out) {
-      ++counters_.admitted_by_timeout;
-    } else {
-      ++counters_.admitted_after_wait;
-    }
-    woken->push_back(w->id);
+    const Waiter taken = *w;
     w = in.waiting.erase(w);
+    AdmitWaiter(backend, taken, timed_out, woken);
+  }
+  AdmitMovable(backend, now, woken);
+}
+
+void ResidencyGate::AdmitMovable(int backend, absl::Time now, std::vector<uint64_t>* woken) {
+  Instance& in = instances_[backend];
+  // Only an instance whose pool the gate knows, and whose own waiters have
+  // all gone, lends its room.
+  if (in.capacity_tokens <= 0 || !in.waiting.empty()) return;
+  for (;;) {
+    Instance* from = nullptr;
+    std::deque<Waiter>::iterator best;
+    for (int o = 0; o < static_cast<int>(instances_.size()); ++o) {
+      if (o == backend) continue;
+      std::deque<Waiter>& q = instances_[o].waiting;
+      for (auto w = q.begin(); w != q.end(); ++w) {
+        if (!w->movable || !Fits(in, w->footprint)) continue;
+        if (from == nullptr || w->due < best->due) {
+          from = &instances_[o];
+          best = w;
+        }
+      }
+    }
+    if (from == nullptr) return;
+    const Waiter taken = *best;
+    from->waiting.erase(best);
+    AdmitWaiter(backend, taken, /*timed_out=*/taken.due <= now, woken);
+    moved_[taken.id] = backend;
+    ++counters_.moved;
   }
 }
 
-uint64_t ResidencyGate::Enter(int backend, std::string_view session, int64_t footprint_tokens,
-                              int64_t capacity_tokens, absl::Time now,
-                              std::vector<uint64_t>* woken) {
+uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn& turn,
+                              absl::Time now, std::vector<uint64_t>* woken) {
   Instance& in = At(backend);
-  in.capacity_tokens = capacity_tokens;
+  in.capacity_tokens = turn.capacity_tokens;
+  const int64_t footprint_tokens = turn.footprint_tokens;
   const std::string key(session);
   if (auto h = home_.find(key); h != home_.end() && h->second != backend) {
     // The session moved: its old instance's room is free for others.
@@ -117,9 +161,32 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, int64_t foo
     return 0;
   }
   const uint64_t id = next_waiter_++;
-  in.waiting.push_back(Waiter{id, key, std::max<int64_t>(1, footprint_tokens), now});
+  const absl::Duration bound = turn.max_wait > absl::ZeroDuration()
+                                   ? std::min(turn.max_wait, options_.max_wait)
+                                   : options_.max_wait;
+  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + bound, turn.movable};
+  // Queued by when its wait runs out; equal bounds keep arrival order.
+  auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
+                             [](absl::Time due, const Waiter& x) { return due < x.due; });
+  in.waiting.insert(at, std::move(w));
   ++counters_.waited;
+  // A cold turn takes room wherever the gate knows some now.
+  if (turn.movable) {
+    for (int b = 0; b < static_cast<int>(instances_.size()); ++b) {
+      if (b == backend) continue;
+      ExpireIdle(instances_[b], now);
+      AdmitMovable(b, now, woken);
+    }
+  }
   return id;
+}
+
+std::optional<int> ResidencyGate::TakeMove(uint64_t waiter) {
+  auto it = moved_.find(waiter);
+  if (it == moved_.end()) return std::nullopt;
+  const int backend = it->second;
+  moved_.erase(it);
+  return backend;
 }
 
 void ResidencyGate::Leave(int backend, std::string_view session, int64_t footprint_tokens,
@@ -145,9 +212,8 @@ void ResidencyGate::Leave(int backend, std::string_view session, int64_t footpri
 }
 
 void ResidencyGate::Tick(absl::Time now, std::vector<uint64_t>* woken) {
-  for (int b = 0; b < static_cast<int>(instances_.size()); ++b) {
-    if (!instances_[b].waiting.empty()) AdmitWaiters(b, now, woken);
-  }
+  if (waiting() == 0) return;
+  for (int b = 0; b < static_cast<int>(instances_.size()); ++b) AdmitWaiters(b, now, woken);
 }
 
 void ResidencyGate::Abandon(uint64_t waiter, absl::Time now, std::vector<uint64_t>* woken) {
@@ -167,9 +233,10 @@ std::optional<absl::Time> ResidencyGate::NextEvent() const {
   auto consider = [&](absl::Time t) {
     if (!next || t < *next) next = t;
   };
+  const bool movable = MovableWaiting();
   for (const Instance& in : instances_) {
-    if (in.waiting.empty()) continue;
-    for (const Waiter& w : in.waiting) consider(w.since + options_.max_wait);
+    if (in.waiting.empty() && !movable) continue;
+    for (const Waiter& w : in.waiting) consider(w.due);
     for (const auto& [session, r] : in.residents) {
       if (r.active == 0) consider(r.last_done + options_.grace);
     }

@@ -27,8 +27,16 @@
 //     resident finishes a turn while others wait: it yields its place and
 //     its next turn queues behind them (round-robin residency, so a session
 //     waits about (waiting / resident) x quantum turns, not until others end);
-//   - a waiter has waited `max_wait`: the residents that have had the most
-//     turns yield until it fits, which bounds every request's wait.
+//   - a waiter's wait has run out: the residents that have had the most
+//     turns yield until it fits, which bounds every request's wait. A turn
+//     may bring a shorter bound than `max_wait` (its deadline less its
+//     predicted prefill: the wait it can afford); waiters are queued by when
+//     their waits run out, so the most urgent goes first among those that fit.
+// A waiter whose prefix its instance no longer holds (`movable`: it will
+// prefill cold wherever it goes) is not tied to the instance it was routed
+// to: it goes to whichever instance the gate knows has room first (TakeMove
+// tells the caller where), so a cold turn does not queue behind one
+// instance's residents while another's pool has room.
 // A session that moves to another instance leaves the first one's residents.
 //
 // Pure and deterministic: time is passed in, nothing here waits. The caller
@@ -63,6 +71,7 @@ class ResidencyGate {
     uint64_t waited = 0;            // requests that had to wait
     uint64_t admitted_after_wait = 0;
     uint64_t admitted_by_timeout = 0;  // waited max_wait: others yielded to it
+    uint64_t moved = 0;  // admitted on another instance than the one routed to
     uint64_t yielded = 0;         // residents that gave their place up after their quantum
     uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
     uint64_t expired = 0;         // residents idle for the grace time
@@ -70,13 +79,32 @@ class ResidencyGate {
 
   explicit ResidencyGate(Options options);
 
+  // One turn asking to go to an instance.
+  struct Turn {
+    int64_t footprint_tokens = 0;  // its KV there: prompt + expected output
+    int64_t capacity_tokens = 0;   // the instance's KV pool
+    // The longest it may wait; zero or more than Options::max_wait:
+    // Options::max_wait.
+    absl::Duration max_wait = absl::ZeroDuration();
+    // Its prefix is gone from the instance: any instance with room will do.
+    bool movable = false;
+  };
+
   // A request of `session` (non-empty) goes to `backend`, whose KV pool is
   // `capacity_tokens`, with `footprint_tokens` of KV (prompt + expected
   // output). Returns 0 when it may go now; else the id of its wait, which a
   // later call returns in `woken` once it may go. Requests of other sessions
   // this admits (room freed by the session moving away) are added to `woken`.
+  uint64_t Enter(int backend, std::string_view session, const Turn& turn, absl::Time now,
+                 std::vector<uint64_t>* woken);
   uint64_t Enter(int backend, std::string_view session, int64_t footprint_tokens,
-                 int64_t capacity_tokens, absl::Time now, std::vector<uint64_t>* woken);
+                 int64_t capacity_tokens, absl::Time now, std::vector<uint64_t>* woken) {
+    return Enter(backend, session, Turn{footprint_tokens, capacity_tokens}, now, woken);
+  }
+  // The instance a woken waiter was admitted on when that is not the one it
+  // entered for (a movable waiter taken by another instance's room); nullopt
+  // otherwise. Forgets the move.
+  std::optional<int> TakeMove(uint64_t waiter);
   // The request of `session` on `backend` ended, its KV now
   // `footprint_tokens` (prompt + completion; <= 0 keeps the last figure).
   void Leave(int backend, std::string_view session, int64_t footprint_tokens, absl::Time now,
@@ -109,6 +137,8 @@ class ResidencyGate {
     std::string session;
     int64_t footprint = 0;
     absl::Time since;
+    absl::Time due;  // since + its wait bound: it goes then, others yielding
+    bool movable = false;
   };
   struct Instance {
     absl::flat_hash_map<std::string, Resident> residents;
@@ -122,16 +152,23 @@ class ResidencyGate {
   void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
   bool Fits(const Instance& in, int64_t footprint) const;
+  bool MovableWaiting() const;
   // Idle residents past the grace time leave (only while someone waits:
   // otherwise nothing needs their room and they may still come back).
   void ExpireIdle(Instance& in, absl::Time now);
   // Wakes the waiters of `backend` that fit, in arrival order (one that does
   // not fit is passed over), and those past max_wait (others yield to them).
   void AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken);
+  // Admits `w` (of instance `from`'s queue) on `backend`, whose room it fits.
+  void AdmitWaiter(int backend, const Waiter& w, bool timed_out, std::vector<uint64_t>* woken);
+  // Fills `backend`'s free room with movable waiters of other instances, the
+  // earliest due first.
+  void AdmitMovable(int backend, absl::Time now, std::vector<uint64_t>* woken);
 
   Options options_;
   std::vector<Instance> instances_;
   absl::flat_hash_map<std::string, int> home_;  // resident session -> backend
+  absl::flat_hash_map<uint64_t, int> moved_;     // woken waiter -> the instance that took it
   uint64_t next_waiter_ = 1;
   Counters counters_;
 };

@@ -113,6 +113,8 @@ class RouterImpl : public Router {
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
   int64_t OnDispatch(const RouteTicket& ticket, absl::Time now) override;
+  absl::StatusOr<Decision> Retarget(const RouteTicket& ticket, int backend,
+                                    absl::Time now) override;
   void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
   void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
   void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
@@ -163,6 +165,8 @@ class RouterImpl : public Router {
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t affinity_hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t affinity_breaks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_new_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 int64_t RouterImpl::NominalCapacityTokens(int b) const {
@@ -291,6 +295,23 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   if (d.predicted_ttft_s < 0 && options_.offload_cost_known) Predict(fleet, d);
   d.footprint_tokens_est = fleet.footprint_tokens_est;
   d.decode_capacity_tokens = NominalCapacityTokens(d.decode_backend);
+  ShedVerdict verdict;
+  if (features.allow_shed && options_.shed.enabled) {
+    // A known session, or a prompt mostly cached where it goes (a running
+    // conversation that sends no session id), continues; anything else starts.
+    const bool running =
+        session != nullptr || (d.cached_tokens_est > 0 && 2 * d.cached_tokens_est >= d.prompt_tokens_est);
+    verdict = JudgeShed(
+        options_.shed, {options_.slo.ttft_warm_s, options_.slo.ttft_medium_s, options_.slo.ttft_heavy_s},
+        d, running);
+    if (verdict.shed) {
+      ++(running ? shed_running_ : shed_new_);
+      RouteTicket shed;
+      shed.decision = d;
+      shed.shed = verdict;
+      return shed;
+    }
+  }
   const bool split = d.mode == DecisionMode::kOffload && d.prefill_backend != d.decode_backend;
 
   InflightRequest r;
@@ -352,6 +373,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   ticket.decision = d;
   ticket.transfer_time_factor =
       split ? placement::TransferTimeFactor(fleet, d.prefill_backend, d.decode_backend) : 1;
+  ticket.shed = verdict;
   inflight_.emplace(ticket.id, std::move(r));
   return ticket;
 }
@@ -379,6 +401,45 @@ int64_t RouterImpl::OnDispatch(const RouteTicket& ticket, absl::Time now) {
   }
   r.decode_pin = index_.PinRequest(b, r.chain, r.est_chunks_decode, r.footprint_chunks);
   return r.decision.cached_tokens_est;
+}
+
+absl::StatusOr<Decision> RouterImpl::Retarget(const RouteTicket& ticket, int backend,
+                                              absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(ticket.id);
+  if (it == inflight_.end() || !it->second.pin_deferred || it->second.first_token) {
+    return absl::FailedPreconditionError("router: only a held request can be retargeted");
+  }
+  InflightRequest& r = it->second;
+  if (!Valid(backend) || !state_[backend].healthy || (*specs_)[backend].retired ||
+      (*specs_)[backend].role == BackendRole::kPrefill) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("router: backend ", backend, " cannot take a retargeted request"));
+  }
+  if (backend == r.decision.decode_backend) return r.decision;
+  Release(r);
+  Decision& d = r.decision;
+  index_.Match(r.chain, absl::MakeSpan(matched_));
+  d.decode_backend = backend;
+  d.prefill_backend = backend;
+  d.affinity_hit = false;
+  d.cached_tokens_est =
+      std::min(d.prompt_tokens_est, ChunksToTokens(matched_[backend], r.bytes_per_token));
+  d.prefill_cached_tokens_est = d.cached_tokens_est;
+  d.decode_capacity_tokens = NominalCapacityTokens(backend);
+  // The prediction was for the other instance: none is learned from this one.
+  d.predicted_ttft_s = -1;
+  r.est_chunks_decode = matched_[backend];
+  r.est_chunks_prefill = matched_[backend];
+  r.prefill_new_tokens = std::max<int64_t>(0, d.prompt_tokens_est - d.cached_tokens_est);
+  r.prefill_epoch = r.decode_epoch = state_[backend].epoch;
+  BackendState& q = state_[backend];
+  q.inflight_requests += 1;
+  q.inflight_prefill_tokens += r.prefill_new_tokens;
+  q.inflight_tokens += r.total_tokens;
+  if (r.session.empty()) q.sessionless_tokens += r.total_tokens;
+  sessions_.Assign(r.session, backend, now, r.total_tokens);
+  return d;
 }
 
 void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
@@ -754,6 +815,8 @@ RouterStats RouterImpl::Stats() const {
   s.bytes_per_token = ratios_.FleetWide();
   s.affinity_hits = affinity_hits_;
   s.affinity_breaks = affinity_breaks_;
+  s.shed_new_sessions = shed_new_;
+  s.shed_running_sessions = shed_running_;
   s.transfer_time_factor = rates_.fleet_transfer_factor();
   const int n = static_cast<int>(specs_->size());
   for (int a = 0; a < n; ++a) {

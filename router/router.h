@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "classifier/classifier.h"
 #include "router/residency_gate.h"
+#include "router/shed.h"
 #include "router/types.h"
 
 namespace kvroute::router {
@@ -170,6 +171,11 @@ struct Options {
   };
   RateLearning rate_learning;
 
+  // Requests predicted to reach their first token past their deadline are
+  // refused at admission (router/shed.h); needs a time model
+  // (offload_cost_known) and RequestFeatures::allow_shed.
+  ShedOptions shed;
+
   // Agent sessions held back until their KV fits their instance
   // (router/residency_gate.h); the proxy applies it to co-located requests
   // that carry a session id.
@@ -230,6 +236,8 @@ struct RouterStats {
   double bytes_per_token = 0;      // fleet-wide learned ratio
   int64_t affinity_hits = 0;
   int64_t affinity_breaks = 0;
+  int64_t shed_new_sessions = 0;  // requests shed at admission, by session state
+  int64_t shed_running_sessions = 0;
   // Learned transfer time factors: fleet-wide, and each pair with samples.
   double transfer_time_factor = 1;
   std::vector<TransferFactorReport> transfer_time_factors;
@@ -241,6 +249,9 @@ struct EngineGauges {
   int64_t num_requests_waiting = -1;
   double kv_cache_usage_perc = -1;
   int64_t capacity_tokens = 0;  // num_gpu_blocks x block_size, 0 = unknown
+  // vllm:prompt_tokens_total + vllm:generation_tokens_total: grows while the
+  // engine works (-1: not published). The health tracker's progress signal.
+  double work_tokens_total = -1;
 };
 
 // One KV cache event of an engine, as much of it as the router uses
@@ -262,6 +273,10 @@ struct RouteTicket {
   // The learned transfer time factor the decision's prediction used, so
   // OnTransfer can learn against the profile's rates after OnComplete.
   double transfer_time_factor = 1;
+  // shed.shed: the request is refused at admission (Options::shed); the
+  // ticket reserves nothing (id 0) and takes no OnDispatch, OnFirstToken or
+  // OnComplete; `decision` says where it would have gone and what it predicted.
+  ShedVerdict shed;
 };
 
 // Whether `outcome.cached_tokens` may count KV moved in by a connector
@@ -300,7 +315,9 @@ class Router {
   virtual absl::Status UpdateBackends(const std::vector<BackendSpec>& backends) = 0;
   virtual const Options& options() const = 0;
 
-  // Decides where `features` goes and reserves its load. Unavailable when no
+  // Decides where `features` goes and reserves its load, or (with
+  // features.allow_shed) returns a shed ticket that reserves nothing when
+  // the request's predicted TTFT is past its deadline. Unavailable when no
   // healthy backend can take it; ResourceExhausted beyond
   // Options::max_inflight_requests. When features.chunk_hashes is empty the
   // router hashes prompt_bytes itself (outside its lock) with chunk_bytes.
@@ -314,6 +331,15 @@ class Router {
   // compares with the engine's count), or -1 for any other request (a
   // no-op).
   virtual int64_t OnDispatch(const RouteTicket& ticket, absl::Time now) = 0;
+  // A held request (routed with defer_kv_reservation, co-located, not yet
+  // dispatched) goes to `backend` instead: the residency gate admitted it
+  // where room freed first, its prefix being gone from where it was routed.
+  // Its load moves there, its session's home with it, and its estimate is
+  // taken there. Returns the decision as it now stands; FailedPrecondition
+  // (changing nothing) when the ticket is not such a request or `backend`
+  // cannot take it (unknown, unhealthy, retired, prefill-only).
+  virtual absl::StatusOr<Decision> Retarget(const RouteTicket& ticket, int backend,
+                                            absl::Time now) = 0;
   // The decode backend produced its first byte: prefill tokens become a
   // decoding request. For a co-located streamed request whose decision
   // carried a prediction, `now` minus the routing time is its realised TTFT,

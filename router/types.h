@@ -56,6 +56,9 @@ struct RequestFeatures {
   // sends it: until then the request takes no room in the shadow's model of
   // the instance's KV pool, as it takes none in the engine's.
   bool defer_kv_reservation = false;
+  // The caller answers a shed ticket (RouteTicket::shed) with 429: the
+  // router may refuse the request at admission (Options::shed).
+  bool allow_shed = false;
   // Measurement only, never set by the proxy: the true cached tokens of this
   // prompt on every backend, in backend order (kvroute-bench's oracle
   // reference reads them from kvroute-sim's /sim/oracle/cached_tokens). When

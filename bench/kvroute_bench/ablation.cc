@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/kvroute_bench/child_process.h"
+#include "proxy/config.h"
 #include "router/router.h"
 #include "spdlog/spdlog.h"
 
@@ -165,6 +166,17 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
                     "}\n");
   }
   for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
+  // The waits that judge an engine (a first token, a silent stream, a hung
+  // engine) are modelled time too: a fleet running ten times faster has a
+  // tenth of the real one's queue times.
+  const proxy::UpstreamOptions upstream;
+  const proxy::MonitorOptions monitor;
+  absl::StrAppend(
+      &y, "upstream: {idle_timeout_s: ", absl::ToDoubleSeconds(upstream.idle_timeout) * time_scale,
+      ", first_token_timeout_s: ", absl::ToDoubleSeconds(upstream.first_token_timeout) * time_scale,
+      ", first_token_timeout_max_s: ",
+      absl::ToDoubleSeconds(upstream.first_token_timeout_max) * time_scale,
+      "}\nhealth: {hung_after_s: ", absl::ToDoubleSeconds(monitor.hung_after) * time_scale, "}\n");
   absl::StrAppend(&y, "backends:\n");
   for (const FleetBackend& b : backends) {
     absl::StrAppend(&y, "  - {name: ", b.name, ", url: ", b.url);

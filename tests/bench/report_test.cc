@@ -286,6 +286,11 @@ TEST(AblationConfigTest, ScalesTheConfigToTheSimulatedFleet) {
   EXPECT_EQ(parsed->profile_time_scale, 0.1);
   EXPECT_NEAR(parsed->router.slo.ttft_heavy_s, 4, 1e-12);
   EXPECT_NEAR(parsed->router.slo.tpot_s, 0.01, 1e-12);
+  // The waits that judge an engine are modelled time too.
+  EXPECT_EQ(parsed->upstream.idle_timeout, absl::Seconds(12));
+  EXPECT_EQ(parsed->upstream.first_token_timeout, absl::Seconds(30));
+  EXPECT_EQ(parsed->upstream.first_token_timeout_max, absl::Seconds(360));
+  EXPECT_EQ(parsed->monitor.hung_after, absl::Seconds(12));
 }
 
 // --router settings land under router: and reach kvroute's loader; malformed

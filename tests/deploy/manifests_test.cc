@@ -172,7 +172,8 @@ const std::set<std::string>& KvrouteFamilies() {
       "kvroute_transfer_seconds", "kvroute_prefill_leg_seconds", "kvroute_backend_healthy",
       "kvroute_backend_inflight_requests", "kvroute_backend_inflight_prefill_tokens",
       "kvroute_backend_decoding_requests", "kvroute_backend_shadow_tokens",
-      "kvroute_backend_kv_usage", "kvroute_residency_wait_seconds"};
+      "kvroute_backend_kv_usage", "kvroute_residency_wait_seconds", "kvroute_shed_total",
+      "kvroute_busy_timeouts_total"};
   return kFamilies;
 }
 

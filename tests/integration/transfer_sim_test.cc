@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Connectors, HandoffFailureTest,
 TEST(HandoffTest, PrefillTimeoutIsServedColocatedOnB) {
   FleetHarness h(2, "pd_sep", [&](proxy::Config& c) {
     PdSep(c, "nixl");
-    c.upstream.first_byte_timeout = absl::Milliseconds(300);
+    c.upstream.first_token_timeout = absl::Milliseconds(300);  // the prefill leg's answer
   });
   sim::Faults f;
   f.hang = true;  // A reads the prefill leg and never answers

@@ -362,6 +362,10 @@ class HoldingRouter : public router::Router {
   int64_t OnDispatch(const router::RouteTicket& t, absl::Time now) override {
     return inner_->OnDispatch(t, now);
   }
+  absl::StatusOr<router::Decision> Retarget(const router::RouteTicket& t, int backend,
+                                            absl::Time now) override {
+    return inner_->Retarget(t, backend, now);
+  }
   void OnTransfer(const router::RouteTicket& t, double transfer_s) override {
     inner_->OnTransfer(t, transfer_s);
   }

@@ -1,4 +1,5 @@
 #include "proxy/config.h"
+#include "proxy/relay.h"
 
 #include <gtest/gtest.h>
 
@@ -147,6 +148,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"ejection_cap_below_base",
                 "health: {ejection_s: 10, max_ejection_s: 5}\nbackends: [{name: a, url: http://h:1}]",
                 "health.max_ejection_s: must be at least health.ejection_s"},
+        BadCase{"first_token_cap_below_floor",
+                "upstream: {first_token_timeout_s: 60, first_token_timeout_max_s: 30}\n"
+                "backends: [{name: a, url: http://h:1}]",
+                "upstream.first_token_timeout_max_s: must be at least"},
+        BadCase{"shed_unknown_key",
+                "router: {shed: {factor: 2}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.shed.factor: unknown key"},
+        BadCase{"shed_running_factor_below_one",
+                "router: {shed: {running_session_factor: 0.5}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.shed.running_session_factor: value 0.5 is out of range"},
         BadCase{"retry_after_zero",
                 "limits: {retry_after_s: 0}\nbackends: [{name: a, url: http://h:1}]",
                 "limits.retry_after_s: value 0 is out of range"},
@@ -360,6 +371,42 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_FALSE(c->router.rate_learning.enabled);
   EXPECT_EQ(c->router.rate_learning.alpha, 0.05);
   EXPECT_EQ(c->router.rate_learning.max_sample_ratio, 4);
+}
+
+TEST(ConfigTest, OverloadKeys) {
+  absl::StatusOr<Config> c = ParseConfig("backends: [{name: a, url: http://h:1}]", "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->router.shed.enabled);
+  EXPECT_EQ(c->router.shed.ttft_factor, 4);
+  EXPECT_EQ(c->router.shed.running_session_factor, 2);
+  EXPECT_EQ(c->upstream.first_token_timeout, absl::Seconds(300));
+  EXPECT_EQ(c->upstream.first_token_timeout_factor, 4);
+  EXPECT_EQ(c->monitor.hung_after, absl::Seconds(120));
+  c = ParseConfig(R"(
+upstream: {first_token_timeout_s: 30, first_token_timeout_factor: 3, first_token_timeout_max_s: 90}
+health: {hung_after_s: 0}
+router:
+  shed: {enabled: false, ttft_factor: 2, ttft_deadline_warm_s: 5, ttft_deadline_medium_s: 20,
+         ttft_deadline_heavy_s: 60, running_session_factor: 3, min_retry_after_s: 2,
+         max_retry_after_s: 30}
+backends: [{name: a, url: http://h:1}]
+)",
+                  "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.shed.enabled);
+  EXPECT_EQ(c->router.shed.ttft_factor, 2);
+  EXPECT_EQ(c->router.shed.ttft_deadline_warm_s, 5);
+  EXPECT_EQ(c->router.shed.ttft_deadline_medium_s, 20);
+  EXPECT_EQ(c->router.shed.ttft_deadline_heavy_s, 60);
+  EXPECT_EQ(c->router.shed.running_session_factor, 3);
+  EXPECT_EQ(c->router.shed.min_retry_after_s, 2);
+  EXPECT_EQ(c->router.shed.max_retry_after_s, 30);
+  EXPECT_EQ(c->monitor.hung_after, absl::ZeroDuration());
+  // The first-token wait: factor x prediction within [floor, cap].
+  EXPECT_EQ(FirstTokenTimeout(c->upstream, -1), absl::Seconds(30));
+  EXPECT_EQ(FirstTokenTimeout(c->upstream, 5), absl::Seconds(30));
+  EXPECT_EQ(FirstTokenTimeout(c->upstream, 20), absl::Seconds(60));
+  EXPECT_EQ(FirstTokenTimeout(c->upstream, 1000), absl::Seconds(90));
 }
 
 // The cost model is the fleet's once a prefill rate comes from a key or the

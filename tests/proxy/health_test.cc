@@ -134,4 +134,73 @@ TEST(HealthTrackerTest, OutOfRangeBackendsAreIgnored) {
 }
 
 }  // namespace
+
+HealthOptions HungOpts() {
+  HealthOptions o = Opts();
+  o.hung_after = absl::Seconds(30);
+  return o;
+}
+
+TEST(HealthTrackerTest, AnEngineWhoseCountersMoveIsBusyNotBroken) {
+  Recorder rec;
+  HealthTracker h(1, HungOpts(), rec.fn());
+  EXPECT_FALSE(h.MakingProgress(0, kT0));  // nothing scraped yet: unknown
+  // A long queue: it holds requests for minutes, its counters moving.
+  for (int i = 0; i <= 20; ++i) {
+    h.OnProgress(0, {/*holds_requests=*/true, 1000.0 * i}, kT0 + absl::Seconds(10 * i));
+  }
+  EXPECT_TRUE(h.Routable(0));
+  EXPECT_TRUE(h.MakingProgress(0, kT0 + absl::Seconds(229)));
+  EXPECT_TRUE(rec.changes.empty());
+  // Idle with its counters still: not hung either.
+  h.OnProgress(0, {false, 20000}, kT0 + absl::Seconds(300));
+  h.OnProgress(0, {false, 20000}, kT0 + absl::Seconds(900));
+  EXPECT_TRUE(h.Routable(0));
+  EXPECT_TRUE(h.MakingProgress(0, kT0 + absl::Seconds(900)));
+}
+
+TEST(HealthTrackerTest, AnEngineHoldingRequestsWithStillCountersIsEjectedWhenDue) {
+  Recorder rec;
+  HealthTracker h(2, HungOpts(), rec.fn());
+  h.OnProgress(0, {true, 500}, kT0);  // last progress
+  h.OnProgress(0, {true, 500}, kT0 + absl::Seconds(15));
+  h.OnProgress(0, {true, 500}, kT0 + absl::Seconds(29.9));
+  EXPECT_TRUE(h.Routable(0));
+  EXPECT_FALSE(h.MakingProgress(0, kT0 + absl::Seconds(30)));
+  h.OnProgress(0, {true, 500}, kT0 + absl::Seconds(30));
+  EXPECT_FALSE(h.Routable(0));
+  ASSERT_EQ(rec.changes.size(), 1u);
+  EXPECT_EQ(rec.changes[0].reason, "hung");
+  EXPECT_EQ(h.Get(0).breaker, BreakerState::kOpen);
+  EXPECT_EQ(h.Get(0).open_until, kT0 + absl::Seconds(35));
+  EXPECT_TRUE(h.Routable(1));
+  // Half-open after the ejection; still standing still: out again at once.
+  h.Tick(kT0 + absl::Seconds(35));
+  EXPECT_TRUE(h.Routable(0));
+  h.OnProgress(0, {true, 500}, kT0 + absl::Seconds(36));
+  EXPECT_FALSE(h.Routable(0));
+  EXPECT_EQ(rec.changes.back().reason, "hung");
+  // It moves again: progress, and back in after its (doubled) ejection.
+  h.OnProgress(0, {true, 501}, kT0 + absl::Seconds(40));
+  EXPECT_TRUE(h.MakingProgress(0, kT0 + absl::Seconds(40)));
+  h.Tick(kT0 + absl::Seconds(46));
+  EXPECT_TRUE(h.Routable(0));
+}
+
+TEST(HealthTrackerTest, WithoutACounterNoEngineIsJudgedHung) {
+  Recorder rec;
+  HealthTracker h(1, HungOpts(), rec.fn());
+  h.OnProgress(0, {true, -1}, kT0);
+  h.OnProgress(0, {true, -1}, kT0 + absl::Hours(1));
+  EXPECT_TRUE(h.Routable(0));
+  EXPECT_FALSE(h.MakingProgress(0, kT0 + absl::Hours(1)));
+  HealthOptions off = HungOpts();
+  off.hung_after = absl::ZeroDuration();
+  HealthTracker never(1, off, rec.fn());
+  never.OnProgress(0, {true, 7}, kT0);
+  never.OnProgress(0, {true, 7}, kT0 + absl::Hours(1));
+  EXPECT_TRUE(never.Routable(0));
+  EXPECT_TRUE(rec.changes.empty());
+}
+
 }  // namespace kvroute::proxy

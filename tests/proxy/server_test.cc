@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <thread>
 #include <set>
 
 #include "tests/proxy/fake_upstream.h"
@@ -216,7 +217,7 @@ TEST(ServerTest, UpstreamTooSlowIs504) {
     return false;
   });
   Config c = TestConfig({up.port()});
-  c.upstream.first_byte_timeout = absl::Milliseconds(200);
+  c.upstream.first_token_timeout = absl::Milliseconds(200);  // a plain body's header
   auto server = StartServer(c);
   auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
   EXPECT_EQ(res.result_int(), 504);
@@ -733,4 +734,69 @@ TEST(ServerTest, ReloadBackendsAddsAndRetiresWithoutRestart) {
 }
 
 }  // namespace
+// An engine answers a stream's header at once and says nothing until the
+// first token, however long its queue: that silence is bounded by the
+// first-token wait, not by the stream's idle timer.
+TEST(ServerTest, AQuietQueueBeforeTheFirstTokenIsNotAStalledStream) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    // Queued: two hundred times the idle timeout without a byte.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int i = 0; i < 3; ++i) FakeUpstream::WriteChunk(s, Event(i));
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  });
+  Config c = TestConfig({up.port()});
+  c.upstream.idle_timeout = absl::Milliseconds(1);
+  c.upstream.first_token_timeout = absl::Seconds(60);
+  auto server = StartServer(c);
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_NE(res.body().find("\"t2\""), std::string::npos) << res.body();
+  EXPECT_EQ(res.body().find("\"error\""), std::string::npos) << res.body();
+  const std::string m = Rendered(*server);
+  EXPECT_EQ(m.find("kvroute_stream_errors_total{"), std::string::npos) << m;
+  EXPECT_EQ(m.find("kvroute_upstream_errors_total{"), std::string::npos) << m;
+}
+
+// A request predicted to reach its first token past its deadline is answered
+// 429 with Retry-After at once, in its API's error shape, and no engine sees it.
+TEST(ServerTest, PastItsDeadlineARequestIsShedBeforeAnyEngineWork) {
+  FakeUpstream up([](const auto& req, auto& s) {
+    FakeUpstream::WriteJson(s, kJsonResponse);
+    return true;
+  });
+  Config c = TestConfig({up.port()});
+  c.router.mode = "baseline";
+  c.router.offload_cost_known = true;
+  c.router.offload_cost.prefill_tokens_per_second = 10;  // 1,000 tokens: 100 s
+  auto server = StartServer(c);
+  const std::string words(4000, 'w');
+  const std::string chat =
+      R"({"model":"m","messages":[{"role":"user","content":")" + words + R"("}]})";
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", chat);
+  EXPECT_EQ(res.result_int(), 429);
+  EXPECT_EQ(res["Retry-After"], "60");  // the predicted excess, at most 60 s
+  EXPECT_NE(res.body().find("\"type\":\"rate_limit_error\""), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("shedding load"), std::string::npos) << res.body();
+  const std::string messages = R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":")" +
+                               words + R"("}]})";
+  auto anthropic = RequestOnce(server->port(), http::verb::post, "/v1/messages", messages);
+  EXPECT_EQ(anthropic.result_int(), 429);
+  EXPECT_FALSE(anthropic["Retry-After"].empty());
+  EXPECT_NE(anthropic.body().find("\"type\":\"error\""), std::string::npos) << anthropic.body();
+  EXPECT_NE(anthropic.body().find("\"rate_limit_error\""), std::string::npos) << anthropic.body();
+  EXPECT_EQ(up.requests(), 0);
+  const std::string m = Rendered(*server);
+  EXPECT_NE(m.find("kvroute_shed_total{route=\"/v1/chat/completions\",class=\"WARM\",session="
+                   "\"new\"} 1"),
+            std::string::npos)
+      << m;
+  // A short prompt fits its deadline and is served.
+  auto small = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kChatBody);
+  EXPECT_EQ(small.result_int(), 200);
+  EXPECT_EQ(up.requests(), 1);
+}
+
 }  // namespace kvroute::proxy

@@ -158,4 +158,70 @@ TEST(ResidencyGateTest, AnAbandonedHeadLetsTheNextGo) {
 }
 
 }  // namespace
+
+TEST(ResidencyGateTest, WaitersGoInTheOrderTheirWaitsRunOut) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/100));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 90, kCap, At(0), &woken);
+  ResidencyGate::Turn patient{50, kCap};                           // max_wait: 100 s
+  ResidencyGate::Turn urgent{50, kCap, absl::Seconds(20)};         // its deadline leaves 20 s
+  ResidencyGate::Turn capped{50, kCap, absl::Seconds(1000)};       // capped at max_wait
+  const uint64_t p = g.Enter(0, "p", patient, At(1), &woken);
+  const uint64_t u = g.Enter(0, "u", urgent, At(2), &woken);
+  const uint64_t c = g.Enter(0, "c", capped, At(3), &woken);
+  ASSERT_NE(p, 0u);
+  ASSERT_NE(u, 0u);
+  ASSERT_NE(c, 0u);
+  EXPECT_EQ(g.NextEvent(), At(22));
+  // Room for one: the most urgent goes first though it came later.
+  g.Leave(0, "a", 40, At(5), &woken);
+  g.Tick(At(15), &woken);  // a idle past its grace: it leaves
+  EXPECT_THAT(woken, ElementsAre(u));
+  woken.clear();
+  // u's own bound ran out first; now p (due 101) before c (due 103).
+  g.Leave(0, "u", 50, At(20), &woken);
+  g.Tick(At(101), &woken);
+  EXPECT_THAT(woken, ElementsAre(p));
+  EXPECT_EQ(g.counters().admitted_by_timeout, 1u);
+}
+
+TEST(ResidencyGateTest, AColdWaiterTakesTheFirstRoomAnyInstanceHas) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/100));
+  std::vector<uint64_t> woken;
+  // Instance 0 is full; instance 1 is known to the gate and full too.
+  g.Enter(0, "a", 80, kCap, At(0), &woken);
+  g.Enter(1, "b", 80, kCap, At(0), &woken);
+  ResidencyGate::Turn warm{50, kCap};
+  ResidencyGate::Turn cold{50, kCap, absl::ZeroDuration(), /*movable=*/true};
+  const uint64_t w = g.Enter(0, "w", warm, At(1), &woken);  // its prefix is on 0: waits there
+  const uint64_t c = g.Enter(0, "c", cold, At(2), &woken);
+  ASSERT_NE(w, 0u);
+  ASSERT_NE(c, 0u);
+  EXPECT_TRUE(woken.empty());
+  // Instance 1 frees room first: the cold waiter goes there, not the warm one.
+  g.Leave(1, "b", 80, At(3), &woken);
+  g.Tick(At(13), &woken);
+  EXPECT_THAT(woken, ElementsAre(c));
+  EXPECT_EQ(g.TakeMove(c), 1);
+  EXPECT_EQ(g.TakeMove(c), std::nullopt);  // told once
+  EXPECT_EQ(g.TakeMove(w), std::nullopt);
+  EXPECT_EQ(g.resident_sessions(1), 1u);
+  EXPECT_EQ(g.resident_tokens(1), 50);
+  EXPECT_EQ(g.counters().moved, 1u);
+  EXPECT_EQ(g.waiting(), 1u);
+}
+
+TEST(ResidencyGateTest, AColdWaiterGoesAtOnceWhereRoomIsFree) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 80, kCap, At(0), &woken);
+  g.Enter(1, "b", 10, kCap, At(0), &woken);
+  const uint64_t c =
+      g.Enter(0, "c", {50, kCap, absl::ZeroDuration(), /*movable=*/true}, At(1), &woken);
+  ASSERT_NE(c, 0u);
+  EXPECT_THAT(woken, ElementsAre(c));
+  EXPECT_EQ(g.TakeMove(c), 1);
+  EXPECT_EQ(g.waiting(), 0u);
+}
+
 }  // namespace kvroute::router

@@ -1,0 +1,48 @@
+#include "router/shed.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvroute::router {
+
+namespace {
+
+double Deadline(const ShedOptions& o, const TtftSlos& slo, RequestClass c) {
+  double set = 0, target = 0;
+  switch (c) {
+    case RequestClass::kWarm:
+      set = o.ttft_deadline_warm_s;
+      target = slo.warm_s;
+      break;
+    case RequestClass::kMedium:
+      set = o.ttft_deadline_medium_s;
+      target = slo.medium_s;
+      break;
+    case RequestClass::kHeavy:
+      set = o.ttft_deadline_heavy_s;
+      target = slo.heavy_s;
+      break;
+  }
+  return set > 0 ? set : o.ttft_factor * target;
+}
+
+}  // namespace
+
+ShedVerdict JudgeShed(const ShedOptions& options, const TtftSlos& slo, const Decision& d,
+                      bool running_session) {
+  ShedVerdict v;
+  v.running_session = running_session;
+  v.deadline_s = Deadline(options, slo, d.request_class) *
+                 (running_session ? std::max(1.0, options.running_session_factor) : 1.0);
+  if (!options.enabled || !(d.predicted_ttft_s > 0) || !(v.deadline_s > 0) ||
+      d.predicted_ttft_s <= v.deadline_s) {
+    return v;
+  }
+  v.shed = true;
+  const double hi = std::max(options.min_retry_after_s, options.max_retry_after_s);
+  v.retry_after_s = std::clamp(std::ceil(d.predicted_ttft_s - v.deadline_s),
+                               options.min_retry_after_s, hi);
+  return v;
+}
+
+}  // namespace kvroute::router

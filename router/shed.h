@@ -1,0 +1,63 @@
+// Admission by deadline: whether a request the router has placed should be
+// answered 429 at once instead of being sent to an engine it would wait on
+// past its deadline.
+//
+// Why. An open-loop client (one that does not wait for its answers) beyond
+// the fleet's capacity makes every engine's queue grow without bound; a
+// request admitted into such a queue waits minutes for its first token and
+// is then useless, and every request behind it waits longer. Shedding at
+// admission, from the router's own prediction of the request's TTFT on the
+// instance it chose (its queue, KV admission and prefill: placement_cost.h,
+// rescaled by the learned prefill time factor), keeps the admitted work
+// within its deadlines and tells the client when to come back, which agent
+// SDKs honour (they retry 429 with backoff, Retry-After first).
+//
+// Deadlines: per class, `ttft_factor` x the class's TTFT SLO unless set
+// outright; a turn that continues a running session (a known session id,
+// or without one a prompt mostly cached on its instance) gets
+// `running_session_factor` times more, since breaking a running agent
+// wastes everything it has done while a new one loses nothing yet.
+//
+//   ShedVerdict v = JudgeShed(options.shed, options.slo, decision, running);
+//   if (v.shed) -> 429, Retry-After: v.retry_after_s
+//
+// Pure; thread-safe.
+#pragma once
+
+#include "router/types.h"
+
+namespace kvroute::router {
+
+struct ShedOptions {
+  bool enabled = true;
+  double ttft_factor = 4;  // deadline = factor x the class's TTFT SLO
+  // Deadlines by class in wall seconds; <= 0: ttft_factor x the SLO.
+  double ttft_deadline_warm_s = 0;
+  double ttft_deadline_medium_s = 0;
+  double ttft_deadline_heavy_s = 0;
+  double running_session_factor = 2;
+  // Retry-After is the predicted excess over the deadline, within these.
+  double min_retry_after_s = 1;
+  double max_retry_after_s = 60;
+};
+
+struct ShedVerdict {
+  bool shed = false;
+  bool running_session = false;
+  double deadline_s = 0;     // the request's deadline, wall seconds
+  double retry_after_s = 0;  // when shed: the wait to advise
+};
+
+// The class's TTFT SLOs in wall seconds (Options::PlacementSlo's fields).
+struct TtftSlos {
+  double warm_s = 2;
+  double medium_s = 10;
+  double heavy_s = 30;
+};
+
+// Judges `d` (with its predicted_ttft_s; a decision without one is never
+// shed). `running_session`: the request continues a session already served.
+ShedVerdict JudgeShed(const ShedOptions& options, const TtftSlos& slo, const Decision& d,
+                      bool running_session);
+
+}  // namespace kvroute::router
