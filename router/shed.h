@@ -30,12 +30,15 @@ namespace kvroute::router {
 
 struct ShedOptions {
   bool enabled = true;
-  double ttft_factor = 4;  // deadline = factor x the class's TTFT SLO
+  // deadline = factor x the class's TTFT SLO: a bound on a useless wait,
+  // not the SLO itself (a turn somewhat past its SLO is still worth serving;
+  // a refused one costs the client a retry).
+  double ttft_factor = 10;
   // Deadlines by class in wall seconds; <= 0: ttft_factor x the SLO.
   double ttft_deadline_warm_s = 0;
   double ttft_deadline_medium_s = 0;
   double ttft_deadline_heavy_s = 0;
-  double running_session_factor = 2;
+  double running_session_factor = 3;
   // Retry-After is the predicted excess over the deadline, within these.
   double min_retry_after_s = 1;
   double max_retry_after_s = 60;

@@ -23,7 +23,9 @@ Decision Predicted(RequestClass c, double ttft_s) {
 }
 
 TEST(JudgeShedTest, DeadlinesAreFactorTimesTheClassSloUnlessSet) {
-  ShedOptions o;  // factor 4, running sessions 2x
+  ShedOptions o;
+  o.ttft_factor = 4;
+  o.running_session_factor = 2;
   const TtftSlos slo{2, 10, 30};
   EXPECT_FALSE(JudgeShed(o, slo, Predicted(RequestClass::kHeavy, 120), false).shed);
   const ShedVerdict heavy = JudgeShed(o, slo, Predicted(RequestClass::kHeavy, 130.2), false);
