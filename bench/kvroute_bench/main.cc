@@ -554,6 +554,13 @@ int main(int argc, char** argv) {
     report.title = absl::StrCat("kvroute-bench run against ", target);
     report.generated_at = NowUtc();
     report.setup = {{"target", target}, {"workload", std::string(kb::WorkloadName(spec.kind))}};
+    if (spec.kind == kb::WorkloadKind::kAgentic) {
+      std::string client = kb::AgenticClientDescription(spec.agentic.client);
+      if (run_flags.run.client_timeout_s > 0) {
+        absl::StrAppend(&client, ", client timeout ", run_flags.run.client_timeout_s, " s");
+      }
+      report.setup.emplace_back("client", std::move(client));
+    }
     report.runs.push_back(*std::move(result));
     std::cout << "\n" << kb::SummaryTable(report);
     if (!run_flags.out.empty()) {
