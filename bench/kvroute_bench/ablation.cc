@@ -125,6 +125,12 @@ int64_t MergeRequestLog(const std::string& path, RunResult& run) {
     // kvroute predicts in wall seconds (its config's profile_time_scale), as records keep them.
     const double predicted = JsonNumber(o, "predicted_ttft_s");
     r.predicted_ttft_s = predicted >= 0 ? predicted : -1;
+    // A shed request's 429 can come without X-Kvroute-Class; its log line has the class,
+    // which puts the miss in that class's goodput.
+    if (const boost::json::value* c = o.if_contains("class");
+        r.klass.empty() && c != nullptr && c->is_string()) {
+      r.klass = std::string(c->as_string());
+    }
     ++matched;
   }
   return matched;

@@ -350,8 +350,19 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
     f << R"({"id":"someone-else","cached_tokens_est":1})"
       << "\n"
       << "not json\n";
+    f << R"({"id":"bench-v2-5","class":"HEAVY","status":429,"outcome":"shed"})"
+      << "\n";
   }
-  EXPECT_EQ(MergeRequestLog(path.string(), run), 2);
+  // A shed request: no X-Kvroute-Class on the 429, its class in kvroute's log.
+  RequestRecord shed;
+  shed.request_id = "bench-v2-5";
+  shed.http_status = 429;
+  shed.error = "http 429: shedding";
+  shed.failure = RequestOutcome::kShed;
+  run.requests.push_back(shed);
+  EXPECT_EQ(MergeRequestLog(path.string(), run), 3);
+  EXPECT_EQ(run.requests[5].klass, "HEAVY");
+  EXPECT_EQ(run.requests[0].klass, "WARM");  // a class the target sent stays
   std::filesystem::remove(path);
   EXPECT_EQ(run.requests[2].cached_tokens_est, 100);
   EXPECT_DOUBLE_EQ(run.requests[2].prefill_leg_s, 1.25);
