@@ -403,6 +403,13 @@ TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
   EXPECT_EQ(FailureOutcome(200, true), RequestOutcome::kGaveUp);
 }
 
+TEST(HttpClientTest, AMessagesBodyWithoutASessionHasNoMetadata) {
+  const json::value with = json::parse(BuildMessagesBody("m", {{"user", "hi"}}, 5, "job-1"));
+  EXPECT_EQ(with.at("metadata").at("user_id").as_string(), "job-1");
+  const json::value without = json::parse(BuildMessagesBody("m", {{"user", "hi"}}, 5, ""));
+  EXPECT_EQ(without.as_object().if_contains("metadata"), nullptr);
+}
+
 TEST(RunnerTest, ClosedLoopJobsEndAtAShedTurn) {
   FakeServer server(FakeServer::Behaviour::kShed);
   WorkloadSpec w = SmallAgenticWorkload();
