@@ -67,6 +67,13 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
         absl::StrFormat("trace %s: %d requests, speed-up %g, block size %d", t.path,
                         w.trace_records ? w.trace_records->size() : 0, t.speedup, t.block_size));
   }
+  if (w.kind == WorkloadKind::kAgentic) {
+    std::string client = AgenticClientDescription(w.agentic.client);
+    if (o.run_template.client_timeout_s > 0) {
+      absl::StrAppend(&client, ", client timeout ", o.run_template.client_timeout_s, " s");
+    }
+    s.emplace_back("client", std::move(client));
+  }
   if (o.targets.empty()) {
     s.emplace_back(
         "fleet",
@@ -119,6 +126,12 @@ int64_t MergeRequestLog(const std::string& path, RunResult& run) {
     // kvroute predicts in wall seconds (its config's profile_time_scale), as records keep them.
     const double predicted = JsonNumber(o, "predicted_ttft_s");
     r.predicted_ttft_s = predicted >= 0 ? predicted : -1;
+    // A shed request's 429 can come without X-Kvroute-Class; its log line has the class,
+    // which puts the miss in that class's goodput.
+    if (const boost::json::value* c = o.if_contains("class");
+        r.klass.empty() && c != nullptr && c->is_string()) {
+      r.klass = std::string(c->as_string());
+    }
     ++matched;
   }
   return matched;

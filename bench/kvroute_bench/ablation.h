@@ -81,7 +81,8 @@ std::string FindBuiltBinary(const std::string& name, const std::vector<std::stri
 
 // Joins kvroute's request log (one JSON object per line, DESIGN.md section 4) into the run's
 // records by request id: cached_tokens_est, prefill leg (t_prefill_done - t_routed),
-// transfer_s and predicted_ttft_s (wall seconds, as kvroute's config for the run has them). Returns
+// transfer_s and predicted_ttft_s (wall seconds, as kvroute's config for the run has them), and
+// the class of a record the target sent none for (a shed request). Returns
 // how many records matched; a missing file matches none.
 int64_t MergeRequestLog(const std::string& path, RunResult& run);
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 #include "wire/sse.h"
 
@@ -345,6 +346,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   auto [cec, ep] = co_await stream.async_connect(results, kAsTuple);
   if (cec) {
     out.error = absl::StrCat("connect ", call.endpoint.Url(), ": ", cec.message());
+    out.timed_out = cec == beast::error::timeout;
     co_return out;
   }
   http::request<http::string_body> req{http::verb::post, call.endpoint.base_path + call.path,
@@ -360,6 +362,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   auto [wec, wn] = co_await http::async_write(stream, req, kAsTuple);
   if (wec) {
     out.error = absl::StrCat("write: ", wec.message());
+    out.timed_out = wec == beast::error::timeout;
     co_return out;
   }
 
@@ -369,10 +372,19 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kAsTuple);
   if (hec) {
     out.error = absl::StrCat("read header: ", hec.message());
+    out.timed_out = hec == beast::error::timeout;
     co_return out;
   }
   const auto& head = parser.get();
   out.http_status = static_cast<int>(head.result_int());
+  // Delta seconds; an HTTP-date is left unread.
+  const std::string_view retry_after = head[http::field::retry_after];
+  if (double s = 0; absl::SimpleAtod(absl::StripAsciiWhitespace(absl::string_view(
+                                         retry_after.data(), retry_after.size())),
+                                     &s) &&
+                    s >= 0) {
+    out.retry_after_s = s;
+  }
   out.request_id = std::string(head["X-Request-Id"]);
   out.klass = std::string(head["X-Kvroute-Class"]);
   out.backend = std::string(head["X-Kvroute-Backend"]);
@@ -417,6 +429,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
     if (ec == http::error::end_of_stream) break;
     if (ec) {
       out.error = absl::StrCat("read body: ", ec.message());
+      out.timed_out = ec == beast::error::timeout;
       break;
     }
     if (out.http_status == 200 && is_sse) {

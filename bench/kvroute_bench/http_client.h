@@ -83,7 +83,9 @@ struct ChatCall {
   std::string body;
   std::string session_id;  // X-Session-Id when not empty
   std::string request_id;  // X-Request-Id when not empty
-  std::chrono::milliseconds timeout{600000};  // whole request
+  // The whole request, from connecting to the stream's end; when it fires the client closes
+  // the connection and ChatOutcome::timed_out is set.
+  std::chrono::milliseconds timeout{600000};
   uint64_t body_limit = 64 << 20;             // bytes of response body
   // Called once when the first generated text arrives (on the calling executor).
   std::function<void()> on_first_token;
@@ -92,6 +94,8 @@ struct ChatCall {
 struct ChatOutcome {
   int http_status = 0;
   std::string error;  // empty on success
+  bool timed_out = false;     // ChatCall::timeout fired: the client gave up
+  double retry_after_s = -1;  // Retry-After (delta seconds) when the target sent one
   std::string request_id, klass, backend;
   std::string content;  // concatenated generated text
   int64_t prompt_tokens = -1, cached_tokens = -1, completion_tokens = -1;

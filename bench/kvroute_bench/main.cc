@@ -48,6 +48,7 @@ std::string NowStamp() {
 struct CommonFlags {
   std::string workload = "agentic";
   std::string api = "chat";
+  std::string session_ids = "send";
   kb::AgenticOptions agentic;
   kb::TraceOptions trace;
   std::string window;
@@ -117,6 +118,19 @@ struct CommonFlags {
     app->add_option("--max-jobs", agentic.max_jobs, "bound on the number of jobs")
         ->group(ag)
         ->capture_default_str();
+    app->add_option("--session-ids", session_ids,
+                    "send: each job's id as X-Session-Id (metadata.user_id with --api "
+                    "messages); none: no session id, as a client that sends none")
+        ->check(CLI::IsMember({"send", "none"}))
+        ->group(ag)
+        ->capture_default_str();
+    app->add_option("--open-loop-turn-s", agentic.client.open_loop_turn_s,
+                    "open loop: send turn k+1 this many seconds + turn k's tool time after "
+                    "turn k was sent, whatever became of it, with planned answers in the "
+                    "conversation (0: closed loop, each turn waits for the previous answer)")
+        ->check(CLI::NonNegativeNumber)
+        ->group(ag)
+        ->capture_default_str();
     auto* tr = "Trace workload";
     app->add_option("--trace", trace.path,
                     "JSONL trace (timestamp, input_length, "
@@ -149,7 +163,15 @@ struct CommonFlags {
         ->check(CLI::IsMember({"chat", "messages"}))
         ->group(rn)
         ->capture_default_str();
-    app->add_option("--request-timeout", run.request_timeout_s, "seconds per request (wall)")
+    app->add_option("--request-timeout", run.request_timeout_s,
+                    "hard cap per request, wall seconds (counted as given up)")
+        ->group(rn)
+        ->capture_default_str();
+    app->add_option("--client-timeout", run.client_timeout_s,
+                    "the client abandons a request not finished this many seconds after it "
+                    "was sent (workload seconds, scaled by --time-scale; counted as given up; "
+                    "0: off)")
+        ->check(CLI::NonNegativeNumber)
         ->group(rn)
         ->capture_default_str();
     app->add_option("--drain-timeout", run.drain_timeout_s,
@@ -204,6 +226,15 @@ struct CommonFlags {
       }
       spec.agentic =
           kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s, seed);
+    }
+    agentic.client.send_session_ids = session_ids == "send";
+    spec.agentic.client = agentic.client;
+    if (spec.kind == kb::WorkloadKind::kTrace &&
+        (!agentic.client.send_session_ids || agentic.client.open_loop())) {
+      std::fprintf(stderr,
+                   "--session-ids none and --open-loop-turn-s are for agentic workloads "
+                   "(agentic, agentic-long)\n");
+      return false;
     }
     if (!window.empty()) {
       std::vector<std::string> parts = absl::StrSplit(window, ':');
@@ -523,6 +554,13 @@ int main(int argc, char** argv) {
     report.title = absl::StrCat("kvroute-bench run against ", target);
     report.generated_at = NowUtc();
     report.setup = {{"target", target}, {"workload", std::string(kb::WorkloadName(spec.kind))}};
+    if (spec.kind == kb::WorkloadKind::kAgentic) {
+      std::string client = kb::AgenticClientDescription(spec.agentic.client);
+      if (run_flags.run.client_timeout_s > 0) {
+        absl::StrAppend(&client, ", client timeout ", run_flags.run.client_timeout_s, " s");
+      }
+      report.setup.emplace_back("client", std::move(client));
+    }
     report.runs.push_back(*std::move(result));
     std::cout << "\n" << kb::SummaryTable(report);
     if (!run_flags.out.empty()) {

@@ -10,11 +10,41 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/kvroute_bench/log_histogram.h"
 
 namespace kvroute::bench {
+
+// What became of a request. Shed: the target answered HTTP 429 before any stream (admission
+// control turned it away, with Retry-After). Failed: any other error once the request was
+// sent (another non-2xx status, a refused connection, a broken stream, an SSE error event, an
+// upstream timeout the target reports). Gave up: the client abandoned it, its own timeout
+// (--client-timeout, or the --request-timeout cap) having fired, or the run ending first.
+enum class RequestOutcome { kOk, kShed, kFailed, kGaveUp };
+
+inline std::string_view OutcomeName(RequestOutcome o) {
+  switch (o) {
+    case RequestOutcome::kOk:
+      return "ok";
+    case RequestOutcome::kShed:
+      return "shed";
+    case RequestOutcome::kFailed:
+      return "failed";
+    case RequestOutcome::kGaveUp:
+      return "gave_up";
+  }
+  return "failed";
+}
+
+// The outcome of a request that did not succeed, from its HTTP status (0: none) and whether
+// the client's own timeout ended it.
+inline RequestOutcome FailureOutcome(int http_status, bool client_gave_up) {
+  if (http_status == 429) return RequestOutcome::kShed;
+  if (client_gave_up) return RequestOutcome::kGaveUp;
+  return RequestOutcome::kFailed;
+}
 
 struct RequestRecord {
   int64_t job = -1;  // agentic job id, -1 for trace requests
@@ -25,6 +55,11 @@ struct RequestRecord {
   std::string backend;     // X-Kvroute-Backend ("gpu3" or "gpu1->gpu3")
   int http_status = 0;     // 0: no response
   std::string error;       // empty on success
+  // What an unsuccessful request met (read only when `error` is set; a record given only an
+  // error reads as failed).
+  RequestOutcome failure = RequestOutcome::kFailed;
+  // A shed request's Retry-After, wall seconds as the target sent them (-1: none).
+  double retry_after_s = -1;
   double t_start = 0;      // request sent
   double ttft = -1;        // first content token
   double tpot = -1;        // mean time per output token after the first
@@ -52,6 +87,7 @@ struct RequestRecord {
   double compute_floor_s = -1;
 
   bool ok() const { return error.empty(); }
+  RequestOutcome outcome() const { return ok() ? RequestOutcome::kOk : failure; }
   bool offloaded() const { return backend.find("->") != std::string::npos; }
 };
 
@@ -97,6 +133,12 @@ struct RunResult {
   double pooled_bound_hit_ratio = -1;
   int64_t fleet_kv_tokens = 0;
   int64_t dropped = 0;  // arrivals dropped because max in-flight was reached
+  // How the client behaved (the agentic workload's client options and RunOptions): sent
+  // session ids, open-loop turn time (workload seconds, 0: closed loop), client timeout
+  // (modelled seconds, 0: none).
+  bool session_ids = true;
+  double open_loop_turn_s = 0;
+  double client_timeout_s = 0;
   SloTargets slo;
   // KV bytes per token of the fleet's model (0: unknown), for the bytes offloads moved.
   double kv_bytes_per_token = 0;

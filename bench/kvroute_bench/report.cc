@@ -36,6 +36,11 @@ json::object SummaryJson(const RunSummary& s) {
   json::object o;
   o["requests"] = s.requests;
   o["errors"] = s.errors;
+  o["served"] = s.served;
+  o["shed"] = s.shed;
+  o["shed_share"] = s.shed_share;
+  o["failed"] = s.failed;
+  o["gave_up"] = s.gave_up;
   o["dropped"] = s.dropped;
   o["error_rate"] = s.error_rate;
   o["offloads"] = s.offloads;
@@ -140,8 +145,10 @@ std::string TimeUnitNote(const Report& report) {
 }
 
 // Rows shared by the markdown and HTML tables.
+// Kept in step with SummaryRow; SummaryTable picks its columns from both by these names.
 std::vector<std::string> SummaryHeader() {
-  return {"config",    "requests",         "errors",       "offloads",       "prefix hit",
+  return {"config",    "requests",         "errors",       "served",         "shed",
+          "failed",    "gave up",          "offloads",     "prefix hit",
           "hit bound", "pooled-LRU bound", "hit / pooled", "TTFT p50",       "TTFT p90",
           "TTFT p99",  "TPOT p50",         "TPOT p99",     "E2E p50",        "E2E p99",
           "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "T8/T1",          "KV mean",
@@ -154,6 +161,10 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
   return {r.name,
           absl::StrCat(s.requests),
           absl::StrFormat("%d (%.1f%%)", s.errors + s.dropped, s.error_rate * 100),
+          absl::StrCat(s.served),
+          absl::StrFormat("%d (%.1f%%)", s.shed, s.shed_share * 100),
+          absl::StrCat(s.failed),
+          absl::StrCat(s.gave_up),
           absl::StrCat(s.offloads),
           Percent(s.hit_ratio),
           Percent(s.bound_hit_ratio),
@@ -277,9 +288,11 @@ std::string SloNote(const Report& report) {
   const SloTargets& slo = report.runs.front().slo;
   return absl::StrFormat(
       "Goodput = share of requests that succeeded with TTFT within their class's SLO (WARM "
-      "%gs, MEDIUM %gs, HEAVY %gs) and TPOT within %gs, modelled seconds; failed requests, "
-      "dropped arrivals and failures without a class count as misses, successful requests "
-      "without a class are left out. ITL = every gap between consecutive streamed text chunks "
+      "%gs, MEDIUM %gs, HEAVY %gs) and TPOT within %gs, modelled seconds; shed (HTTP 429), "
+      "failed and given-up requests, dropped arrivals and unsuccessful requests without a "
+      "class count as misses, successful requests without a class are left out. Served = "
+      "succeeded; shed = answered 429 before any stream (share of requests sent); failed = "
+      "any other error once sent; gave up = abandoned at the client's timeout. ITL = every gap between consecutive streamed text chunks "
       "(from a bounded log histogram, within 1.2%%); a stream is stalled when a gap exceeds "
       "%gs.",
       slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS);
@@ -416,6 +429,9 @@ json::value ReportJson(const Report& report) {
     o["workload"] = r.workload;
     o["time_scale"] = r.time_scale;
     o["duration_s"] = r.duration_s;
+    o["client"] = json::object{{"session_ids", r.session_ids ? "send" : "none"},
+                               {"open_loop_turn_s", r.open_loop_turn_s},
+                               {"client_timeout_s", r.client_timeout_s}};
     o["summary"] = SummaryJson(sums[i]);
     json::array reqs;
     for (const RequestRecord& q : r.requests) {
@@ -427,6 +443,8 @@ json::value ReportJson(const Report& report) {
                                   {"backend", q.backend},
                                   {"status", q.http_status},
                                   {"error", q.error},
+                                  {"outcome", OutcomeName(q.outcome())},
+                                  {"retry_after_s", q.retry_after_s},
                                   {"t_start", q.t_start},
                                   {"ttft", q.ttft},
                                   {"tpot", q.tpot},
@@ -489,18 +507,32 @@ json::value ReportJson(const Report& report) {
 
 std::string SummaryTable(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
-  const std::vector<std::string> header = {"config",  "reqs",     "err%",    "offl",    "hit",
-                                           "bound",   "pooled",   "TTFTp50", "TTFTp90", "TTFTp99",
-                                           "TPOTp50", "E2Ep99",   "HEAVY",   "job p50", "T8/T1",
-                                           "est med", "est mean", "goodput", "ITLp99"};
+  const std::vector<std::string> header = {
+      "config",  "reqs",    "served",  "shed",    "failed",  "gaveup",   "err%",
+      "offl",    "hit",     "bound",   "pooled",  "TTFTp50", "TTFTp90",  "TTFTp99",
+      "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "T8/T1",   "est med",  "est mean",
+      "goodput", "ITLp99"};
+  // Columns of SummaryRow by their SummaryHeader name.
+  const std::vector<std::string> full_header = SummaryHeader();
+  auto column = [&](const std::vector<std::string>& full, std::string_view name) {
+    const auto it = std::find(full_header.begin(), full_header.end(), name);
+    return full[static_cast<size_t>(it - full_header.begin())];
+  };
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const std::vector<std::string> full = SummaryRow(report.runs[i], sums[i]);
-    const EstimateErrorSummary& e = sums[i].classes.front().estimate;
-    rows.push_back({full[0], full[1], absl::StrFormat("%.1f", sums[i].error_rate * 100), full[3],
-                    full[4], full[5], full[6], full[8], full[9], full[10], full[11], full[14],
-                    full[15], full[17], full[18], e.n > 0 ? Percent(e.median_abs) : "-",
-                    e.n > 0 ? SignedPercent(e.mean_signed) : "-", full[21], full[22]});
+    const RunSummary& s = sums[i];
+    const EstimateErrorSummary& e = s.classes.front().estimate;
+    rows.push_back({column(full, "config"), column(full, "requests"), column(full, "served"),
+                    column(full, "shed"), column(full, "failed"), column(full, "gave up"),
+                    absl::StrFormat("%.1f", s.error_rate * 100), column(full, "offloads"),
+                    column(full, "prefix hit"), column(full, "hit bound"),
+                    column(full, "pooled-LRU bound"), column(full, "TTFT p50"),
+                    column(full, "TTFT p90"), column(full, "TTFT p99"), column(full, "TPOT p50"),
+                    column(full, "E2E p99"), column(full, "HEAVY n"), column(full, "job p50"),
+                    column(full, "T8/T1"), e.n > 0 ? Percent(e.median_abs) : "-",
+                    e.n > 0 ? SignedPercent(e.mean_signed) : "-", column(full, "goodput"),
+                    column(full, "ITL p99")});
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {

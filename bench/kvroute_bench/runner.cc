@@ -46,6 +46,11 @@ class Run {
     result_.time_scale = options.time_scale > 0 ? options.time_scale : 1.0;
     result_.slo = options.slo;
     result_.kv_bytes_per_token = options.kv_bytes_per_token;
+    result_.client_timeout_s = options.client_timeout_s;
+    if (workload.kind == WorkloadKind::kAgentic) {
+      result_.session_ids = workload.agentic.client.send_session_ids;
+      result_.open_loop_turn_s = workload.agentic.client.open_loop_turn_s;
+    }
   }
 
   net::awaitable<void> Main() {
@@ -93,7 +98,10 @@ class Run {
 
   RunResult TakeResult() {
     for (RequestRecord& r : result_.requests) {
-      if (r.e2e < 0 && r.error.empty()) r.error = "unfinished at end of run";
+      if (r.e2e < 0 && r.error.empty()) {
+        r.error = "unfinished at end of run";
+        r.failure = RequestOutcome::kGaveUp;  // the client stopped waiting for it
+      }
     }
     return std::move(result_);
   }
@@ -103,8 +111,10 @@ class Run {
 
   void Report(std::string_view what) {
     std::string line = absl::StrFormat(
-        "[%s] %.1fs %s: %d sent, %d done, %d errors, %d in flight, %d dropped", options_.name,
-        Seconds(), what, sent_, done_, errors_, sent_ - done_, result_.dropped);
+        "[%s] %.1fs %s: %d sent, %d done, %d errors, %d shed, %d gave up, %d in flight, "
+        "%d dropped",
+        options_.name, Seconds(), what, sent_, done_, errors_, shed_, gave_up_, sent_ - done_,
+        result_.dropped);
     if (options_.progress) {
       options_.progress(line);
     } else {
@@ -205,7 +215,10 @@ class Run {
       call.session_id = session;
     }
     call.request_id = record.request_id;
-    call.timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_s * 1000));
+    double timeout_s = options_.request_timeout_s;
+    if (options_.client_timeout_s > 0) {
+      timeout_s = std::min(timeout_s, options_.client_timeout_s * result_.time_scale);
+    }
     OracleReference::Routed routed;
     ChatOutcome out;
     // The oracle routes in the bench: its routing, and the residency gate's wait, are part of
@@ -220,11 +233,16 @@ class Run {
                                                   completion, record.request_id);
       routing_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - routing_start)
                       .count();
+      timeout_s -= routing_s;  // the client's patience counts from sending, routing included
       call.endpoint = routed.endpoint;
       OracleReference* reference = options_.reference.get();
       call.on_first_token = [reference, &routed] { reference->OnFirstToken(routed); };
     }
-    if (routed.error.empty()) {
+    if (routed.error.empty() && timeout_s <= 0) {
+      out.error = "client timeout while the oracle reference routed";
+      out.timed_out = true;
+    } else if (routed.error.empty()) {
+      call.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
       out = co_await StreamChat(std::move(call));
       if (out.ttft >= 0) out.ttft += routing_s;
       if (out.e2e >= 0) out.e2e += routing_s;
@@ -238,13 +256,19 @@ class Run {
       out.backend = routed.backend;
     }
     ++done_;
-    if (!out.error.empty()) ++errors_;
     RequestRecord& r = result_.requests[index];
     if (!out.request_id.empty()) r.request_id = out.request_id;
     r.klass = out.klass;
     r.backend = out.backend;
     r.http_status = out.http_status;
     r.error = out.error;
+    r.failure = FailureOutcome(out.http_status, out.timed_out);
+    r.retry_after_s = out.retry_after_s;
+    if (!r.ok()) {
+      ++errors_;
+      shed_ += r.outcome() == RequestOutcome::kShed ? 1 : 0;
+      gave_up_ += r.outcome() == RequestOutcome::kGaveUp ? 1 : 0;
+    }
     r.ttft = out.ttft;
     r.tpot = out.tpot;
     r.e2e = out.e2e;
@@ -287,7 +311,11 @@ class Run {
       rec.t_arrival = Seconds();
       result_.jobs.push_back(rec);
       UnitStarted();
-      net::co_spawn(io_, RunJob(job, index), net::detached);
+      if (a.client.open_loop()) {
+        net::co_spawn(io_, RunOpenLoopJob(job, index), net::detached);
+      } else {
+        net::co_spawn(io_, RunJob(job, index), net::detached);
+      }
     }
   }
 
@@ -329,6 +357,71 @@ class Run {
     }
     JobRecord& j = result_.jobs[job_index];
     j.ok = ok;
+    j.t_done = Seconds();
+    UnitDone();
+  }
+
+  // An open-loop job: its turns go out at their planned times (AgenticOpenLoopSendTimes)
+  // with the planned answers in the conversation, whatever became of the earlier turns. The
+  // job, one unit of in-flight work, ends when its last turn has finished.
+  struct OpenLoopJob {
+    size_t job_index = 0;
+    int64_t outstanding = 0;  // turns sent and not yet finished
+    bool all_sent = false;
+    bool ok = true;
+  };
+
+  net::awaitable<void> RunOpenLoopJob(AgenticJob job, size_t job_index) {
+    const AgenticOptions& a = workload_.agentic;
+    const std::vector<PlannedTurn> turns = PlanAgenticTurns(a, job.id);
+    const std::vector<double> send_at = AgenticOpenLoopSendTimes(a, job);
+    auto state = std::make_shared<OpenLoopJob>();
+    state->job_index = job_index;
+    result_.jobs[job_index].turn_e2e.assign(turns.size(), -1);
+    std::vector<ChatMessage> messages = {{"system", system_prompt_},
+                                         {"user", AgenticTask(a, job.id)}};
+    net::steady_timer turn_timer(io_);
+    for (size_t k = 0; k < turns.size(); ++k) {
+      const PlannedTurn& p = turns[k];
+      if (k > 0) {
+        messages.push_back({"assistant", AgenticPlannedAnswer(a, job.id, turns[k - 1].turn)});
+        messages.push_back({"user", AgenticToolOutput(a, job.id, turns[k - 1].turn)});
+      }
+      turn_timer.expires_at(epoch_ + WallFromSeconds(send_at[k] * result_.time_scale));
+      co_await turn_timer.async_wait(kAsTuple);
+      RequestRecord rec;
+      rec.job = job.id;
+      rec.turn = p.turn;
+      if (k == 0) {
+        rec.bound_cached_tokens = first_turns_sent_ > 0 ? a.system_tokens : 0;
+        ++first_turns_sent_;
+      } else {
+        // The previous prompt (planned: its answer need not have arrived); the planned answer
+        // that follows it is not the text the engine generated and cached.
+        rec.bound_cached_tokens = turns[k - 1].prompt_tokens;
+      }
+      ++state->outstanding;
+      net::co_spawn(io_, SendOpenLoopTurn(messages, p, job.session_id, rec, state),
+                    net::detached);
+    }
+    state->all_sent = true;
+    if (state->outstanding == 0) FinishOpenLoopJob(*state);
+  }
+
+  net::awaitable<void> SendOpenLoopTurn(std::vector<ChatMessage> messages, PlannedTurn turn,
+                                        std::string session, RequestRecord rec,
+                                        std::shared_ptr<OpenLoopJob> state) {
+    auto [i, content] = co_await Send(messages, turn.completion_tokens, session, rec);
+    const RequestRecord& r = result_.requests[i];
+    result_.jobs[state->job_index].turn_e2e[static_cast<size_t>(turn.turn - 1)] =
+        r.ok() ? r.e2e : -1;
+    state->ok = state->ok && r.ok();
+    if (--state->outstanding == 0 && state->all_sent) FinishOpenLoopJob(*state);
+  }
+
+  void FinishOpenLoopJob(const OpenLoopJob& state) {
+    JobRecord& j = result_.jobs[state.job_index];
+    j.ok = state.ok;
     j.t_done = Seconds();
     UnitDone();
   }
@@ -422,7 +515,7 @@ class Run {
   bool arrivals_done_ = false;
   bool stopped_ = false;
   int64_t active_ = 0;
-  int64_t sent_ = 0, done_ = 0, errors_ = 0, next_request_ = 0;
+  int64_t sent_ = 0, done_ = 0, errors_ = 0, shed_ = 0, gave_up_ = 0, next_request_ = 0;
   int64_t first_turns_sent_ = 0;
   size_t fed_samples_ = 0;
   std::string system_prompt_;
@@ -486,7 +579,11 @@ void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run) {
     } else {
       b.stream = r.job;
       b.shared_prefix_tokens = workload.agentic.system_tokens;
-      b.completion_tokens = std::max<int64_t>(0, r.completion_tokens);
+      // An open-loop conversation goes on with the planned answer, not the generated one the
+      // engine cached: only the prompt continues the stream.
+      b.completion_tokens = workload.agentic.client.open_loop()
+                                ? 0
+                                : std::max<int64_t>(0, r.completion_tokens);
     }
     requests.push_back(std::move(b));
   }

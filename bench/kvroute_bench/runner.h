@@ -2,7 +2,9 @@
 // progress output.
 //
 // Arrivals follow the workload's plan on the wall clock (scaled by time_scale) whatever the
-// target's speed: a slow system never slows the generator. Work in flight is bounded by
+// target's speed: a slow system never slows the generator. An agentic job's later turns
+// follow its earlier answers (closed loop; a failed, shed or abandoned turn ends the job), or
+// with AgenticClientOptions::open_loop_turn_s their planned send times. Work in flight is bounded by
 // max_inflight (arrivals beyond it are dropped and counted), every request has a timeout and
 // the run ends at most drain_timeout after the last arrival.
 //
@@ -58,7 +60,12 @@ struct RunOptions {
   double time_scale = 1.0;  // workload seconds are multiplied by this on the wall clock
   double sample_interval_s = 2.0;
   double progress_interval_s = 5.0;
+  // The hard cap on a request, wall seconds: the client closes the connection and counts the
+  // request as given up (RequestOutcome::kGaveUp).
   double request_timeout_s = 600;
+  // The agents' own patience, modelled seconds (x time_scale on the wall clock; 0: off): a
+  // request not finished this long after it was sent is abandoned and counted as given up.
+  double client_timeout_s = 0;
   double drain_timeout_s = 600;
   int64_t max_inflight = 4096;  // jobs or requests in flight
   // The fleet's KV in tokens for the pooled-LRU bound; 0: the sum over `instances` of
@@ -82,7 +89,8 @@ absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadS
 
 // Fills run.bound_hit_ratio (infinite cache) and run.pooled_bound_hit_ratio (one LRU cache of
 // run.fleet_kv_tokens) from the requests as they were sent (t_start order, the engine's
-// prompt and completion token counts), at 16-token blocks for agentic runs and the trace's
+// prompt and completion token counts; open-loop agentic runs go on with planned answers, so
+// their completions are not reused), at 16-token blocks for agentic runs and the trace's
 // blocks for traces. Leaves the pooled bound at -1 when the fleet's KV is unknown.
 void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run);
 

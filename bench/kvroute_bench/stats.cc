@@ -135,7 +135,8 @@ RunSummary Summarize(const RunResult& run) {
     if (r.offloaded()) ++s.offloads;
     const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
     Samples& c = by_class[{ClassOrder(klass), klass}];
-    // Goodput counts every request of a class with an SLO, failed ones as misses.
+    // Goodput counts every request of a class with an SLO, and every unsuccessful request
+    // (shed, failed or given up) as a miss.
     const double ttft_slo = TtftSlo(run.slo, klass);
     if (ttft_slo > 0) any_slo_class = true;
     const bool met = r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / scale <= ttft_slo &&
@@ -147,6 +148,20 @@ RunSummary Summarize(const RunResult& run) {
     if (ttft_slo > 0) {
       ++c.slo_requests;
       c.slo_met += met ? 1 : 0;
+    }
+    switch (r.outcome()) {
+      case RequestOutcome::kOk:
+        ++s.served;
+        break;
+      case RequestOutcome::kShed:
+        ++s.shed;
+        break;
+      case RequestOutcome::kFailed:
+        ++s.failed;
+        break;
+      case RequestOutcome::kGaveUp:
+        ++s.gave_up;
+        break;
     }
     if (!r.ok()) {
       ++s.errors;
@@ -208,6 +223,8 @@ RunSummary Summarize(const RunResult& run) {
     }
   }
   s.dropped = run.dropped;
+  s.shed_share =
+      s.requests > 0 ? static_cast<double>(s.shed) / static_cast<double>(s.requests) : 0;
   s.offload_prefill = Describe(offload_prefill);
   s.offload_transfer = Describe(offload_transfer);
   if (est_n > 0) s.cache_estimate_error = est_error / static_cast<double>(est_n);

@@ -76,18 +76,26 @@ struct ClassSummary {
   int64_t streams = 0;
   double stalled_stream_share = -1;
   // Goodput: slo_met of slo_requests met their class TTFT SLO and the TPOT SLO. The
-  // denominator counts failed requests of the class too; for ALL it also counts dropped
-  // arrivals and failures without a class. -1: no request had a class with a TTFT SLO.
+  // denominator counts the class's unsuccessful requests too (shed, failed, given up: all
+  // misses); for ALL it also counts dropped arrivals and unsuccessful requests without a
+  // class. -1: no request had a class with a TTFT SLO.
   int64_t slo_requests = 0;
   int64_t slo_met = 0;
   double goodput = -1;
 };
 
 struct RunSummary {
-  int64_t requests = 0;
-  int64_t errors = 0;
+  int64_t requests = 0;  // sent
+  int64_t errors = 0;    // shed + failed + gave_up
+  // Outcomes (records.h RequestOutcome): served (succeeded), shed (HTTP 429 before any
+  // stream), failed after the target accepted the request, given up by the client.
+  int64_t served = 0;
+  int64_t shed = 0;
+  int64_t failed = 0;
+  int64_t gave_up = 0;
+  double shed_share = 0;  // shed / requests
   int64_t dropped = 0;
-  double error_rate = 0;
+  double error_rate = 0;  // (errors + dropped) / (requests + dropped)
   int64_t offloads = 0;
   double throughput_rps = 0;  // completed requests per modelled second
   int64_t prompt_tokens = 0;

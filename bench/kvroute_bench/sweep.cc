@@ -49,10 +49,15 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kPrefixHit:
     case SweepFigure::kHitOfPooled:
     case SweepFigure::kGoodput:
+    case SweepFigure::kShedShare:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
     case SweepFigure::kErrors:
+    case SweepFigure::kServed:
+    case SweepFigure::kShed:
+    case SweepFigure::kFailed:
+    case SweepFigure::kGaveUp:
       return absl::StrFormat("%g", v);
     default:
       return FormatSeconds(v);
@@ -93,7 +98,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kErrors) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kGaveUp) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -109,6 +114,11 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kHitOfPooled, "hit_of_pooled_lru_bound", "hit / pooled"},
       {SweepFigure::kOffloads, "offloads", "offloads"},
       {SweepFigure::kErrors, "errors", "errors"},
+      {SweepFigure::kServed, "served", "served"},
+      {SweepFigure::kShed, "shed", "shed"},
+      {SweepFigure::kShedShare, "shed_share", "shed share"},
+      {SweepFigure::kFailed, "failed", "failed"},
+      {SweepFigure::kGaveUp, "gave_up", "gave up"},
   }};
   return kFigures;
 }
@@ -136,6 +146,11 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   v[Index(SweepFigure::kRequests)] = static_cast<double>(summary.requests);
   v[Index(SweepFigure::kOffloads)] = static_cast<double>(summary.offloads);
   v[Index(SweepFigure::kErrors)] = static_cast<double>(summary.errors + summary.dropped);
+  v[Index(SweepFigure::kServed)] = static_cast<double>(summary.served);
+  v[Index(SweepFigure::kShed)] = static_cast<double>(summary.shed);
+  if (summary.requests > 0) v[Index(SweepFigure::kShedShare)] = summary.shed_share;
+  v[Index(SweepFigure::kFailed)] = static_cast<double>(summary.failed);
+  v[Index(SweepFigure::kGaveUp)] = static_cast<double>(summary.gave_up);
   return v;
 }
 
@@ -374,8 +389,11 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
                   "HEAVY class's); goodput: the share of requests meeting their class's TTFT "
                   "SLO and the TPOT SLO (each point's report.md); hit / pooled: each run's "
-                  "prefix hit over its own pooled-LRU bound; errors count failed "
-                  "requests and dropped arrivals.\n\n");
+                  "prefix hit over its own pooled-LRU bound; errors count unsuccessful "
+                  "requests and dropped arrivals; of the requests sent, served succeeded, shed "
+                  "were answered HTTP 429 before any stream (shed share of those sent), failed "
+                  "met another error once sent and gave up were abandoned at the client's "
+                  "timeout.\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
   for (const SweepFigureInfo& f : SweepFigures()) {
@@ -465,6 +483,7 @@ WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second
     const AgenticOptions::LongPresetInputs& in = base.agentic.long_preset;
     w.agentic =
         AgenticLongPreset(in.fleet_kv_tokens, in.working_set_ratio, in.arrival_window_s, seed);
+    w.agentic.client = base.agentic.client;
   }
   w.agentic.jobs_per_second = jobs_per_second;
   w.agentic.seed = seed;
@@ -508,6 +527,11 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
                 w.completion_tokens, w.tool_time_s);
   sweep.setup = {
       {"workload", workload},
+      {"client", absl::StrCat(AgenticClientDescription(w.client),
+                              a.run_template.client_timeout_s > 0
+                                  ? absl::StrCat(", client timeout ",
+                                                 a.run_template.client_timeout_s, " s")
+                                  : std::string())},
       {"fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale %g, sim seed "
                                 "%d; a fresh fleet per configuration and point",
                                 a.instances, a.profile.empty() ? "(default)" : a.profile,

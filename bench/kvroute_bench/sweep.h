@@ -67,9 +67,14 @@ enum class SweepFigure {
   kPrefixHit,     // cached / prompt tokens, 0..1 (higher is better)
   kHitOfPooled,   // kPrefixHit / the run's pooled-LRU bound (runner.h); NaN when unknown
   kOffloads,
-  kErrors,  // failed requests plus dropped arrivals
+  kErrors,     // unsuccessful requests (shed, failed, given up) plus dropped arrivals
+  kServed,     // requests that succeeded
+  kShed,       // requests answered HTTP 429 before any stream
+  kShedShare,  // kShed / kRequests, 0..1
+  kFailed,     // requests that failed after the target accepted them
+  kGaveUp,     // requests the client abandoned at its timeout
 };
-inline constexpr size_t kSweepFigureCount = 11;
+inline constexpr size_t kSweepFigureCount = 16;
 
 struct SweepFigureInfo {
   SweepFigure figure;

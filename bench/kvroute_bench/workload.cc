@@ -24,7 +24,9 @@ std::vector<AgenticJob> PlanAgenticJobs(const AgenticOptions& options) {
     // Exponential gaps; 1 - u lies in (0, 1], so the log is finite.
     t += -std::log(1.0 - rng.NextDouble()) / options.jobs_per_second;
     if (t >= options.duration_s) break;
-    jobs.push_back({id, t, absl::StrCat("job-", options.seed, "-", id)});
+    jobs.push_back({id, t,
+                    options.client.send_session_ids ? absl::StrCat("job-", options.seed, "-", id)
+                                                    : std::string()});
   }
   return jobs;
 }
@@ -102,6 +104,30 @@ std::vector<PlannedTurn> PlanAgenticTurns(const AgenticOptions& options, int64_t
     prompt += answer + AgenticToolTokens(options, job_id, t);
   }
   return turns;
+}
+
+std::string AgenticClientDescription(const AgenticClientOptions& client) {
+  return absl::StrCat(
+      client.send_session_ids ? "session ids sent" : "no session ids",
+      client.open_loop() ? absl::StrCat(", open loop: turn k+1 sent ", client.open_loop_turn_s,
+                                        " s + tool time after turn k, planned answers")
+                         : std::string(", closed loop"));
+}
+
+std::vector<double> AgenticOpenLoopSendTimes(const AgenticOptions& options,
+                                             const AgenticJob& job) {
+  std::vector<double> times;
+  double t = job.arrival_s;
+  for (const PlannedTurn& p : PlanAgenticTurns(options, job.id)) {
+    times.push_back(t);
+    t += options.client.open_loop_turn_s + AgenticToolTime(options, job.id, p.turn);
+  }
+  return times;
+}
+
+std::string AgenticPlannedAnswer(const AgenticOptions& options, int64_t job_id, int turn) {
+  return SyntheticText(StreamSeed(options.seed, "agentic-planned-answer", job_id, turn),
+                       AgenticCompletionTokens(options, job_id, turn));
 }
 
 double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_jobs) {

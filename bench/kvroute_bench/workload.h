@@ -25,6 +25,25 @@ namespace kvroute::bench {
 // Agentic jobs: a shared system prompt, a per-job task, `turns` chat turns; after every
 // non-final turn the agent "runs a tool" for tool_time_s and appends its output.
 
+// How the agents behave as clients, apart from what their sessions hold: a preset rebuilt at
+// another seed (the sweep's agentic-long) carries these over unchanged.
+struct AgenticClientOptions {
+  // false: requests carry no session id (no X-Session-Id header, no metadata.user_id), as a
+  // client that sends none; the router then has only the prompts to go by.
+  bool send_session_ids = true;
+  // > 0: open loop. Turn k+1 is sent open_loop_turn_s + turn k's tool time after turn k was
+  // sent, whatever became of turn k (a replay of recorded sessions at their recorded times),
+  // and the conversation carries each turn's planned answer (AgenticPlannedAnswer) instead of
+  // the generated one, so every configuration receives the same prompts. 0: closed loop, a
+  // turn follows its predecessor's answer and tool time, and a turn that fails ends its job.
+  double open_loop_turn_s = 0;
+  bool open_loop() const { return open_loop_turn_s > 0; }
+};
+
+// One line for reports: "session ids sent, closed loop" or "no session ids, open loop:
+// turn k+1 sent 12 s + tool time after turn k".
+std::string AgenticClientDescription(const AgenticClientOptions& client);
+
 struct AgenticOptions {
   double jobs_per_second = 0.5;
   double duration_s = 60;  // arrivals happen in [0, duration_s)
@@ -64,6 +83,7 @@ struct AgenticOptions {
     double arrival_window_s = 0;
   };
   LongPresetInputs long_preset = {};
+  AgenticClientOptions client = {};
 };
 
 // The `agentic-long` preset: coding-agent sessions under KV memory pressure.
@@ -83,7 +103,7 @@ double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_j
 struct AgenticJob {
   int64_t id = 0;
   double arrival_s = 0;   // offset from the start of the run, in workload time
-  std::string session_id;  // sent as X-Session-Id
+  std::string session_id;  // sent as X-Session-Id; empty: none (client.send_session_ids off)
 };
 
 // Poisson arrivals at jobs_per_second over [0, duration_s), at most max_jobs.
@@ -112,6 +132,15 @@ struct PlannedTurn {
   int64_t completion_tokens = 0;
 };
 std::vector<PlannedTurn> PlanAgenticTurns(const AgenticOptions& options, int64_t job_id);
+
+// Open-loop send times of a job's planned turns, in workload seconds from the start of the
+// run: turn 1 at the job's arrival, turn k+1 at turn k's + client.open_loop_turn_s + turn k's
+// tool time. One entry per PlanAgenticTurns entry.
+std::vector<double> AgenticOpenLoopSendTimes(const AgenticOptions& options, const AgenticJob& job);
+// The assistant message an open-loop conversation carries after turn `turn`: exactly
+// AgenticCompletionTokens(options, job_id, turn) tokens of synthetic text (4 bytes a token,
+// text.h), unique per (seed, job, turn).
+std::string AgenticPlannedAnswer(const AgenticOptions& options, int64_t job_id, int turn);
 
 // ---------------------------------------------------------------------------------------------
 // Trace replay (Mooncake FAST'25 format, see bench/traces/README.md).

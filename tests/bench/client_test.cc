@@ -1,4 +1,5 @@
 // The streaming client and the runner against a tiny in-test OpenAI-like server (port 0).
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -18,7 +19,9 @@
 #include <gtest/gtest.h>
 
 #include "bench/kvroute_bench/http_client.h"
+#include "absl/strings/str_cat.h"
 #include "bench/kvroute_bench/runner.h"
+#include "bench/kvroute_bench/stats.h"
 
 namespace kvroute::bench {
 namespace {
@@ -30,10 +33,14 @@ using tcp = net::ip::tcp;
 constexpr auto kAsTuple = net::as_tuple(net::use_awaitable);
 
 // Fake kvroute: streams `max_tokens` one-word chunks with usage, the kvroute headers, and
-// reports cached tokens as "everything but the last 100 prompt bytes / 4".
+// reports cached tokens as "everything but the last 100 prompt bytes / 4". Overloaded, it
+// sheds every chat request (429, Retry-After: 3); hanging, it never answers one.
 class FakeServer {
  public:
-  FakeServer() : acceptor_(io_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+  enum class Behaviour { kServe, kShed, kHang };
+  explicit FakeServer(Behaviour behaviour = Behaviour::kServe)
+      : behaviour_(behaviour),
+        acceptor_(io_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
     port_ = acceptor_.local_endpoint().port();
     net::co_spawn(io_, Accept(), net::detached);
     thread_ = std::thread([this] { io_.run(); });
@@ -51,6 +58,15 @@ class FakeServer {
   std::string last_session() {
     std::lock_guard<std::mutex> l(mu_);
     return last_session_;
+  }
+  // The session ids and prompts (message contents joined) of every chat request.
+  std::vector<std::string> sessions() {
+    std::lock_guard<std::mutex> l(mu_);
+    return sessions_;
+  }
+  std::vector<std::string> prompts() {
+    std::lock_guard<std::mutex> l(mu_);
+    return prompts_;
   }
 
  private:
@@ -86,13 +102,30 @@ class FakeServer {
       co_return;
     }
     json::value body = json::parse(req.body());
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      last_session_ = std::string(req["X-Session-Id"]);
-    }
     std::string prompt;
     for (const auto& m : body.at("messages").as_array()) {
       prompt += json::value_to<std::string>(m.at("content"));
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      last_session_ = std::string(req["X-Session-Id"]);
+      sessions_.push_back(last_session_);
+      prompts_.push_back(prompt);
+    }
+    if (behaviour_ == Behaviour::kShed) {
+      http::response<http::string_body> res{http::status::too_many_requests, 11};
+      res.set(http::field::content_type, "application/json");
+      res.set(http::field::retry_after, "3");
+      res.body() = R"({"error":{"message":"fleet KV full","type":"rate_limit_error","code":429}})";
+      res.prepare_payload();
+      co_await http::async_write(socket, res, kAsTuple);
+      co_return;
+    }
+    if (behaviour_ == Behaviour::kHang) {
+      // Reads until the client closes the connection: no answer, ever.
+      char byte;
+      co_await socket.async_read_some(net::buffer(&byte, 1), kAsTuple);
+      co_return;
     }
     if (prompt.find("please fail") != std::string::npos) {
       http::response<http::string_body> res{http::status::service_unavailable, 11};
@@ -137,6 +170,7 @@ class FakeServer {
     co_await net::async_write(socket, http::make_chunk(net::buffer(event)), kAsTuple);
   }
 
+  Behaviour behaviour_;
   net::io_context io_;
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
@@ -144,6 +178,8 @@ class FakeServer {
   std::atomic<int> requests_{0};
   std::mutex mu_;
   std::string last_session_;
+  std::vector<std::string> sessions_;
+  std::vector<std::string> prompts_;
 };
 
 template <typename T>
@@ -329,6 +365,150 @@ TEST(RunnerTest, TraceReplayAgainstFakeServer) {
   }
   ASSERT_TRUE(parent && child);
   EXPECT_GE(child->t_start, parent->t_start + parent->e2e);
+}
+
+// Three 3-turn jobs, fast enough that the test needs no waiting.
+WorkloadSpec SmallAgenticWorkload() {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic = {.jobs_per_second = 50, .duration_s = 0.1, .turns = 3, .tool_tokens = {700, 300},
+               .system_tokens = 200, .task_tokens = 50, .tool_time_s = 0.001,
+               .completion_tokens = 4, .max_jobs = 3, .seed = 5};
+  return w;
+}
+
+RunOptions FakeRunOptions(const FakeServer& server) {
+  RunOptions o;
+  o.name = "fake";
+  o.target = {"127.0.0.1", server.port(), ""};
+  o.request_timeout_s = 30;
+  o.drain_timeout_s = 60;
+  o.progress = [](std::string_view) {};
+  return o;
+}
+
+TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
+  FakeServer server(FakeServer::Behaviour::kShed);
+  ChatCall call;
+  call.endpoint = {"127.0.0.1", server.port(), ""};
+  call.body = BuildChatBody("m", {{"user", "hello"}}, 3);
+  const ChatOutcome out = RunCoroutine(StreamChat(call));
+  EXPECT_EQ(out.http_status, 429);
+  EXPECT_EQ(out.error, "http 429: fleet KV full");
+  EXPECT_FALSE(out.timed_out);
+  EXPECT_DOUBLE_EQ(out.retry_after_s, 3);
+  EXPECT_EQ(FailureOutcome(out.http_status, out.timed_out), RequestOutcome::kShed);
+  EXPECT_EQ(FailureOutcome(503, false), RequestOutcome::kFailed);
+  EXPECT_EQ(FailureOutcome(0, true), RequestOutcome::kGaveUp);
+  EXPECT_EQ(FailureOutcome(200, true), RequestOutcome::kGaveUp);
+}
+
+TEST(HttpClientTest, AMessagesBodyWithoutASessionHasNoMetadata) {
+  const json::value with = json::parse(BuildMessagesBody("m", {{"user", "hi"}}, 5, "job-1"));
+  EXPECT_EQ(with.at("metadata").at("user_id").as_string(), "job-1");
+  const json::value without = json::parse(BuildMessagesBody("m", {{"user", "hi"}}, 5, ""));
+  EXPECT_EQ(without.as_object().if_contains("metadata"), nullptr);
+}
+
+TEST(RunnerTest, ClosedLoopJobsEndAtAShedTurn) {
+  FakeServer server(FakeServer::Behaviour::kShed);
+  WorkloadSpec w = SmallAgenticWorkload();
+  const size_t planned = PlanAgenticJobs(w.agentic).size();
+  ASSERT_GT(planned, 0u);
+  std::vector<std::string> progress;
+  RunOptions o = FakeRunOptions(server);
+  o.progress = [&](std::string_view line) { progress.emplace_back(line); };
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), planned);  // only each job's first turn
+  for (const RequestRecord& q : r->requests) {
+    EXPECT_EQ(q.turn, 1);
+    EXPECT_EQ(q.outcome(), RequestOutcome::kShed);
+    EXPECT_DOUBLE_EQ(q.retry_after_s, 3);
+  }
+  for (const JobRecord& j : r->jobs) EXPECT_FALSE(j.ok);
+  ASSERT_FALSE(progress.empty());
+  EXPECT_NE(progress.back().find(absl::StrCat(planned, " shed")), std::string::npos)
+      << progress.back();
+}
+
+TEST(RunnerTest, OpenLoopSendsEveryTurnWithoutSessionIds) {
+  FakeServer server(FakeServer::Behaviour::kShed);
+  WorkloadSpec w = SmallAgenticWorkload();
+  w.agentic.client = {.send_session_ids = false, .open_loop_turn_s = 0.001};
+  const std::vector<AgenticJob> jobs = PlanAgenticJobs(w.agentic);
+  ASSERT_GT(jobs.size(), 0u);
+  absl::StatusOr<RunResult> r = RunWorkload(FakeRunOptions(server), w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // A shed turn does not end an open-loop session: every planned turn went out.
+  EXPECT_EQ(r->requests.size(), jobs.size() * 3);
+  for (const RequestRecord& q : r->requests) EXPECT_EQ(q.outcome(), RequestOutcome::kShed);
+  for (const JobRecord& j : r->jobs) {
+    EXPECT_FALSE(j.ok);
+    EXPECT_EQ(j.turn_e2e, std::vector<double>(3, -1));
+  }
+  EXPECT_FALSE(r->session_ids);
+  EXPECT_DOUBLE_EQ(r->open_loop_turn_s, 0.001);
+  for (const std::string& s : server.sessions()) EXPECT_EQ(s, "");
+  // Later turns carry the planned answers, not the (never generated) real ones.
+  const std::vector<std::string> prompts = server.prompts();
+  for (const AgenticJob& j : jobs) {
+    const std::string answer = AgenticPlannedAnswer(w.agentic, j.id, 1);
+    EXPECT_EQ(std::count_if(prompts.begin(), prompts.end(),
+                            [&](const std::string& p) {
+                              return p.find(answer) != std::string::npos;
+                            }),
+              2);  // turns 2 and 3
+  }
+  const RunSummary s = Summarize(*r);
+  EXPECT_EQ(s.shed, static_cast<int64_t>(jobs.size() * 3));
+  EXPECT_DOUBLE_EQ(s.shed_share, 1);
+  EXPECT_EQ(s.served + s.failed + s.gave_up, 0);
+}
+
+TEST(RunnerTest, OpenLoopPromptsAreTheSameWhateverTheAnswers) {
+  WorkloadSpec w = SmallAgenticWorkload();
+  w.agentic.client.open_loop_turn_s = 0.001;
+  std::vector<std::string> served_prompts, shed_prompts;
+  {
+    FakeServer server;
+    absl::StatusOr<RunResult> r = RunWorkload(FakeRunOptions(server), w);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const RequestRecord& q : r->requests) EXPECT_TRUE(q.ok()) << q.error;
+    for (const JobRecord& j : r->jobs) {
+      EXPECT_TRUE(j.ok);
+      ASSERT_EQ(j.turn_e2e.size(), 3u);
+      for (double e : j.turn_e2e) EXPECT_GE(e, 0);
+    }
+    served_prompts = server.prompts();
+  }
+  {
+    FakeServer server(FakeServer::Behaviour::kShed);
+    ASSERT_TRUE(RunWorkload(FakeRunOptions(server), w).ok());
+    shed_prompts = server.prompts();
+  }
+  std::sort(served_prompts.begin(), served_prompts.end());
+  std::sort(shed_prompts.begin(), shed_prompts.end());
+  EXPECT_EQ(served_prompts, shed_prompts);
+}
+
+TEST(RunnerTest, TheClientGivesUpAtItsTimeout) {
+  FakeServer server(FakeServer::Behaviour::kHang);
+  WorkloadSpec w = SmallAgenticWorkload();
+  RunOptions o = FakeRunOptions(server);
+  o.time_scale = 0.5;
+  o.client_timeout_s = 0.1;  // 50 ms on the wall clock; the server never answers
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), PlanAgenticJobs(w.agentic).size());
+  for (const RequestRecord& q : r->requests) {
+    EXPECT_EQ(q.outcome(), RequestOutcome::kGaveUp) << q.error;
+    EXPECT_EQ(q.http_status, 0);
+  }
+  EXPECT_DOUBLE_EQ(r->client_timeout_s, 0.1);
+  const RunSummary s = Summarize(*r);
+  EXPECT_EQ(s.gave_up, s.requests);
+  EXPECT_EQ(s.errors, s.requests);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -354,8 +355,19 @@ TEST(AblationConfigTest, MergesKvrouteRequestLog) {
     f << R"({"id":"someone-else","cached_tokens_est":1})"
       << "\n"
       << "not json\n";
+    f << R"({"id":"bench-v2-5","class":"HEAVY","status":429,"outcome":"shed"})"
+      << "\n";
   }
-  EXPECT_EQ(MergeRequestLog(path.string(), run), 2);
+  // A shed request: no X-Kvroute-Class on the 429, its class in kvroute's log.
+  RequestRecord shed;
+  shed.request_id = "bench-v2-5";
+  shed.http_status = 429;
+  shed.error = "http 429: shedding";
+  shed.failure = RequestOutcome::kShed;
+  run.requests.push_back(shed);
+  EXPECT_EQ(MergeRequestLog(path.string(), run), 3);
+  EXPECT_EQ(run.requests[5].klass, "HEAVY");
+  EXPECT_EQ(run.requests[0].klass, "WARM");  // a class the target sent stays
   std::filesystem::remove(path);
   EXPECT_EQ(run.requests[2].cached_tokens_est, 100);
   EXPECT_DOUBLE_EQ(run.requests[2].prefill_leg_s, 1.25);
@@ -619,6 +631,91 @@ TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
   EXPECT_NE(ReportMarkdown(report).find("HEAVY TTFT split: not available"), std::string::npos);
   report.runs[0].requests[0].compute_floor_s = 0.1;  // a WARM request with a floor
   EXPECT_NE(ReportMarkdown(report).find("no successful co-located HEAVY"), std::string::npos);
+}
+
+// The FixedRun plus a shed WARM request (with its Retry-After), a shed request without a
+// class, a HEAVY request the client gave up on and a MEDIUM stream that broke.
+RunResult OverloadRun() {
+  RunResult run = FixedRun("overload", 1.0);
+  RequestRecord shed;
+  shed.klass = "WARM";
+  shed.http_status = 429;
+  shed.error = "http 429: fleet KV full";
+  shed.failure = RequestOutcome::kShed;
+  shed.retry_after_s = 3;
+  RequestRecord shed_unlabelled = shed;
+  shed_unlabelled.klass.clear();
+  RequestRecord gave_up;
+  gave_up.klass = "HEAVY";
+  gave_up.error = "read body: timeout";
+  gave_up.failure = RequestOutcome::kGaveUp;
+  RequestRecord broken = Req("MEDIUM", 1.0, -1, 8000, 0);
+  broken.error = "stream ended without [DONE]";
+  run.requests.insert(run.requests.end(), {shed, shed_unlabelled, gave_up, broken});
+  return run;
+}
+
+TEST(SummaryTest, OutcomesAreCountedApartAndAreGoodputMisses) {
+  const RunSummary s = Summarize(OverloadRun());
+  EXPECT_EQ(s.requests, 9);
+  EXPECT_EQ(s.served, 4);
+  EXPECT_EQ(s.shed, 2);
+  EXPECT_DOUBLE_EQ(s.shed_share, 2.0 / 9);
+  EXPECT_EQ(s.failed, 2);  // the FixedRun's 503 and the broken stream
+  EXPECT_EQ(s.gave_up, 1);
+  EXPECT_EQ(s.errors, 5);
+  EXPECT_DOUBLE_EQ(s.error_rate, 6.0 / 10);  // with the dropped arrival
+  // Every unsuccessful request and the drop are in ALL's denominator; the four served
+  // ones all met their SLOs (TTFT within the class's target, TPOT 0.01 s).
+  const ClassSummary& all = s.classes.front();
+  EXPECT_EQ(all.slo_requests, 4 + 5 + 1);
+  EXPECT_EQ(all.slo_met, 4);
+  EXPECT_DOUBLE_EQ(all.goodput, 0.4);
+  const std::map<std::string, int64_t> want = {
+      {"WARM", 4}, {"MEDIUM", 2}, {"HEAVY", 2}};  // WARM: 2 served, the 503, the shed one
+  for (const ClassSummary& c : s.classes) {
+    if (const auto it = want.find(c.klass); it != want.end()) {
+      EXPECT_EQ(c.slo_requests, it->second) << c.klass;
+    }
+  }
+  RequestRecord only_error;
+  only_error.error = "x";
+  EXPECT_EQ(only_error.outcome(), RequestOutcome::kFailed);  // failed unless told otherwise
+  EXPECT_EQ(RequestRecord{}.outcome(), RequestOutcome::kOk);
+}
+
+TEST(ReportTest, OutcomesInEveryFormat) {
+  Report report;
+  report.runs = {OverloadRun()};
+  report.runs[0].session_ids = false;
+  report.runs[0].open_loop_turn_s = 12;
+  report.runs[0].client_timeout_s = 60;
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("| config | requests | errors | served | shed | failed | gave up |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| overload | 9 | 6 (60.0%) | 4 | 2 (22.2%) | 2 | 1 |"), std::string::npos);
+  EXPECT_NE(md.find("shed (HTTP 429), failed and given-up requests"), std::string::npos);
+  EXPECT_NE(ReportHtml(report).find("<th>gave up</th>"), std::string::npos);
+  const std::string table = SummaryTable(report);
+  EXPECT_NE(table.find("gaveup"), std::string::npos) << table;
+  EXPECT_NE(table.find("2 (22.2%)"), std::string::npos) << table;
+  const json::value j = ReportJson(report);
+  const json::object& run = j.at("runs").as_array()[0].as_object();
+  const json::object& summary = run.at("summary").as_object();
+  EXPECT_EQ(summary.at("served").as_int64(), 4);
+  EXPECT_EQ(summary.at("shed").as_int64(), 2);
+  EXPECT_DOUBLE_EQ(summary.at("shed_share").as_double(), 2.0 / 9);
+  EXPECT_EQ(summary.at("failed").as_int64(), 2);
+  EXPECT_EQ(summary.at("gave_up").as_int64(), 1);
+  EXPECT_EQ(run.at("client").at("session_ids").as_string(), "none");
+  EXPECT_DOUBLE_EQ(run.at("client").at("open_loop_turn_s").as_double(), 12);
+  EXPECT_DOUBLE_EQ(run.at("client").at("client_timeout_s").as_double(), 60);
+  const json::array& reqs = run.at("requests").as_array();
+  EXPECT_EQ(reqs[0].at("outcome").as_string(), "ok");
+  EXPECT_EQ(reqs[4].at("outcome").as_string(), "failed");
+  EXPECT_EQ(reqs[5].at("outcome").as_string(), "shed");
+  EXPECT_DOUBLE_EQ(reqs[5].at("retry_after_s").as_double(), 3);
+  EXPECT_EQ(reqs[7].at("outcome").as_string(), "gave_up");
 }
 
 TEST(SloTest, ParsesTtftTargets) {

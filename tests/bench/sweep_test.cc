@@ -120,6 +120,27 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kRequests)], 11);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kOffloads)], 1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kErrors)], 3);  // one failure, two dropped
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kServed)], 10);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kShed)], 0);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kShedShare)], 0);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kFailed)], 1);
+  EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kGaveUp)], 0);
+
+  // Shed and given-up requests are counted apart, and are errors too.
+  RunResult overload = run;
+  RequestRecord shed = failed;
+  shed.http_status = 429;
+  shed.failure = RequestOutcome::kShed;
+  RequestRecord gave_up = failed;
+  gave_up.failure = RequestOutcome::kGaveUp;
+  overload.requests.insert(overload.requests.end(), {shed, shed, gave_up});
+  const SweepFigureValues o = SweepFiguresOf(Summarize(overload));
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kShed)], 2);
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kShedShare)], 2.0 / 14);
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kFailed)], 1);
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kGaveUp)], 1);
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kErrors)], 6);
+  EXPECT_DOUBLE_EQ(o[Index(SweepFigure::kGoodput)], 3.0 / 16);
 
   RunResult empty;
   empty.requests.push_back(failed);
@@ -428,6 +449,12 @@ TEST(SweepWorkloadTest, TheLongPresetIsRebuiltAtEachSeed) {
   for (size_t i = 0; i < ja.size(); ++i) EXPECT_EQ(ja[i].arrival_s, jb[i].arrival_s);
   EXPECT_NE(AgenticTaskTokens(SweepPointWorkload(base, 0.9, 1).agentic, 0),
             AgenticTaskTokens(a.agentic, 0));
+  // The client's behaviour survives the rebuild.
+  base.agentic.client = {.send_session_ids = false, .open_loop_turn_s = 12};
+  const WorkloadSpec c = SweepPointWorkload(base, 0.9, 2);
+  EXPECT_FALSE(c.agentic.client.send_session_ids);
+  EXPECT_DOUBLE_EQ(c.agentic.client.open_loop_turn_s, 12);
+  EXPECT_EQ(PlanAgenticJobs(c.agentic).front().session_id, "");
 }
 
 TEST(SweepPointDirTest, RateAndSeedInThePath) {

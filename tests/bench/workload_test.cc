@@ -133,6 +133,67 @@ size_t CommonPrefix(const std::string& a, const std::string& b) {
   return n;
 }
 
+TEST(AgenticClientTest, NoSessionIdsWhenAsked) {
+  AgenticOptions a{.jobs_per_second = 5, .duration_s = 4, .seed = 3};
+  const std::vector<AgenticJob> with = PlanAgenticJobs(a);
+  ASSERT_FALSE(with.empty());
+  for (const AgenticJob& j : with) EXPECT_FALSE(j.session_id.empty());
+  a.client.send_session_ids = false;
+  const std::vector<AgenticJob> without = PlanAgenticJobs(a);
+  ASSERT_EQ(without.size(), with.size());
+  for (size_t i = 0; i < with.size(); ++i) {
+    EXPECT_EQ(without[i].session_id, "");
+    // Only the id goes: arrivals are the same.
+    EXPECT_EQ(without[i].id, with[i].id);
+    EXPECT_DOUBLE_EQ(without[i].arrival_s, with[i].arrival_s);
+  }
+}
+
+TEST(AgenticClientTest, OpenLoopSendTimesFollowThePlan) {
+  AgenticOptions a{.turns = 5, .tool_time_s = 2, .seed = 9};
+  a.tool_time_max_s = 6;
+  a.client.open_loop_turn_s = 12;
+  const AgenticJob job{.id = 4, .arrival_s = 3.5, .session_id = "s"};
+  const std::vector<PlannedTurn> turns = PlanAgenticTurns(a, job.id);
+  const std::vector<double> t = AgenticOpenLoopSendTimes(a, job);
+  ASSERT_EQ(t.size(), turns.size());
+  EXPECT_DOUBLE_EQ(t[0], 3.5);
+  for (size_t k = 1; k < t.size(); ++k) {
+    // Turn k+1 = turn k's send time + S + turn k's planned tool time, never an answer's.
+    EXPECT_DOUBLE_EQ(t[k], t[k - 1] + 12 + AgenticToolTime(a, job.id, turns[k - 1].turn));
+    EXPECT_GE(t[k] - t[k - 1], 14);
+    EXPECT_LE(t[k] - t[k - 1], 18);
+  }
+  EXPECT_EQ(AgenticOpenLoopSendTimes(a, job), t);  // pure
+  // Stopping early at the context cap stops the schedule with it.
+  a.max_context_tokens = a.system_tokens + a.task_tokens + 1;
+  EXPECT_EQ(AgenticOpenLoopSendTimes(a, job).size(), PlanAgenticTurns(a, job.id).size());
+}
+
+TEST(AgenticClientTest, PlannedAnswersHaveThePlannedSizeAndAreDeterministic) {
+  AgenticOptions a{.completion_tokens = 100, .seed = 2};
+  a.completion_tokens_max = 800;
+  std::set<std::string> seen;
+  for (int64_t job = 0; job < 3; ++job) {
+    for (int turn = 1; turn <= 3; ++turn) {
+      const std::string answer = AgenticPlannedAnswer(a, job, turn);
+      EXPECT_EQ(static_cast<int64_t>(answer.size()),
+                AgenticCompletionTokens(a, job, turn) * kBytesPerToken);
+      EXPECT_EQ(answer, AgenticPlannedAnswer(a, job, turn));
+      seen.insert(answer);
+    }
+  }
+  EXPECT_EQ(seen.size(), 9u);  // unique per (job, turn)
+  AgenticOptions other = a;
+  other.seed = 3;
+  EXPECT_NE(AgenticPlannedAnswer(other, 0, 1), AgenticPlannedAnswer(a, 0, 1));
+  EXPECT_EQ(AgenticClientDescription(a.client), "session ids sent, closed loop");
+  other.client = {.send_session_ids = false, .open_loop_turn_s = 12};
+  EXPECT_EQ(AgenticClientDescription(other.client),
+            "no session ids, open loop: turn k+1 sent 12 s + tool time after turn k, planned "
+            "answers");
+}
+
 TEST(TraceWorkloadTest, ExpansionIsDeterministicAndSized) {
   const TraceRecord r = Record(0, 1300, {5, 6, 7});
   const std::string p = ExpandTracePrompt(r, 1);
@@ -406,6 +467,27 @@ TEST(CacheBoundsTest, RunBoundsReplayTheRequestsAsSent) {
   run.bound_hit_ratio = -1;
   ComputeRunBounds(spec, run);
   EXPECT_NEAR(run.pooled_bound_hit_ratio, (32.0 + 64.0) / 364.0, 1e-12);
+}
+
+TEST(CacheBoundsTest, OpenLoopRunsReuseOnlyTheEarlierPrompt) {
+  WorkloadSpec spec;
+  spec.agentic.system_tokens = 32;
+  spec.agentic.client.open_loop_turn_s = 12;
+  RunResult run;
+  auto rec = [](double t, int64_t prompt, int64_t completion) {
+    RequestRecord r;
+    r.job = 0;
+    r.t_start = t;
+    r.prompt_tokens = prompt;
+    r.completion_tokens = completion;
+    r.e2e = 1;
+    return r;
+  };
+  // The second prompt carries the planned answer, not the 28 generated tokens: only the
+  // first prompt's 6 whole blocks (96 tokens) are reusable.
+  run.requests = {rec(0, 100, 28), rec(2, 200, 0)};
+  ComputeRunBounds(spec, run);
+  EXPECT_NEAR(run.bound_hit_ratio, 96.0 / 300.0, 1e-12);
 }
 
 }  // namespace
