@@ -396,6 +396,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     rec.outcome = std::string(outcome);
     Headers extra;
     extra.emplace_back("X-Request-Id", rec.id);
+    if (!rec.request_class.empty()) extra.emplace_back("X-Kvroute-Class", rec.request_class);
     if (!retry_after.empty()) extra.emplace_back("Retry-After", std::move(retry_after));
     co_return co_await s.SendApiError(endpoint, status, msg, keep_alive, std::move(extra));
   };

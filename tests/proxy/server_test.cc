@@ -778,6 +778,7 @@ TEST(ServerTest, PastItsDeadlineARequestIsShedBeforeAnyEngineWork) {
   auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", chat);
   EXPECT_EQ(res.result_int(), 429);
   EXPECT_EQ(res["Retry-After"], "60");  // the predicted excess, at most 60 s
+  EXPECT_EQ(res["X-Kvroute-Class"], "WARM");
   EXPECT_NE(res.body().find("\"type\":\"rate_limit_error\""), std::string::npos) << res.body();
   EXPECT_NE(res.body().find("shedding load"), std::string::npos) << res.body();
   const std::string messages = R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":")" +
