@@ -374,7 +374,7 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
                   "HEAVY class's); goodput: the share of requests meeting their class's TTFT "
                   "SLO and the TPOT SLO (each point's report.md); hit / pooled: each run's "
-                  "prefix hit over its own pooled-LRU bound; errors count failed "
+                  "prefix hit over its own pooled-LRU yardstick; errors count failed "
                   "requests and dropped arrivals.\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
