@@ -11,6 +11,12 @@
 # With --serve it then leaves 8 simulated instances (127.0.0.1:8100-8107, real time) and
 # kvroute (mode v2) running on 127.0.0.1:8000 for curl, until Ctrl-C.
 #
+# The default load, 0.5 jobs/s, sits below the fleet's knee: most requests meet their SLOs and
+# the configurations' goodput and TTFT differ. The saturated point, where every configuration
+# misses most SLOs and streams stall, is the second command:
+#   bash deploy/quickstart.sh --jps 0.75
+# (bench/kvroute_bench/README.md, "Ablation on the calibrated H20 profile", has the load sweep.)
+#
 # Usage: deploy/quickstart.sh [--serve] [--serve-only] [--build-dir DIR] [--out DIR]
 #                             [--time-scale X] [--jps N] [--duration S]
 #                             [--modes LIST] [--thresholds LIST]
@@ -23,7 +29,7 @@ OUT=""
 SERVE=0
 SERVE_ONLY=0
 TIME_SCALE=0.1        # 1 modelled second = 0.1 s of wall time
-JPS=0.75              # agent jobs per modelled second across the fleet
+JPS=0.5               # agent jobs per modelled second across the fleet (0.75: saturated)
 DURATION=180          # modelled seconds of job arrivals per configuration
 # Jobs start from a unique context of 2K-50K tokens, so first turns span the WARM/MEDIUM/HEAVY
 # boundaries at every threshold of the ablation.
@@ -34,7 +40,7 @@ THRESHOLDS=10000,20000,40000
 PROFILE=configs/profiles/h20-qwen3-coder-30b-a3b.yaml
 INSTANCES=8
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --serve) SERVE=1 ;;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
+#include "profile/profile_keys.h"
 #include "router/policy_registry.h"
 #include "transfer/connector.h"
 
@@ -394,21 +395,16 @@ absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& 
   return absl::OkStatus();
 }
 
-// One number of a profile: `section.key`, absent leaves *out alone.
-absl::Status ProfileNumber(const YAML::Node& root, const std::string& where,
-                           const std::string& section, const std::string& key, double* out) {
-  const YAML::Node s = root[section];
-  if (!s || s.IsNull()) return absl::OkStatus();
-  if (!s.IsMap()) {
+// One figure of a profile (profile/profile_keys.h read it): `key`, absent
+// leaves *out alone, present must be positive.
+template <typename T>
+absl::Status PositiveFigure(const std::string& where, const char* key,
+                            const std::optional<T>& value, double* out) {
+  if (!value) return absl::OkStatus();
+  const double d = static_cast<double>(*value);
+  if (!(d > 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", section, ": expected a map, got ", Show(s)));
-  }
-  const YAML::Node v = s[key];
-  if (!v || v.IsNull()) return absl::OkStatus();
-  double d = 0;
-  if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &d) || !(d > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", section, ".", key,
-                                                   ": expected a positive number, got ", Show(v)));
+        absl::StrCat(where, ": ", key, ": expected a positive number, got '", d, "'"));
   }
   *out = d;
   return absl::OkStatus();
@@ -559,42 +555,36 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
 
 absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const std::string& path) {
   const std::string where = absl::StrCat(key, ": profile '", path, "'");
-  std::error_code fec;
-  if (!std::filesystem::is_regular_file(path, fec)) {
+  absl::StatusOr<profile::ProfileKeys> read = profile::LoadProfileKeys(path);
+  if (absl::IsNotFound(read.status())) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read the file"));
   }
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot read the file"));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": YAML syntax error: ", e.what()));
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", read.status().message()));
   }
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a YAML map at top level"));
-  }
+  const profile::ProfileKeys& k = *read;
   ProfileFigures f;
   double layers = -1, kv_heads = -1, head_dim = -1, kv_bytes = 2, prefill_s_per_token = -1;
-  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "num_attention_layers", &layers));
-  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "num_kv_heads", &kv_heads));
-  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "head_dim", &head_dim));
-  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "model", "kv_bytes_per_element", &kv_bytes));
   KV_RETURN_IF_ERROR(
-      ProfileNumber(root, where, "link", "bandwidth_bytes_per_s", &f.link_bytes_per_second));
+      PositiveFigure(where, "model.num_attention_layers", k.model.num_attention_layers, &layers));
+  KV_RETURN_IF_ERROR(PositiveFigure(where, "model.num_kv_heads", k.model.num_kv_heads, &kv_heads));
+  KV_RETURN_IF_ERROR(PositiveFigure(where, "model.head_dim", k.model.head_dim, &head_dim));
   KV_RETURN_IF_ERROR(
-      ProfileNumber(root, where, "timing", "prefill_s_per_token", &prefill_s_per_token));
-  KV_RETURN_IF_ERROR(ProfileNumber(root, where, "timing", "attn_s_per_token_pair",
-                                   &f.attention_s_per_token_pair));
+      PositiveFigure(where, "model.kv_bytes_per_element", k.model.kv_bytes_per_element, &kv_bytes));
+  KV_RETURN_IF_ERROR(PositiveFigure(where, "link.bandwidth_bytes_per_s",
+                                    k.link.bandwidth_bytes_per_s, &f.link_bytes_per_second));
+  KV_RETURN_IF_ERROR(PositiveFigure(where, "timing.prefill_s_per_token",
+                                    k.timing.prefill_s_per_token, &prefill_s_per_token));
+  KV_RETURN_IF_ERROR(PositiveFigure(where, "timing.attn_s_per_token_pair",
+                                    k.timing.attn_s_per_token_pair,
+                                    &f.attention_s_per_token_pair));
   // link.overhead_s may be 0.
-  if (const YAML::Node link = root["link"]; link && link.IsMap() && link["overhead_s"]) {
-    const YAML::Node v = link["overhead_s"];
-    double d = -1;
-    if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &d) || !(d >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": link.overhead_s: expected a number >= 0, got ", Show(v)));
+  if (k.link.overhead_s) {
+    if (!(*k.link.overhead_s >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": link.overhead_s: expected a number >= 0, got '", *k.link.overhead_s, "'"));
     }
-    f.transfer_overhead_seconds = d;
+    f.transfer_overhead_seconds = *k.link.overhead_s;
   }
   if (layers > 0 && kv_heads > 0 && head_dim > 0) {
     kvsize::ModelArch arch;

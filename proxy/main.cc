@@ -29,6 +29,15 @@ int main(int argc, char** argv) {
   int threads = -1;
   app.add_option("--config", config_path, "YAML config file (listen, mode, backends, ...)")
       ->required();
+  // Runs while the command line is parsed, before --config is required.
+  app.add_flag_callback(
+      "--list-modes",
+      [] {
+        std::cout << kvroute::router::ModeList();
+        throw CLI::Success();
+      },
+      "Print one line per mode, `NAME threshold_sensitive=yes|no homes_sessions=yes|no "
+      "needs_connector=yes|no`, and exit");
   app.add_option("--mode", mode,
                  "Routing mode (overrides `mode`):" + kvroute::router::PolicyHelp());
   app.add_option("--heavy-threshold", heavy_threshold,

@@ -63,10 +63,16 @@ struct FleetSnapshot {
 class Policy {
  public:
   virtual ~Policy() = default;
-  virtual std::string_view name() const = 0;
+  // The `mode` of the policy table's row that built it (policy_registry.h);
+  // empty for a policy constructed directly.
+  std::string_view name() const { return name_; }
   // Unavailable when no healthy backend can take the request. Never returns
   // an unhealthy backend.
   virtual absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const = 0;
+
+ private:
+  friend class PolicyNaming;  // policy_registry.cc: the table names what it builds
+  std::string_view name_;
 };
 
 }  // namespace kvroute::router

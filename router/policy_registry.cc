@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,53 +18,76 @@ namespace kvroute::router {
 namespace {
 
 constexpr PolicyEntry kPolicies[] = {
-    {"round_robin", "healthy backends in turn; ignores caches and load", nullptr,
-     [](const Options& o) -> std::unique_ptr<Policy> {
+    {.name = "round_robin",
+     .description = "healthy backends in turn; ignores caches and load",
+     .validate = nullptr,
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<RoundRobinPolicy>(o.thresholds);
      }},
-    {"least_loaded", "the healthy backend with the fewest requests in flight", nullptr,
-     [](const Options& o) -> std::unique_ptr<Policy> {
+    {.name = "least_loaded",
+     .description = "the healthy backend with the fewest requests in flight",
+     .validate = nullptr,
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<LeastLoadedPolicy>(o.thresholds);
      }},
-    {"baseline", "cache-aware: lowest estimated time to first token, session affinity", nullptr,
-     [](const Options& o) -> std::unique_ptr<Policy> {
+    {.name = "baseline",
+     .description = "cache-aware: lowest estimated time to first token, session affinity",
+     .validate = nullptr,
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<CacheAwarePolicy>(o);
      },
-     /*homes_sessions=*/true},
-    {"v1", "baseline; HEAVY requests go to the instance with the least decode load", nullptr,
-     [](const Options& o) -> std::unique_ptr<Policy> {
+     .homes_sessions = true},
+    {.name = "v1",
+     .description = "baseline; HEAVY requests go to the instance with the least decode load",
+     .validate = nullptr,
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<HeavyToLeastDecodePolicy>(o);
      },
-     /*homes_sessions=*/true},
-    {"v1_cost",
-     "HEAVY co-located where predicted TTFT plus harm to other streams (SLO-weighted) is least",
-     nullptr,
-     [](const Options& o) -> std::unique_ptr<Policy> {
-       return std::make_unique<JointPlacementPolicy>(o, /*offload=*/false, "v1_cost");
+     .homes_sessions = true,
+     .threshold_sensitive = true},
+    {.name = "v1_cost",
+     .description =
+         "HEAVY co-located where predicted TTFT plus harm to other streams (SLO-weighted) is least",
+     .validate = nullptr,
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
+       return std::make_unique<JointPlacementPolicy>(o, /*offload=*/false);
      },
-     /*homes_sessions=*/true},
-    {"v2", "HEAVY prefill site and decode home chosen together; offloads only where that wins",
-     [](const Options& o, const std::vector<BackendSpec>&) {
+     .homes_sessions = true,
+     .threshold_sensitive = true},
+    {.name = "v2",
+     .description =
+         "HEAVY prefill site and decode home chosen together; offloads only where that wins",
+     .validate = [](const Options& o, const std::vector<BackendSpec>&) {
        return HeavyOffloadPolicy::ParseGate(o.offload_gate).status();
      },
-     [](const Options& o) -> std::unique_ptr<Policy> {
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        const HeavyOffloadPolicy::Gate gate = *HeavyOffloadPolicy::ParseGate(o.offload_gate);
        if (gate == HeavyOffloadPolicy::Gate::kJoint) {
-         return std::make_unique<JointPlacementPolicy>(o, /*offload=*/true, "v2");
+         return std::make_unique<JointPlacementPolicy>(o, /*offload=*/true);
        }
        return std::make_unique<HeavyOffloadPolicy>(o, gate);
      },
-     /*homes_sessions=*/true},
-    {"pd_sep", "every request prefills in the prefill pool and decodes in the decode pool",
-     [](const Options&, const std::vector<BackendSpec>& backends) {
+     .homes_sessions = true,
+     .threshold_sensitive = true,
+     .needs_connector = true},
+    {.name = "pd_sep",
+     .description = "every request prefills in the prefill pool and decodes in the decode pool",
+     .validate = [](const Options&, const std::vector<BackendSpec>& backends) {
        return StaticPdPolicy::CheckPools(backends);
      },
-     [](const Options& o) -> std::unique_ptr<Policy> {
+     .make = [](const Options& o) -> std::unique_ptr<Policy> {
        return std::make_unique<StaticPdPolicy>(o.thresholds);
-     }},
+     },
+     .needs_connector = true},
 };
 
 }  // namespace
+
+// Policy::name_ is private; the table that builds a policy names it.
+class PolicyNaming {
+ public:
+  static void Name(Policy& policy, std::string_view name) { policy.name_ = name; }
+};
 
 absl::Span<const PolicyEntry> Policies() { return kPolicies; }
 
@@ -83,6 +107,14 @@ const std::vector<std::string>& PolicyNames() {
   return *kNames;
 }
 
+std::vector<std::string> PolicyNamesWith(bool PolicyEntry::*property) {
+  std::vector<std::string> names;
+  for (const PolicyEntry& e : kPolicies) {
+    if (e.*property) names.emplace_back(e.name);
+  }
+  return names;
+}
+
 absl::Status CheckPolicyName(std::string_view name) {
   if (FindPolicy(name) != nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -100,7 +132,10 @@ absl::Status ValidatePolicy(const Options& options, const std::vector<BackendSpe
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(const Options& options,
                                                    const std::vector<BackendSpec>& backends) {
   if (absl::Status st = ValidatePolicy(options, backends); !st.ok()) return st;
-  return FindPolicy(options.mode)->make(options);
+  const PolicyEntry* e = FindPolicy(options.mode);
+  std::unique_ptr<Policy> policy = e->make(options);
+  PolicyNaming::Name(*policy, e->name);
+  return policy;
 }
 
 std::string PolicyHelp() {
@@ -112,6 +147,24 @@ std::string PolicyHelp() {
     out += e.name;
     out.append(width - e.name.size() + 2, ' ');
     out += e.description;
+  }
+  return out;
+}
+
+std::string ModeList() {
+  const std::pair<std::string_view, bool PolicyEntry::*> properties[] = {
+      {"threshold_sensitive", &PolicyEntry::threshold_sensitive},
+      {"homes_sessions", &PolicyEntry::homes_sessions},
+      {"needs_connector", &PolicyEntry::needs_connector},
+  };
+  std::string out;
+  for (const PolicyEntry& e : kPolicies) {
+    out += e.name;
+    for (const auto& [key, member] : properties) {
+      absl::StrAppend(&out, " ", absl::string_view(key.data(), key.size()), "=",
+                      e.*member ? "yes" : "no");
+    }
+    out += "\n";
   }
   return out;
 }

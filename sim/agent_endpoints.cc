@@ -2,7 +2,7 @@
 // /v1/messages (sim/anthropic_api.h) and POST /v1/responses (sim/responses_api.h). Each converts
 // the body into a chat completion request and runs it through HandleCompletion with a
 // ChatOutputFormat that writes the other API's shapes (GET /v1/responses/{id} is answered in
-// Instance::Handle from the store).
+// instance_routes.cc from the store).
 #include <absl/strings/str_format.h>
 
 #include <chrono>

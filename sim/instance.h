@@ -1,5 +1,8 @@
 // One simulated vLLM instance: an HTTP server (Boost.Beast, C++20 coroutines) in front of an
 // Engine, plus the real-time driver that maps the engine's virtual clock to wall time.
+// One file per role: instance.cc (life cycle, engine loop), instance_routes.cc (the HTTP
+// dispatch table), completion_endpoint.cc (the completion endpoints), agent_endpoints.cc
+// (/v1/messages, /v1/responses), instance_ops.cc (faults, /v1/models, /metrics).
 //
 // Everything of an instance (acceptor, sessions, engine loop) runs on one strand, so the
 // Engine needs no lock; instances run in parallel on the fleet's io_context threads. The
@@ -20,6 +23,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/json.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -121,31 +125,55 @@ class Instance : public KvHolder {
       std::shared_ptr<const std::vector<int32_t>> tokens);
   // Stop and the `killed` fault: wakes every waiting request, aborted.
   void AbortWaitingRequests();
-  struct Pending;
+  struct Pending;     // a request in flight (instance_internal.h)
+  struct Routes;      // the HTTP dispatch table and the small endpoints (instance_routes.cc)
+  struct Completion;  // one completion request (completion_endpoint.cc)
+  // Where a streamed answer is between batches (completion_endpoint.cc).
+  struct StreamProgress {
+    int events_sent = 0;
+    bool first = true;      // no event written yet
+    bool die = false;       // the die_after_events fault cuts the stream after this batch
+    bool finished = false;  // this batch ends the stream
+  };
   using Stream = boost::beast::tcp_stream;
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
 
+  // Life cycle (instance.cc).
   boost::asio::awaitable<void> AcceptLoop();
   boost::asio::awaitable<void> EngineLoop();
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket);
-  // Returns whether the connection may be kept alive.
+  // Dispatches by the table of instance_routes.cc. Returns whether the connection may be
+  // kept alive.
   boost::asio::awaitable<bool> Handle(Stream& stream, Request& req);
-  // `format`, when not null, renders the output (and errors) in another API's shapes.
+
+  // Completion endpoints (completion_endpoint.cc). `format`, when not null, renders the
+  // output (and errors) in another API's shapes.
   boost::asio::awaitable<bool> HandleCompletion(Stream& stream, Request& req, Endpoint endpoint,
                                                 ChatOutputFormat* format = nullptr);
+  std::optional<ApiError> ValidateCompletion(const Request& req, Endpoint endpoint,
+                                             CompletionRequest* parsed,
+                                             std::vector<int32_t>* tokens, int64_t* max_tokens);
+  // A Mooncake/SGLang decode leg: waits for its prefill leg's KV, then pulls it, or prefills
+  // locally after engine.pd_pair_timeout_s. false: the request was aborted.
+  boost::asio::awaitable<bool> AwaitPrefillLeg(Completion& c, RequestHandle handle,
+                                               const std::string& wait_key);
+  // A prefill leg's kv_transfer_params for its decode leg; none for any other request.
+  std::optional<boost::json::object> KvTransferParams(const Completion& c) const;
+  boost::asio::awaitable<bool> ReplyWhole(Completion& c);
+  boost::asio::awaitable<bool> ReplyStreamed(Completion& c);
+  std::string NextStreamBatch(Completion& c, StreamProgress& progress);
+
   // /v1/messages and /v1/responses (agent_endpoints.cc): converted to a chat request.
   boost::asio::awaitable<bool> HandleMessages(Stream& stream, Request& req);
   boost::asio::awaitable<bool> HandleResponses(Stream& stream, Request& req);
   std::string RandomHex();
-  std::optional<ApiError> ValidateCompletion(const Request& req, Endpoint endpoint,
-                                             CompletionRequest* parsed,
-                                             std::vector<int32_t>* tokens, int64_t* max_tokens);
   boost::asio::awaitable<bool> Reply(Stream& stream, const Request& req,
                                      boost::beast::http::status status, const std::string& body,
                                      const std::string& content_type);
   boost::asio::awaitable<bool> ReplyError(Stream& stream, const Request& req,
                                           const ApiError& error,
                                           const ChatOutputFormat* format = nullptr);
+  // Operations (instance_ops.cc).
   bool HandleFaultsRequest(const Request& req, std::string* body, int* status);
   std::string RenderMetrics();
   std::string ModelsJson() const;

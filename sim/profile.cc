@@ -1,13 +1,14 @@
 #include "sim/profile.h"
 
 #include <absl/strings/str_cat.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <utility>
+
+#include "profile/profile_keys.h"
 
 namespace sim {
 
@@ -59,86 +60,70 @@ Profile DefaultProfile() {
 
 namespace {
 
-// Reads `node[key]` into `out` if present; records the first bad key in `error`.
-template <typename T>
-void Read(const YAML::Node& node, const char* section, const char* key, T& out,
-          std::string& error) {
-  if (!error.empty() || !node || !node[key]) return;
-  try {
-    out = node[key].as<T>();
-  } catch (const YAML::Exception& e) {
-    error = absl::StrCat(section, ".", key, ": bad value '", YAML::Dump(node[key]), "'");
-  }
+// `*out = *key` when the profile gives the key; integer keys narrowed to the field's type.
+template <typename Field, typename Key>
+void Take(const std::optional<Key>& key, Field* out) {
+  if (key) *out = static_cast<Field>(*key);
 }
 
 }  // namespace
 
 absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("profile is not valid YAML: ", e.what()));
+  absl::StatusOr<kvroute::profile::ProfileKeys> read =
+      kvroute::profile::ParseProfileKeys(yaml_text);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(read.status().message());
   }
-  if (!root.IsMap()) return absl::InvalidArgumentError("profile must be a YAML map");
+  const kvroute::profile::ProfileKeys& k = *read;
   Profile p = DefaultProfile();
-  std::string err;
-  const YAML::Node model = root["model"];
-  Read(model, "model", "name", p.model_name, err);
-  Read(model, "model", "arch_name", p.arch.name, err);
-  Read(model, "model", "max_model_len", p.max_model_len, err);
-  Read(model, "model", "num_attention_layers", p.arch.num_attention_layers, err);
-  Read(model, "model", "num_kv_heads", p.arch.num_kv_heads, err);
-  Read(model, "model", "head_dim", p.arch.head_dim, err);
-  Read(model, "model", "kv_bytes_per_element", p.arch.kv_bytes_per_element, err);
-  double params = 0, bytes_per_param = 2;
-  Read(model, "model", "params", params, err);
-  Read(model, "model", "weight_bytes_per_param", bytes_per_param, err);
-  if (params > 0) p.arch.weight_bytes = params * bytes_per_param;
-  const YAML::Node gpu = root["gpu"];
-  Read(gpu, "gpu", "name", p.deployment.gpu_name, err);
-  Read(gpu, "gpu", "memory_bytes", p.deployment.gpu_memory_bytes, err);
-  const YAML::Node dep = root["deployment"];
-  Read(dep, "deployment", "tensor_parallel", p.deployment.tensor_parallel, err);
-  Read(dep, "deployment", "gpu_memory_utilization", p.deployment.utilisation, err);
-  Read(dep, "deployment", "overhead_bytes_per_gpu", p.deployment.overhead_bytes_per_gpu, err);
-  const YAML::Node eng = root["engine"];
-  Read(eng, "engine", "block_size", p.block_size, err);
-  Read(eng, "engine", "max_num_batched_tokens", p.max_num_batched_tokens, err);
-  Read(eng, "engine", "max_num_seqs", p.max_num_seqs, err);
-  Read(eng, "engine", "num_gpu_blocks", p.num_gpu_blocks_override, err);
-  Read(eng, "engine", "kv_hold_timeout_s", p.kv_hold_timeout_s, err);
-  Read(eng, "engine", "pd_pair_timeout_s", p.pd_pair_timeout_s, err);
-  Read(eng, "engine", "mean_output_tokens", p.mean_output_tokens, err);
-  std::string admission = p.admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt";
-  Read(eng, "engine", "admission", admission, err);
-  std::string policy = p.scheduling_policy == SchedulingPolicy::kPriority ? "priority" : "fcfs";
-  Read(eng, "engine", "scheduling_policy", policy, err);
-  Read(eng, "engine", "cache_generated_blocks", p.cache_generated_blocks, err);
-  Read(eng, "engine", "always_report_cached_tokens", p.always_report_cached_tokens, err);
-  const YAML::Node timing = root["timing"];
+  Take(k.model.name, &p.model_name);
+  Take(k.model.arch_name, &p.arch.name);
+  Take(k.model.max_model_len, &p.max_model_len);
+  Take(k.model.num_attention_layers, &p.arch.num_attention_layers);
+  Take(k.model.num_kv_heads, &p.arch.num_kv_heads);
+  Take(k.model.head_dim, &p.arch.head_dim);
+  Take(k.model.kv_bytes_per_element, &p.arch.kv_bytes_per_element);
+  if (k.model.params.value_or(0) > 0) {
+    p.arch.weight_bytes = *k.model.params * k.model.weight_bytes_per_param.value_or(2);
+  }
+  Take(k.gpu.name, &p.deployment.gpu_name);
+  Take(k.gpu.memory_bytes, &p.deployment.gpu_memory_bytes);
+  Take(k.deployment.tensor_parallel, &p.deployment.tensor_parallel);
+  Take(k.deployment.gpu_memory_utilization, &p.deployment.utilisation);
+  Take(k.deployment.overhead_bytes_per_gpu, &p.deployment.overhead_bytes_per_gpu);
+  Take(k.engine.block_size, &p.block_size);
+  Take(k.engine.max_num_batched_tokens, &p.max_num_batched_tokens);
+  Take(k.engine.max_num_seqs, &p.max_num_seqs);
+  Take(k.engine.num_gpu_blocks, &p.num_gpu_blocks_override);
+  Take(k.engine.kv_hold_timeout_s, &p.kv_hold_timeout_s);
+  Take(k.engine.pd_pair_timeout_s, &p.pd_pair_timeout_s);
+  Take(k.engine.mean_output_tokens, &p.mean_output_tokens);
+  const std::string admission = k.engine.admission.value_or(
+      p.admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt");
+  const std::string policy = k.engine.scheduling_policy.value_or(
+      p.scheduling_policy == SchedulingPolicy::kPriority ? "priority" : "fcfs");
+  Take(k.engine.cache_generated_blocks, &p.cache_generated_blocks);
+  Take(k.engine.always_report_cached_tokens, &p.always_report_cached_tokens);
   // A timing section stands alone: terms it leaves out cost nothing (a dense profile must not
   // inherit the built-in model's experts).
-  if (timing) {
+  if (k.timing.present) {
     p.timing = TimingModel{.step_fixed_s = 0,
                            .prefill_s_per_token = 0,
                            .decode_s_per_seq = 0,
                            .kv_read_s_per_token = 0};
   }
-  Read(timing, "timing", "step_fixed_s", p.timing.step_fixed_s, err);
-  Read(timing, "timing", "prefill_s_per_token", p.timing.prefill_s_per_token, err);
-  Read(timing, "timing", "decode_s_per_seq", p.timing.decode_s_per_seq, err);
-  Read(timing, "timing", "kv_read_s_per_token", p.timing.kv_read_s_per_token, err);
-  Read(timing, "timing", "attn_s_per_token_pair", p.timing.attn_s_per_token_pair, err);
-  Read(timing, "timing", "weight_read_s", p.timing.weight_read_s, err);
-  Read(timing, "timing", "expert_weight_fraction", p.timing.expert_weight_fraction, err);
-  Read(timing, "timing", "num_experts", p.timing.num_experts, err);
-  Read(timing, "timing", "experts_per_token", p.timing.experts_per_token, err);
-  const YAML::Node link = root["link"];
-  Read(link, "link", "bandwidth_bytes_per_s", p.link.bandwidth_bytes_per_s, err);
-  Read(link, "link", "overhead_s", p.link.overhead_s, err);
-  Read(link, "link", "per_descriptor_s", p.link.per_descriptor_s, err);
-  if (!err.empty()) return absl::InvalidArgumentError(err);
+  Take(k.timing.step_fixed_s, &p.timing.step_fixed_s);
+  Take(k.timing.prefill_s_per_token, &p.timing.prefill_s_per_token);
+  Take(k.timing.decode_s_per_seq, &p.timing.decode_s_per_seq);
+  Take(k.timing.kv_read_s_per_token, &p.timing.kv_read_s_per_token);
+  Take(k.timing.attn_s_per_token_pair, &p.timing.attn_s_per_token_pair);
+  Take(k.timing.weight_read_s, &p.timing.weight_read_s);
+  Take(k.timing.expert_weight_fraction, &p.timing.expert_weight_fraction);
+  Take(k.timing.num_experts, &p.timing.num_experts);
+  Take(k.timing.experts_per_token, &p.timing.experts_per_token);
+  Take(k.link.bandwidth_bytes_per_s, &p.link.bandwidth_bytes_per_s);
+  Take(k.link.overhead_s, &p.link.overhead_s);
+  Take(k.link.per_descriptor_s, &p.link.per_descriptor_s);
 
   if (admission == "full_prompt") {
     p.admission = AdmissionRule::kFullPrompt;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/kvroute_bench/child_process.h"
 #include "proxy/config.h"
+#include "router/policy_registry.h"
 #include "router/router.h"
 #include "spdlog/spdlog.h"
 
@@ -23,8 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The policy table says which modes the heavy threshold steers; `oracle` and unknown names
+// are not crossed.
 bool ThresholdSensitive(const std::string& mode) {
-  return mode == "v1" || mode == "v1_cost" || mode == "v2";
+  const router::PolicyEntry* e = router::FindPolicy(mode);
+  return e != nullptr && e->threshold_sensitive;
 }
 
 std::string ThresholdLabel(int64_t t) {

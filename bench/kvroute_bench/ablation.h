@@ -37,8 +37,9 @@ struct AblationConfig {
   std::string profile;  // the model/GPU profile kvroute's config names; empty: none
 };
 
-// Modes whose routing depends on the heavy threshold (v1, v1_cost, v2) are crossed with every
-// threshold; the others run once at default_threshold.
+// Modes whose routing depends on the heavy threshold (the policy table's threshold_sensitive
+// rows, router/policy_registry.h) are crossed with every threshold; the others run once at
+// default_threshold.
 std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& modes,
                                             const std::vector<int64_t>& thresholds,
                                             int64_t default_threshold);

@@ -58,7 +58,7 @@ struct CommonFlags {
   std::string dcgm_url;
   std::string slo_ttft;
   std::string out;
-  // The fleet's KV for the agentic-long sizing rule and the pooled-LRU bound: 8 instances of
+  // The fleet's KV for the agentic-long sizing rule and the pooled-LRU yardstick: 8 instances of
   // configs/profiles/h20-qwen3-coder-30b-a3b.yaml (kvroute-size: 225,600 tokens each).
   int64_t fleet_kv_tokens = 1804800;
   double working_set_ratio = 2.0;
@@ -67,7 +67,7 @@ struct CommonFlags {
   void AddPreset(CLI::App* app) {
     auto* pr = "agentic-long preset";
     app->add_option("--fleet-kv-tokens", fleet_kv_tokens,
-                    "the fleet's KV in tokens (sizing rule; pooled-LRU bound when not scraped)")
+                    "the fleet's KV in tokens (sizing rule; pooled-LRU yardstick when not scraped)")
         ->group(pr)
         ->capture_default_str();
     app->add_option("--working-set-ratio", working_set_ratio,
@@ -290,7 +290,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--thresholds", abl.thresholds,
-                  "heavy thresholds crossed with the threshold-sensitive modes (v1, v1_cost, v2)")
+                  absl::StrCat("heavy thresholds crossed with the threshold-sensitive modes (",
+                               absl::StrJoin(kvroute::router::PolicyNamesWith(
+                                                 &kvroute::router::PolicyEntry::threshold_sensitive),
+                                             ", "),
+                               ")"))
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--default-threshold", abl.default_threshold,

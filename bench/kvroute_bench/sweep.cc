@@ -389,7 +389,7 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
                   "HEAVY class's); goodput: the share of requests meeting their class's TTFT "
                   "SLO and the TPOT SLO (each point's report.md); hit / pooled: each run's "
-                  "prefix hit over its own pooled-LRU bound; errors count unsuccessful "
+                  "prefix hit over its own pooled-LRU yardstick; errors count unsuccessful "
                   "requests and dropped arrivals; of the requests sent, served succeeded, shed "
                   "were answered HTTP 429 before any stream (shed share of those sent), failed "
                   "met another error once sent and gave up were abandoned at the client's "

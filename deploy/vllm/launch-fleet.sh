@@ -34,7 +34,10 @@
 #   --tensor-parallel-size N    GPUs per instance (default 1; --gpus then lists N per instance
 #                               as "0+1,2+3,...")
 #   --kvroute-listen HOST:PORT  kvroute's listen address in the written config (default 0.0.0.0:8000)
-#   --mode M                    kvroute mode in the written config (default v2)
+#   --mode M                    kvroute mode in the written config (default v2); the modes and
+#                               whether each needs a connector come from `kvroute --list-modes`
+#   --kvroute BIN               the kvroute binary asked for its modes (default: build-pgo/ or
+#                               build/ of this checkout, else kvroute on PATH)
 #   --heavy-threshold N|auto    kvroute heavy threshold in the written config (default 20000;
 #                               auto: v1_cost and v2 decide every request that is not WARM)
 #   --out DIR                   logs, pid files and kvroute.yaml (default ./kvroute-fleet)
@@ -68,7 +71,7 @@
 set -euo pipefail
 
 die() { echo "launch-fleet: $*" >&2; exit 2; }
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
 
 MODEL=""
 SERVED_NAME=""
@@ -95,6 +98,7 @@ KV_MODE=v2
 KV_THRESHOLD=20000
 OUT=./kvroute-fleet
 VLLM=vllm
+KVROUTE=""
 WAIT_TIMEOUT=1800
 DRY_RUN=0
 STOP=0
@@ -128,6 +132,7 @@ while [ $# -gt 0 ]; do
     --heavy-threshold) need "$@"; KV_THRESHOLD=$2; shift ;;
     --out) need "$@"; OUT=$2; shift ;;
     --vllm) need "$@"; VLLM=$2; shift ;;
+    --kvroute) need "$@"; KVROUTE=$2; shift ;;
     --wait-timeout) need "$@"; WAIT_TIMEOUT=$2; shift ;;
     --dry-run) DRY_RUN=1 ;;
     --stop) STOP=1 ;;
@@ -170,8 +175,20 @@ done
 case "$CONNECTOR" in nixl|mooncake|none) ;; *) die "--connector: expected nixl, mooncake or none, got '$CONNECTOR'" ;; esac
 case "$SCHED_POLICY" in fcfs|priority) ;; *) die "--scheduling-policy: expected fcfs or priority, got '$SCHED_POLICY'" ;; esac
 case "$FAILURE_POLICY" in ""|fail|recompute) ;; *) die "--kv-load-failure-policy: expected fail or recompute" ;; esac
-case "$KV_MODE" in round_robin|least_loaded|baseline|v1|v1_cost|v2|pd_sep) ;; *) die "--mode: unknown mode '$KV_MODE'" ;; esac
-if [ "$CONNECTOR" = none ] && { [ "$KV_MODE" = v2 ] || [ "$KV_MODE" = pd_sep ]; }; then
+# The modes and their properties live in kvroute's policy table; ask the binary.
+if [ -z "$KVROUTE" ]; then
+  root=$(cd "$(dirname "$0")/../.." && pwd)
+  for candidate in "$root/build-pgo/proxy/kvroute" "$root/build/proxy/kvroute"; do
+    if [ -x "$candidate" ]; then KVROUTE=$candidate; break; fi
+  done
+  [ -n "$KVROUTE" ] || KVROUTE=$(command -v kvroute || true)
+fi
+[ -n "$KVROUTE" ] || die "no kvroute binary to ask for its modes (build it or pass --kvroute BIN)"
+MODES=$("$KVROUTE" --list-modes) || die "--kvroute: '$KVROUTE --list-modes' failed"
+MODE_LINE=$(awk -v m="$KV_MODE" '$1 == m' <<<"$MODES")
+[ -n "$MODE_LINE" ] ||
+  die "--mode: unknown mode '$KV_MODE' (expected one of $(awk '{print $1}' <<<"$MODES" | paste -sd ' '))"
+if [ "$CONNECTOR" = none ] && [[ " $MODE_LINE " == *" needs_connector=yes "* ]]; then
   die "--mode $KV_MODE needs a KV connector (use --connector nixl or mooncake)"
 fi
 [ $((BASE_PORT + INSTANCES - 1)) -le 65535 ] || die "--base-port: ports run past 65535"

@@ -64,7 +64,6 @@ namespace kvroute::router {
 class CacheAwarePolicy : public Policy {
  public:
   explicit CacheAwarePolicy(const Options& options);
-  std::string_view name() const override { return "baseline"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
   // The score above, for one backend of `fleet` and a request of class `c`

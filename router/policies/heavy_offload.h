@@ -35,7 +35,6 @@ class HeavyOffloadPolicy : public Policy {
 
   HeavyOffloadPolicy(const Options& options, Gate gate)
       : cache_aware_(options), gate_(gate), cost_(options.offload_cost) {}
-  std::string_view name() const override { return "v2"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:

@@ -13,7 +13,6 @@ namespace kvroute::router {
 class HeavyToLeastDecodePolicy : public Policy {
  public:
   explicit HeavyToLeastDecodePolicy(const Options& options) : cache_aware_(options) {}
-  std::string_view name() const override { return "v1"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:

@@ -11,13 +11,11 @@ constexpr int kDecodeHomes = 3;
 
 }  // namespace
 
-JointPlacementPolicy::JointPlacementPolicy(const Options& options, bool offload,
-                                           std::string_view name)
+JointPlacementPolicy::JointPlacementPolicy(const Options& options, bool offload)
     : cache_aware_(options),
       params_(placement::ParamsFromOptions(options)),
       offload_(offload),
-      auto_threshold_(options.heavy_threshold_auto),
-      name_(name) {}
+      auto_threshold_(options.heavy_threshold_auto) {}
 
 absl::StatusOr<Decision> JointPlacementPolicy::Decide(const FleetSnapshot& fleet) const {
   const policy_internal::Classification c =

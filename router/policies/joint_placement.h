@@ -40,9 +40,8 @@ namespace kvroute::router {
 
 class JointPlacementPolicy : public Policy {
  public:
-  // `offload`: whether OFF(a, b) plans are considered; `name` is the mode.
-  JointPlacementPolicy(const Options& options, bool offload, std::string_view name);
-  std::string_view name() const override { return name_; }
+  // `offload`: whether OFF(a, b) plans are considered.
+  JointPlacementPolicy(const Options& options, bool offload);
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:
@@ -50,7 +49,6 @@ class JointPlacementPolicy : public Policy {
   placement::PlacementParams params_;
   bool offload_;
   bool auto_threshold_;
-  std::string_view name_;
 };
 
 }  // namespace kvroute::router

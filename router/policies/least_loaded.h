@@ -11,7 +11,6 @@ namespace kvroute::router {
 class LeastLoadedPolicy : public Policy {
  public:
   explicit LeastLoadedPolicy(classifier::Thresholds thresholds) : thresholds_(thresholds) {}
-  std::string_view name() const override { return "least_loaded"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:

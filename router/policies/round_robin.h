@@ -11,7 +11,6 @@ namespace kvroute::router {
 class RoundRobinPolicy : public Policy {
  public:
   explicit RoundRobinPolicy(classifier::Thresholds thresholds) : thresholds_(thresholds) {}
-  std::string_view name() const override { return "round_robin"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:

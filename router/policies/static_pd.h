@@ -25,7 +25,6 @@ class StaticPdPolicy : public Policy {
   // (role prefill|both) and one that can decode (role decode|both);
   // InvalidArgument naming backends otherwise.
   static absl::Status CheckPools(const std::vector<BackendSpec>& backends);
-  std::string_view name() const override { return "pd_sep"; }
   absl::StatusOr<Decision> Decide(const FleetSnapshot& fleet) const override;
 
  private:

@@ -486,7 +486,7 @@ TEST(EstimateErrorTest, SignedErrorsPerClassAndInTheReport) {
   EXPECT_NE(md.find("## Cache estimate error per class"), std::string::npos);
   EXPECT_NE(md.find("| baseline | WARM | 2 |"), std::string::npos);
   EXPECT_NE(md.find("-5.0%"), std::string::npos);  // WARM's mean signed error
-  EXPECT_NE(md.find("pooled-LRU bound"), std::string::npos);
+  EXPECT_NE(md.find("pooled-LRU yardstick"), std::string::npos);
   EXPECT_NE(md.find("| p1 | p10 | p50 | p90 | p99 |"), std::string::npos);
   EXPECT_NE(md.find("| -19.7% | -17.0% | -5.0% | +7.0% | +9.7% |"), std::string::npos);  // WARM
   EXPECT_NE(SummaryTable(report).find("est mean"), std::string::npos);

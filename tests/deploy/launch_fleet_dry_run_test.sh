@@ -5,17 +5,17 @@
 source "$(dirname "$0")/lib.sh"
 SRC=$1
 KVROUTE=$2
-SCRIPT=$SRC/deploy/vllm/launch-fleet.sh
+launch_fleet() { bash "$SRC/deploy/vllm/launch-fleet.sh" --kvroute "$KVROUTE" "$@"; }
 make_workdir launch-fleet
 
-bash -n "$SCRIPT" || fail "bash -n $SCRIPT"
+bash -n "$SRC/deploy/vllm/launch-fleet.sh" || fail "bash -n launch-fleet.sh"
 
 expect() {  # expect FILE FIXED_STRING
   grep -qF -- "$2" "$1" || fail "expected '$2' in $1:\n$(cat "$1")"
 }
 
 # --- NIXL, 8 instances (defaults), one GPU each.
-bash "$SCRIPT" --model Qwen/Qwen3-Coder-30B-A3B-Instruct --served-model-name qwen3-coder \
+launch_fleet --model Qwen/Qwen3-Coder-30B-A3B-Instruct --served-model-name qwen3-coder \
   --advertise-host 10.1.2.3 --out "$WORK/nixl" --dry-run >"$WORK/nixl.out"
 [ "$(grep -c ' vllm serve ' "$WORK/nixl.out")" -eq 8 ] || fail "expected 8 vllm commands"
 for i in 0 1 7; do
@@ -46,7 +46,7 @@ expect "$WORK/nixl/kvroute.yaml" "- {name: gpu7, url: http://10.1.2.3:8107, role
 expect "$WORK/nixl/kvroute.yaml" "block_size: 16"
 
 # --- Mooncake, 2 instances on chosen GPUs, extra vLLM flags after --.
-bash "$SCRIPT" --model m --instances 2 --gpus 4,6 --connector mooncake --base-port 9000 \
+launch_fleet --model m --instances 2 --gpus 4,6 --connector mooncake --base-port 9000 \
   --bootstrap-base-port 9100 --advertise-host 127.0.0.1 --mode v2 --heavy-threshold 30000 \
   --out "$WORK/mooncake" --dry-run -- --max-num-seqs 64 >"$WORK/mooncake.out"
 expect "$WORK/mooncake.out" "CUDA_VISIBLE_DEVICES=6 VLLM_MOONCAKE_BOOTSTRAP_PORT=9101 vllm serve m --host 0.0.0.0 --port 9001"
@@ -57,52 +57,71 @@ expect "$WORK/mooncake/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:9001,
 expect "$WORK/mooncake/kvroute.yaml" "heavy_threshold: 30000"
 
 # --- Tensor parallel 2: GPU pairs.
-bash "$SCRIPT" --model m --instances 2 --tensor-parallel-size 2 --connector none --mode baseline \
+launch_fleet --model m --instances 2 --tensor-parallel-size 2 --connector none --mode baseline \
   --advertise-host 127.0.0.1 --out "$WORK/tp2" --dry-run >"$WORK/tp2.out"
 expect "$WORK/tp2.out" "CUDA_VISIBLE_DEVICES=2,3 vllm serve m"
 grep -q -- --kv-transfer-config "$WORK/tp2.out" && fail "connector none still passes --kv-transfer-config"
 
 # --- v1_cost needs no connector; the threshold may be auto.
-bash "$SCRIPT" --model m --instances 2 --connector none --mode v1_cost --heavy-threshold auto \
+launch_fleet --model m --instances 2 --connector none --mode v1_cost --heavy-threshold auto \
   --advertise-host 127.0.0.1 --out "$WORK/v1cost" --dry-run >"$WORK/v1cost.out"
 expect "$WORK/v1cost/kvroute.yaml" "mode: v1_cost"
 expect "$WORK/v1cost/kvroute.yaml" "heavy_threshold: auto"
 
 # --- KV cache events on chosen ports, and off.
-bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+launch_fleet --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
   --kv-events-base-port 7000 --kv-events-replay-base-port 7100 --out "$WORK/events" --dry-run \
   >"$WORK/events.out"
 expect "$WORK/events.out" "\"endpoint\":\"tcp://*:7001\",\"replay_endpoint\":\"tcp://*:7101\"}'"
 expect "$WORK/events/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero, kv_events: tcp://127.0.0.1:7001, kv_events_replay: tcp://127.0.0.1:7101}"
-bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+launch_fleet --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
   --no-kv-events --out "$WORK/noevents" --dry-run >"$WORK/noevents.out"
 grep -q -- --kv-events-config "$WORK/noevents.out" && fail "--no-kv-events still passes --kv-events-config"
 grep -q kv_events "$WORK/noevents/kvroute.yaml" && fail "--no-kv-events still writes kv_events"
 expect "$WORK/noevents/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero}"
 
 # --- vLLM's priority scheduler: the flag on every instance, the policy on every backend.
-bash "$SCRIPT" --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
+launch_fleet --model m --instances 2 --connector none --mode baseline --advertise-host 127.0.0.1 \
   --no-kv-events --scheduling-policy priority --out "$WORK/prio" --dry-run >"$WORK/prio.out"
 expect "$WORK/prio.out" "--scheduling-policy priority"
 expect "$WORK/prio/kvroute.yaml" "- {name: gpu1, url: http://127.0.0.1:8101, role: both, cached_tokens_absent: zero, scheduling_policy: priority}"
 grep -q -- --scheduling-policy "$WORK/noevents.out" && fail "fcfs still passes --scheduling-policy"
+
+# --- The modes come from kvroute's table: every mode it lists is accepted, and exactly the ones
+# it marks needs_connector=yes are refused without a connector.
+"$KVROUTE" --list-modes >"$WORK/modes.txt" || fail "kvroute --list-modes failed"
+[ -s "$WORK/modes.txt" ] || fail "kvroute --list-modes printed nothing"
+while read -r mode props; do
+  set +e
+  launch_fleet --model m --instances 1 --connector none --mode "$mode" --advertise-host 127.0.0.1 \
+    --out "$WORK/mode-$mode" --dry-run >"$WORK/mode-$mode.out" 2>&1
+  rc=$?
+  set -e
+  if [[ " $props " == *" needs_connector=yes "* ]]; then
+    [ "$rc" -eq 2 ] || fail "--mode $mode without a connector exited $rc, expected 2"
+    expect "$WORK/mode-$mode.out" "--mode $mode needs a KV connector"
+  else
+    [ "$rc" -eq 0 ] || fail "--mode $mode exited $rc: $(cat "$WORK/mode-$mode.out")"
+    expect "$WORK/mode-$mode/kvroute.yaml" "mode: $mode"
+  fi
+done <"$WORK/modes.txt"
 
 # --- Argument errors exit 2 with a message.
 for bad in "--connector rdma" "--instances x" "--mode fast" "--connector none --mode v2" \
            "--heavy-threshold lots" \
            "--instances 3 --gpus 0,1" "--bogus" "--kv-events-base-port x" \
            "--kv-events-base-port 5800" "--kv-events-base-port 65534" \
-           "--scheduling-policy lifo"; do
+           "--scheduling-policy lifo" "--kvroute /nonexistent/kvroute"; do
   set +e
   # shellcheck disable=SC2086
-  bash "$SCRIPT" --model m --out "$WORK/bad" --dry-run $bad >"$WORK/bad.out" 2>&1
+  launch_fleet --model m --out "$WORK/bad" --dry-run $bad >"$WORK/bad.out" 2>&1
   rc=$?
   set -e
   [ "$rc" -eq 2 ] || fail "'$bad' exited $rc, expected 2"
   grep -q "launch-fleet:" "$WORK/bad.out" || fail "'$bad' printed no error"
 done
 set +e
-bash "$SCRIPT" --dry-run >/dev/null 2>&1
+launch_fleet --dry-run >/dev/null 2>&1
 rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "missing --model exited $rc"
@@ -116,7 +135,7 @@ exec sleep 600
 FAKE
 chmod +x "$WORK/fake-vllm"
 export FAKE_DIR=$WORK
-bash "$SCRIPT" --model m --instances 2 --base-port 18100 --advertise-host 127.0.0.1 \
+launch_fleet --model m --instances 2 --base-port 18100 --advertise-host 127.0.0.1 \
   --vllm "$WORK/fake-vllm" --wait-timeout 0 --out "$WORK/real" >"$WORK/real.out"
 pids=()
 for i in 0 1; do
@@ -131,7 +150,7 @@ expect "$WORK/port-18101.args" "args: serve m --host 0.0.0.0 --port 18101"
 expect "$WORK/port-18101.args" "CUDA_VISIBLE_DEVICES=1"
 expect "$WORK/real/gpu0.log" "vllm serve m --host 0.0.0.0 --port 18100"
 [ -f "$WORK/real/kvroute.yaml" ] || fail "no kvroute.yaml beside the fleet"
-bash "$SCRIPT" --stop --out "$WORK/real" >"$WORK/stop.out"
+launch_fleet --stop --out "$WORK/real" >"$WORK/stop.out"
 for pid in "${pids[@]}"; do
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
   kill -0 "$pid" 2>/dev/null && fail "instance pid $pid still running after --stop"

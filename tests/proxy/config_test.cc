@@ -563,8 +563,7 @@ TEST(ConfigTest, ProfileFillsBelowExplicitKeysAndToleratesOtherKeys) {
       "profile: bad.yaml\nbackends: [{name: a, url: http://h:1}]\n", "test", dir.string());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message())
-                .find("bad.yaml': model.num_attention_layers: expected a positive number, "
-                      "got 'many'"),
+                .find("bad.yaml': model.num_attention_layers: expected an integer, got 'many'"),
             std::string::npos)
       << bad.status();
   // A profile without timing cannot feed the cost gate, and the error says which key.

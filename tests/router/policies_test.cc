@@ -1,10 +1,12 @@
 // Table-driven policy tests over hand-built snapshots.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "router/policy_registry.h"
 #include "tests/router/policy_test_util.h"
@@ -405,6 +407,45 @@ TEST(PolicyRegistryTest, EveryRowIsComplete) {
   EXPECT_EQ(FindPolicy("v3"), nullptr);
   EXPECT_TRUE(CheckPolicyName("v2").ok());
   EXPECT_EQ(CheckPolicyName("v3").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// kvroute --list-modes prints ModeList(); deploy/vllm/launch-fleet.sh parses it, so the format
+// is pinned here: one line per row in table order, the name, then key=yes|no.
+TEST(PolicyRegistryTest, ModeListIsOneLinePerRowWithItsProperties) {
+  const std::string list = ModeList();
+  EXPECT_EQ(list,
+            "round_robin threshold_sensitive=no homes_sessions=no needs_connector=no\n"
+            "least_loaded threshold_sensitive=no homes_sessions=no needs_connector=no\n"
+            "baseline threshold_sensitive=no homes_sessions=yes needs_connector=no\n"
+            "v1 threshold_sensitive=yes homes_sessions=yes needs_connector=no\n"
+            "v1_cost threshold_sensitive=yes homes_sessions=yes needs_connector=no\n"
+            "v2 threshold_sensitive=yes homes_sessions=yes needs_connector=yes\n"
+            "pd_sep threshold_sensitive=no homes_sessions=no needs_connector=yes\n");
+  size_t lines = 0;
+  for (const PolicyEntry& e : Policies()) {
+    const std::string line = absl::StrCat(
+        e.name, " threshold_sensitive=", e.threshold_sensitive ? "yes" : "no",
+        " homes_sessions=", e.homes_sessions ? "yes" : "no",
+        " needs_connector=", e.needs_connector ? "yes" : "no", "\n");
+    EXPECT_NE(list.find(line), std::string::npos) << line;
+    ++lines;
+  }
+  EXPECT_EQ(static_cast<size_t>(std::count(list.begin(), list.end(), '\n')), lines);
+  EXPECT_EQ(PolicyNamesWith(&PolicyEntry::threshold_sensitive),
+            (std::vector<std::string>{"v1", "v1_cost", "v2"}));
+  EXPECT_EQ(PolicyNamesWith(&PolicyEntry::needs_connector),
+            (std::vector<std::string>{"v2", "pd_sep"}));
+}
+
+// A policy reports the name of the row that built it; one class may serve two rows.
+TEST(PolicyRegistryTest, PoliciesTakeTheirNameFromTheTable) {
+  for (const std::string mode : {"v1_cost", "v2"}) {
+    Options o;
+    o.mode = mode;
+    auto p = MakePolicy(o, std::vector<BackendSpec>(2));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)->name(), mode);
+  }
 }
 
 // pd_sep needs a prefill-capable and a distinct decode-capable instance; `both`
