@@ -31,15 +31,15 @@ struct Instance::Completion {
   Request& req;
   Endpoint endpoint;
   ChatOutputFormat* format;  // null: the OpenAI shapes of `endpoint`
-  CompletionRequest parsed;
-  std::string base_id;  // X-Request-Id, or random
-  std::string response_id;
+  CompletionRequest parsed = {};
+  std::string base_id = {};  // X-Request-Id, or random
+  std::string response_id = {};
   int64_t created = 0;
   uint64_t output_seed = 0;
   int prompt_tokens = 0;
   bool prefill_leg = false;  // P/D: prefill only, KV held for a remote decode
-  std::optional<std::string> transfer_id;
-  std::shared_ptr<Pending> pending;
+  std::optional<std::string> transfer_id = {};
+  std::shared_ptr<Pending> pending = {};
   int die_after = -1;  // the die_after_events fault as the request arrived
 };
 
