@@ -33,12 +33,12 @@ struct ShedOptions {
   // deadline = factor x the class's TTFT SLO: a bound on a useless wait,
   // not the SLO itself (a turn somewhat past its SLO is still worth serving;
   // a refused one costs the client a retry).
-  double ttft_factor = 10;
+  double ttft_factor = 4;
   // Deadlines by class in wall seconds; <= 0: ttft_factor x the SLO.
   double ttft_deadline_warm_s = 0;
   double ttft_deadline_medium_s = 0;
   double ttft_deadline_heavy_s = 0;
-  double running_session_factor = 3;
+  double running_session_factor = 5;
   // Retry-After is the predicted excess over the deadline, within these.
   double min_retry_after_s = 1;
   double max_retry_after_s = 60;

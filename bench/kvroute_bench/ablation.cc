@@ -72,11 +72,7 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                         w.trace_records ? w.trace_records->size() : 0, t.speedup, t.block_size));
   }
   if (w.kind == WorkloadKind::kAgentic) {
-    std::string client = AgenticClientDescription(w.agentic.client);
-    if (o.run_template.client_timeout_s > 0) {
-      absl::StrAppend(&client, ", client timeout ", o.run_template.client_timeout_s, " s");
-    }
-    s.emplace_back("client", std::move(client));
+    s.emplace_back("client", RunClientDescription(w.agentic.client, o.run_template));
   }
   if (o.targets.empty()) {
     s.emplace_back(

@@ -174,6 +174,12 @@ struct CommonFlags {
         ->check(CLI::NonNegativeNumber)
         ->group(rn)
         ->capture_default_str();
+    app->add_option("--shed-retries", run.shed_retries,
+                    "closed-loop agents send a shed (429) turn again after its Retry-After up "
+                    "to this many times, as the agent SDKs do (0: a shed ends the session)")
+        ->check(CLI::NonNegativeNumber)
+        ->group(rn)
+        ->capture_default_str();
     app->add_option("--drain-timeout", run.drain_timeout_s,
                     "seconds to wait for in-flight work after the last arrival (wall)")
         ->group(rn)
@@ -559,11 +565,8 @@ int main(int argc, char** argv) {
     report.generated_at = NowUtc();
     report.setup = {{"target", target}, {"workload", std::string(kb::WorkloadName(spec.kind))}};
     if (spec.kind == kb::WorkloadKind::kAgentic) {
-      std::string client = kb::AgenticClientDescription(spec.agentic.client);
-      if (run_flags.run.client_timeout_s > 0) {
-        absl::StrAppend(&client, ", client timeout ", run_flags.run.client_timeout_s, " s");
-      }
-      report.setup.emplace_back("client", std::move(client));
+      report.setup.emplace_back("client",
+                                kb::RunClientDescription(spec.agentic.client, run_flags.run));
     }
     report.runs.push_back(*std::move(result));
     std::cout << "\n" << kb::SummaryTable(report);

@@ -139,6 +139,7 @@ struct RunResult {
   bool session_ids = true;
   double open_loop_turn_s = 0;
   double client_timeout_s = 0;
+  int shed_retries = 0;  // RunOptions::shed_retries
   SloTargets slo;
   // KV bytes per token of the fleet's model (0: unknown), for the bytes offloads moved.
   double kv_bytes_per_token = 0;

@@ -431,7 +431,8 @@ json::value ReportJson(const Report& report) {
     o["duration_s"] = r.duration_s;
     o["client"] = json::object{{"session_ids", r.session_ids ? "send" : "none"},
                                {"open_loop_turn_s", r.open_loop_turn_s},
-                               {"client_timeout_s", r.client_timeout_s}};
+                               {"client_timeout_s", r.client_timeout_s},
+                               {"shed_retries", r.shed_retries}};
     o["summary"] = SummaryJson(sums[i]);
     json::array reqs;
     for (const RequestRecord& q : r.requests) {

@@ -47,6 +47,7 @@ class Run {
     result_.slo = options.slo;
     result_.kv_bytes_per_token = options.kv_bytes_per_token;
     result_.client_timeout_s = options.client_timeout_s;
+    result_.shed_retries = options.shed_retries;
     if (workload.kind == WorkloadKind::kAgentic) {
       result_.session_ids = workload.agentic.client.send_session_ids;
       result_.open_loop_turn_s = workload.agentic.client.open_loop_turn_s;
@@ -339,6 +340,22 @@ class Run {
       }
       auto [i, content] = co_await Send(messages, AgenticCompletionTokens(a, job.id, turn),
                                         job.session_id, rec);
+      // Shed: again after its Retry-After, as agent SDKs do; the turn's latency counts from
+      // its first attempt.
+      const double first_start = result_.requests[i].t_start;
+      for (int retry = 0; retry < options_.shed_retries &&
+                          result_.requests[i].outcome() == RequestOutcome::kShed;
+           ++retry) {
+        const double wait_s = std::max(result_.requests[i].retry_after_s, 0.0);
+        tool_timer.expires_after(WallFromSeconds(wait_s));
+        co_await tool_timer.async_wait(kAsTuple);
+        std::tie(i, content) = co_await Send(messages, AgenticCompletionTokens(a, job.id, turn),
+                                             job.session_id, rec);
+        RequestRecord& again = result_.requests[i];
+        const double waited = again.t_start - first_start;
+        if (again.ttft >= 0) again.ttft += waited;
+        if (again.e2e >= 0) again.e2e += waited;
+      }
       const RequestRecord& r = result_.requests[i];
       result_.jobs[job_index].turn_e2e.push_back(r.ok() ? r.e2e : -1);
       if (!r.ok()) {
@@ -591,6 +608,16 @@ void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run) {
                                                 workload.kind == WorkloadKind::kTrace ? block_tokens : 16);
   if (run.bound_hit_ratio < 0) run.bound_hit_ratio = bounds.infinite_hit_ratio();
   run.pooled_bound_hit_ratio = run.fleet_kv_tokens > 0 ? bounds.pooled_lru_hit_ratio() : -1;
+}
+
+std::string RunClientDescription(const AgenticClientOptions& client, const RunOptions& run) {
+  std::string out = AgenticClientDescription(client);
+  if (run.client_timeout_s > 0) absl::StrAppend(&out, ", client timeout ", run.client_timeout_s, " s");
+  if (run.shed_retries > 0) {
+    absl::StrAppend(&out, ", a shed turn sent again up to ", run.shed_retries,
+                    " times after its Retry-After");
+  }
+  return out;
 }
 
 }  // namespace kvroute::bench

@@ -66,6 +66,10 @@ struct RunOptions {
   // The agents' own patience, modelled seconds (x time_scale on the wall clock; 0: off): a
   // request not finished this long after it was sent is abandoned and counted as given up.
   double client_timeout_s = 0;
+  // Closed-loop agents answered 429 (shed) send the turn again after its Retry-After, up to
+  // this many times, as the OpenAI and Anthropic SDKs do (max_retries, 2 by default there);
+  // the turn's TTFT and E2E then count from its first attempt. 0: a shed ends the session.
+  int shed_retries = 0;
   double drain_timeout_s = 600;
   int64_t max_inflight = 4096;  // jobs or requests in flight
   // The fleet's KV in tokens for the pooled-LRU bound; 0: the sum over `instances` of
@@ -86,6 +90,10 @@ struct RunOptions {
 };
 
 absl::StatusOr<RunResult> RunWorkload(const RunOptions& options, const WorkloadSpec& workload);
+
+// How the client behaves, for reports' setup lines: the agentic client options, the client
+// timeout and the retries after a shed.
+std::string RunClientDescription(const AgenticClientOptions& client, const RunOptions& run);
 
 // Fills run.bound_hit_ratio (infinite cache) and run.pooled_bound_hit_ratio (one LRU cache of
 // run.fleet_kv_tokens) from the requests as they were sent (t_start order, the engine's

@@ -527,11 +527,7 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
                 w.completion_tokens, w.tool_time_s);
   sweep.setup = {
       {"workload", workload},
-      {"client", absl::StrCat(AgenticClientDescription(w.client),
-                              a.run_template.client_timeout_s > 0
-                                  ? absl::StrCat(", client timeout ",
-                                                 a.run_template.client_timeout_s, " s")
-                                  : std::string())},
+      {"client", RunClientDescription(w.client, a.run_template)},
       {"fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale %g, sim seed "
                                 "%d; a fresh fleet per configuration and point",
                                 a.instances, a.profile.empty() ? "(default)" : a.profile,

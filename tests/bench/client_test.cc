@@ -34,10 +34,11 @@ constexpr auto kAsTuple = net::as_tuple(net::use_awaitable);
 
 // Fake kvroute: streams `max_tokens` one-word chunks with usage, the kvroute headers, and
 // reports cached tokens as "everything but the last 100 prompt bytes / 4". Overloaded, it
-// sheds every chat request (429, Retry-After: 3); hanging, it never answers one.
+// sheds every chat request (429, Retry-After: 3); shedding first attempts, it sheds each
+// prompt the first time it sees it (Retry-After: 0); hanging, it never answers one.
 class FakeServer {
  public:
-  enum class Behaviour { kServe, kShed, kHang };
+  enum class Behaviour { kServe, kShed, kShedFirstAttempts, kHang };
   explicit FakeServer(Behaviour behaviour = Behaviour::kServe)
       : behaviour_(behaviour),
         acceptor_(io_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
@@ -112,10 +113,16 @@ class FakeServer {
       sessions_.push_back(last_session_);
       prompts_.push_back(prompt);
     }
-    if (behaviour_ == Behaviour::kShed) {
+    bool first_attempt = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      first_attempt = seen_prompts_.insert(prompt).second;
+    }
+    if (behaviour_ == Behaviour::kShed ||
+        (behaviour_ == Behaviour::kShedFirstAttempts && first_attempt)) {
       http::response<http::string_body> res{http::status::too_many_requests, 11};
       res.set(http::field::content_type, "application/json");
-      res.set(http::field::retry_after, "3");
+      res.set(http::field::retry_after, behaviour_ == Behaviour::kShed ? "3" : "0");
       res.body() = R"({"error":{"message":"fleet KV full","type":"rate_limit_error","code":429}})";
       res.prepare_payload();
       co_await http::async_write(socket, res, kAsTuple);
@@ -180,6 +187,7 @@ class FakeServer {
   std::string last_session_;
   std::vector<std::string> sessions_;
   std::vector<std::string> prompts_;
+  std::set<std::string> seen_prompts_;
 };
 
 template <typename T>
@@ -512,4 +520,38 @@ TEST(RunnerTest, TheClientGivesUpAtItsTimeout) {
 }
 
 }  // namespace
+
+TEST(RunnerTest, AClosedLoopTurnShedIsSentAgainAfterItsRetryAfter) {
+  FakeServer server(FakeServer::Behaviour::kShedFirstAttempts);
+  WorkloadSpec w = SmallAgenticWorkload();
+  const size_t planned = PlanAgenticJobs(w.agentic).size();
+  ASSERT_GT(planned, 0u);
+  RunOptions o = FakeRunOptions(server);
+  o.shed_retries = 1;
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Every turn: its first attempt shed, its second served; every job completes.
+  int64_t shed = 0, served = 0;
+  for (const RequestRecord& q : r->requests) {
+    if (q.outcome() == RequestOutcome::kShed) ++shed;
+    if (q.ok()) ++served;
+  }
+  EXPECT_EQ(shed, served);
+  EXPECT_EQ(shed + served, static_cast<int64_t>(r->requests.size()));
+  for (const JobRecord& j : r->jobs) EXPECT_TRUE(j.ok);
+  EXPECT_EQ(r->jobs.size(), planned);
+  // A served retry's latency counts from its turn's first attempt.
+  for (size_t i = 1; i < r->requests.size(); ++i) {
+    const RequestRecord& q = r->requests[i];
+    if (!q.ok()) continue;
+    for (size_t k = 0; k < i; ++k) {
+      const RequestRecord& first = r->requests[k];
+      if (first.job == q.job && first.turn == q.turn) {
+        EXPECT_GE(q.ttft, q.t_start - first.t_start) << "job " << q.job << " turn " << q.turn;
+      }
+    }
+  }
+  EXPECT_EQ(r->shed_retries, 1);
+}
+
 }  // namespace kvroute::bench

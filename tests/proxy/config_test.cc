@@ -377,8 +377,8 @@ TEST(ConfigTest, OverloadKeys) {
   absl::StatusOr<Config> c = ParseConfig("backends: [{name: a, url: http://h:1}]", "test");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->router.shed.enabled);
-  EXPECT_EQ(c->router.shed.ttft_factor, 10);
-  EXPECT_EQ(c->router.shed.running_session_factor, 3);
+  EXPECT_EQ(c->router.shed.ttft_factor, 4);
+  EXPECT_EQ(c->router.shed.running_session_factor, 5);
   EXPECT_EQ(c->upstream.first_token_timeout, absl::Seconds(300));
   EXPECT_EQ(c->upstream.first_token_timeout_factor, 4);
   EXPECT_EQ(c->monitor.hung_after, absl::Seconds(120));
