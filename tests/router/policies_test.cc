@@ -424,7 +424,7 @@ TEST(PolicyRegistryTest, ModeListIsOneLinePerRowWithItsProperties) {
   size_t lines = 0;
   for (const PolicyEntry& e : Policies()) {
     const std::string line = absl::StrCat(
-        e.name, " threshold_sensitive=", e.threshold_sensitive ? "yes" : "no",
+        std::string(e.name), " threshold_sensitive=", e.threshold_sensitive ? "yes" : "no",
         " homes_sessions=", e.homes_sessions ? "yes" : "no",
         " needs_connector=", e.needs_connector ? "yes" : "no", "\n");
     EXPECT_NE(list.find(line), std::string::npos) << line;
