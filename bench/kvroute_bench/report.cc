@@ -528,7 +528,7 @@ std::string SummaryTable(const Report& report) {
                     column(full, "shed"), column(full, "failed"), column(full, "gave up"),
                     absl::StrFormat("%.1f", s.error_rate * 100), column(full, "offloads"),
                     column(full, "prefix hit"), column(full, "hit bound"),
-                    column(full, "pooled-LRU bound"), column(full, "TTFT p50"),
+                    column(full, "pooled-LRU yardstick"), column(full, "TTFT p50"),
                     column(full, "TTFT p90"), column(full, "TTFT p99"), column(full, "TPOT p50"),
                     column(full, "E2E p99"), column(full, "HEAVY n"), column(full, "job p50"),
                     column(full, "T8/T1"), e.n > 0 ? Percent(e.median_abs) : "-",
