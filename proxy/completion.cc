@@ -16,6 +16,7 @@
 #include "proxy/relay.h"
 #include "proxy/request_clock.h"
 #include "proxy/request_log.h"
+#include "proxy/residency_hold.h"
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
 #include "proxy/worker.h"
@@ -271,35 +272,6 @@ net::awaitable<bool> Shed(Session& s, const router::RouteTicket& ticket, Endpoin
       std::to_string(static_cast<int64_t>(std::ceil(v.retry_after_s))), "shed");
 }
 
-// Holds a co-located agent turn until the residency gate admits it
-// (router/residency_gate.h): its wait is bounded by what its deadline leaves
-// after its predicted TTFT, and a turn whose prefix its instance no longer
-// holds takes whichever instance's room frees first, `d` then updated to it
-// (Router::Retarget). False when the gate admitted it on an instance the
-// router could not move it to: it has left the gate and goes where routed.
-net::awaitable<bool> EnterResidency(SharedState& state, const router::RouteTicket& ticket,
-                                    const std::string& session, router::Decision& d,
-                                    RequestRecord& rec) {
-  router::ResidencyGate::Turn turn{d.footprint_tokens_est, d.decode_capacity_tokens};
-  if (ticket.shed.deadline_s > 0 && d.predicted_ttft_s > 0) {
-    turn.max_wait = absl::Seconds(std::max(0.001, ticket.shed.deadline_s - d.predicted_ttft_s));
-  }
-  turn.movable = 2 * d.cached_tokens_est < d.prompt_tokens_est;
-  const ResidencyWait::Admitted admitted =
-      co_await state.residency->Enter(d.decode_backend, session, turn);
-  rec.residency_wait_s = admitted.waited_s;
-  state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
-  if (admitted.backend == d.decode_backend) co_return true;
-  absl::StatusOr<router::Decision> moved =
-      state.router->Retarget(ticket, admitted.backend, WallAt(Clock::now()));
-  if (!moved.ok()) {
-    state.residency->Leave(admitted.backend, session, 0);
-    co_return false;
-  }
-  d = *moved;
-  co_return true;
-}
-
 // Records the per-request metrics once a request is served.
 void ObserveOutcome(SharedState& state, std::string_view route, const RequestRecord& rec,
                     const RelayResult& r, const LegResult& leg, const router::Decision& d,
@@ -525,30 +497,25 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
       state.router->OnFirstToken(tk, WallAt(at));
     };
     // A co-located turn of an agent session goes once its KV fits its
-    // instance (router/residency_gate.h); offloads are not held.
-    bool gated = !offload && state.residency->enabled() && !features->session_id.empty();
-    if (gated && !co_await EnterResidency(state, *ticket, features->session_id, d, rec)) {
-      gated = false;  // admitted elsewhere, which could not take it: sent ungated
+    // instance (router/residency_gate.h), which may be another instance's
+    // room; every request is dispatched here.
+    const residency::ResidencyWait::Admitted go = co_await AwaitResidency(s, tk);
+    if (tk.residency_wait != 0) {
+      rec.residency_wait_s = go.waited_s;
+      state.metrics->residency_wait->Observe({}, rec.residency_wait_s);
     }
-    if (gated && rec.decode_backend != backends[d.decode_backend].name) {
-      // The gate gave it another instance's room.
+    if (go.dispatched.decision.decode_backend != d.decode_backend) {
+      d = go.dispatched.decision;
       rec.decode_backend = rec.prefill_backend = backends[d.decode_backend].name;
       decor.backend_label = rec.decode_backend;
     }
     // A held request's estimate is the one as it is sent (the instance may
     // have evicted part of its prefix meanwhile).
-    if (const int64_t est = state.router->OnDispatch(*ticket, WallAt(Clock::now())); est >= 0) {
-      rec.cached_tokens_est = est;
-    }
+    if (go.dispatched.cached_tokens_est >= 0) rec.cached_tokens_est = go.dispatched.cached_tokens_est;
     bool reported = false;
     auto report = [&](int served_by, bool transferred, bool ok, const Usage& u) {
       if (reported) return;
       reported = true;
-      if (gated) {
-        state.residency->Leave(d.decode_backend, features->session_id,
-                               std::max<int64_t>(0, u.prompt_tokens) +
-                                   std::max<int64_t>(0, u.completion_tokens));
-      }
       router::Outcome o;
       o.served_by = served_by;
       o.ok = ok;
@@ -558,6 +525,14 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
       o.kv_transferred = transferred;
       state.router->OnComplete(tk, o, WallAt(Clock::now()));
     };
+    if (go.gone) {
+      // Its client left while it was held: nothing was sent.
+      leg = LegResult{};
+      leg.r.client_gone = true;
+      leg.r.error = "client disconnected";
+      report(-1, false, false, Usage{});
+      break;
+    }
     complete_hook = [&](int served_by, bool transferred, int status, const Usage& u) {
       report(served_by, transferred, status >= 200 && status < 300, u);
     };

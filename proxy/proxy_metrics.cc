@@ -160,7 +160,8 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
   });
 }
 
-void RegisterResidencyCounters(metrics::Registry& reg, const ResidencyWait* residency) {
+void RegisterResidencyCounters(metrics::Registry& reg,
+                               const residency::ResidencyWait* residency) {
   reg.AddCollector([w = residency](std::string* out) {
     if (!w->enabled()) return;
     const router::ResidencyGate::Counters c = w->counters();

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "proxy/metrics.h"
-#include "proxy/residency_wait.h"
+#include "residency/residency_wait.h"
 #include "router/router.h"
 
 namespace kvroute::proxy {
@@ -54,6 +54,7 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
 // Adds a collector that renders the residency gate's counters
 // (router/residency_gate.h) at every scrape. `residency` must outlive `reg`'s
 // last Render().
-void RegisterResidencyCounters(metrics::Registry& reg, const ResidencyWait* residency);
+void RegisterResidencyCounters(metrics::Registry& reg,
+                               const residency::ResidencyWait* residency);
 
 }  // namespace kvroute::proxy

@@ -48,11 +48,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
       [this](const HealthChange& c) { ApplyHealthChange(c, *router_, *metrics_, workers_); });
   state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
                                                   config_.limits.max_queued_requests);
-  // Only policies that keep sessions on an instance have residents to protect.
-  router::ResidencyGate::Options residency = config_.router.residency;
-  const router::PolicyEntry* policy = router::FindPolicy(config_.router.mode);
-  residency.enabled = residency.enabled && policy != nullptr && policy->homes_sessions;
-  state_->residency = std::make_unique<ResidencyWait>(residency);
+  state_->residency = std::make_unique<residency::ResidencyWait>(*router_, residency::SystemClock());
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.

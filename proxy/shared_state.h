@@ -20,9 +20,9 @@
 #include "proxy/metrics.h"
 #include "proxy/proxy_metrics.h"
 #include "proxy/request_log.h"
-#include "proxy/residency_wait.h"
 #include "proxy/response_homes.h"
 #include "proxy/response_observer.h"
+#include "residency/residency_wait.h"
 #include "router/router.h"
 #include "transfer/handoff.h"
 
@@ -51,7 +51,7 @@ struct SharedState {
   std::unique_ptr<HealthTracker> health;
   std::unique_ptr<Admission> admission;
   // Agent sessions held back until their KV fits their instance.
-  std::unique_ptr<ResidencyWait> residency;
+  std::unique_ptr<residency::ResidencyWait> residency;
   // Prefill/decode handoffs: the connector, the in-flight bound, the
   // bootstrap ports and engine ids.
   std::unique_ptr<transfer::Handoff> handoff;

@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "router/policy.h"
-#include "router/router.h"
+#include "router/options.h"
 
 namespace kvroute::router {
 

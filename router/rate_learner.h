@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "router/router.h"
+#include "router/options.h"
 
 namespace kvroute::router {
 

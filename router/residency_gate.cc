@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/string_view.h"
+
 namespace kvroute::router {
 
 ResidencyGate::ResidencyGate(Options options) : options_(options) {}
@@ -26,9 +28,24 @@ void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
   home_[session] = backend;
 }
 
+void ResidencyGate::Activate(int backend, const std::string& session, Resident& r) {
+  if (r.active++ == 0) idle_.erase({r.last_done, backend, session});
+}
+
+void ResidencyGate::Deactivate(int backend, const std::string& session, Resident& r,
+                               absl::Time now) {
+  if (r.active == 0) idle_.erase({r.last_done, backend, session});
+  r.active = std::max(0, r.active - 1);
+  r.last_done = now;
+  if (r.active == 0) idle_.insert({r.last_done, backend, session});
+}
+
 void ResidencyGate::Evict(Instance& in, const std::string& session) {
   auto it = in.residents.find(session);
   if (it == in.residents.end()) return;
+  if (it->second.active == 0) {
+    idle_.erase({it->second.last_done, static_cast<int>(&in - instances_.data()), session});
+  }
   in.resident_tokens -= it->second.footprint;
   in.residents.erase(it);
   home_.erase(session);
@@ -64,7 +81,7 @@ void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out,
     Evict(instances_[h->second], w.session);
   }
   if (auto r = in.residents.find(w.session); r != in.residents.end()) {
-    ++r->second.active;
+    Activate(backend, r->first, r->second);
   } else {
     Admit(backend, in, w.session, w.footprint);
   }
@@ -135,6 +152,7 @@ void ResidencyGate::AdmitMovable(int backend, absl::Time now, std::vector<uint64
 
 uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn& turn,
                               absl::Time now, std::vector<uint64_t>* woken) {
+  Age(now);
   Instance& in = At(backend);
   in.capacity_tokens = turn.capacity_tokens;
   const int64_t footprint_tokens = turn.footprint_tokens;
@@ -145,19 +163,21 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     Evict(instances_[old], key);
     AdmitWaiters(old, now, woken);
   }
+  // Turns not held pass by the counters: they are no turns through the gate.
+  const bool held = turn.hold && options_.enabled;
   if (auto r = in.residents.find(key); r != in.residents.end()) {
-    ++r->second.active;
+    Activate(backend, r->first, r->second);
     if (footprint_tokens > r->second.footprint) {
       in.resident_tokens += footprint_tokens - r->second.footprint;
       r->second.footprint = footprint_tokens;
     }
-    ++counters_.admitted_at_once;
+    if (held) ++counters_.admitted_at_once;
     return 0;
   }
   ExpireIdle(in, now);
-  if (in.waiting.empty() && Fits(in, footprint_tokens)) {
+  if (!held || (in.waiting.empty() && Fits(in, footprint_tokens))) {
     Admit(backend, in, key, footprint_tokens);
-    ++counters_.admitted_at_once;
+    if (held) ++counters_.admitted_at_once;
     return 0;
   }
   const uint64_t id = next_waiter_++;
@@ -196,9 +216,8 @@ void ResidencyGate::Leave(int backend, std::string_view session, int64_t footpri
   auto it = in.residents.find(std::string(session));
   if (it == in.residents.end()) return;
   Resident& r = it->second;
-  r.active = std::max(0, r.active - 1);
+  Deactivate(backend, it->first, r, now);
   ++r.turns;
-  r.last_done = now;
   if (footprint_tokens > 0) {
     in.resident_tokens += footprint_tokens - r.footprint;
     r.footprint = footprint_tokens;
@@ -211,7 +230,27 @@ void ResidencyGate::Leave(int backend, std::string_view session, int64_t footpri
   AdmitWaiters(backend, now, woken);
 }
 
+void ResidencyGate::Age(absl::Time now) {
+  const absl::Duration idle_limit = std::max(options_.window, options_.grace);
+  while (!idle_.empty() && std::get<0>(*idle_.begin()) + idle_limit <= now) {
+    const auto [since, backend, session] = *idle_.begin();
+    Evict(instances_[backend], session);
+    ++counters_.expired;
+  }
+}
+
+std::optional<ResidencyGate::Residence> ResidencyGate::Find(std::string_view session) const {
+  const absl::string_view key(session.data(), session.size());
+  auto h = home_.find(key);
+  if (h == home_.end()) return std::nullopt;
+  const Instance& in = instances_[h->second];
+  auto r = in.residents.find(key);
+  if (r == in.residents.end()) return std::nullopt;
+  return Residence{h->second, r->second.footprint};
+}
+
 void ResidencyGate::Tick(absl::Time now, std::vector<uint64_t>* woken) {
+  Age(now);
   if (waiting() == 0) return;
   for (int b = 0; b < static_cast<int>(instances_.size()); ++b) AdmitWaiters(b, now, woken);
 }

@@ -15,8 +15,13 @@
 // suspends processes whose working sets do not fit.
 //
 // What. Per instance, the resident sessions and their footprints (the KV
-// of their last turn: prompt plus output, in tokens). A request of a resident
-// session goes at once. A request of a session not resident there goes at
+// of their last turn: prompt plus output, in tokens). This is the router's
+// one model of which sessions' KV an instance must hold: placement reads the
+// same residents as its memory demand (resident_tokens). Every turn of a
+// session enters it; one that is not held (`Turn::hold` false: an offload,
+// or holding switched off) becomes resident at once. A session idle for
+// `window` (or `grace`, if longer) leaves: it ended, or thinks longer than
+// agents do between turns. A request of a resident session goes at once. A request of a session not resident there goes at
 // once if nobody waits and the resident footprints plus its own stay within
 // `fill` of the capacity (or nothing is resident); else it waits until it
 // fits, in arrival order, except that a waiter that fits goes ahead of one
@@ -47,8 +52,10 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -64,6 +71,9 @@ class ResidencyGate {
     int quantum_turns = 8;
     absl::Duration grace = absl::Seconds(15);
     absl::Duration max_wait = absl::Seconds(120);
+    // An idle session stays resident (and counts in its instance's demand)
+    // this long; zero: it counts in no demand, and leaves after `grace`.
+    absl::Duration window = absl::Seconds(60);
   };
 
   struct Counters {
@@ -74,7 +84,7 @@ class ResidencyGate {
     uint64_t moved = 0;  // admitted on another instance than the one routed to
     uint64_t yielded = 0;         // residents that gave their place up after their quantum
     uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
-    uint64_t expired = 0;         // residents idle for the grace time
+    uint64_t expired = 0;         // residents idle for the grace time or the window
   };
 
   explicit ResidencyGate(Options options);
@@ -88,6 +98,8 @@ class ResidencyGate {
     absl::Duration max_wait = absl::ZeroDuration();
     // Its prefix is gone from the instance: any instance with room will do.
     bool movable = false;
+    // False: the turn goes now whatever fits (it only becomes resident).
+    bool hold = true;
   };
 
   // A request of `session` (non-empty) goes to `backend`, whose KV pool is
@@ -109,9 +121,12 @@ class ResidencyGate {
   // `footprint_tokens` (prompt + completion; <= 0 keeps the last figure).
   void Leave(int backend, std::string_view session, int64_t footprint_tokens, absl::Time now,
              std::vector<uint64_t>* woken);
-  // Time passed: idle residents past the grace time leave, waiters past
-  // max_wait go.
+  // Time passed: residents idle past the window leave; while someone waits,
+  // idle residents past the grace time leave and waiters past max_wait go.
   void Tick(absl::Time now, std::vector<uint64_t>* woken);
+  // Residents idle past the window leave (no waiter can be woken by this:
+  // the grace time, never longer, already let waiters have their room).
+  void Age(absl::Time now);
   // A waiter that no longer wants to go (its client left); a no-op for an
   // id already woken.
   void Abandon(uint64_t waiter, absl::Time now, std::vector<uint64_t>* woken);
@@ -121,9 +136,20 @@ class ResidencyGate {
   const Options& options() const { return options_; }
   const Counters& counters() const { return counters_; }
   size_t waiting() const;
-  // Resident sessions and their footprints on `backend` (tests, /admin).
+  // Resident sessions and their footprints on `backend`.
   size_t resident_sessions(int backend) const;
   int64_t resident_tokens(int backend) const;
+  // The KV `backend` must keep for its resident sessions as of the last
+  // Age/Tick: resident_tokens, or 0 with a zero window.
+  int64_t demand_tokens(int backend) const {
+    return options_.window > absl::ZeroDuration() ? resident_tokens(backend) : 0;
+  }
+  // Where `session` is resident and its footprint there; nullopt if nowhere.
+  struct Residence {
+    int backend = -1;
+    int64_t footprint_tokens = 0;
+  };
+  std::optional<Residence> Find(std::string_view session) const;
 
  private:
   struct Resident {
@@ -151,6 +177,10 @@ class ResidencyGate {
   // Makes `session` resident on `backend` with one request in flight.
   void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
+  // One more request of a resident in flight, or one fewer (at `now`): an
+  // idle resident is kept in idle_, by when it went idle.
+  void Activate(int backend, const std::string& session, Resident& r);
+  void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
   bool Fits(const Instance& in, int64_t footprint) const;
   bool MovableWaiting() const;
   // Idle residents past the grace time leave (only while someone waits:
@@ -169,6 +199,8 @@ class ResidencyGate {
   std::vector<Instance> instances_;
   absl::flat_hash_map<std::string, int> home_;  // resident session -> backend
   absl::flat_hash_map<uint64_t, int> moved_;     // woken waiter -> the instance that took it
+  // Idle residents, the longest idle first: (last_done, backend, session).
+  std::set<std::tuple<absl::Time, int, std::string>> idle_;
   uint64_t next_waiter_ = 1;
   Counters counters_;
 };

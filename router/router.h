@@ -6,6 +6,9 @@
 //   features.chunk_hashes = router::HashPromptChunks(features.prompt_bytes,
 //                                                    options.chunk_bytes);
 //   absl::StatusOr<router::RouteTicket> t = (*router)->Route(features, now);
+//   ... held (t->residency_wait != 0): wait until the residency listener
+//       names it (residency/residency_wait.h does this);
+//   router::Router::Dispatched go = (*router)->Dispatch(*t, now);
 //   ... first byte from the engine:   (*router)->OnFirstToken(*t, now);
 //   ... response finished:           (*router)->OnComplete(*t, outcome, now);
 //   ... an offload's measured transfer: (*router)->OnTransfer(*t, seconds);
@@ -18,12 +21,17 @@
 //
 // Where things live: router/policies/ (one class per policy, behind
 // router/policy.h, built from the table in router/policy_registry.h), router/shadow_index.h
-// (prefix-cache model), router/session_table.h, router/bytes_per_token.h,
-// router/rate_learner.h (the cost model's learned time factors).
+// (prefix-cache model) and router/shadow_feedback.h (what the engines'
+// truth teaches it), router/load_ledger.h (reserved load),
+// router/residency_gate.h (which sessions' KV each instance must hold, and
+// the turns held back until theirs fits), router/session_table.h,
+// router/bytes_per_token.h, router/rate_learner.h (the cost model's learned
+// time factors). router/router_impl.h is the implementation's layout.
 // router/README.md explains the model and has the benchmark figures.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,158 +40,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "classifier/classifier.h"
-#include "router/residency_gate.h"
-#include "router/shed.h"
+#include "router/options.h"
 #include "router/types.h"
 
 namespace kvroute::router {
-
-// A backend as configured. `capacity_tokens` is the instance's KV capacity in
-// tokens when known from the config or profile (0 = unknown; replaced by the
-// scraped vllm:cache_config_info when that arrives).
-struct BackendSpec {
-  std::string name;
-  std::string host;
-  uint16_t port = 0;
-  BackendRole role = BackendRole::kBoth;
-  int64_t capacity_tokens = 0;
-  // The engine runs vLLM's --scheduling-policy priority: it serves waiting
-  // requests by their `priority`, which kvroute then sets on every leg
-  // (proxy/engine_priority.h). False: FCFS, and kvroute sends none (vLLM
-  // refuses a priority other than 0 under FCFS).
-  bool priority_scheduling = false;
-  // Set by Router::UpdateBackends on a backend dropped from the list: its
-  // slot stays (indices held by requests in flight remain valid) but it is
-  // never routed, health-checked or re-admitted again.
-  bool retired = false;
-};
-
-// Router options. Owned by the router module; only proxy's config loader
-// maps YAML onto it.
-struct Options {
-  // The routing policy by its `mode` name (router/policy_registry.h).
-  std::string mode = "round_robin";
-  classifier::Thresholds thresholds;
-  size_t chunk_bytes = 256;                  // prompt bytes per shadow-index chunk
-  double default_bytes_per_token = 4.0;      // until learned from usage.prompt_tokens
-  int64_t default_capacity_tokens = 400000;  // when neither config nor scrape knows
-  double overload_factor = 2.0;              // affinity breaks above factor x fleet mean
-  size_t max_sessions = 100000;              // session table bound (LRU)
-  absl::Duration session_ttl = absl::Minutes(30);
-  // A session counts toward its instance's resident KV demand until it has
-  // sent nothing for this long (router/session_table.h); zero disables
-  // placement by memory.
-  absl::Duration session_resident_window = absl::Seconds(60);
-
-  // Cache-aware routing and load (all have defaults).
-  // Affinity is only broken when the session's instance also holds more
-  // than this many in-flight tokens (about two long-context requests), so a
-  // lightly loaded fleet, where a single request is already "2x the mean",
-  // keeps its sessions and their caches in place.
-  int64_t overload_min_tokens = 32768;
-  // Bound on routed-but-not-completed requests; Route() returns
-  // ResourceExhausted beyond it.
-  size_t max_inflight_requests = 65536;
-  // Expected output tokens when the client gave no max_tokens, and the cap
-  // applied to a client's max_tokens, for in-flight token accounting.
-  int64_t default_output_tokens = 256;
-  int64_t max_output_tokens_est = 4096;
-  // Bytes-per-token learning: EWMA weight of one response, and the bound on
-  // the per-model table (further models share the fleet-wide ratio).
-  double bytes_per_token_alpha = 0.1;
-  size_t max_models = 64;
-  // Shadow feedback: the engine must have had more than this many chunks
-  // fewer than estimated before the shadow drops entries and shrinks the
-  // instance's effective capacity (block rounding is not an eviction).
-  int64_t eviction_tolerance_chunks = 1;
-  // EWMA weight when the effective capacity moves toward what the engine
-  // proved, and its floor as a fraction of the nominal capacity.
-  double capacity_learning_rate = 0.25;
-  double min_capacity_fraction = 0.1;
-
-  // `baseline` (and the WARM/MEDIUM path of v1/v2) scores an instance by its
-  // estimated time to first token in prefill-token units, see
-  // router/policies/cache_aware.h:
-  //   cost = new_tokens + prefill_queue_weight x inflight_prefill_tokens
-  //        + decode_tokens_weight x inflight_tokens
-  //        + waiting_penalty_tokens x engine_waiting
-  //        + admission_weight x tokens that must leave the pool before admission
-  //        + eviction_weight x resident session KV the placement would evict
-  //        + decode_stall_weight x decoding requests x new_tokens (not WARM)
-  struct BaselineWeights {
-    double prefill_queue_weight = 1.0;
-    double decode_tokens_weight = 0.05;
-    double waiting_penalty_tokens = 1000;
-    double admission_weight = 1.0;
-    double eviction_weight = 1.0;
-    double decode_stall_weight = 1.0;
-  };
-  BaselineWeights baseline;
-
-  // v2: "joint" (the default) picks the prefill site and the decode home
-  // together by the placement cost (router/policies/placement_cost.h) and
-  // offloads only where that wins; "threshold" offloads every HEAVY
-  // request; "cost" only when the classifier's cost model says the prefill
-  // saved on the decode instance outweighs the KV transfer.
-  std::string offload_gate = "joint";
-  classifier::OffloadCostParams offload_cost;
-
-  // Whether an offload's decode leg reaches B only once A's prefill is done
-  // (a sequential connector, NIXL): then B's queue delays the first token in
-  // full. false: both legs are sent at once (Mooncake, SGLang) and B's queue
-  // runs while A prefills. The config loader sets it from the connector.
-  bool decode_leg_after_prefill = true;
-
-  // `heavy_threshold: auto`: for v1_cost and v2 with the joint gate,
-  // every request that is not WARM goes to the placement decision (which
-  // decides whether it is worth moving), instead of only HEAVY ones;
-  // thresholds.heavy_threshold still labels the class.
-  bool heavy_threshold_auto = false;
-
-  // The operator's service-level objectives, in seconds: they weigh a
-  // request's own time to first token against the harm its prefill does to
-  // the others (router/policies/placement_cost.h).
-  struct PlacementSlo {
-    double ttft_warm_s = 2;
-    double ttft_medium_s = 10;
-    double ttft_heavy_s = 30;
-    double tpot_s = 0.1;       // per output token of a decode stream
-    double harm_weight = 1.0;  // scales the harm terms against the TTFT term
-  };
-  PlacementSlo slo;
-
-  // Whether offload_cost describes this fleet (the config filled it from a
-  // profile or router.offload_cost keys). Then the router predicts the TTFT
-  // of every decision, whatever the policy, so the prediction is logged and
-  // the rates are learned in every mode.
-  bool offload_cost_known = false;
-
-  // Learning the cost model's time factors online (router/rate_learner.h):
-  // per instance, realised TTFT of co-located streamed requests against the
-  // prediction; per (prefill, decode) pair, the handoff's measured transfer
-  // against the prediction. Log-space EWMA of weight `alpha`; each sample's
-  // ratio is clamped to [1 / max_sample_ratio, max_sample_ratio].
-  struct RateLearning {
-    bool enabled = true;
-    double alpha = 0.2;
-    double max_sample_ratio = 20;
-  };
-  RateLearning rate_learning;
-
-  // Requests predicted to reach their first token past their deadline are
-  // refused at admission (router/shed.h); needs a time model
-  // (offload_cost_known) and RequestFeatures::allow_shed.
-  ShedOptions shed;
-
-  // Agent sessions held back until their KV fits their instance
-  // (router/residency_gate.h); the proxy applies it to co-located requests
-  // that carry a session id.
-  ResidencyGate::Options residency;
-};
-
-// The largest fleet the router (and its shadow index bitsets) supports.
-inline constexpr int kMaxBackends = 256;
 
 // Load and cache figures of one backend as /admin/backends reports them.
 struct BackendReport {
@@ -254,16 +114,6 @@ struct EngineGauges {
   double work_tokens_total = -1;
 };
 
-// One KV cache event of an engine, as much of it as the router uses
-// (kvevents/ decodes the engine's messages; docs/kv-events.md): how many
-// tokens' worth of blocks the engine stored or evicted, or that it dropped
-// its whole prefix cache.
-struct EngineKvEvent {
-  enum class Kind { kStored, kRemoved, kCleared };
-  Kind kind = Kind::kStored;
-  int64_t tokens = 0;  // kStored, kRemoved: blocks x block_size
-};
-
 // One routed request's reservation. Copyable; pass it back to OnFirstToken /
 // OnComplete exactly once each (OnComplete alone is fine for a request that
 // never produced a first token).
@@ -274,9 +124,14 @@ struct RouteTicket {
   // OnTransfer can learn against the profile's rates after OnComplete.
   double transfer_time_factor = 1;
   // shed.shed: the request is refused at admission (Options::shed); the
-  // ticket reserves nothing (id 0) and takes no OnDispatch, OnFirstToken or
+  // ticket reserves nothing (id 0) and takes no Dispatch, OnFirstToken or
   // OnComplete; `decision` says where it would have gone and what it predicted.
   ShedVerdict shed;
+  // Non-zero: the residency model holds the request (a co-located turn of a
+  // session routed with defer_kv_reservation, whose KV does not fit its
+  // instance yet). It may be dispatched once the residency listener names
+  // this id, or once Router::Held says it is not held any more.
+  uint64_t residency_wait = 0;
 };
 
 // Whether `outcome.cached_tokens` may count KV moved in by a connector
@@ -322,24 +177,43 @@ class Router {
   // Options::max_inflight_requests. When features.chunk_hashes is empty the
   // router hashes prompt_bytes itself (outside its lock) with chunk_bytes.
   virtual absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) = 0;
-  // A request routed with RequestFeatures::defer_kv_reservation is sent
-  // now: it pins its cached prefix and reserves the rest of its footprint
-  // in the shadow's pool of its instance, and its realised TTFT (which
-  // teaches the prefill time factor) counts from `now`. Returns its cached-token estimate
-  // there as of now (lower than the decision's when the instance evicted
-  // part of the prefix while the request was held; what OnComplete then
-  // compares with the engine's count), or -1 for any other request (a
-  // no-op).
-  virtual int64_t OnDispatch(const RouteTicket& ticket, absl::Time now) = 0;
-  // A held request (routed with defer_kv_reservation, co-located, not yet
-  // dispatched) goes to `backend` instead: the residency gate admitted it
-  // where room freed first, its prefix being gone from where it was routed.
-  // Its load moves there, its session's home with it, and its estimate is
-  // taken there. Returns the decision as it now stands; FailedPrecondition
-  // (changing nothing) when the ticket is not such a request or `backend`
-  // cannot take it (unknown, unhealthy, retired, prefill-only).
-  virtual absl::StatusOr<Decision> Retarget(const RouteTicket& ticket, int backend,
-                                            absl::Time now) = 0;
+  // The request is sent now. A request routed with defer_kv_reservation
+  // pins its cached prefix and reserves the rest of its footprint in the
+  // shadow's pool of its instance, and its realised TTFT (which teaches the
+  // prefill time factor) counts from `now`; a held one the residency model
+  // admitted on another instance (its prefix gone, it took the room that
+  // freed first) moves there first, its load and session home with it.
+  // Returns the decision as it now stands and its cached-token estimate as
+  // of now (lower than at routing when the instance evicted part of the
+  // prefix meanwhile; what OnComplete compares with the engine's count), or
+  // -1 for a request not routed with defer_kv_reservation. Once per ticket.
+  struct Dispatched {
+    Decision decision;
+    int64_t cached_tokens_est = -1;
+  };
+  virtual Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) = 0;
+
+  // The residency model (router/residency_gate.h). `woken` is called, under
+  // the router's lock (it must not call the router), with the residency_wait
+  // ids of held requests that may go now; one listener at a time, nullptr to
+  // remove it.
+  using ResidencyListener = std::function<void(absl::Span<const uint64_t> woken)>;
+  virtual void SetResidencyListener(ResidencyListener woken) = 0;
+  // Whether the residency model still holds the ticket's request.
+  virtual bool Held(const RouteTicket& ticket) const = 0;
+  // Time passed: idle residents leave, waiters whose wait ran out go.
+  virtual void TickResidency(absl::Time now) = 0;
+  // When TickResidency would next admit someone, if anyone waits.
+  virtual std::optional<absl::Time> NextResidencyEvent() const = 0;
+  // A held request that will not be sent (its client left, or kvroute
+  // drains): it gives its place up. A no-op once it is not held.
+  virtual void Unhold(const RouteTicket& ticket, absl::Time now) = 0;
+  virtual ResidencyGate::Counters ResidencyCounters() const = 0;
+  virtual size_t ResidencyWaiting() const = 0;
+  // Whether co-located session turns may be held (router.residency.enabled
+  // and a policy that homes sessions).
+  virtual bool HoldsSessions() const = 0;
+
   // The decode backend produced its first byte: prefill tokens become a
   // decoding request. For a co-located streamed request whose decision
   // carried a prediction, `now` minus the routing time is its realised TTFT,

@@ -2,19 +2,13 @@
 // `max_sessions` whose entries expire `ttl` after their last assignment.
 // Time is passed in; nothing here reads a clock.
 //
-// It also keeps each instance's resident session footprint: the KV, in
-// tokens, that the sessions homed there need between their turns (the
-// footprint of each one's latest request), summed over sessions with a
-// request in flight or one that ended within `resident_window`. A session
-// idle for that long counts as gone from the instance's memory demand (the
-// API has no "session ended"); it keeps its home for affinity until `ttl`.
+// Which sessions' KV an instance must keep between turns is the residency
+// model's (router/residency_gate.h), not this table's.
 //
-//   SessionTable sessions(100000, absl::Minutes(30), absl::Seconds(60));
+//   SessionTable sessions(100000, absl::Minutes(30));
 //   int b = sessions.Lookup("s1", now);   // -1: none or expired
-//   sessions.Assign("s1", 3, now, /*footprint_tokens=*/84000);
+//   sessions.Assign("s1", 3, now);
 //   ... the request ends:  sessions.Finish("s1", later);
-//   sessions.AgeResident(now);
-//   int64_t demand = sessions.ResidentTokens(3);
 //
 // Not thread-safe: the Router owns it under its mutex.
 #pragma once
@@ -23,7 +17,6 @@
 #include <list>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -32,10 +25,7 @@ namespace kvroute::router {
 
 class SessionTable {
  public:
-  // A zero `resident_window` keeps no resident footprints.
-  SessionTable(size_t max_sessions, absl::Duration ttl,
-               absl::Duration resident_window = absl::ZeroDuration())
-      : max_sessions_(max_sessions), ttl_(ttl), resident_window_(resident_window) {}
+  SessionTable(size_t max_sessions, absl::Duration ttl) : max_sessions_(max_sessions), ttl_(ttl) {}
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
 
@@ -49,9 +39,6 @@ class SessionTable {
     uint64_t last_chunk_hash = 0;
     int64_t prompt_chunks = 0;
     int64_t held_tokens = 0;
-    // KV tokens the session's latest request needs (prompt + output), the
-    // figure it adds to its instance's resident footprint.
-    int64_t footprint_tokens = 0;
   };
 
   // The session's entry, or nullptr when unknown or expired (an expired
@@ -63,57 +50,34 @@ class SessionTable {
     const Info* info = Find(session, now);
     return info == nullptr ? -1 : info->backend;
   }
-  // Pins the session to `backend` with its latest request's footprint and
-  // refreshes it (a new backend forgets the continuation); evicts the least
-  // recently assigned session beyond max_sessions, and expired ones.
-  void Assign(std::string_view session, int backend, absl::Time now, int64_t footprint_tokens = 0);
+  // Pins the session to `backend` and refreshes it (a new backend forgets
+  // the continuation); evicts the least recently assigned session beyond
+  // max_sessions, and expired ones.
+  void Assign(std::string_view session, int backend, absl::Time now);
   // Records the continuation of a request that completed on `backend`, if
-  // the session is still pinned there; `held_tokens` (what the engine held
-  // afterwards) becomes the session's footprint.
+  // the session is still pinned there.
   void RecordCompletion(std::string_view session, int backend, uint64_t last_chunk_hash,
                         int64_t prompt_chunks, int64_t held_tokens);
   size_t size() const { return index_.size(); }
   // One of the session's requests ended (whatever its outcome): the
-  // session is active as of `now`. Each Assign is matched by one Finish.
+  // session is active as of `now`, which its TTL counts from.
   void Finish(std::string_view session, absl::Time now);
-
-  // Drops from the resident footprints every session without a request in
-  // flight whose last activity was `resident_window` or more before `now`.
-  void AgeResident(absl::Time now);
-  // Resident footprint of `backend` as of the last AgeResident (0 for an
-  // instance no session has had).
-  int64_t ResidentTokens(int backend) const {
-    return backend >= 0 && backend < static_cast<int>(resident_.size()) ? resident_[backend] : 0;
-  }
 
  private:
   struct Entry {
     std::string session;
     Info info;
     absl::Time last_assigned;  // or finished
-    int inflight = 0;          // Assigns not yet Finished
-    bool resident = false;     // counted in resident_[info.backend]
   };
   using List = std::list<Entry>;  // front = most recently active
 
-  // Moves `it` to the front, counting it resident.
-  void MoveToFront(List::iterator it);
-
-  void Count(Entry& e);
-  void Uncount(Entry& e);
-  // Unlinks and destroys `it`, keeping the resident bookkeeping.
+  void MoveToFront(List::iterator it) { lru_.splice(lru_.begin(), lru_, it); }
   void Erase(List::iterator it);
 
   size_t max_sessions_;
   absl::Duration ttl_;
-  absl::Duration resident_window_;
   List lru_;
   absl::flat_hash_map<std::string, List::iterator> index_;
-  // Entries before resident_end_ are resident, the rest are not: the list is
-  // ordered by last activity, so aging walks back from the boundary (and
-  // stops at a session with a request in flight until that request ends).
-  List::iterator resident_end_ = lru_.end();
-  std::vector<int64_t> resident_;
 };
 
 }  // namespace kvroute::router

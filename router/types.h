@@ -51,10 +51,11 @@ struct RequestFeatures {
   // instance failed it before its first byte). Treated as unhealthy for
   // this one decision.
   std::vector<int> avoid_backends;
-  // The caller may hold a co-located request back before sending it (the
-  // residency gate, residency_gate.h) and calls Router::OnDispatch when it
-  // sends it: until then the request takes no room in the shadow's model of
-  // the instance's KV pool, as it takes none in the engine's.
+  // The caller calls Router::Dispatch before sending the request. Then a
+  // co-located turn of a session may be held by the residency model
+  // (RouteTicket::residency_wait, router/residency_gate.h) and takes no room
+  // in the shadow's model of its instance's KV pool until it is dispatched,
+  // as it takes none in the engine's.
   bool defer_kv_reservation = false;
   // The caller answers a shed ticket (RouteTicket::shed) with 429: the
   // router may refuse the request at admission (Options::shed).
@@ -123,6 +124,16 @@ struct Outcome {
   // usage.completion_tokens, -1 if unknown. Lets the router credit a
   // session's next turn with the answer the engine now caches.
   int64_t completion_tokens = -1;
+};
+
+// One KV cache event of an engine, as much of it as the router uses
+// (kvevents/ decodes the engine's messages; docs/kv-events.md): how many
+// tokens' worth of blocks the engine stored or evicted, or that it dropped
+// its whole prefix cache.
+struct EngineKvEvent {
+  enum class Kind { kStored, kRemoved, kCleared };
+  Kind kind = Kind::kStored;
+  int64_t tokens = 0;  // kStored, kRemoved: blocks x block_size
 };
 
 }  // namespace kvroute::router

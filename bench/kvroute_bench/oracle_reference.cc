@@ -61,7 +61,7 @@ OracleReference::OracleReference(std::vector<NamedEndpoint> instances,
                                  std::unique_ptr<router::Router> router)
     : instances_(std::move(instances)),
       router_(std::move(router)),
-      residency_(std::make_unique<proxy::ResidencyWait>(router_->options().residency)) {}
+      residency_(std::make_unique<residency::ResidencyWait>(*router_, residency::SystemClock())) {}
 
 boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
     const std::string& body, std::string prompt_bytes, const std::string& session_id,
@@ -88,25 +88,23 @@ boost::asio::awaitable<OracleReference::Routed> OracleReference::Route(
   f.max_tokens = max_tokens;
   f.prompt_bytes = std::move(prompt_bytes);
   f.reference_cached_tokens = *std::move(truth);
-  const bool gated = residency_->enabled() && !session_id.empty();
-  f.defer_kv_reservation = gated;
+  f.defer_kv_reservation = residency_->enabled() && !session_id.empty();
   absl::StatusOr<router::RouteTicket> t = router_->Route(f, absl::Now());
   if (!t.ok()) {
     out.error = std::string(t.status().message());
     co_return out;
   }
   out.ticket = *t;
-  const int b = t->decision.decode_backend;
-  if (gated) {
-    out.session = session_id;
-    co_await residency_->Enter(b, session_id, t->decision.footprint_tokens_est,
-                               t->decision.decode_capacity_tokens);
-  }
-  router_->OnDispatch(*t, absl::Now());
+  const residency::ResidencyWait::Admitted go = co_await residency_->Admit(*t);
+  const router::Decision& d = go.dispatched.decision;
+  out.ticket.decision = d;
+  const int b = d.decode_backend;
   out.endpoint = instances_[static_cast<size_t>(b)].endpoint;
   out.backend = instances_[static_cast<size_t>(b)].name;
-  out.klass = std::string(router::ToString(t->decision.request_class));
-  out.cached_tokens_est = t->decision.cached_tokens_est;
+  out.klass = std::string(router::ToString(d.request_class));
+  // The oracle's count where it was routed; the shadow's where the model moved it.
+  out.cached_tokens_est =
+      b == t->decision.decode_backend ? t->decision.cached_tokens_est : d.cached_tokens_est;
   co_return out;
 }
 
@@ -123,10 +121,6 @@ void OracleReference::OnComplete(const Routed& routed, bool ok, int64_t prompt_t
   o.completion_tokens = completion_tokens;
   o.served_by = routed.ticket.decision.decode_backend;
   o.kv_transferred = false;
-  if (!routed.session.empty()) {
-    residency_->Leave(routed.ticket.decision.decode_backend, routed.session,
-                      std::max<int64_t>(0, prompt_tokens) + std::max<int64_t>(0, completion_tokens));
-  }
   router_->OnComplete(routed.ticket, o, absl::Now());
 }
 

@@ -6,7 +6,8 @@
 // straight to the chosen instance. Load accounting, session affinity, classification and the
 // cost are the router's own, and the instances' gauges come from the run's /metrics samples, so
 // a run against kvroute's `baseline` differs only in where the cached-token numbers come from
-// (the residency gate holds sessions back as kvroute's proxy does, proxy/residency_wait.h):
+// (the router's residency model holds sessions back, through residency/residency_wait.h, as
+// in kvroute's proxy):
 // the gap between the two is what estimation costs, the gap between this and the pooled-LRU
 // bound is what the policy leaves.
 //
@@ -33,7 +34,7 @@
 #include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/metrics_sampler.h"
 #include "bench/kvroute_bench/records.h"
-#include "proxy/residency_wait.h"
+#include "residency/residency_wait.h"
 #include "router/router.h"
 
 namespace kvroute::bench {
@@ -47,7 +48,6 @@ class OracleReference {
     std::string backend;  // instance name
     std::string klass;    // WARM | MEDIUM | HEAVY
     int64_t cached_tokens_est = -1;  // the oracle's count on the chosen instance
-    std::string session;             // non-empty: held by the residency gate, Leave it
   };
 
   // Fails when the fleet is empty or larger than the router supports. The router's time
@@ -77,7 +77,7 @@ class OracleReference {
 
   std::vector<NamedEndpoint> instances_;
   std::unique_ptr<router::Router> router_;
-  std::unique_ptr<proxy::ResidencyWait> residency_;
+  std::unique_ptr<residency::ResidencyWait> residency_;
 };
 
 // Parses an oracle answer into cached tokens by instance index (`instances` entries).

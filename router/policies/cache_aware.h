@@ -57,7 +57,7 @@
 #include "classifier/classifier.h"
 #include "router/policies/common.h"
 #include "router/policy.h"
-#include "router/router.h"
+#include "router/options.h"
 
 namespace kvroute::router {
 

@@ -14,7 +14,7 @@
 
 #include "classifier/classifier.h"
 #include "router/policy.h"
-#include "router/router.h"
+#include "router/options.h"
 
 namespace kvroute::router {
 

@@ -359,13 +359,23 @@ class HoldingRouter : public router::Router {
   void OnFirstToken(const router::RouteTicket& t, absl::Time now) override {
     inner_->OnFirstToken(t, now);
   }
-  int64_t OnDispatch(const router::RouteTicket& t, absl::Time now) override {
-    return inner_->OnDispatch(t, now);
+  Dispatched Dispatch(const router::RouteTicket& t, absl::Time now) override {
+    return inner_->Dispatch(t, now);
   }
-  absl::StatusOr<router::Decision> Retarget(const router::RouteTicket& t, int backend,
-                                            absl::Time now) override {
-    return inner_->Retarget(t, backend, now);
+  void SetResidencyListener(ResidencyListener woken) override {
+    inner_->SetResidencyListener(std::move(woken));
   }
+  bool Held(const router::RouteTicket& t) const override { return inner_->Held(t); }
+  void TickResidency(absl::Time now) override { inner_->TickResidency(now); }
+  std::optional<absl::Time> NextResidencyEvent() const override {
+    return inner_->NextResidencyEvent();
+  }
+  void Unhold(const router::RouteTicket& t, absl::Time now) override { inner_->Unhold(t, now); }
+  router::ResidencyGate::Counters ResidencyCounters() const override {
+    return inner_->ResidencyCounters();
+  }
+  size_t ResidencyWaiting() const override { return inner_->ResidencyWaiting(); }
+  bool HoldsSessions() const override { return inner_->HoldsSessions(); }
   void OnTransfer(const router::RouteTicket& t, double transfer_s) override {
     inner_->OnTransfer(t, transfer_s);
   }

@@ -224,4 +224,73 @@ TEST(ResidencyGateTest, AColdWaiterGoesAtOnceWhereRoomIsFree) {
   EXPECT_EQ(g.waiting(), 0u);
 }
 
+TEST(ResidencyGateTest, EveryTurnMakesItsSessionResidentUntilIdleForTheWindow) {
+  ResidencyGate::Options o = Opts();
+  o.window = absl::Seconds(60);
+  ResidencyGate g(o);
+  std::vector<uint64_t> woken;
+  auto pass = [](int64_t footprint) {
+    ResidencyGate::Turn t{footprint, 100000};
+    t.hold = false;  // an offload, or a turn routed without holding
+    return t;
+  };
+  EXPECT_EQ(g.Enter(0, "a", pass(1000), At(0), &woken), 0u);
+  EXPECT_EQ(g.Enter(0, "b", pass(2000), At(10), &woken), 0u);
+  EXPECT_EQ(g.Enter(1, "c", pass(500), At(20), &woken), 0u);
+  EXPECT_EQ(g.demand_tokens(0), 3000);
+  EXPECT_EQ(g.demand_tokens(1), 500);
+  EXPECT_EQ(g.demand_tokens(7), 0);  // no session there yet
+  EXPECT_EQ(g.counters().admitted_at_once, 0u) << "turns not held are no turns through the gate";
+
+  // A move takes the session along; what the engine held after a turn becomes its footprint.
+  EXPECT_EQ(g.Enter(1, "b", pass(2500), At(40), &woken), 0u);
+  EXPECT_EQ(g.demand_tokens(0), 1000);
+  EXPECT_EQ(g.demand_tokens(1), 3000);
+  g.Leave(0, "a", 1700, At(45), &woken);
+  EXPECT_EQ(g.demand_tokens(0), 1700);
+  ASSERT_TRUE(g.Find("a").has_value());
+  EXPECT_EQ(g.Find("a")->backend, 0);
+  EXPECT_EQ(g.Find("a")->footprint_tokens, 1700);
+
+  // A session counts while its turn is in flight, and for the window after the last one ends.
+  g.Leave(1, "c", 0, At(41), &woken);
+  g.Leave(1, "b", 0, At(45), &woken);
+  EXPECT_EQ(g.Enter(2, "d", pass(700), At(50), &woken), 0u);  // in flight from here on
+  g.Age(At(100));
+  EXPECT_EQ(g.demand_tokens(1), 3000);
+  g.Age(At(101));  // c has been idle 60 s
+  EXPECT_EQ(g.demand_tokens(1), 2500);
+  EXPECT_FALSE(g.Find("c").has_value());
+  g.Age(At(200));
+  EXPECT_EQ(g.demand_tokens(0), 0);
+  EXPECT_EQ(g.demand_tokens(1), 0);
+  EXPECT_EQ(g.demand_tokens(2), 700);  // its turn is still running
+  g.Leave(2, "d", 0, At(210), &woken);
+  g.Age(At(269));
+  EXPECT_EQ(g.demand_tokens(2), 700);
+  g.Age(At(270));
+  EXPECT_EQ(g.demand_tokens(2), 0);
+  EXPECT_EQ(g.counters().expired, 4u);
+  EXPECT_TRUE(woken.empty());
+
+  // Back again: counted again.
+  EXPECT_EQ(g.Enter(1, "c", pass(800), At(280), &woken), 0u);
+  EXPECT_EQ(g.demand_tokens(1), 800);
+}
+
+TEST(ResidencyGateTest, AZeroWindowKeepsResidentsButCountsNoDemand) {
+  ResidencyGate::Options o = Opts(/*quantum=*/100, /*grace_s=*/10);
+  o.window = absl::ZeroDuration();
+  ResidencyGate g(o);
+  std::vector<uint64_t> woken;
+  EXPECT_EQ(g.Enter(0, "a", 40, kCap, At(0), &woken), 0u);
+  EXPECT_EQ(g.resident_tokens(0), 40);
+  EXPECT_EQ(g.demand_tokens(0), 0);
+  g.Leave(0, "a", 0, At(1), &woken);
+  g.Age(At(10.5));  // idle residents leave after the grace time
+  EXPECT_EQ(g.resident_sessions(0), 1u);
+  g.Age(At(11));
+  EXPECT_EQ(g.resident_sessions(0), 0u);
+}
+
 }  // namespace kvroute::router

@@ -186,10 +186,10 @@ TEST(RouterShadowTest, AHeldRequestTakesRoomOnlyOnceDispatched) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(r->Report()[0].shadow_chunks, 12);
   EXPECT_EQ(EstimateOn(*r, a), 12 * 64);
-  r->OnDispatch(*t, kT0);
+  r->Dispatch(*t, kT0);
   EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
   EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
-  r->OnDispatch(*t, kT0);  // once only
+  r->Dispatch(*t, kT0);  // once only
   EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
   r->OnFirstToken(*t, kT0);
   r->OnComplete(*t, {.ok = true, .cached_tokens = 0, .served_by = 0}, kT0);

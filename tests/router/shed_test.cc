@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "router/prefix_hash.h"
 #include "router/router.h"
@@ -103,46 +105,100 @@ TEST(RouterShedTest, ARequestQueuedPastItsDeadlineIsShedAndReservesNothing) {
   EXPECT_FALSE(again->shed.shed);
 }
 
-TEST(RouterRetargetTest, AHeldRequestMovesItsLoadAndEstimate) {
+// Two instances of 1,000 tokens (900 may be resident); a turn of 2,000
+// prompt bytes has a footprint of 756 tokens, so one session fills one.
+// Session a is resident on 0, c on 1; b, routed to 1 with a cold prefix,
+// is held there until room frees anywhere.
+struct HeldOnOne {
+  explicit HeldOnOne(Router& r) {
+    a = *r.Route(Turn("a", 'a', /*avoid=*/1), kT0);
+    c = *r.Route(Turn("c", 'c', /*avoid=*/0), kT0);
+    b = *r.Route(Turn("b", 'b', /*avoid=*/0), kT0);
+  }
+  static RequestFeatures Turn(const std::string& session, char fill, int avoid) {
+    RequestFeatures f = Prompt(fill, 2000);
+    f.session_id = session;
+    f.defer_kv_reservation = true;
+    f.avoid_backends = {avoid};
+    return f;
+  }
+  RouteTicket a, b, c;
+};
+
+std::unique_ptr<Router> TwoSmallInstances() {
   Options o;
   o.mode = "baseline";
-  auto made = Router::Create(o, testing::LoopbackBackends(3));
-  ASSERT_TRUE(made.ok());
-  Router& r = **made;
-  RequestFeatures f = Prompt('x', 40000);
-  f.session_id = "s";
-  f.defer_kv_reservation = true;
-  auto t = r.Route(f, kT0);
-  ASSERT_TRUE(t.ok());
-  const int from = t->decision.decode_backend;
-  const int to = (from + 1) % 3;
-  auto moved = r.Retarget(*t, to, kT0 + absl::Seconds(1));
-  ASSERT_TRUE(moved.ok()) << moved.status();
-  EXPECT_EQ(moved->decode_backend, to);
-  EXPECT_EQ(moved->prefill_backend, to);
-  const auto report = r.Report();
-  EXPECT_EQ(report[from].inflight_requests, 0);
-  EXPECT_EQ(report[to].inflight_requests, 1);
-  EXPECT_GT(report[to].inflight_prefill_tokens, 0);
-  // Dispatched there, it completes there; nothing is left behind.
-  EXPECT_GE(r.OnDispatch(*t, kT0 + absl::Seconds(1)), 0);
-  EXPECT_FALSE(r.Retarget(*t, from, kT0).ok());  // no longer held
-  r.OnComplete(*t, Outcome{}, kT0 + absl::Seconds(2));
-  for (const BackendReport& b : r.Report()) EXPECT_EQ(b.inflight_requests, 0);
+  o.residency.quantum_turns = 1;
+  o.residency.grace = absl::Seconds(10);
+  o.residency.max_wait = absl::Hours(1);
+  std::vector<BackendSpec> fleet = testing::LoopbackBackends(2);
+  for (BackendSpec& b : fleet) b.capacity_tokens = 1000;
+  return *Router::Create(o, std::move(fleet));
+}
+
+TEST(RouterResidencyTest, AHeldColdTurnMovesWithItsLoadToTheRoomThatFreesFirst) {
+  std::unique_ptr<Router> r = TwoSmallInstances();
+  std::vector<uint64_t> woken;
+  r->SetResidencyListener([&](absl::Span<const uint64_t> ids) {
+    woken.insert(woken.end(), ids.begin(), ids.end());
+  });
+  HeldOnOne s(*r);
+  ASSERT_EQ(s.b.decision.decode_backend, 1);
+  ASSERT_NE(s.b.residency_wait, 0u);
+  EXPECT_TRUE(r->Held(s.b));
+  r->Dispatch(s.a, kT0);
+  r->Dispatch(s.c, kT0);
+  // a's turn ends; once it has been idle for the grace time, b takes its room.
+  r->OnComplete(s.a, {.ok = true, .prompt_tokens = 500, .cached_tokens = 0, .served_by = 0,
+                      .completion_tokens = 256},
+                kT0 + absl::Seconds(1));
+  EXPECT_TRUE(woken.empty());
+  EXPECT_EQ(r->NextResidencyEvent(), kT0 + absl::Seconds(11));
+  r->TickResidency(kT0 + absl::Seconds(11));
+  EXPECT_EQ(woken, std::vector<uint64_t>{s.b.residency_wait});
+  EXPECT_FALSE(r->Held(s.b));
+  const Router::Dispatched go = r->Dispatch(s.b, kT0 + absl::Seconds(11));
+  EXPECT_EQ(go.decision.decode_backend, 0);
+  EXPECT_EQ(go.decision.prefill_backend, 0);
+  EXPECT_GE(go.cached_tokens_est, 0);
+  const auto report = r->Report();
+  EXPECT_EQ(report[0].inflight_requests, 1);  // b
+  EXPECT_EQ(report[1].inflight_requests, 1);  // c
+  EXPECT_GT(report[0].inflight_prefill_tokens, 0);
+  r->OnComplete(s.b, Outcome{}, kT0 + absl::Seconds(2));
+  r->OnComplete(s.c, Outcome{}, kT0 + absl::Seconds(2));
+  for (const BackendReport& b : r->Report()) EXPECT_EQ(b.inflight_requests, 0);
   // The session's next turn finds its home where it went.
-  RequestFeatures next = Prompt('x', 40400);
-  next.session_id = "s";
-  auto n = r.Route(next, kT0 + absl::Seconds(3));
+  RequestFeatures next = HeldOnOne::Turn("b", 'b', /*avoid=*/-1);
+  next.avoid_backends.clear();
+  auto n = r->Route(next, kT0 + absl::Seconds(3));
   ASSERT_TRUE(n.ok());
-  EXPECT_EQ(n->decision.decode_backend, to);
-  // An unhealthy target is refused.
-  r.SetHealthy((to + 1) % 3, false);
-  RequestFeatures other = Prompt('y', 4000);
-  other.session_id = "s2";
-  other.defer_kv_reservation = true;
-  auto u = r.Route(other, kT0 + absl::Seconds(4));
-  ASSERT_TRUE(u.ok());
-  EXPECT_FALSE(r.Retarget(*u, (to + 1) % 3, kT0).ok());
+  EXPECT_EQ(n->decision.decode_backend, 0);
+  r->SetResidencyListener(nullptr);
+}
+
+TEST(RouterResidencyTest, ATurnAdmittedWhereItCannotGoIsSentWhereRouted) {
+  std::unique_ptr<Router> r = TwoSmallInstances();
+  HeldOnOne s(*r);
+  r->OnComplete(s.a, {.ok = true, .prompt_tokens = 500, .served_by = 0, .completion_tokens = 256},
+                kT0 + absl::Seconds(1));
+  r->TickResidency(kT0 + absl::Seconds(11));
+  EXPECT_FALSE(r->Held(s.b));
+  r->SetHealthy(0, false);  // the instance whose room it took is ejected meanwhile
+  const Router::Dispatched go = r->Dispatch(s.b, kT0 + absl::Seconds(1));
+  EXPECT_EQ(go.decision.decode_backend, 1);
+  EXPECT_EQ(r->Report()[1].inflight_requests, 2);
+}
+
+TEST(RouterResidencyTest, AHeldTurnWhoseClientLeavesGivesItsPlaceUp) {
+  std::unique_ptr<Router> r = TwoSmallInstances();
+  HeldOnOne s(*r);
+  EXPECT_EQ(r->ResidencyWaiting(), 1u);
+  r->Unhold(s.b, kT0 + absl::Seconds(1));
+  EXPECT_EQ(r->ResidencyWaiting(), 0u);
+  EXPECT_FALSE(r->Held(s.b));
+  r->OnComplete(s.b, Outcome{}, kT0 + absl::Seconds(1));
+  EXPECT_EQ(r->Report()[1].inflight_requests, 1);  // c's only
 }
 
 }  // namespace

@@ -1,0 +1,209 @@
+// The fleet side of RouterImpl (router/router_impl.h): backend slots,
+// health, engine gauges and KV events, capacities and reports.
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "router/policy_registry.h"
+#include "router/router_impl.h"
+
+namespace kvroute::router {
+
+std::shared_ptr<const std::vector<BackendSpec>> RouterImpl::Backends() const {
+  absl::MutexLock lock(&mu_);
+  return specs_;
+}
+
+double RouterImpl::BytesPerToken(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  return ratios_.For(model);
+}
+
+int64_t RouterImpl::NominalCapacityTokens(int b) const {
+  if (state_[b].gauges.capacity_tokens > 0) return state_[b].gauges.capacity_tokens;
+  if ((*specs_)[b].capacity_tokens > 0) return (*specs_)[b].capacity_tokens;
+  return std::max<int64_t>(1, options_.default_capacity_tokens);
+}
+
+void RouterImpl::ApplyCapacity(int b) {
+  feedback_.ApplyCapacity(b, NominalCapacityTokens(b), ratios_.FleetWide());
+}
+
+void RouterImpl::ApplyCapacities() {
+  capacity_ratio_ = ratios_.FleetWide();
+  for (int b = 0; b < static_cast<int>(specs_->size()); ++b) ApplyCapacity(b);
+}
+
+void RouterImpl::SetHealthy(int backend, bool healthy) {
+  absl::MutexLock lock(&mu_);
+  if (!Valid(backend) || (*specs_)[backend].retired) return;
+  BackendState& s = state_[backend];
+  if (!healthy && s.healthy) {
+    // Ejected: its requests are failing or will be retried elsewhere, so
+    // the load they reserved must stop steering traffic (it would make the
+    // instance look busy after it returns). New epoch: the requests routed
+    // before leave the reset counters alone when they end.
+    ledger_.Reset(backend);
+    // Its events may not resume (a restart without them): the shadow's own
+    // model trims it until they do.
+    index_.SetEngineEvicts(backend, false);
+  }
+  // An instance coming back most likely restarted with an empty cache
+  // (a vLLM restart loses its prefix cache): drop its shadow rather than
+  // route by phantom hits; engine cached_tokens re-teach it. (Sessions
+  // that lived there moved away while it was out: a session's next turn
+  // breaks affinity to an unhealthy instance and is reassigned.)
+  if (healthy && !s.healthy) index_.Clear(backend);
+  s.healthy = healthy;
+}
+
+int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) {
+  absl::MutexLock lock(&mu_);
+  if (!Valid(backend) || (*specs_)[backend].retired) return 0;
+  return feedback_.ApplyEngineKvEvents(backend, events, ratios_.FleetWide());
+}
+
+void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
+  absl::MutexLock lock(&mu_);
+  if (!Valid(backend)) return;
+  BackendState& s = state_[backend];
+  const bool capacity_changed =
+      g.capacity_tokens > 0 && g.capacity_tokens != s.gauges.capacity_tokens;
+  const int64_t known_capacity = s.gauges.capacity_tokens;
+  s.gauges = g;
+  // A scrape without vllm:cache_config_info keeps the last known capacity.
+  if (g.capacity_tokens <= 0) s.gauges.capacity_tokens = known_capacity;
+  if (capacity_changed) ApplyCapacity(backend);
+}
+
+absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends) {
+  if (backends.empty()) return absl::InvalidArgumentError("backends: the list is empty");
+  // Validate the new list as Create would (pd_sep needs both pools).
+  absl::StatusOr<std::unique_ptr<Policy>> policy = MakePolicy(options_, backends);
+  if (!policy.ok()) return policy.status();
+
+  absl::MutexLock lock(&mu_);
+  std::vector<BackendSpec> next = *specs_;
+  std::vector<bool> listed(next.size(), false);
+  std::vector<int> added;
+  for (const BackendSpec& want : backends) {
+    int slot = -1;
+    for (int b = 0; b < static_cast<int>(next.size()); ++b) {
+      if (!next[b].retired && next[b].name == want.name) slot = b;
+    }
+    if (slot >= 0 && next[slot].host == want.host && next[slot].port == want.port) {
+      // Same instance: keep its slot, load and shadow; take the new role,
+      // capacity and scheduling policy.
+      next[slot].role = want.role;
+      next[slot].capacity_tokens = want.capacity_tokens;
+      next[slot].priority_scheduling = want.priority_scheduling;
+      listed[slot] = true;
+      continue;
+    }
+    // A new name, or a known name at a new address (another instance with
+    // its own cache): a new slot. A moved name's old slot is retired below.
+    if (static_cast<int>(next.size()) >= kMaxBackends) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backends: the router has used all ", kMaxBackends,
+                       " backend slots (removed backends keep theirs until restart)"));
+    }
+    BackendSpec s = want;
+    s.retired = false;
+    next.push_back(std::move(s));
+    listed.push_back(true);
+    added.push_back(static_cast<int>(next.size()) - 1);
+  }
+  // Backends no longer listed (or moved) are retired: never routed again;
+  // their slot stays so the indices held by requests in flight stay valid.
+  for (int b = 0; b < static_cast<int>(next.size()); ++b) {
+    if (listed[b] || next[b].retired) continue;
+    next[b].retired = true;
+    BackendState& s = state_[b];
+    s.healthy = false;
+    ledger_.Reset(b);
+    index_.Clear(b);
+  }
+  const int n = static_cast<int>(next.size());
+  index_.AddInstances(n - index_.num_instances());
+  rates_.Resize(n);
+  state_.resize(n);
+  ledger_.Resize(n);
+  feedback_.Resize(n);
+  matched_.resize(n);
+  snapshot_.backends.resize(n);
+  specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(next));
+  policy_ = *std::move(policy);
+  for (int b : added) ApplyCapacity(b);
+  return absl::OkStatus();
+}
+
+std::vector<BackendReport> RouterImpl::Report() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<BackendReport> out;
+  out.reserve(specs_->size());
+  const double bpt = ratios_.FleetWide();
+  for (int b = 0; b < static_cast<int>(specs_->size()); ++b) {
+    const BackendState& s = state_[b];
+    const LoadLedger::Load& load = ledger_.at(b);
+    const ShadowFeedback::Backend& f = feedback_.at(b);
+    BackendReport r;
+    r.name = (*specs_)[b].name;
+    r.role = (*specs_)[b].role;
+    r.retired = (*specs_)[b].retired;
+    r.healthy = s.healthy;
+    r.inflight_requests = load.inflight_requests;
+    r.inflight_prefill_tokens = load.inflight_prefill_tokens;
+    r.decoding_requests = load.decoding_requests;
+    r.inflight_tokens = load.inflight_tokens;
+    r.shadow_chunks = index_.size(b);
+    r.engine_cached_tokens = f.engine_cached_tokens;
+    r.shadow_tokens = ChunksToTokens(r.shadow_chunks, bpt);
+    r.capacity_tokens = NominalCapacityTokens(b);
+    r.effective_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);
+    r.kv_usage = s.gauges.kv_cache_usage_perc;
+    r.engine_running = s.gauges.num_requests_running;
+    r.engine_waiting = s.gauges.num_requests_waiting;
+    r.est_requests = f.est_requests;
+    r.est_abs_error_tokens_sum = f.est_abs_error_sum;
+    r.est_tokens_sum = f.est_sum;
+    r.actual_cached_tokens_sum = f.actual_sum;
+    r.est_signed_error_tokens_sum = f.signed_error_sum;
+    r.last_est_error_tokens = f.last_error;
+    r.shadow_corrections = f.corrections;
+    r.prefill_time_factor = rates_.prefill_factor(b);
+    r.prefill_time_samples = rates_.prefill_samples(b);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+RouterStats RouterImpl::Stats() const {
+  absl::MutexLock lock(&mu_);
+  RouterStats s;
+  s.sessions = static_cast<int64_t>(sessions_.size());
+  s.inflight_requests = static_cast<int64_t>(inflight_.size());
+  s.index_chunks = index_.distinct_chunks();
+  s.index_replicas = index_.replicas();
+  s.index_memory_bytes = static_cast<int64_t>(index_.MemoryBytes());
+  s.bytes_per_token = ratios_.FleetWide();
+  s.affinity_hits = affinity_hits_;
+  s.affinity_breaks = affinity_breaks_;
+  s.shed_new_sessions = shed_new_;
+  s.shed_running_sessions = shed_running_;
+  s.transfer_time_factor = rates_.fleet_transfer_factor();
+  const int n = static_cast<int>(specs_->size());
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (rates_.transfer_samples(a, b) == 0) continue;
+      s.transfer_time_factors.push_back({.prefill_backend = a,
+                                         .decode_backend = b,
+                                         .factor = rates_.transfer_factor(a, b),
+                                         .samples = rates_.transfer_samples(a, b)});
+    }
+  }
+  return s;
+}
+
+
+}  // namespace kvroute::router

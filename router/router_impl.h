@@ -1,0 +1,175 @@
+// RouterImpl: the Router facade (router/router.h) over its parts, one role
+// each: the policy (router/policy.h), the shadow index and its feedback
+// (router/shadow_feedback.h), the load ledger (router/load_ledger.h), the
+// residency model (router/residency_gate.h), the session table, the
+// bytes-per-token model and the rate learner. One absl::Mutex guards all of
+// it; Route() builds the FleetSnapshot and runs the (pure,
+// microsecond-scale) policy under the lock, so the reservation it makes is
+// consistent with the load the policy saw.
+//
+// Internal to the router library: router/router.cc has the request life
+// cycle (Route, Dispatch, OnFirstToken, OnComplete and the residency hold),
+// router/router_fleet.cc the fleet (backends, health, gauges, engine events,
+// reports).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "router/bytes_per_token.h"
+#include "router/load_ledger.h"
+#include "router/policies/placement_cost.h"
+#include "router/policy.h"
+#include "router/rate_learner.h"
+#include "router/residency_gate.h"
+#include "router/router.h"
+#include "router/session_table.h"
+#include "router/shadow_feedback.h"
+#include "router/shadow_index.h"
+
+namespace kvroute::router {
+
+// A backend's state beside its load: health and the engine's gauges.
+struct BackendState {
+  bool healthy = true;
+  EngineGauges gauges;
+};
+
+// Where a routed request stands in the residency model.
+enum class Residency {
+  kNone,      // not in it (no session), or it gave its place up
+  kWaiting,   // held: RouteTicket::residency_wait names it
+  kResident,  // admitted: its session is resident on `resident_on`
+};
+
+struct InflightRequest {
+  Decision decision;
+  std::string model;
+  std::string session;
+  int64_t prompt_bytes = 0;
+  std::vector<uint64_t> chain;
+  LoadLedger::Claim load;
+  double bytes_per_token = 0;  // used for the estimate
+  int32_t est_chunks_decode = 0;
+  int32_t est_chunks_prefill = 0;
+  uint64_t route_tick = 0;  // shadow clock at routing
+  absl::Time routed_at;
+  // Only a stream's first byte is its first token (a plain body's comes
+  // with the whole answer).
+  bool stream = false;
+  double prefill_time_factor = 1;  // the decode backend's, in the prediction
+  bool first_token = false;
+  // What the request holds in each backend's modelled KV pool until it ends.
+  ShadowIndex::Pin decode_pin;
+  ShadowIndex::Pin prefill_pin;
+  // Routed with defer_kv_reservation and not dispatched yet: decode_pin is
+  // taken by Dispatch, for footprint_chunks.
+  bool pin_deferred = false;
+  int64_t footprint_chunks = 0;
+  Residency residency = Residency::kNone;
+  uint64_t residency_wait = 0;
+  int resident_on = -1;
+};
+
+class RouterImpl : public Router {
+ public:
+  RouterImpl(Options options, std::vector<BackendSpec> backends, std::unique_ptr<Policy> policy,
+             bool homes_sessions);
+
+  std::shared_ptr<const std::vector<BackendSpec>> Backends() const override;
+  absl::Status UpdateBackends(const std::vector<BackendSpec>& backends) override;
+  const Options& options() const override { return options_; }
+
+  absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
+  Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) override;
+  void SetResidencyListener(ResidencyListener woken) override;
+  bool Held(const RouteTicket& ticket) const override;
+  void TickResidency(absl::Time now) override;
+  std::optional<absl::Time> NextResidencyEvent() const override;
+  void Unhold(const RouteTicket& ticket, absl::Time now) override;
+  ResidencyGate::Counters ResidencyCounters() const override;
+  size_t ResidencyWaiting() const override;
+  bool HoldsSessions() const override { return options_.residency.enabled; }
+  void OnFirstToken(const RouteTicket& ticket, absl::Time now) override;
+  void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) override;
+  void OnTransfer(const RouteTicket& ticket, double transfer_s) override;
+  void SetHealthy(int backend, bool healthy) override;
+  void UpdateEngineGauges(int backend, const EngineGauges& g) override;
+  std::vector<BackendReport> Report() const override;
+  RouterStats Stats() const override;
+  double BytesPerToken(const std::string& model) const override;
+  int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) override;
+
+ private:
+  // What Route's steps pass along.
+  struct Routing;
+
+  bool Valid(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return b >= 0 && b < static_cast<int>(specs_->size());
+  }
+  int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyCapacities() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ChunksToTokens(int64_t chunks, double bytes_per_token) const;
+  int64_t TokensToChunks(int64_t tokens, double bytes_per_token) const;
+
+  // Route's steps, in order.
+  void BuildSnapshot(const RequestFeatures& features, Routing& ro, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Decide(Routing& ro) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShedVerdict JudgeShedding(const RequestFeatures& features, const Routing& ro)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  InflightRequest Reserve(const RequestFeatures& features, const Routing& ro, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterResidency(InflightRequest& r, const RouteTicket& ticket, bool hold, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Predict(const FleetSnapshot& fleet, Decision& d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A held request goes to `backend` instead (the residency model admitted
+  // it there); false, changing nothing, when `backend` cannot take it.
+  bool Retarget(InflightRequest& r, int backend, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveResidency(InflightRequest& r, int64_t footprint_tokens, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the residency model's woken waiters to the listener.
+  void Wake(std::vector<uint64_t>& woken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LearnFromTruth(const InflightRequest& r, const Outcome& outcome, int served)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  // Backend slots; replaced (never modified) by UpdateBackends, so a
+  // snapshot handed out stays valid.
+  std::shared_ptr<const std::vector<BackendSpec>> specs_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Policy> policy_ ABSL_GUARDED_BY(mu_);
+  ShadowIndex index_ ABSL_GUARDED_BY(mu_);
+  ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
+  LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
+  ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
+  ResidencyListener listener_ ABSL_GUARDED_BY(mu_);
+  // residency_wait id -> ticket id, while held.
+  absl::flat_hash_map<uint64_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);
+  SessionTable sessions_ ABSL_GUARDED_BY(mu_);
+  BytesPerTokenModel ratios_ ABSL_GUARDED_BY(mu_);
+  const placement::PlacementParams placement_;  // for predictions the policy did not make
+  RateLearner rates_ ABSL_GUARDED_BY(mu_);
+  // rates_.transfer_version() of the table in snapshot_.
+  uint64_t snapshot_transfer_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
+  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);        // scratch, rebuilt per Route
+  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;     // bytes/token of capacities
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t affinity_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t affinity_breaks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_new_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_running_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvroute::router
