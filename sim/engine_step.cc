@@ -5,6 +5,8 @@
 // computed, full blocks cached, tokens sampled, finished requests' blocks freed or held).
 #include <algorithm>
 #include <optional>
+#include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
