@@ -210,7 +210,8 @@ class Engine {
   const Histogram& prefill_time() const { return prefill_time_; }
 
  private:
-  struct Request;
+  struct Request;    // engine_internal.h
+  struct StepPlan;   // engine_step.cc
   struct Hold {
     RequestHandle handle;
     std::vector<BlockId> blocks;
@@ -222,17 +223,50 @@ class Engine {
   // of this step left: the whole prompt, or its first chunk under AdmissionRule::kFirstChunk.
   int64_t BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) const;
   int64_t MaxHitBlocks(const Request& r) const;
-  void Preempt(Request* r);
   // Queues a waiting request: at the back (kFcfs), or after every request that goes before it
   // in (priority, arrival, submission) order (kPriority).
   void Enqueue(Request* r);
   // Whether a is served before b under kPriority: vLLM's Request ordering.
   static bool ServedBefore(const Request& a, const Request& b);
+  void ExpireHolds();
+
+  // The phases of Step() (engine_step.cc), in the order it runs them.
+  // Decode legs whose pull has completed join the running set.
+  void CompleteTransfers(StepResult& result);
+  // Running requests first, in order: decodes and the next chunks of unfinished prefills,
+  // each taking the blocks its new tokens need.
+  void ScheduleRunning(StepPlan& plan, StepResult& result);
+  // A request alone and still out of blocks has outgrown the whole pool: it ends as on its
+  // length limit.
+  void StopOutgrown(Request* r, StepResult& result);
+  // Preempts running requests until `need` blocks are free for r (at running_[i]), undoing
+  // the schedule of a victim scheduled earlier in the step (then i moves back). False when r
+  // itself was preempted.
+  bool PreemptUntilFree(const Request* r, int64_t need, size_t& i, StepPlan& plan,
+                        StepResult& result);
+  // The running request a preemption takes: the latest admitted (kFcfs), or the one served
+  // last (kPriority).
+  Request* PreemptionVictim() const;
+  // Drops a running request's blocks and queues it again; it recomputes what is not cached.
+  void Preempt(Request* r);
+  // Then waiting requests in queue order while their blocks fit (the head blocks the queue).
+  void AdmitWaiting(StepPlan& plan);
+  // The blocks an admitted request takes: its cached prefix, then fresh ones.
+  void TakeAdmissionBlocks(Request* r, int budget);
+  // Prefix-cache counters of an admission; queue time and cached tokens of the first one.
+  void RecordAdmission(Request* r);
+  // An admitted decode leg starts pulling the prompt's KV it does not hold. False when there
+  // is nothing to pull: it then runs like any admitted request.
+  bool BeginAdmittedPull(Request* r);
+  // Counts the step's decodes and prefill tokens into `result` and returns its duration.
+  double PriceStep(const StepPlan& plan, StepResult& result) const;
+  // KV computed, full blocks cached, a token sampled where the sequence is complete.
+  void ApplyStep(const StepPlan& plan, double end, StepResult& result);
   void CommitFullBlocks(Request* r);
   void AppendToken(Request* r, StepResult& result, double t);
+  // Frees the request's blocks, or holds them for a remote decode.
   void Finish(Request* r, FinishReason reason, double t);
-  void ExpireHolds();
-  void CompleteTransfers(StepResult& result);
+
   // The most a pull's source NIC sends it (its bandwidth split over the source's pulls).
   double SourceRate(const RequestSpec& spec) const;
   // Moves the byte phase of every pull forward to `t` on the shared NIC.

@@ -1,4 +1,6 @@
 // kvroute-sim: N simulated vLLM instances on HOST:P ... P+N-1 (see sim/README.md).
+#include <absl/status/status.h>
+#include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +14,10 @@
 #include "sim/fleet.h"
 #include "sim/profile.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"kvroute-sim: a simulated GPU fleet that speaks vLLM's wire protocol"};
+namespace {
+
+// The command line; what FleetOptions takes directly is parsed into `opts`.
+struct Flags {
   sim::FleetOptions opts;
   int base_port = 8100;
   std::string profile_path;
@@ -21,31 +25,36 @@ int main(int argc, char** argv) {
   std::vector<std::string> fault_specs;
   int64_t num_gpu_blocks = 0;
   std::string scheduling_policy;
+  int kv_events_port = -1;
+  int kv_events_replay_port = -1;
+};
+
+void AddOptions(CLI::App& app, Flags& f) {
+  sim::FleetOptions& opts = f.opts;
   app.add_option("--instances", opts.instances, "number of instances")->check(CLI::Range(1, 1024));
-  app.add_option("--base-port", base_port,
+  app.add_option("--base-port", f.base_port,
                  "instance i listens on base-port + i (0: ephemeral ports, printed)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--host", opts.host, "bind address");
-  app.add_option("--profile", profile_path, "profile YAML (default: built-in H20 / Qwen3-Coder)");
+  app.add_option("--profile", f.profile_path, "profile YAML (default: built-in H20 / Qwen3-Coder)");
   app.add_option("--time-scale", opts.time_scale,
                  "wall seconds per modelled second (0.1: 10x faster than real time; 0: no delay)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", opts.seed, "seed for ids, output lengths and injected errors");
   app.add_option("--threads", opts.io_threads, "I/O threads")->check(CLI::Range(1, 64));
-  app.add_option("--num-gpu-blocks", num_gpu_blocks, "override the profile's KV block count");
-  app.add_option("--scheduling-policy", scheduling_policy,
+  app.add_option("--num-gpu-blocks", f.num_gpu_blocks, "override the profile's KV block count");
+  app.add_option("--scheduling-policy", f.scheduling_policy,
                  "vLLM's --scheduling-policy: fcfs, or priority (requests' `priority` orders the "
                  "waiting queue and picks preemption victims; default: the profile's, fcfs)")
       ->check(CLI::IsMember({"fcfs", "priority"}));
-  app.add_option("--fault", fault_specs,
+  app.add_option("--fault", f.fault_specs,
                  "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
                  "(fields as POST /sim/faults)");
-  int kv_events_port = -1, kv_events_replay_port = -1;
-  app.add_option("--kv-events-port", kv_events_port,
+  app.add_option("--kv-events-port", f.kv_events_port,
                  "publish vLLM KV cache events (ZeroMQ PUB) on port P+i for instance i "
                  "(0: ephemeral ports, printed; default: off)")
       ->check(CLI::Range(0, 65535));
-  app.add_option("--kv-events-replay-port", kv_events_replay_port,
+  app.add_option("--kv-events-replay-port", f.kv_events_replay_port,
                  "answer KV event replay requests (ZeroMQ ROUTER) on port R+i for instance i "
                  "(needs --kv-events-port)")
       ->check(CLI::Range(0, 65535));
@@ -54,78 +63,81 @@ int main(int argc, char** argv) {
                  "responses each instance keeps for GET /v1/responses/{id} and "
                  "previous_response_id, oldest forgotten first (0: none, as vLLM without "
                  "VLLM_ENABLE_RESPONSES_API_STORE=1)");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error");
+}
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  if (!profile_path.empty()) {
-    absl::StatusOr<sim::Profile> p = sim::LoadProfile(profile_path);
-    if (!p.ok()) {
-      std::fprintf(stderr, "kvroute-sim: %s\n", std::string(p.status().message()).c_str());
-      return 2;
-    }
+// The profile file, then the flags that override it.
+absl::Status ResolveProfile(Flags& f) {
+  sim::FleetOptions& opts = f.opts;
+  if (!f.profile_path.empty()) {
+    absl::StatusOr<sim::Profile> p = sim::LoadProfile(f.profile_path);
+    if (!p.ok()) return p.status();
     opts.profile = *p;
   }
-  if (num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = num_gpu_blocks;
-  if (!scheduling_policy.empty()) {
-    opts.profile.scheduling_policy = scheduling_policy == "priority"
+  if (f.num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = f.num_gpu_blocks;
+  if (!f.scheduling_policy.empty()) {
+    opts.profile.scheduling_policy = f.scheduling_policy == "priority"
                                          ? sim::SchedulingPolicy::kPriority
                                          : sim::SchedulingPolicy::kFcfs;
   }
-  if (base_port != 0 && base_port + opts.instances - 1 > 65535) {
-    std::fprintf(stderr, "kvroute-sim: ports beyond 65535\n");
-    return 2;
+  return absl::OkStatus();
+}
+
+// The HTTP and KV event ports: every instance's port must exist.
+absl::Status ResolvePorts(Flags& f) {
+  sim::FleetOptions& opts = f.opts;
+  if (f.base_port != 0 && f.base_port + opts.instances - 1 > 65535) {
+    return absl::InvalidArgumentError("ports beyond 65535");
   }
-  opts.base_port = static_cast<uint16_t>(base_port);
-  if (kv_events_replay_port >= 0 && kv_events_port < 0) {
-    std::fprintf(stderr, "kvroute-sim: --kv-events-replay-port needs --kv-events-port\n");
-    return 2;
+  opts.base_port = static_cast<uint16_t>(f.base_port);
+  if (f.kv_events_replay_port >= 0 && f.kv_events_port < 0) {
+    return absl::InvalidArgumentError("--kv-events-replay-port needs --kv-events-port");
   }
-  for (int p : {kv_events_port, kv_events_replay_port}) {
+  for (int p : {f.kv_events_port, f.kv_events_replay_port}) {
     if (p > 0 && p + opts.instances - 1 > 65535) {
-      std::fprintf(stderr, "kvroute-sim: KV event ports beyond 65535\n");
-      return 2;
+      return absl::InvalidArgumentError("KV event ports beyond 65535");
     }
   }
-  if (kv_events_port >= 0) opts.kv_events_port = static_cast<uint16_t>(kv_events_port);
-  if (kv_events_replay_port >= 0) {
-    opts.kv_events_replay_port = static_cast<uint16_t>(kv_events_replay_port);
+  if (f.kv_events_port >= 0) opts.kv_events_port = static_cast<uint16_t>(f.kv_events_port);
+  if (f.kv_events_replay_port >= 0) {
+    opts.kv_events_replay_port = static_cast<uint16_t>(f.kv_events_replay_port);
   }
+  return absl::OkStatus();
+}
+
+// Each --fault INDEX:JSON (or *:JSON) applied, in order, to the instances it names.
+absl::Status ResolveFaults(Flags& f) {
+  sim::FleetOptions& opts = f.opts;
   opts.faults.assign(opts.instances, sim::Faults{});
-  for (const std::string& spec : fault_specs) {
+  for (const std::string& spec : f.fault_specs) {
     const size_t colon = spec.find(':');
     boost::system::error_code ec;
     boost::json::value v = colon == std::string::npos
                                ? boost::json::value()
                                : boost::json::parse(spec.substr(colon + 1), ec);
     if (colon == std::string::npos || ec || !v.is_object()) {
-      std::fprintf(stderr, "kvroute-sim: --fault wants INDEX:JSON, got %s\n", spec.c_str());
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat("--fault wants INDEX:JSON, got ", spec));
     }
     const std::string who = spec.substr(0, colon);
     for (int i = 0; i < opts.instances; ++i) {
       if (who != "*" && who != std::to_string(i)) continue;
-      absl::StatusOr<sim::Faults> f = sim::ApplyFaultsJson(opts.faults[i], v.as_object());
-      if (!f.ok()) {
-        std::fprintf(stderr, "kvroute-sim: %s\n", std::string(f.status().message()).c_str());
-        return 2;
-      }
-      opts.faults[i] = *f;
+      absl::StatusOr<sim::Faults> faults = sim::ApplyFaultsJson(opts.faults[i], v.as_object());
+      if (!faults.ok()) return faults.status();
+      opts.faults[i] = *faults;
     }
   }
+  return absl::OkStatus();
+}
 
-  sim::Fleet fleet(opts);
-  absl::StatusOr<std::vector<uint16_t>> ports = fleet.Start();
-  if (!ports.ok()) {
-    std::fprintf(stderr, "kvroute-sim: %s\n", std::string(ports.status().message()).c_str());
-    return 1;
-  }
+// One line for the fleet, then one per instance (tests read the ports from these lines).
+void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
+                    const std::vector<uint16_t>& ports) {
   std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
               opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
               opts.profile.block_size, opts.time_scale);
   for (int i = 0; i < fleet.size(); ++i) {
     std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),
-                static_cast<unsigned>((*ports)[i]));
+                static_cast<unsigned>(ports[i]));
     if (opts.kv_events_port) {
       std::printf("kvroute-sim: instance %d kv events on %s%s%s\n", i,
                   fleet.kv_events_endpoint(i).c_str(), opts.kv_events_replay_port ? " replay " : "",
@@ -133,11 +145,40 @@ int main(int argc, char** argv) {
     }
   }
   std::fflush(stdout);
+}
 
+void WaitForSigintOrSigterm() {
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   signals.async_wait([](const boost::system::error_code&, int) {});
   signals_io.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-sim: a simulated GPU fleet that speaks vLLM's wire protocol"};
+  Flags flags;
+  AddOptions(app, flags);
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(flags.log_level));
+  for (absl::Status (*resolve)(Flags&) : {ResolveProfile, ResolvePorts, ResolveFaults}) {
+    if (absl::Status s = resolve(flags); !s.ok()) {
+      std::fprintf(stderr, "kvroute-sim: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+
+  const sim::FleetOptions& opts = flags.opts;
+  sim::Fleet fleet(opts);
+  absl::StatusOr<std::vector<uint16_t>> ports = fleet.Start();
+  if (!ports.ok()) {
+    std::fprintf(stderr, "kvroute-sim: %s\n", std::string(ports.status().message()).c_str());
+    return 1;
+  }
+  PrintListening(opts, fleet, *ports);
+  WaitForSigintOrSigterm();
   fleet.Stop();
   std::printf("kvroute-sim: stopped\n");
   return 0;

@@ -66,81 +66,95 @@ void Take(const std::optional<Key>& key, Field* out) {
   if (key) *out = static_cast<Field>(*key);
 }
 
-}  // namespace
-
-absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
-  absl::StatusOr<kvroute::profile::ProfileKeys> read =
-      kvroute::profile::ParseProfileKeys(yaml_text);
-  if (!read.ok()) {
-    return absl::InvalidArgumentError(read.status().message());
-  }
-  const kvroute::profile::ProfileKeys& k = *read;
-  Profile p = DefaultProfile();
-  Take(k.model.name, &p.model_name);
-  Take(k.model.arch_name, &p.arch.name);
-  Take(k.model.max_model_len, &p.max_model_len);
-  Take(k.model.num_attention_layers, &p.arch.num_attention_layers);
-  Take(k.model.num_kv_heads, &p.arch.num_kv_heads);
-  Take(k.model.head_dim, &p.arch.head_dim);
-  Take(k.model.kv_bytes_per_element, &p.arch.kv_bytes_per_element);
+// The model, the GPU and the deployment: what the KV arithmetic (kvsize) needs.
+void TakeHardwareKeys(const kvroute::profile::ProfileKeys& k, Profile* p) {
+  Take(k.model.name, &p->model_name);
+  Take(k.model.arch_name, &p->arch.name);
+  Take(k.model.max_model_len, &p->max_model_len);
+  Take(k.model.num_attention_layers, &p->arch.num_attention_layers);
+  Take(k.model.num_kv_heads, &p->arch.num_kv_heads);
+  Take(k.model.head_dim, &p->arch.head_dim);
+  Take(k.model.kv_bytes_per_element, &p->arch.kv_bytes_per_element);
   if (k.model.params.value_or(0) > 0) {
-    p.arch.weight_bytes = *k.model.params * k.model.weight_bytes_per_param.value_or(2);
+    p->arch.weight_bytes = *k.model.params * k.model.weight_bytes_per_param.value_or(2);
   }
-  Take(k.gpu.name, &p.deployment.gpu_name);
-  Take(k.gpu.memory_bytes, &p.deployment.gpu_memory_bytes);
-  Take(k.deployment.tensor_parallel, &p.deployment.tensor_parallel);
-  Take(k.deployment.gpu_memory_utilization, &p.deployment.utilisation);
-  Take(k.deployment.overhead_bytes_per_gpu, &p.deployment.overhead_bytes_per_gpu);
-  Take(k.engine.block_size, &p.block_size);
-  Take(k.engine.max_num_batched_tokens, &p.max_num_batched_tokens);
-  Take(k.engine.max_num_seqs, &p.max_num_seqs);
-  Take(k.engine.num_gpu_blocks, &p.num_gpu_blocks_override);
-  Take(k.engine.kv_hold_timeout_s, &p.kv_hold_timeout_s);
-  Take(k.engine.pd_pair_timeout_s, &p.pd_pair_timeout_s);
-  Take(k.engine.mean_output_tokens, &p.mean_output_tokens);
-  const std::string admission = k.engine.admission.value_or(
-      p.admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt");
-  const std::string policy = k.engine.scheduling_policy.value_or(
-      p.scheduling_policy == SchedulingPolicy::kPriority ? "priority" : "fcfs");
-  Take(k.engine.cache_generated_blocks, &p.cache_generated_blocks);
-  Take(k.engine.always_report_cached_tokens, &p.always_report_cached_tokens);
+  Take(k.gpu.name, &p->deployment.gpu_name);
+  Take(k.gpu.memory_bytes, &p->deployment.gpu_memory_bytes);
+  Take(k.deployment.tensor_parallel, &p->deployment.tensor_parallel);
+  Take(k.deployment.gpu_memory_utilization, &p->deployment.utilisation);
+  Take(k.deployment.overhead_bytes_per_gpu, &p->deployment.overhead_bytes_per_gpu);
+}
+
+// The engine section's numbers and switches (admission and scheduling_policy are names, read
+// by SetAdmission and SetSchedulingPolicy).
+void TakeEngineKeys(const kvroute::profile::EngineKeys& e, Profile* p) {
+  Take(e.block_size, &p->block_size);
+  Take(e.max_num_batched_tokens, &p->max_num_batched_tokens);
+  Take(e.max_num_seqs, &p->max_num_seqs);
+  Take(e.num_gpu_blocks, &p->num_gpu_blocks_override);
+  Take(e.kv_hold_timeout_s, &p->kv_hold_timeout_s);
+  Take(e.pd_pair_timeout_s, &p->pd_pair_timeout_s);
+  Take(e.mean_output_tokens, &p->mean_output_tokens);
+  Take(e.cache_generated_blocks, &p->cache_generated_blocks);
+  Take(e.always_report_cached_tokens, &p->always_report_cached_tokens);
+}
+
+void TakeTimingKeys(const kvroute::profile::TimingKeys& t, TimingModel* timing) {
   // A timing section stands alone: terms it leaves out cost nothing (a dense profile must not
   // inherit the built-in model's experts).
-  if (k.timing.present) {
-    p.timing = TimingModel{.step_fixed_s = 0,
-                           .prefill_s_per_token = 0,
-                           .decode_s_per_seq = 0,
-                           .kv_read_s_per_token = 0};
+  if (t.present) {
+    *timing = TimingModel{.step_fixed_s = 0,
+                          .prefill_s_per_token = 0,
+                          .decode_s_per_seq = 0,
+                          .kv_read_s_per_token = 0};
   }
-  Take(k.timing.step_fixed_s, &p.timing.step_fixed_s);
-  Take(k.timing.prefill_s_per_token, &p.timing.prefill_s_per_token);
-  Take(k.timing.decode_s_per_seq, &p.timing.decode_s_per_seq);
-  Take(k.timing.kv_read_s_per_token, &p.timing.kv_read_s_per_token);
-  Take(k.timing.attn_s_per_token_pair, &p.timing.attn_s_per_token_pair);
-  Take(k.timing.weight_read_s, &p.timing.weight_read_s);
-  Take(k.timing.expert_weight_fraction, &p.timing.expert_weight_fraction);
-  Take(k.timing.num_experts, &p.timing.num_experts);
-  Take(k.timing.experts_per_token, &p.timing.experts_per_token);
-  Take(k.link.bandwidth_bytes_per_s, &p.link.bandwidth_bytes_per_s);
-  Take(k.link.overhead_s, &p.link.overhead_s);
-  Take(k.link.per_descriptor_s, &p.link.per_descriptor_s);
+  Take(t.step_fixed_s, &timing->step_fixed_s);
+  Take(t.prefill_s_per_token, &timing->prefill_s_per_token);
+  Take(t.decode_s_per_seq, &timing->decode_s_per_seq);
+  Take(t.kv_read_s_per_token, &timing->kv_read_s_per_token);
+  Take(t.attn_s_per_token_pair, &timing->attn_s_per_token_pair);
+  Take(t.weight_read_s, &timing->weight_read_s);
+  Take(t.expert_weight_fraction, &timing->expert_weight_fraction);
+  Take(t.num_experts, &timing->num_experts);
+  Take(t.experts_per_token, &timing->experts_per_token);
+}
 
+void TakeLinkKeys(const kvroute::profile::LinkKeys& l, LinkModel* link) {
+  Take(l.bandwidth_bytes_per_s, &link->bandwidth_bytes_per_s);
+  Take(l.overhead_s, &link->overhead_s);
+  Take(l.per_descriptor_s, &link->per_descriptor_s);
+}
+
+absl::Status SetAdmission(const std::optional<std::string>& name, Profile* p) {
+  const std::string admission = name.value_or(
+      p->admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt");
   if (admission == "full_prompt") {
-    p.admission = AdmissionRule::kFullPrompt;
+    p->admission = AdmissionRule::kFullPrompt;
   } else if (admission == "first_chunk") {
-    p.admission = AdmissionRule::kFirstChunk;
+    p->admission = AdmissionRule::kFirstChunk;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("engine.admission: bad value '", admission, "' (full_prompt or first_chunk)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SetSchedulingPolicy(const std::optional<std::string>& name, Profile* p) {
+  const std::string policy = name.value_or(
+      p->scheduling_policy == SchedulingPolicy::kPriority ? "priority" : "fcfs");
   if (policy == "fcfs") {
-    p.scheduling_policy = SchedulingPolicy::kFcfs;
+    p->scheduling_policy = SchedulingPolicy::kFcfs;
   } else if (policy == "priority") {
-    p.scheduling_policy = SchedulingPolicy::kPriority;
+    p->scheduling_policy = SchedulingPolicy::kPriority;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("engine.scheduling_policy: bad value '", policy, "' (fcfs or priority)"));
   }
+  return absl::OkStatus();
+}
+
+// Costs are never negative; the expert counts describe a possible mixture.
+absl::Status CheckTiming(const Profile& p) {
   const std::pair<const char*, double> non_negative[] = {
       {"timing.step_fixed_s", p.timing.step_fixed_s},
       {"timing.prefill_s_per_token", p.timing.prefill_s_per_token},
@@ -163,7 +177,11 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   if (p.timing.experts_per_token > p.timing.num_experts) {
     return absl::InvalidArgumentError("timing.experts_per_token must be <= timing.num_experts");
   }
+  return absl::OkStatus();
+}
 
+// Sizes and rates the engine divides by, and a KV pool that holds something.
+absl::Status CheckSizes(const Profile& p) {
   if (p.block_size <= 0) return absl::InvalidArgumentError("engine.block_size must be > 0");
   if (p.max_num_batched_tokens <= 0) {
     return absl::InvalidArgumentError("engine.max_num_batched_tokens must be > 0");
@@ -179,6 +197,27 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
         "deployment.gpu_memory_utilization/overhead_bytes_per_gpu); set engine.num_gpu_blocks "
         "to override");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
+  absl::StatusOr<kvroute::profile::ProfileKeys> read =
+      kvroute::profile::ParseProfileKeys(yaml_text);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(read.status().message());
+  }
+  const kvroute::profile::ProfileKeys& k = *read;
+  Profile p = DefaultProfile();
+  TakeHardwareKeys(k, &p);
+  TakeEngineKeys(k.engine, &p);
+  TakeTimingKeys(k.timing, &p.timing);
+  TakeLinkKeys(k.link, &p.link);
+  if (absl::Status s = SetAdmission(k.engine.admission, &p); !s.ok()) return s;
+  if (absl::Status s = SetSchedulingPolicy(k.engine.scheduling_policy, &p); !s.ok()) return s;
+  if (absl::Status s = CheckTiming(p); !s.ok()) return s;
+  if (absl::Status s = CheckSizes(p); !s.ok()) return s;
   return p;
 }
 

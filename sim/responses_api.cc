@@ -121,6 +121,155 @@ json::object OutputText(std::string_view text, bool with_logprobs) {
   return part;
 }
 
+// The request's own settings: model, instructions, stream, store, max_output_tokens, and the
+// sampling fields the response object repeats.
+std::optional<ApiError> ReadSettings(const json::object& o, json::object* chat,
+                                     std::string* instructions, ResponsesRequest* out) {
+  json::object& echo = out->echo;
+  if (const json::value* model = Field(o, "model")) {
+    if (!model->is_string()) return SchemaError("model must be a string", "model");
+    (*chat)["model"] = model->as_string();
+  }
+  if (const json::value* instr = Field(o, "instructions")) {
+    if (!instr->is_string()) return SchemaError("instructions must be a string", "instructions");
+    *instructions = instr->as_string();
+  }
+  echo["instructions"] = instructions->empty() ? json::value(nullptr) : json::value(*instructions);
+  if (const json::value* s = Field(o, "stream")) {
+    if (!s->is_bool()) return SchemaError("stream must be a boolean", "stream");
+    out->stream = s->as_bool();
+  }
+  if (const json::value* s = Field(o, "store")) {
+    if (!s->is_bool()) return SchemaError("store must be a boolean", "store");
+    out->store = s->as_bool();
+  }
+  echo["max_output_tokens"] = nullptr;
+  if (const json::value* m = Field(o, "max_output_tokens")) {
+    if (!m->is_int64() || m->as_int64() < 1) {
+      return SchemaError("max_output_tokens must be a positive integer", "max_output_tokens");
+    }
+    (*chat)["max_tokens"] = m->as_int64();
+    echo["max_output_tokens"] = m->as_int64();
+  }
+  for (const char* key : {"temperature", "top_p"}) {
+    const json::value* x = Field(o, key);
+    echo[key] = x != nullptr && x->is_number() ? *x : json::value(1.0);
+  }
+  return std::nullopt;
+}
+
+// Function tools go to the chat template (other tool types are ignored); the response object
+// repeats the tools as given. `*tools` points at the request's list, if any.
+std::optional<ApiError> ReadTools(const json::object& o, json::object* chat,
+                                  const json::array** tools, json::object* echo) {
+  json::array chat_tools;
+  if (const json::value* t = Field(o, "tools")) {
+    if (!t->is_array()) return SchemaError("tools must be a list", "tools");
+    *tools = &t->as_array();
+    for (const json::value& tool : **tools) {
+      const json::object* to = tool.if_object();
+      if (to == nullptr) return SchemaError("tools must be objects", "tools");
+      if (StringField(*to, "type") != "function") continue;
+      json::object fn{{"name", StringField(*to, "name")}};
+      if (const json::value* d = Field(*to, "description")) fn["description"] = *d;
+      if (const json::value* p = Field(*to, "parameters")) fn["parameters"] = *p;
+      chat_tools.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+    }
+  }
+  (*echo)["tools"] = *tools != nullptr ? json::value(**tools) : json::value(json::array{});
+  (*echo)["tool_choice"] = "auto";
+  if (!chat_tools.empty()) {
+    (*chat)["tools"] = std::move(chat_tools);
+    (*chat)["tool_choice"] = "auto";
+  }
+  return std::nullopt;
+}
+
+// The call a forcing tool_choice makes: the first function tool ("required") or the one named
+// `forced`.
+std::optional<ApiError> ForceToolCall(const json::array* tools, bool required,
+                                      const std::string& forced, json::object* chat,
+                                      ResponsesRequest* out) {
+  const json::object* chosen = nullptr;
+  for (size_t i = 0; tools != nullptr && i < tools->size() && chosen == nullptr; ++i) {
+    const json::object& to = (*tools)[i].as_object();
+    if (StringField(to, "type") != "function") continue;
+    if (required || StringField(to, "name") == forced) chosen = &to;
+  }
+  if (chosen == nullptr) {
+    return MakeApiError(400, "tool_choice names a function that is not in tools",
+                        "invalid_request_error", "tool_choice");
+  }
+  ForcedToolCall call;
+  call.name = StringField(*chosen, "name");
+  call.arguments = ArgumentsForSchema(chosen->if_contains("parameters"));
+  call.required = required;
+  (*chat)["tool_choice"] =
+      required ? json::value("required")
+               : json::value(json::object{{"type", "function"},
+                                          {"function", json::object{{"name", call.name}}}});
+  out->forced_tool = std::move(call);
+  return std::nullopt;
+}
+
+// tool_choice: "auto" and "none" pass through to the chat request when it has tools;
+// "required" or a named function forces a call.
+std::optional<ApiError> ReadToolChoice(const json::value& tc, const json::array* tools,
+                                       json::object* chat, ResponsesRequest* out) {
+  out->echo["tool_choice"] = tc;
+  std::string forced;
+  bool required = false;
+  if (tc.is_string()) {
+    const std::string_view c = tc.as_string();
+    if (c == "required") {
+      required = true;
+    } else if (c != "auto" && c != "none") {
+      return SchemaError("tool_choice '" + std::string(c) + "' is not supported", "tool_choice");
+    }
+    if (chat->contains("tools")) (*chat)["tool_choice"] = c;
+  } else if (tc.is_object()) {
+    forced = StringField(tc.as_object(), "name");
+    if (forced.empty()) return SchemaError("tool_choice needs a name", "tool_choice");
+  } else {
+    return SchemaError("tool_choice must be a string or an object", "tool_choice");
+  }
+  if (!required && forced.empty()) return std::nullopt;
+  return ForceToolCall(tools, required, forced, chat, out);
+}
+
+// The conversation: instructions, the stored one of previous_response_id, then the new input.
+std::optional<ApiError> ReadConversation(const json::object& o, const std::string& instructions,
+                                         const ResponseStore& store, ResponsesRequest* out) {
+  json::array& messages = out->messages;
+  if (!instructions.empty()) {
+    messages.push_back(json::object{{"role", "system"}, {"content", instructions}});
+  }
+  out->echo["previous_response_id"] = nullptr;
+  if (const json::value* prev = Field(o, "previous_response_id")) {
+    if (!prev->is_string()) {
+      return SchemaError("previous_response_id must be a string", "previous_response_id");
+    }
+    const StoredResponse* stored = store.Find(prev->as_string());
+    if (stored == nullptr) return ResponseNotFound(prev->as_string());
+    for (const json::value& m : stored->messages) messages.push_back(m);
+    AppendPreviousOutput(stored->response, &messages);
+    out->echo["previous_response_id"] = prev->as_string();
+  }
+  const json::value* input = o.if_contains("input");
+  if (input == nullptr) return SchemaError("input: Field required", "input");
+  if (input->is_string()) {
+    messages.push_back(json::object{{"role", "user"}, {"content", input->as_string()}});
+  } else if (input->is_array()) {
+    for (const json::value& item : input->as_array()) {
+      if (auto err = AppendInputItem(item, &messages)) return err;
+    }
+  } else {
+    return SchemaError("input must be a string or a list of items", "input");
+  }
+  if (messages.empty()) return MakeApiError(400, "input must not be empty", "BadRequestError");
+  return std::nullopt;
+}
+
 }  // namespace
 
 const StoredResponse* ResponseStore::Find(std::string_view id) const {
@@ -152,131 +301,16 @@ std::optional<ApiError> ConvertResponsesRequest(std::string_view body, const Res
   if (o == nullptr) return SchemaError("the request body must be a JSON object");
 
   json::object chat;
-  json::object& echo = out->echo;
-  if (const json::value* model = Field(*o, "model")) {
-    if (!model->is_string()) return SchemaError("model must be a string", "model");
-    chat["model"] = model->as_string();
-  }
   std::string instructions;
-  if (const json::value* instr = Field(*o, "instructions")) {
-    if (!instr->is_string()) return SchemaError("instructions must be a string", "instructions");
-    instructions = instr->as_string();
-  }
-  echo["instructions"] = instructions.empty() ? json::value(nullptr) : json::value(instructions);
-  if (const json::value* s = Field(*o, "stream")) {
-    if (!s->is_bool()) return SchemaError("stream must be a boolean", "stream");
-    out->stream = s->as_bool();
-  }
-  if (const json::value* s = Field(*o, "store")) {
-    if (!s->is_bool()) return SchemaError("store must be a boolean", "store");
-    out->store = s->as_bool();
-  }
-  echo["max_output_tokens"] = nullptr;
-  if (const json::value* m = Field(*o, "max_output_tokens")) {
-    if (!m->is_int64() || m->as_int64() < 1) {
-      return SchemaError("max_output_tokens must be a positive integer", "max_output_tokens");
-    }
-    chat["max_tokens"] = m->as_int64();
-    echo["max_output_tokens"] = m->as_int64();
-  }
-  for (const char* key : {"temperature", "top_p"}) {
-    const json::value* x = Field(*o, key);
-    echo[key] = x != nullptr && x->is_number() ? *x : json::value(1.0);
-  }
-
-  // Tools: function tools go to the chat template; tool_choice may force a call.
-  json::array chat_tools;
+  if (auto err = ReadSettings(*o, &chat, &instructions, out)) return err;
   const json::array* tools = nullptr;
-  if (const json::value* t = Field(*o, "tools")) {
-    if (!t->is_array()) return SchemaError("tools must be a list", "tools");
-    tools = &t->as_array();
-    for (const json::value& tool : *tools) {
-      const json::object* to = tool.if_object();
-      if (to == nullptr) return SchemaError("tools must be objects", "tools");
-      if (StringField(*to, "type") != "function") continue;
-      json::object fn{{"name", StringField(*to, "name")}};
-      if (const json::value* d = Field(*to, "description")) fn["description"] = *d;
-      if (const json::value* p = Field(*to, "parameters")) fn["parameters"] = *p;
-      chat_tools.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
-    }
-  }
-  echo["tools"] = tools != nullptr ? json::value(*tools) : json::value(json::array{});
-  echo["tool_choice"] = "auto";
-  if (!chat_tools.empty()) {
-    chat["tools"] = std::move(chat_tools);
-    chat["tool_choice"] = "auto";
-  }
+  if (auto err = ReadTools(*o, &chat, &tools, &out->echo)) return err;
   if (const json::value* tc = Field(*o, "tool_choice")) {
-    echo["tool_choice"] = *tc;
-    std::string forced;
-    bool required = false;
-    if (tc->is_string()) {
-      const std::string_view c = tc->as_string();
-      if (c == "required") {
-        required = true;
-      } else if (c != "auto" && c != "none") {
-        return SchemaError("tool_choice '" + std::string(c) + "' is not supported", "tool_choice");
-      }
-      if (chat.contains("tools")) chat["tool_choice"] = c;
-    } else if (tc->is_object()) {
-      forced = StringField(tc->as_object(), "name");
-      if (forced.empty()) return SchemaError("tool_choice needs a name", "tool_choice");
-    } else {
-      return SchemaError("tool_choice must be a string or an object", "tool_choice");
-    }
-    if (required || !forced.empty()) {
-      const json::object* chosen = nullptr;
-      for (size_t i = 0; tools != nullptr && i < tools->size() && chosen == nullptr; ++i) {
-        const json::object& to = (*tools)[i].as_object();
-        if (StringField(to, "type") != "function") continue;
-        if (required || StringField(to, "name") == forced) chosen = &to;
-      }
-      if (chosen == nullptr) {
-        return MakeApiError(400, "tool_choice names a function that is not in tools",
-                            "invalid_request_error", "tool_choice");
-      }
-      ForcedToolCall call;
-      call.name = StringField(*chosen, "name");
-      call.arguments = ArgumentsForSchema(chosen->if_contains("parameters"));
-      call.required = required;
-      chat["tool_choice"] =
-          required ? json::value("required")
-                   : json::value(json::object{{"type", "function"},
-                                              {"function", json::object{{"name", call.name}}}});
-      out->forced_tool = std::move(call);
-    }
+    if (auto err = ReadToolChoice(*tc, tools, &chat, out)) return err;
   }
+  if (auto err = ReadConversation(*o, instructions, store, out)) return err;
 
-  // The conversation: instructions, the stored one, then the new input.
-  json::array& messages = out->messages;
-  if (!instructions.empty()) {
-    messages.push_back(json::object{{"role", "system"}, {"content", instructions}});
-  }
-  echo["previous_response_id"] = nullptr;
-  if (const json::value* prev = Field(*o, "previous_response_id")) {
-    if (!prev->is_string()) {
-      return SchemaError("previous_response_id must be a string", "previous_response_id");
-    }
-    const StoredResponse* stored = store.Find(prev->as_string());
-    if (stored == nullptr) return ResponseNotFound(prev->as_string());
-    for (const json::value& m : stored->messages) messages.push_back(m);
-    AppendPreviousOutput(stored->response, &messages);
-    echo["previous_response_id"] = prev->as_string();
-  }
-  const json::value* input = o->if_contains("input");
-  if (input == nullptr) return SchemaError("input: Field required", "input");
-  if (input->is_string()) {
-    messages.push_back(json::object{{"role", "user"}, {"content", input->as_string()}});
-  } else if (input->is_array()) {
-    for (const json::value& item : input->as_array()) {
-      if (auto err = AppendInputItem(item, &messages)) return err;
-    }
-  } else {
-    return SchemaError("input must be a string or a list of items", "input");
-  }
-  if (messages.empty()) return MakeApiError(400, "input must not be empty", "BadRequestError");
-
-  chat["messages"] = messages;
+  chat["messages"] = out->messages;
   if (out->stream) {
     chat["stream"] = true;
     chat["stream_options"] = json::object{{"include_usage", true}};

@@ -1,0 +1,38 @@
+// Shared by the files of sim::Engine: engine.cc (requests' life cycle, queues, holds, the
+// pull and busy models) and engine_step.cc (one scheduler step). Private to sim/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/block_manager.h"
+#include "sim/engine.h"
+#include "sim/nic_share.h"
+
+namespace sim {
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One request inside the engine, owned by Engine::requests_; the queues hold raw pointers.
+struct Engine::Request {
+  enum class State { kWaiting, kTransferring, kRunning, kFinished };
+  RequestHandle handle = 0;
+  RequestSpec spec;
+  std::vector<int32_t> tokens;    // prompt + generated
+  std::vector<BlockHash> hashes;  // chained hashes of the full blocks of `tokens`
+  std::vector<BlockId> blocks;
+  int num_computed = 0;
+  int num_committed = 0;  // blocks registered in the prefix cache
+  int num_output = 0;
+  int target_output = 1;
+  FinishReason natural_finish = FinishReason::kLength;
+  bool admitted_once = false;
+  double transfer_done = 0;
+  SharedTransfer pull;  // the byte phase of a KV pull on this instance's NIC
+  double last_token_time = 0;
+  State state = State::kWaiting;
+  RequestInfo info;
+};
+
+}  // namespace sim
