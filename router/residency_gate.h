@@ -21,10 +21,11 @@
 // session enters it; one that is not held (`Turn::hold` false: an offload,
 // or holding switched off) becomes resident at once. A session idle for
 // `window` (or `grace`, if longer) leaves: it ended, or thinks longer than
-// agents do between turns. A request of a resident session goes at once. A request of a session not resident there goes at
-// once if nobody waits and the resident footprints plus its own stay within
-// `fill` of the capacity (or nothing is resident); else it waits until it
-// fits, in arrival order, except that a waiter that fits goes ahead of one
+// agents do between turns. A request of a resident session goes at once. A
+// request of a session not resident there goes at once if nobody waits and
+// the resident footprints plus its own stay within `fill` of the capacity
+// (or nothing is resident); else it waits until it fits, in the order its
+// wait runs out (below), except that a waiter that fits goes ahead of one
 // that does not (backfilling, so the pool stays full). Room is made when
 //   - a resident session has been idle for `grace` (it ended, or thinks
 //     longer than agents do between turns);
@@ -44,9 +45,9 @@
 // instance's residents while another's pool has room.
 // A session that moves to another instance leaves the first one's residents.
 //
-// Pure and deterministic: time is passed in, nothing here waits. The caller
-// (proxy/residency_wait.h) parks waiters and wakes the ids each call returns.
-// Not thread-safe: the caller serialises calls.
+// Pure and deterministic: time is passed in, nothing here waits. The router
+// owns it under its lock (router/router_impl.h); residency/residency_wait.h
+// parks the waiters and wakes the ids each call returns.
 #pragma once
 
 #include <cstdint>
@@ -186,8 +187,9 @@ class ResidencyGate {
   // Idle residents past the grace time leave (only while someone waits:
   // otherwise nothing needs their room and they may still come back).
   void ExpireIdle(Instance& in, absl::Time now);
-  // Wakes the waiters of `backend` that fit, in arrival order (one that does
-  // not fit is passed over), and those past max_wait (others yield to them).
+  // Wakes the waiters of `backend` that fit, the earliest due first (one that
+  // does not fit is passed over), and those past their bound (others yield
+  // to them).
   void AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken);
   // Admits `w` (of instance `from`'s queue) on `backend`, whose room it fits.
   void AdmitWaiter(int backend, const Waiter& w, bool timed_out, std::vector<uint64_t>* woken);
