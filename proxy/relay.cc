@@ -275,35 +275,22 @@ bool TakeResponseHeader(RelayLeg& leg, bool asks_stream_usage) {
   return true;
 }
 
-// Sends the client the response header: the engine's forwarded fields,
-// then kvroute's, then the framing. A small plain body's header waits to go
-// out with the body in one write (one syscall fewer per request). False:
-// the client is gone.
-net::awaitable<bool> SendClientHeader(RelayLeg& leg) {
+// The client's response header: the engine's forwarded fields, then
+// kvroute's, then the framing.
+std::string ClientHeader(const RelayLeg& leg) {
   const std::array<std::pair<std::string_view, std::string_view>, 3> extra = {{
       {kOwnFields[0], leg.decor.request_id},
       {kOwnFields[1], leg.decor.backend_label},
       {kOwnFields[2], leg.decor.request_class},
   }};
-  std::string header =
-      leg.parser->ClientHeader(absl::MakeConstSpan(extra.data(), leg.own_fields().size()),
-                               leg.client_chunked ? boost::none : leg.length);
-  beast::error_code hwec;
-  if (!leg.chunked && !leg.r.sse && *leg.length > 0 && *leg.length <= kRelayChunkBytes) {
-    leg.held_header = std::move(header);
-  } else {
-    const WriteAttempt w = WriteNow(leg.client, net::buffer(header));
-    hwec = w.ec;
-    if (!w.done) {
-      hwec = co_await WriteRest(leg.client, net::buffer(header), w.written, leg.write_timeout);
-    }
-  }
-  if (hwec) {
-    leg.NoteClientWriteFailed();
-    co_return false;
-  }
-  leg.r.headers_sent = true;
-  co_return true;
+  return leg.parser->ClientHeader(absl::MakeConstSpan(extra.data(), leg.own_fields().size()),
+                                  leg.client_chunked ? boost::none : leg.length);
+}
+
+// A small plain body: its header goes out with the body in one write (one
+// syscall fewer per request).
+bool HoldsClientHeader(const RelayLeg& leg) {
+  return !leg.chunked && !leg.r.sse && *leg.length > 0 && *leg.length <= kRelayChunkBytes;
 }
 
 }  // namespace
@@ -380,7 +367,16 @@ net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, co
 
   co_await SendAndAwaitHeader(leg, up_bytes);
   if (!TakeResponseHeader(leg, request.asks_stream_usage())) co_return leg.Finish();
-  if (leg.opts.to_client && !co_await SendClientHeader(leg)) co_return leg.Finish();
+  if (leg.opts.to_client) {
+    std::string header = ClientHeader(leg);
+    if (HoldsClientHeader(leg)) {
+      leg.held_header = std::move(header);
+    } else if (co_await EagerWrite(leg.client, net::buffer(header), leg.write_timeout)) {
+      leg.NoteClientWriteFailed();
+      co_return leg.Finish();
+    }
+    leg.r.headers_sent = true;
+  }
   // An engine sends a stream's header as soon as it accepts the request: the
   // first token is the stream's first body byte. A plain body's header
   // comes with the whole answer.
