@@ -112,8 +112,8 @@ void CloseRecord(Completion& c) {
   const std::string cls = rec.request_class.empty() ? "none" : rec.request_class;
   if (rec.outcome.empty()) {
     rec.outcome = rec.status >= 200 && rec.status < 300 && rec.error.empty() ? "ok"
-                  : rec.error == "client disconnected"                      ? "client_gone"
-                                                                           : "failed";
+                  : rec.error == "client disconnected"                       ? "client_gone"
+                                                                             : "failed";
   }
   c.state.metrics->requests->Inc({c.route, c.cfg.router.mode, cls, status});
   c.state.metrics->duration->Observe({c.route, cls}, Seconds(t_done - c.t0));
@@ -144,8 +144,8 @@ net::awaitable<bool> Refuse(Completion& c, int status, std::string msg, std::str
 }
 
 net::awaitable<bool> Reject(Completion& c, int status, std::string msg, bool retry_after = false) {
-  return Refuse(c, status, std::move(msg),
-                retry_after ? c.s.RetryAfterValue() : std::string(), "rejected");
+  return Refuse(c, status, std::move(msg), retry_after ? c.s.RetryAfterValue() : std::string(),
+                "rejected");
 }
 
 net::awaitable<bool> RejectOverLimit(Completion& c) {
@@ -246,9 +246,9 @@ void Report(Completion& c, Attempt& a, int served_by, bool transferred, bool ok,
   if (a.reported) return;
   a.reported = true;
   if (a.gated) {
-    c.state.residency->Leave(c.d.decode_backend, c.features.session_id,
-                             std::max<int64_t>(0, u.prompt_tokens) +
-                                 std::max<int64_t>(0, u.completion_tokens));
+    c.state.residency->Leave(
+        c.d.decode_backend, c.features.session_id,
+        std::max<int64_t>(0, u.prompt_tokens) + std::max<int64_t>(0, u.completion_tokens));
   }
   router::Outcome o;
   o.served_by = served_by;
@@ -355,8 +355,7 @@ Routed RouteAttempt(Completion& c, int attempt, Attempt& a) {
 net::awaitable<bool> AnswerUnrouted(Completion& c, const Attempt& a) {
   if (a.ticket.ok()) return Shed(c, *a.ticket);
   const absl::Status& refusal = a.ticket.status();
-  if (c.pin.kind == ResponsePin::kHome &&
-      refusal.code() != absl::StatusCode::kResourceExhausted) {
+  if (c.pin.kind == ResponsePin::kHome && refusal.code() != absl::StatusCode::kResourceExhausted) {
     return ResponseGone(c, "the backend holding previous_response_id is not routable");
   }
   const bool busy = refusal.code() == absl::StatusCode::kResourceExhausted;

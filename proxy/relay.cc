@@ -104,7 +104,7 @@ class UpstreamRequestBytes {
   UpstreamRequestBytes& operator=(const UpstreamRequestBytes&) = delete;
 
   std::array<net::const_buffer, 6> buffers() const {
-    return {net::buffer(header_), net::buffer(body_[0]), net::buffer(body_[1]),
+    return {net::buffer(header_),  net::buffer(body_[0]), net::buffer(body_[1]),
             net::buffer(body_[2]), net::buffer(body_[3]), net::buffer(body_[4])};
   }
   // Whether the engine is asked for a usage the client did not ask for.
