@@ -428,18 +428,10 @@ bool RenderRawTools(std::string_view raw, const FeatureLimits& limits, std::stri
   return true;
 }
 
-// The fast path; nullopt means "ask the DOM path".
-}  // namespace
-
-std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
-                                                           std::string_view body,
-                                                           std::string_view session_header,
-                                                           const FeatureLimits& limits) {
-  if (limits.max_json_depth < 8) return std::nullopt;
-  if (endpoint != Endpoint::kChat && endpoint != Endpoint::kCompletions) return std::nullopt;
-  BodyScanner sc(body, limits.max_json_depth);
-  // The strings the features need are decoded into `f` as they are scanned
-  // (one pass over the prompt); giving up discards `f`.
+// What the scan of a body has found so far: the features it decoded on
+// the way (one pass over the prompt; giving up discards them) and where
+// the fields it decodes only at the end are.
+struct FastScan {
   router::RequestFeatures f;
   RawString model, session, prompt;
   bool has_model = false, has_session = false, has_prompt = false, has_messages = false;
@@ -449,163 +441,226 @@ std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
   bool stream = false;
   int64_t max_tokens = -1, max_completion_tokens = -1;
   std::vector<ChatMessage> messages;
-  const bool chat = endpoint == Endpoint::kChat;
   // Chat: while every message so far had its role before its content, the
   // prompt is rendered into f.prompt_bytes during the scan; a content before
   // its role ends that, and the prompt is rendered from `messages` after.
   bool rendered_in_scan = true;
+};
 
+// A message's `content` value: a string (decoded into the prompt while the
+// scan renders it, its role's head first) or null. False: give up.
+bool ScanContent(BodyScanner& sc, bool has_role, ChatMessage& m, FastScan& scan) {
+  if (sc.Peek('"')) {
+    std::string* into = nullptr;
+    if (scan.rendered_in_scan && has_role) {
+      // "<|role|>" before the content, "\n" after it.
+      sc.ReserveRest(&scan.f.prompt_bytes, DecodedSizeBound(m.role) + 5);
+      AppendMessageHead(m.role, &scan.f.prompt_bytes);
+      into = &scan.f.prompt_bytes;
+    } else {
+      scan.rendered_in_scan = false;
+    }
+    if (!sc.StringInto(&m.content, into)) return false;
+    m.has_content = true;
+    return true;
+  }
+  return sc.Literal("null");
+}
+
+// One entry of `messages`: an object with a string `role` and a string or
+// null `content` (no `tool_calls`), rendered into the prompt while the scan
+// renders it. False: give up.
+bool ScanMessage(BodyScanner& sc, ChatMessage& m, FastScan& scan) {
+  if (!sc.Eat('{')) return false;
+  bool has_role = false, seen_content = false;
   sc.SkipWs();
-  if (!sc.Eat('{')) return std::nullopt;
+  if (!sc.Eat('}')) {
+    for (;;) {
+      RawString mkey;
+      if (!sc.String(&mkey) || mkey.escaped) return false;
+      sc.SkipWs();
+      if (!sc.Eat(':')) return false;
+      sc.SkipWs();
+      if (KeyIs(mkey, "role")) {
+        if (has_role || !sc.Peek('"') || !sc.String(&m.role)) return false;
+        has_role = true;
+      } else if (KeyIs(mkey, "content")) {
+        if (seen_content) return false;
+        seen_content = true;
+        if (!ScanContent(sc, has_role, m, scan)) return false;
+      } else if (KeyIs(mkey, "tool_calls")) {
+        return false;
+      } else if (!sc.SkipValue(3)) {
+        return false;
+      }
+      sc.SkipWs();
+      if (sc.Eat('}')) break;
+      if (!sc.Eat(',')) return false;
+      sc.SkipWs();
+    }
+  }
+  if (!has_role) return false;
+  if (scan.rendered_in_scan) {
+    if (m.has_content) {
+      scan.f.prompt_bytes.push_back('\n');  // its head and content are out already
+    } else {
+      AppendMessage(m, &scan.f.prompt_bytes);
+    }
+  }
+  return true;
+}
+
+// A chat body's `messages`: a non-empty list of at most max_messages
+// entries. False: give up (an empty list is an error the DOM path words).
+bool ScanMessages(BodyScanner& sc, const FeatureLimits& limits, FastScan& scan) {
+  if (scan.has_messages || !sc.Eat('[')) return false;
+  scan.has_messages = true;
+  sc.SkipWs();
+  if (sc.Eat(']')) return false;
+  for (;;) {
+    if (scan.messages.size() >= limits.max_messages) return false;
+    ChatMessage m;
+    if (!ScanMessage(sc, m, scan)) return false;
+    scan.messages.push_back(m);
+    sc.SkipWs();
+    if (sc.Eat(']')) return true;
+    if (!sc.Eat(',')) return false;
+    sc.SkipWs();
+  }
+}
+
+// `max_tokens` or `max_completion_tokens`: once, null or a number within
+// max_tokens_limit.
+bool ScanMaxTokens(BodyScanner& sc, bool completion, const FeatureLimits& limits,
+                   FastScan& scan) {
+  bool& seen = completion ? scan.seen_max_completion : scan.seen_max;
+  int64_t& value = completion ? scan.max_completion_tokens : scan.max_tokens;
+  if (seen) return false;
+  seen = true;
+  if (!sc.Literal("null")) {
+    if (!sc.Number(&value) || value > limits.max_tokens_limit) return false;
+  }
+  return true;
+}
+
+// The value of the body's top-level member `key`: the few fields routing
+// needs are read, any other value only validated. False: give up.
+bool ScanMember(BodyScanner& sc, const RawString& key, bool chat,
+                std::string_view session_header, const FeatureLimits& limits, FastScan& scan) {
+  if (KeyIs(key, "model")) {
+    if (scan.has_model || !sc.Peek('"') || !sc.StringInto(&scan.model, &scan.f.model)) {
+      return false;
+    }
+    scan.has_model = true;
+  } else if (KeyIs(key, "stream")) {
+    if (scan.seen_stream) return false;
+    scan.seen_stream = true;
+    if (sc.Literal("true")) {
+      scan.stream = true;
+    } else if (!sc.Literal("false") && !sc.Literal("null")) {
+      return false;
+    }
+  } else if (KeyIs(key, "max_tokens") || KeyIs(key, "max_completion_tokens")) {
+    return ScanMaxTokens(sc, KeyIs(key, "max_completion_tokens"), limits, scan);
+  } else if (KeyIs(key, "session_id")) {
+    if (scan.has_session) return false;
+    scan.has_session = true;
+    // The header, when given, wins: the body's value is only checked.
+    std::string* into = session_header.empty() ? &scan.f.session_id : nullptr;
+    if (!sc.Literal("null") && (!sc.Peek('"') || !sc.StringInto(&scan.session, into))) {
+      return false;
+    }
+  } else if (chat && KeyIs(key, "tools")) {
+    // Rendered at the front of the prompt once the scan is done: chat
+    // templates put the tool definitions before the first message.
+    if (scan.has_tools) return false;
+    scan.has_tools = true;
+    const char* start = sc.pos();
+    if (!sc.SkipValue(1)) return false;
+    scan.tools_raw = std::string_view(start, static_cast<size_t>(sc.pos() - start));
+  } else if (!chat && KeyIs(key, "prompt")) {
+    if (scan.has_prompt || !sc.Peek('"')) return false;
+    sc.ReserveRest(&scan.f.prompt_bytes);
+    if (!sc.StringInto(&scan.prompt, &scan.f.prompt_bytes)) return false;
+    scan.has_prompt = true;
+  } else if (chat && KeyIs(key, "messages")) {
+    return ScanMessages(sc, limits, scan);
+  } else if (!sc.SkipValue(1)) {
+    return false;
+  }
+  return true;
+}
+
+// The whole body: one object, then nothing but whitespace. False: give up.
+bool ScanBody(BodyScanner& sc, bool chat, std::string_view session_header,
+              const FeatureLimits& limits, FastScan& scan) {
+  sc.SkipWs();
+  if (!sc.Eat('{')) return false;
   sc.SkipWs();
   if (!sc.Eat('}')) {
     for (;;) {
       RawString key;
-      if (!sc.String(&key) || key.escaped) return std::nullopt;
+      if (!sc.String(&key) || key.escaped) return false;
       sc.SkipWs();
-      if (!sc.Eat(':')) return std::nullopt;
+      if (!sc.Eat(':')) return false;
       sc.SkipWs();
-      if (KeyIs(key, "model")) {
-        if (has_model || !sc.Peek('"') || !sc.StringInto(&model, &f.model)) return std::nullopt;
-        has_model = true;
-      } else if (KeyIs(key, "stream")) {
-        if (seen_stream) return std::nullopt;
-        seen_stream = true;
-        if (sc.Literal("true")) {
-          stream = true;
-        } else if (!sc.Literal("false") && !sc.Literal("null")) {
-          return std::nullopt;
-        }
-      } else if (KeyIs(key, "max_tokens") || KeyIs(key, "max_completion_tokens")) {
-        const bool completion = KeyIs(key, "max_completion_tokens");
-        bool& seen = completion ? seen_max_completion : seen_max;
-        int64_t& value = completion ? max_completion_tokens : max_tokens;
-        if (seen) return std::nullopt;
-        seen = true;
-        if (!sc.Literal("null")) {
-          if (!sc.Number(&value) || value > limits.max_tokens_limit) return std::nullopt;
-        }
-      } else if (KeyIs(key, "session_id")) {
-        if (has_session) return std::nullopt;
-        has_session = true;
-        // The header, when given, wins: the body's value is only checked.
-        std::string* into = session_header.empty() ? &f.session_id : nullptr;
-        if (!sc.Literal("null") && (!sc.Peek('"') || !sc.StringInto(&session, into))) {
-          return std::nullopt;
-        }
-      } else if (chat && KeyIs(key, "tools")) {
-        // Rendered at the front of the prompt once the scan is done: chat
-        // templates put the tool definitions before the first message.
-        if (has_tools) return std::nullopt;
-        has_tools = true;
-        const char* start = sc.pos();
-        if (!sc.SkipValue(1)) return std::nullopt;
-        tools_raw = std::string_view(start, static_cast<size_t>(sc.pos() - start));
-      } else if (!chat && KeyIs(key, "prompt")) {
-        if (has_prompt || !sc.Peek('"')) return std::nullopt;
-        sc.ReserveRest(&f.prompt_bytes);
-        if (!sc.StringInto(&prompt, &f.prompt_bytes)) return std::nullopt;
-        has_prompt = true;
-      } else if (chat && KeyIs(key, "messages")) {
-        if (has_messages || !sc.Eat('[')) return std::nullopt;
-        has_messages = true;
-        sc.SkipWs();
-        if (sc.Eat(']')) return std::nullopt;  // empty: an error, the DOM path words it
-        for (;;) {
-          if (messages.size() >= limits.max_messages) return std::nullopt;
-          if (!sc.Eat('{')) return std::nullopt;
-          ChatMessage m;
-          bool has_role = false, seen_content = false;
-          sc.SkipWs();
-          if (!sc.Eat('}')) {
-            for (;;) {
-              RawString mkey;
-              if (!sc.String(&mkey) || mkey.escaped) return std::nullopt;
-              sc.SkipWs();
-              if (!sc.Eat(':')) return std::nullopt;
-              sc.SkipWs();
-              if (KeyIs(mkey, "role")) {
-                if (has_role || !sc.Peek('"') || !sc.String(&m.role)) return std::nullopt;
-                has_role = true;
-              } else if (KeyIs(mkey, "content")) {
-                if (seen_content) return std::nullopt;
-                seen_content = true;
-                if (sc.Peek('"')) {
-                  std::string* into = nullptr;
-                  if (rendered_in_scan && has_role) {
-                    // "<|role|>" before the content, "\n" after it.
-                    sc.ReserveRest(&f.prompt_bytes, DecodedSizeBound(m.role) + 5);
-                    AppendMessageHead(m.role, &f.prompt_bytes);
-                    into = &f.prompt_bytes;
-                  } else {
-                    rendered_in_scan = false;
-                  }
-                  if (!sc.StringInto(&m.content, into)) return std::nullopt;
-                  m.has_content = true;
-                } else if (!sc.Literal("null")) {
-                  return std::nullopt;
-                }
-              } else if (KeyIs(mkey, "tool_calls")) {
-                return std::nullopt;
-              } else if (!sc.SkipValue(3)) {
-                return std::nullopt;
-              }
-              sc.SkipWs();
-              if (sc.Eat('}')) break;
-              if (!sc.Eat(',')) return std::nullopt;
-              sc.SkipWs();
-            }
-          }
-          if (!has_role) return std::nullopt;
-          if (rendered_in_scan) {
-            if (m.has_content) {
-              f.prompt_bytes.push_back('\n');  // its head and content are out already
-            } else {
-              AppendMessage(m, &f.prompt_bytes);
-            }
-          }
-          messages.push_back(m);
-          sc.SkipWs();
-          if (sc.Eat(']')) break;
-          if (!sc.Eat(',')) return std::nullopt;
-          sc.SkipWs();
-        }
-      } else if (!sc.SkipValue(1)) {
-        return std::nullopt;
-      }
+      if (!ScanMember(sc, key, chat, session_header, limits, scan)) return false;
       sc.SkipWs();
       if (sc.Eat('}')) break;
-      if (!sc.Eat(',')) return std::nullopt;
+      if (!sc.Eat(',')) return false;
       sc.SkipWs();
     }
   }
   sc.SkipWs();
-  if (!sc.AtEnd()) return std::nullopt;
-  if (chat ? !has_messages : !has_prompt) return std::nullopt;
+  return sc.AtEnd();
+}
 
-  f.stream = stream;
-  if (max_completion_tokens >= 0) {
-    f.max_tokens = max_completion_tokens;
-  } else if (max_tokens >= 0) {
-    f.max_tokens = max_tokens;
+// The features from a finished scan: the fields read as scalars, the
+// session header, the prompt rendered from `messages` when the scan could
+// not render it, and the tools at its front.
+std::optional<router::RequestFeatures> Assemble(FastScan& scan, bool chat,
+                                                std::string_view session_header,
+                                                const FeatureLimits& limits) {
+  router::RequestFeatures& f = scan.f;
+  f.stream = scan.stream;
+  if (scan.max_completion_tokens >= 0) {
+    f.max_tokens = scan.max_completion_tokens;
+  } else if (scan.max_tokens >= 0) {
+    f.max_tokens = scan.max_tokens;
   }
   if (!session_header.empty()) f.session_id = std::string(session_header);
-  if (chat && !rendered_in_scan) {
+  if (chat && !scan.rendered_in_scan) {
     size_t size = 0;
-    for (const ChatMessage& m : messages) {
+    for (const ChatMessage& m : scan.messages) {
       size += DecodedSizeBound(m.role) + (m.has_content ? DecodedSizeBound(m.content) : 0) + 5;
     }
     f.prompt_bytes.clear();
     f.prompt_bytes.reserve(size);
-    for (const ChatMessage& m : messages) AppendMessage(m, &f.prompt_bytes);
+    for (const ChatMessage& m : scan.messages) AppendMessage(m, &f.prompt_bytes);
   }
-  if (has_tools) {
+  if (scan.has_tools) {
     std::string head;
-    if (!RenderRawTools(tools_raw, limits, &head)) return std::nullopt;
+    if (!RenderRawTools(scan.tools_raw, limits, &head)) return std::nullopt;
     if (!head.empty()) f.prompt_bytes.insert(0, head);
   }
-  return f;
+  return std::move(f);
 }
 
+}  // namespace
+
+// The fast path; nullopt means "ask the DOM path".
+std::optional<router::RequestFeatures> ExtractFeaturesFast(Endpoint endpoint,
+                                                           std::string_view body,
+                                                           std::string_view session_header,
+                                                           const FeatureLimits& limits) {
+  if (limits.max_json_depth < 8) return std::nullopt;
+  if (endpoint != Endpoint::kChat && endpoint != Endpoint::kCompletions) return std::nullopt;
+  const bool chat = endpoint == Endpoint::kChat;
+  BodyScanner sc(body, limits.max_json_depth);
+  FastScan scan;
+  if (!ScanBody(sc, chat, session_header, limits, scan)) return std::nullopt;
+  if (chat ? !scan.has_messages : !scan.has_prompt) return std::nullopt;
+  return Assemble(scan, chat, session_header, limits);
+}
 
 }  // namespace kvroute::proxy

@@ -1,34 +1,26 @@
 #include "proxy/relay.h"
 
-#include "proxy/agent_apis.h"
-
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <optional>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "proxy/absl_compat.h"
-#include "proxy/buffer_stash.h"
 #include "proxy/eager_io.h"
 #include "proxy/engine_priority.h"
-#include "proxy/relay_parser.h"
+#include "proxy/relay_leg.h"
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
 #include "proxy/stream_usage.h"
 #include "proxy/watchdog.h"
 #include "proxy/worker.h"
-#include "wire/sse.h"
 
 namespace kvroute::proxy {
 
 namespace {
-
-// Upstream responses are relayed in pieces of up to kRelayChunkBytes.
-constexpr size_t kRelayChunkBytes = 16 * 1024;
 
 bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
   return absl::AsciiStrToLower(ToAbsl(haystack)).find(needle) != std::string::npos;
@@ -63,6 +55,244 @@ void WatchClient(tcp::socket& sock, std::shared_ptr<LegState> st) {
                   });
 }
 
+// The pool that knows slot `backend`, which the router may have added
+// since the worker last looked.
+UpstreamPool& PoolFor(Worker& worker, SharedState& shared, int backend) {
+  worker.Ensure(*shared.router, backend);
+  return worker.pool;
+}
+
+// The request's bytes for the leg's backend, written in one go: the
+// header (the client's fields less the hop-by-hop and framing ones,
+// kvroute's request id, this backend's Host, the body's length; no edits to
+// a field map) and the body as up to five pieces, the client's bytes around
+// the leg's edits, none of them copied. Refers to the client's body, which
+// outlives the leg; neither copied nor moved.
+class UpstreamRequestBytes {
+ public:
+  UpstreamRequestBytes(const ClientRequest& up, const RelayLeg& leg) {
+    // Only chat and completions have stream_options; the agent APIs send
+    // their usage unasked.
+    const bool openai_stream =
+        leg.decor.endpoint == Endpoint::kChat || leg.decor.endpoint == Endpoint::kCompletions;
+    // A stream whose client did not ask for usage asks the engine for it:
+    // the body goes as three pieces (the client's bytes around kvroute's).
+    if (leg.opts.ask_stream_usage && leg.opts.to_client && leg.client_wants_stream &&
+        openai_stream) {
+      usage_plan_ = PlanStreamUsage(up.body());
+    }
+    // An engine scheduling by priority gets the request's deadline as the
+    // body's first member, ahead of any usage edit (which never starts
+    // before the first member).
+    if (leg.decor.engine_priority && leg.spec.priority_scheduling && openai_stream) {
+      priority_ = PlanPriority(up.body(), *leg.decor.engine_priority);
+    }
+    const std::array<std::string_view, 3> usage_pieces = usage_plan_.Pieces(up.body());
+    body_ = {usage_pieces[0], {}, {}, usage_pieces[1], usage_pieces[2]};
+    size_t body_size = usage_plan_.BodySize(up.body());
+    if (priority_) {
+      body_[0] = usage_pieces[0].substr(0, priority_->at);
+      body_[1] = priority_->text;
+      body_[2] = usage_pieces[0].substr(priority_->at);
+      body_size += priority_->text.size();
+    }
+    header_.reserve(256);
+    AppendUpstreamHeader(up, leg.decor.request_id, leg.spec.host, leg.spec.port, body_size,
+                         &header_);
+  }
+  UpstreamRequestBytes(const UpstreamRequestBytes&) = delete;
+  UpstreamRequestBytes& operator=(const UpstreamRequestBytes&) = delete;
+
+  std::array<net::const_buffer, 6> buffers() const {
+    return {net::buffer(header_),  net::buffer(body_[0]), net::buffer(body_[1]),
+            net::buffer(body_[2]), net::buffer(body_[3]), net::buffer(body_[4])};
+  }
+  // Whether the engine is asked for a usage the client did not ask for.
+  bool asks_stream_usage() const { return usage_plan_.edits_body(); }
+
+ private:
+  StreamUsagePlan usage_plan_;
+  std::optional<BodyInsert> priority_;
+  std::array<std::string_view, 5> body_;
+  std::string header_;
+};
+
+// Until the response header arrives the leg can be cut short by an
+// ejection of its backend (ApplyHealthChange, backend_monitor.h) and
+// retried elsewhere: it is in the worker's set of legs waiting on it.
+class WaitingMark {
+ public:
+  WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
+    set_->insert(leg_);
+  }
+  WaitingMark(const WaitingMark&) = delete;
+  WaitingMark& operator=(const WaitingMark&) = delete;
+  ~WaitingMark() { set_->erase(leg_); }
+
+ private:
+  absl::flat_hash_set<LegState*>* set_;
+  LegState* leg_;
+};
+
+void NoteConnectFailed(RelayLeg& leg, const beast::error_code& ec) {
+  leg.r.upstream_failed = true;
+  leg.r.timed_out = ec == beast::error::timeout;
+  leg.r.error = absl::StrCat("connect failed: ", ec.message());
+  leg.shared.metrics->upstream_errors->Inc({leg.spec.name, "connect"});
+  leg.Passive(false, Clock::now());
+}
+
+// The request could not be written, or no response header came.
+void NoteNoResponse(RelayLeg& leg, const beast::error_code& ec) {
+  RelayResult& r = leg.r;
+  r.upstream_failed = true;
+  r.timed_out = ec == beast::error::timeout;
+  r.error = r.timed_out ? "timed out waiting for the response" : ec.message();
+  leg.shared.metrics->upstream_errors->Inc({leg.spec.name, r.timed_out ? "timeout" : "read"});
+  if (r.timed_out && leg.header_is_first_token) {
+    leg.TimedOutWaiting(Clock::now());
+  } else {
+    leg.Passive(false, Clock::now());
+  }
+}
+
+// A reused keep-alive connection that failed before any response byte had
+// gone stale: the caller tries once more on a fresh one.
+void DropStaleConnection(RelayLeg& leg) {
+  leg.shared.metrics->retries->Inc({leg.spec.name, "stale_connection"});
+  leg.parser.reset();
+  leg.leg_state->upstream = nullptr;
+  leg.conn.reset();
+}
+
+// Connects (an idle keep-alive connection first), sends the request and
+// waits for the response header, into `leg.parser`; once more on a fresh
+// connection when a reused one turns out dead before any response byte.
+// Without a header, `leg.parser` is empty and the result says why.
+net::awaitable<void> SendAndAwaitHeader(RelayLeg& leg,
+                                        const std::array<net::const_buffer, 6>& up_bytes) {
+  LegState& st = *leg.leg_state;
+  beast::flat_buffer& up_buf = *leg.up_buf;
+  WaitingMark waiting(&leg.worker.waiting[leg.backend], &st);
+  for (int attempt = 0; attempt < 2 && !st.aborted() && !st.ejected; ++attempt) {
+    beast::error_code ec;
+    bool reused = false;
+    if (attempt == 0) {
+      leg.conn = leg.pool.TakeIdle(leg.backend);  // no coroutine when a connection is idle
+      reused = leg.conn != nullptr;
+      if (!leg.conn) std::tie(ec, leg.conn) = co_await leg.pool.Connect(leg.backend);
+    } else {
+      std::tie(ec, leg.conn) = co_await leg.pool.Connect(leg.backend);
+    }
+    if (st.aborted()) break;
+    if (ec && !st.ejected) {
+      NoteConnectFailed(leg, ec);
+      break;
+    }
+    if (st.ejected) {
+      leg.conn.reset();
+      break;
+    }
+    Connection& conn = *leg.conn;
+    st.upstream = &conn;
+    const WriteAttempt up_write = WriteNow(conn, up_bytes);
+    beast::error_code wec = up_write.ec;
+    if (!up_write.done) {
+      wec = co_await WriteRest(conn, up_bytes, up_write.written,
+                               ToChrono(leg.pool.options().first_byte_timeout));
+    }
+    if (!wec) {
+      leg.parser.emplace(leg.own_fields());
+      leg.parser->body_limit(boost::none);
+      up_buf.clear();
+      // Nothing can have arrived yet: wait first, then parse. A reused
+      // connection written at once has not waited since t0.
+      const auto sent = attempt == 0 && reused && up_write.done ? leg.t0 : Clock::now();
+      Watchdog::Scoped wait(leg.session.watchdog(), sent + ToChrono(leg.header_wait),
+                            &conn.socket());
+      auto [hec, hn] = co_await EagerRead(
+          conn.socket(), up_buf,
+          [&](beast::error_code& e) {
+            return http::read_header(conn.socket(), up_buf, *leg.parser, e);
+          },
+          /*try_first=*/false);
+      if (wait.expired()) hec = beast::error::timeout;
+      if (!hec && !st.aborted()) break;
+      wec = hec ? hec : net::error::operation_aborted;
+      if (reused && hn == 0 && hec != beast::error::timeout && !st.aborted() && !st.ejected) {
+        DropStaleConnection(leg);
+        continue;  // stale keep-alive connection: once more on a fresh one
+      }
+    } else if (reused && !st.aborted() && !st.ejected && wec != beast::error::timeout) {
+      DropStaleConnection(leg);
+      continue;
+    }
+    leg.parser.reset();
+    st.upstream = nullptr;
+    leg.conn.reset();
+    if (st.aborted() || st.ejected) break;
+    NoteNoResponse(leg, wec);
+    break;
+  }
+}
+
+// Takes in the response header SendAndAwaitHeader left: its status, whether
+// it streams, its framing, the backend's passive health check. False: the
+// leg ends here (no header: aborted, ejected or failed; or a 5xx the caller
+// retries elsewhere).
+bool TakeResponseHeader(RelayLeg& leg, bool asks_stream_usage) {
+  RelayResult& r = leg.r;
+  if (leg.aborted()) {
+    leg.NoteAborted();
+  } else if (leg.ejected() && !leg.parser) {
+    r.upstream_failed = true;
+    r.ejected = true;
+    r.error = "backend was ejected while the request waited for its response";
+    leg.shared.metrics->upstream_errors->Inc({leg.spec.name, "ejected"});
+  }
+  if (!leg.parser || r.upstream_failed || leg.aborted()) return false;
+
+  r.status = leg.parser->status();
+  leg.t_header = Clock::now();
+  r.sse = ContainsIgnoreCase(leg.parser->content_type(), "text/event-stream");
+  if (!r.sse) {
+    r.t_first_byte = WallSecondsAt(leg.t_header);
+    r.ttfb_s = Seconds(leg.t_header - leg.t0);
+  }
+  leg.length = leg.parser->content_length();
+  leg.chunked = !leg.length.has_value();
+  leg.filter_usage = asks_stream_usage && r.sse && leg.opts.to_client;
+  leg.client_chunked = leg.chunked || leg.filter_usage;
+  leg.Passive(r.status < 500, leg.t_header);
+  if (leg.opts.fail_on_5xx && r.status >= 500) {
+    r.upstream_failed = true;
+    r.error = absl::StrCat("backend answered HTTP ", r.status);
+    leg.shared.metrics->upstream_errors->Inc({leg.spec.name, "5xx"});
+    leg.leg_state->upstream = nullptr;
+    leg.conn.reset();
+    return false;
+  }
+  return true;
+}
+
+// The client's response header: the engine's forwarded fields, then
+// kvroute's, then the framing.
+std::string ClientHeader(const RelayLeg& leg) {
+  const std::array<std::pair<std::string_view, std::string_view>, 3> extra = {{
+      {kOwnFields[0], leg.decor.request_id},
+      {kOwnFields[1], leg.decor.backend_label},
+      {kOwnFields[2], leg.decor.request_class},
+  }};
+  return leg.parser->ClientHeader(absl::MakeConstSpan(extra.data(), leg.own_fields().size()),
+                                  leg.client_chunked ? boost::none : leg.length);
+}
+
+// A small plain body: its header goes out with the body in one write (one
+// syscall fewer per request).
+bool HoldsClientHeader(const RelayLeg& leg) {
+  return !leg.chunked && !leg.r.sse && *leg.length > 0 && *leg.length <= kRelayChunkBytes;
+}
+
 }  // namespace
 
 absl::Duration FirstTokenTimeout(const UpstreamOptions& options, double predicted_ttft_s) {
@@ -73,420 +303,90 @@ absl::Duration FirstTokenTimeout(const UpstreamOptions& options, double predicte
   return std::min(wait, std::max(options.first_token_timeout, options.first_token_timeout_max));
 }
 
+RelayLeg::RelayLeg(Session& s, int backend_slot, const Decor& leg_decor, bool wants_stream,
+                   LegOptions options)
+    : session(s),
+      worker(s.worker()),
+      shared(s.state()),
+      config(s.config()),
+      client(s.client()),
+      pool(PoolFor(worker, shared, backend_slot)),
+      spec(pool.backend(backend_slot)),
+      backend(backend_slot),
+      decor(leg_decor),
+      client_wants_stream(wants_stream),
+      opts(std::move(options)),
+      write_timeout(ToChrono(config.limits.write_timeout)),
+      t0(Clock::now()),
+      first_token_wait(opts.first_token_timeout > absl::ZeroDuration()
+                           ? opts.first_token_timeout
+                           : config.upstream.first_token_timeout),
+      header_is_first_token(!(opts.to_client && client_wants_stream)),
+      header_wait(header_is_first_token ? first_token_wait : pool.options().first_byte_timeout),
+      leg_state(opts.state ? opts.state : std::make_shared<LegState>()),
+      up_buf(worker.read_buffers) {
+  up_buf->reserve(kRelayChunkBytes);
+}
+
+void RelayLeg::Passive(bool ok, Clock::time_point at) {
+  shared.health->OnRequest(backend, ok, WallAt(at));
+}
+
+void RelayLeg::TimedOutWaiting(Clock::time_point at) {
+  if (shared.health->MakingProgress(backend, WallAt(at))) {
+    shared.metrics->busy_timeouts->Inc({spec.name});
+  } else {
+    Passive(false, at);
+  }
+}
+
+void RelayLeg::NoteAborted() {
+  r.client_gone = leg_state->client_gone;
+  r.error = leg_state->client_gone ? "client disconnected" : "cancelled";
+  if (leg_state->client_gone) shared.metrics->client_disconnects->Inc({});
+}
+
+void RelayLeg::NoteClientWriteFailed() {
+  r.client_gone = true;
+  r.error = "client write failed";
+  shared.metrics->client_disconnects->Inc({});
+}
+
+RelayResult RelayLeg::Finish() {
+  leg_state->relay_done = true;
+  leg_state->upstream = nullptr;
+  return std::move(r);
+}
+
 net::awaitable<RelayResult> Relay(Session& s, int backend, ClientRequest& up, const Decor& decor,
                                   bool client_wants_stream, LegOptions opts) {
-  Worker& worker = s.worker();
-  SharedState& state = s.state();
-  const Config& cfg = s.config();
-  beast::tcp_stream& client = s.client();
-  RelayResult r;
-  const auto write_timeout = ToChrono(cfg.limits.write_timeout);  // of each client write
-  worker.Ensure(*state.router, backend);
-  UpstreamPool& pool = worker.pool;
-  const router::BackendSpec& spec = pool.backend(backend);
-  const auto t0 = Clock::now();
-  // A stream whose client did not ask for usage asks the engine for it:
-  // the body goes as three pieces (the client's bytes around kvroute's).
-  StreamUsagePlan usage_plan;
-  // Only chat and completions have stream_options; the agent APIs send
-  // their usage unasked.
-  const bool openai_stream =
-      decor.endpoint == Endpoint::kChat || decor.endpoint == Endpoint::kCompletions;
-  if (opts.ask_stream_usage && opts.to_client && client_wants_stream && openai_stream) {
-    usage_plan = PlanStreamUsage(up.body());
-  }
-  // An engine scheduling by priority gets the request's deadline as the
-  // body's first member, ahead of any usage edit (which never starts
-  // before the first member).
-  std::optional<BodyInsert> priority;
-  if (decor.engine_priority && spec.priority_scheduling && openai_stream) {
-    priority = PlanPriority(up.body(), *decor.engine_priority);
-  }
-  const std::array<std::string_view, 3> usage_pieces = usage_plan.Pieces(up.body());
-  std::array<std::string_view, 5> body{usage_pieces[0], {}, {}, usage_pieces[1], usage_pieces[2]};
-  size_t body_size = usage_plan.BodySize(up.body());
-  if (priority) {
-    body[0] = usage_pieces[0].substr(0, priority->at);
-    body[1] = priority->text;
-    body[2] = usage_pieces[0].substr(priority->at);
-    body_size += priority->text.size();
-  }
-  // The request's header bytes, written with its body: the client's
-  // fields less the hop-by-hop and framing ones, kvroute's request id, this
-  // backend's Host, the body's length (no edits to the field map).
-  std::string up_header;
-  up_header.reserve(256);
-  AppendUpstreamHeader(up, decor.request_id, spec.host, spec.port, body_size, &up_header);
-  const std::array<net::const_buffer, 6> up_bytes{
-      net::buffer(up_header), net::buffer(body[0]), net::buffer(body[1]),
-      net::buffer(body[2]),   net::buffer(body[3]), net::buffer(body[4])};
+  RelayLeg leg(s, backend, decor, client_wants_stream, std::move(opts));
+  const UpstreamRequestBytes request(up, leg);
+  const std::array<net::const_buffer, 6> up_bytes = request.buffers();
+  if (leg.opts.watch_client) WatchClient(leg.client.socket(), leg.leg_state);
 
-  std::shared_ptr<LegState> leg = opts.state ? opts.state : std::make_shared<LegState>();
-  if (opts.watch_client) {
-    WatchClient(client.socket(), leg);
-  }
-  auto finish = [&] {
-    leg->relay_done = true;
-    leg->upstream = nullptr;
-  };
-  auto note_aborted = [&] {
-    r.client_gone = leg->client_gone;
-    r.error = leg->client_gone ? "client disconnected" : "cancelled";
-    if (leg->client_gone) state.metrics->client_disconnects->Inc({});
-  };
-
-  std::unique_ptr<Connection> conn;
-  BufferStash<beast::flat_buffer>::Lease up_buf_lease(worker.read_buffers);
-  beast::flat_buffer& up_buf = *up_buf_lease;
-  // Beast reads at most the buffer's free capacity (512 B when empty):
-  // reserved, a response comes in relay-sized pieces.
-  up_buf.reserve(kRelayChunkBytes);
-  // The engine's response: parsed without a field map, its forwarded
-  // fields kept as wire lines (relay_parser.h).
-  std::optional<RelayResponseParser> parser;
-  static constexpr std::string_view kOwnFields[] = {"X-Request-Id", "X-Kvroute-Backend",
-                                                    "X-Kvroute-Class"};
-  const size_t own_count = decor.request_class.empty() ? 2 : 3;
-  const absl::Span<const std::string_view> own_fields(kOwnFields, own_count);
-  // Until the response header arrives the leg can be cut short by an
-  // ejection of its backend (ApplyHealthChange, backend_monitor.h) and
-  // retried elsewhere.
-  class WaitingMark {
-   public:
-    WaitingMark(absl::flat_hash_set<LegState*>* set, LegState* leg) : set_(set), leg_(leg) {
-      set_->insert(leg_);
+  co_await SendAndAwaitHeader(leg, up_bytes);
+  if (!TakeResponseHeader(leg, request.asks_stream_usage())) co_return leg.Finish();
+  if (leg.opts.to_client) {
+    std::string header = ClientHeader(leg);
+    if (HoldsClientHeader(leg)) {
+      leg.held_header = std::move(header);
+    } else if (co_await EagerWrite(leg.client, net::buffer(header), leg.write_timeout)) {
+      leg.NoteClientWriteFailed();
+      co_return leg.Finish();
     }
-    WaitingMark(const WaitingMark&) = delete;
-    WaitingMark& operator=(const WaitingMark&) = delete;
-    ~WaitingMark() { set_->erase(leg_); }
-
-   private:
-    absl::flat_hash_set<LegState*>* set_;
-    LegState* leg_;
-  };
-  std::optional<WaitingMark> waiting;
-  waiting.emplace(&worker.waiting[backend], leg.get());
-  auto passive = [&](bool ok, Clock::time_point at) {
-    state.health->OnRequest(backend, ok, WallAt(at));
-  };
-  // A wait that timed out on an engine whose counters move is its queue's
-  // length, not a fault of the instance: the request fails, the breaker is
-  // not fed (a hung engine is ejected by its standing counters instead).
-  auto timed_out_waiting = [&](Clock::time_point at) {
-    if (state.health->MakingProgress(backend, WallAt(at))) {
-      state.metrics->busy_timeouts->Inc({spec.name});
-    } else {
-      passive(false, at);
-    }
-  };
-  // A stream's header comes as soon as the engine accepts the request; a
-  // plain body's comes with the whole answer, after the engine's queue.
-  const absl::Duration first_token_wait = opts.first_token_timeout > absl::ZeroDuration()
-                                              ? opts.first_token_timeout
-                                              : cfg.upstream.first_token_timeout;
-  const bool header_is_first_token = !(opts.to_client && client_wants_stream);
-  const absl::Duration header_wait =
-      header_is_first_token ? first_token_wait : pool.options().first_byte_timeout;
-  std::string held_header;  // a client header to send with the first body bytes
-  for (int attempt = 0; attempt < 2 && !leg->aborted() && !leg->ejected; ++attempt) {
-    beast::error_code ec;
-    bool reused = false;
-    if (attempt == 0) {
-      conn = pool.TakeIdle(backend);  // no coroutine when a connection is idle
-      reused = conn != nullptr;
-      if (!conn) std::tie(ec, conn) = co_await pool.Connect(backend);
-    } else {
-      std::tie(ec, conn) = co_await pool.Connect(backend);
-    }
-    if (leg->aborted()) break;
-    if (ec && !leg->ejected) {
-      r.upstream_failed = true;
-      r.timed_out = ec == beast::error::timeout;
-      r.error = absl::StrCat("connect failed: ", ec.message());
-      state.metrics->upstream_errors->Inc({spec.name, "connect"});
-      passive(false, Clock::now());
-      break;
-    }
-    if (leg->ejected) {
-      conn.reset();
-      break;
-    }
-    leg->upstream = conn.get();
-    const WriteAttempt up_write = WriteNow(*conn, up_bytes);
-    beast::error_code wec = up_write.ec;
-    if (!up_write.done) {
-      wec = co_await WriteRest(*conn, up_bytes, up_write.written,
-                               ToChrono(pool.options().first_byte_timeout));
-    }
-    if (!wec) {
-      parser.emplace(own_fields);
-      parser->body_limit(boost::none);
-      up_buf.clear();
-      // Nothing can have arrived yet: wait first, then parse. A reused
-      // connection written at once has not waited since t0.
-      const auto sent = attempt == 0 && reused && up_write.done ? t0 : Clock::now();
-      Watchdog::Scoped wait(s.watchdog(), sent + ToChrono(header_wait), &conn->socket());
-      auto [hec, hn] = co_await EagerRead(
-          conn->socket(), up_buf,
-          [&](beast::error_code& e) {
-            return http::read_header(conn->socket(), up_buf, *parser, e);
-          },
-          /*try_first=*/false);
-      if (wait.expired()) hec = beast::error::timeout;
-      if (!hec && !leg->aborted()) break;
-      wec = hec ? hec : net::error::operation_aborted;
-      if (reused && hn == 0 && hec != beast::error::timeout && !leg->aborted() && !leg->ejected) {
-        state.metrics->retries->Inc({spec.name, "stale_connection"});
-        parser.reset();
-        leg->upstream = nullptr;
-        conn.reset();
-        continue;  // stale keep-alive connection: once more on a fresh one
-      }
-    } else if (reused && !leg->aborted() && !leg->ejected && wec != beast::error::timeout) {
-      state.metrics->retries->Inc({spec.name, "stale_connection"});
-      leg->upstream = nullptr;
-      conn.reset();
-      continue;
-    }
-    parser.reset();
-    leg->upstream = nullptr;
-    conn.reset();
-    if (leg->aborted() || leg->ejected) break;
-    r.upstream_failed = true;
-    r.timed_out = wec == beast::error::timeout;
-    r.error = r.timed_out ? "timed out waiting for the response" : wec.message();
-    state.metrics->upstream_errors->Inc({spec.name, r.timed_out ? "timeout" : "read"});
-    if (r.timed_out && header_is_first_token) {
-      timed_out_waiting(Clock::now());
-    } else {
-      passive(false, Clock::now());
-    }
-    break;
-  }
-  waiting.reset();
-  if (leg->aborted()) {
-    note_aborted();
-  } else if (leg->ejected && !parser) {
-    r.upstream_failed = true;
-    r.ejected = true;
-    r.error = "backend was ejected while the request waited for its response";
-    state.metrics->upstream_errors->Inc({spec.name, "ejected"});
-  }
-  if (!parser || r.upstream_failed || leg->aborted()) {
-    finish();
-    co_return r;
-  }
-
-  // Response header from the engine: relay it with kvroute's headers.
-  r.status = parser->status();
-  const auto t_header = Clock::now();
-  r.sse = ContainsIgnoreCase(parser->content_type(), "text/event-stream");
-  if (!r.sse) {
-    r.t_first_byte = WallSecondsAt(t_header);
-    r.ttfb_s = Seconds(t_header - t0);
-  }
-  const boost::optional<uint64_t> length = parser->content_length();
-  const bool chunked = !length.has_value();
-  // The usage chunk kvroute asked for comes out of the client's stream, so
-  // the client's framing is chunked whatever the engine's.
-  const bool filter_usage = usage_plan.edits_body() && r.sse && opts.to_client;
-  const bool client_chunked = chunked || filter_usage;
-  passive(r.status < 500, t_header);
-  if (opts.fail_on_5xx && r.status >= 500) {
-    r.upstream_failed = true;
-    r.error = absl::StrCat("backend answered HTTP ", r.status);
-    state.metrics->upstream_errors->Inc({spec.name, "5xx"});
-    leg->upstream = nullptr;
-    conn.reset();
-    finish();
-    co_return r;
-  }
-  if (opts.to_client) {
-    // The engine's forwarded fields, then kvroute's, then the framing.
-    const std::array<std::pair<std::string_view, std::string_view>, 3> extra = {{
-        {kOwnFields[0], decor.request_id},
-        {kOwnFields[1], decor.backend_label},
-        {kOwnFields[2], decor.request_class},
-    }};
-    std::string header = parser->ClientHeader(absl::MakeConstSpan(extra.data(), own_count),
-                                              client_chunked ? boost::none : length);
-    beast::error_code hwec;
-    if (!chunked && !r.sse && *length > 0 && *length <= kRelayChunkBytes) {
-      // A small plain body: its header goes out with the body in one
-      // write (one syscall fewer per request).
-      held_header = std::move(header);
-    } else {
-      hwec = co_await EagerWrite(client, net::buffer(header), write_timeout);
-    }
-    if (hwec) {
-      r.client_gone = true;
-      r.error = "client write failed";
-      state.metrics->client_disconnects->Inc({});
-      finish();
-      co_return r;
-    }
-    r.headers_sent = true;
+    leg.r.headers_sent = true;
   }
   // An engine sends a stream's header as soon as it accepts the request: the
   // first token is the stream's first body byte. A plain body's header
   // comes with the whole answer.
-  bool first_token_seen = !r.sse;
-  if (first_token_seen && opts.on_first_byte) opts.on_first_byte(t_header);
+  leg.first_token_seen = !leg.r.sse;
+  if (leg.first_token_seen && leg.opts.on_first_byte) leg.opts.on_first_byte(leg.t_header);
 
-  ResponseObserver observer(r.sse, pool.options().max_observed_body,
-                            pool.options().max_observed_body, /*keep_transfer_params=*/false,
-                            DialectFor(decor.endpoint), &state.cached_tokens_rules[static_cast<size_t>(backend)]);
-  // With filter_usage, the client's bytes pass through the filter, which
-  // feeds the observer; the pieces of one read go out as one chunk.
-  std::optional<StreamUsageFilter> usage_filter;
-  absl::InlinedVector<net::const_buffer, 4> pieces;
-  if (filter_usage) usage_filter.emplace(&observer, pool.options().max_observed_body);
-  bool hook_fired = false;
-  auto fire_hook = [&] {
-    if (hook_fired) return;
-    hook_fired = true;
-    observer.Finish();
-    // A stored response's backend is learned before the client can name it
-    // in a follow-up.
-    if (opts.to_client && r.status == 200 && !observer.response_id().empty()) {
-      state.response_homes->Learn(observer.response_id(), spec.name);
-    }
-    if (opts.before_last_write) opts.before_last_write(r.status, observer.usage());
-  };
-  // The body's bytes land here: a stashed buffer, so the coroutine frame
-  // stays small and no chunk is allocated per request.
-  BufferStash<beast::flat_buffer>::Lease chunk_lease(worker.read_buffers);
-  char* const chunk = static_cast<char*>(chunk_lease->prepare(kRelayChunkBytes).data());
-  bool upstream_ok = true;
-  for (bool first = true; !parser->is_done(); first = false) {
-    parser->set_body_buffer(chunk, kRelayChunkBytes);
-    // The first read follows the header (and its write, which does not
-    // wait while the client reads): its deadline counts from there. Until
-    // the first token it is the first-token wait, then the idle timer.
-    const auto now = first ? t_header : Clock::now();
-    const absl::Duration limit = first_token_seen ? pool.options().idle_timeout : first_token_wait;
-    Watchdog::Scoped wait(s.watchdog(), now + ToChrono(limit), &conn->socket());
-    auto read_some = [&](beast::error_code& e) {
-      return http::read_some(conn->socket(), up_buf, *parser, e);
-    };
-    auto [rec, rn] = ReadNow(conn->socket(), read_some);
-    if (rec == net::error::would_block) {
-      std::tie(rec, rn) = co_await EagerRead(conn->socket(), up_buf, read_some, false);
-    }
-    if (wait.expired()) rec = beast::error::timeout;
-    const size_t n = kRelayChunkBytes - parser->body_left();
-    if ((rec && rec != http::error::need_buffer) || leg->aborted()) {
-      upstream_ok = false;
-      if (leg->aborted()) {
-        note_aborted();
-      } else {
-        r.timed_out = rec == beast::error::timeout;
-        r.error = r.timed_out && !first_token_seen
-                      ? std::string("timed out waiting for the first token")
-                      : absl::StrCat("upstream broke mid-response: ", rec.message());
-        state.metrics->stream_errors->Inc({spec.name});
-        if (r.timed_out) {
-          timed_out_waiting(Clock::now());
-        } else {
-          passive(false, Clock::now());
-        }
-      }
-      break;
-    }
-    if (n == 0) continue;
-    if (!first_token_seen) {
-      first_token_seen = true;
-      const auto t_first = Clock::now();
-      r.t_first_byte = WallSecondsAt(t_first);
-      r.ttfb_s = Seconds(t_first - t0);
-      if (opts.on_first_byte) opts.on_first_byte(t_first);
-    }
-    if (usage_filter) {
-      pieces.clear();
-      for (std::string_view p : usage_filter->Feed(std::string_view(chunk, n))) {
-        pieces.push_back(net::buffer(p.data(), p.size()));
-      }
-      if (parser->is_done()) {
-        for (std::string_view p : usage_filter->Finish()) {
-          pieces.push_back(net::buffer(p.data(), p.size()));
-        }
-      }
-    } else {
-      observer.Feed(std::string_view(chunk, n));
-    }
-    if (parser->is_done()) fire_hook();
-    if (!opts.to_client) {
-      if (opts.capture != nullptr && opts.capture->size() + n <= opts.max_capture) {
-        opts.capture->append(chunk, n);
-      }
-      continue;
-    }
-    beast::error_code wec;
-    if (usage_filter) {
-      if (net::buffer_size(pieces) == 0) continue;  // all taken out: no empty chunk
-      const auto piece = http::make_chunk(pieces);
-      const WriteAttempt w = WriteNow(client, piece);
-      wec = w.ec;
-      if (!w.done) wec = co_await WriteRest(client, piece, w.written, write_timeout);
-    } else if (chunked) {
-      const auto piece = http::make_chunk(net::buffer(chunk, n));
-      const WriteAttempt w = WriteNow(client, piece);
-      wec = w.ec;
-      if (!w.done) wec = co_await WriteRest(client, piece, w.written, write_timeout);
-    } else {
-      // The held header, if any (else an empty buffer), goes with the body.
-      const std::array<net::const_buffer, 2> both{net::buffer(held_header), net::buffer(chunk, n)};
-      const WriteAttempt w = WriteNow(client, both);
-      wec = w.ec;
-      if (!w.done) wec = co_await WriteRest(client, both, w.written, write_timeout);
-      held_header.clear();
-    }
-    if (wec) {
-      upstream_ok = false;
-      r.client_gone = true;
-      r.error = "client write failed";
-      state.metrics->client_disconnects->Inc({});
-      break;
-    }
-  }
-  if (!held_header.empty() && !r.client_gone) {
-    // No body bytes came: the client gets the header, as it would have.
-    co_await EagerWrite(client, net::buffer(held_header), write_timeout);
-  }
-  observer.Finish();
-  r.usage = observer.usage();
-  r.events = observer.events();
-  if (upstream_ok) {
-    r.completed = true;
-    fire_hook();
-    if (client_chunked && opts.to_client) {
-      if (co_await EagerWrite(client, http::make_chunk_last(), write_timeout)) {
-        r.completed = false;
-      }
-    }
-    const bool reusable = parser->keep_alive();
-    leg->upstream = nullptr;
-    pool.Release(backend, std::move(conn), reusable);
-  } else {
-    leg->upstream = nullptr;
-    conn.reset();  // closing the connection cancels the engine's request
-    if (usage_filter && !r.client_gone) {
-      // The bytes the filter still holds (an unfinished event) were the
-      // client's before the stream broke.
-      const auto& rest = usage_filter->Finish();
-      if (!rest.empty()) {
-        co_await EagerWrite(client, http::make_chunk(net::buffer(rest.front())), write_timeout);
-      }
-    }
-    if (opts.to_client && !r.client_gone && client_chunked && r.sse && client_wants_stream) {
-      // Tell the client the stream ended abnormally instead of truncating.
-      const std::string event = MidStreamErrorEvent(decor.endpoint, r.error);
-      co_await EagerWrite(client, http::make_chunk(net::buffer(event)), write_timeout);
-      co_await EagerWrite(client, http::make_chunk_last(), write_timeout);
-    }
-  }
-  finish();
-  co_return r;
+  BodyRelay body(leg);
+  co_await RelayBody(leg, body);
+  co_await EndBody(leg, body);
+  co_return leg.Finish();
 }
 
 }  // namespace kvroute::proxy

@@ -104,7 +104,9 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   ticket.transfer_time_factor =
       split ? placement::TransferTimeFactor(snapshot_, d.prefill_backend, d.decode_backend) : 1;
   ticket.shed = verdict;
-  EnterResidency(r, ticket, /*hold=*/r.pin_deferred, now);
+  const bool hold = r.pin_deferred && options_.residency.enabled && !r.session.empty();
+  EnterResidency(r, ticket, hold, now);
+  ticket.residency_gated = hold;
   ticket.residency_wait = r.residency == Residency::kWaiting ? r.residency_wait : 0;
   inflight_.emplace(ticket.id, std::move(r));
   return ticket;

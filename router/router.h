@@ -127,8 +127,10 @@ struct RouteTicket {
   // ticket reserves nothing (id 0) and takes no Dispatch, OnFirstToken or
   // OnComplete; `decision` says where it would have gone and what it predicted.
   ShedVerdict shed;
-  // Non-zero: the residency model holds the request (a co-located turn of a
-  // session routed with defer_kv_reservation, whose KV does not fit its
+  // A co-located turn of a session routed with defer_kv_reservation while
+  // the router holds sessions: it went through the residency gate.
+  bool residency_gated = false;
+  // Non-zero: the residency model holds it (its KV does not fit its
   // instance yet). It may be dispatched once the residency listener names
   // this id, or once Router::Held says it is not held any more.
   uint64_t residency_wait = 0;
