@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <optional>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -20,129 +21,22 @@
 #include "absl/strings/strip.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 #include "profile/profile_keys.h"
+#include "proxy/config_reader.h"
+#include "proxy/config_router.h"
 #include "router/policy_registry.h"
 #include "transfer/connector.h"
 
 namespace kvroute::proxy {
 namespace {
 
-absl::Status KeyError(const std::string& key, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
-}
-
-std::string Show(const YAML::Node& n) {
-  if (n.IsScalar()) return absl::StrCat("'", n.Scalar(), "'");
-  if (n.IsSequence()) return "a list";
-  if (n.IsMap()) return "a map";
-  return "null";
-}
-
-// A map node read field by field; remembers which keys were consumed so that
-// every unknown key is reported.
-class MapReader {
- public:
-  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
-
-  std::string Path(const std::string& key) const {
-    return path_.empty() ? key : absl::StrCat(path_, ".", key);
-  }
-
-  const YAML::Node* Find(const std::string& key) {
-    seen_.insert(key);
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      if (it->first.IsScalar() && it->first.Scalar() == key) {
-        found_.push_back(it->second);
-        return &found_.back();
-      }
-    }
-    return nullptr;
-  }
-
-  absl::Status String(const std::string& key, std::string* out) {
-    const YAML::Node* n = Find(key);
-    if (n == nullptr) return absl::OkStatus();
-    if (!n->IsScalar()) return KeyError(Path(key), absl::StrCat("expected a string, got ", Show(*n)));
-    *out = n->Scalar();
-    return absl::OkStatus();
-  }
-
-  template <typename Int>
-  absl::Status Integer(const std::string& key, Int* out, int64_t min, int64_t max) {
-    const YAML::Node* n = Find(key);
-    if (n == nullptr) return absl::OkStatus();
-    int64_t v = 0;
-    if (!n->IsScalar() || !absl::SimpleAtoi(n->Scalar(), &v)) {
-      return KeyError(Path(key), absl::StrCat("expected an integer, got ", Show(*n)));
-    }
-    if (v < min || v > max) {
-      return KeyError(Path(key), absl::StrCat("value ", v, " is out of range [", min, ", ", max, "]"));
-    }
-    *out = static_cast<Int>(v);
-    return absl::OkStatus();
-  }
-
-  absl::Status Double(const std::string& key, double* out, double min, double max) {
-    const YAML::Node* n = Find(key);
-    if (n == nullptr) return absl::OkStatus();
-    double v = 0;
-    if (!n->IsScalar() || !absl::SimpleAtod(n->Scalar(), &v)) {
-      return KeyError(Path(key), absl::StrCat("expected a number, got ", Show(*n)));
-    }
-    if (!(v >= min && v <= max)) {
-      return KeyError(Path(key), absl::StrCat("value ", n->Scalar(), " is out of range [", min, ", ", max, "]"));
-    }
-    *out = v;
-    return absl::OkStatus();
-  }
-
-  // Durations are given in seconds (fractions allowed).
-  absl::Status Seconds(const std::string& key, absl::Duration* out, double min_s = 0.001,
-                       double max_s = 86400.0 * 7) {
-    double s = absl::ToDoubleSeconds(*out);
-    if (absl::Status st = Double(key, &s, min_s, max_s); !st.ok()) return st;
-    *out = absl::Seconds(s);
-    return absl::OkStatus();
-  }
-
-  // Reports the first key that no Find() asked for.
-  absl::Status Finish() const {
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "<non-scalar key>";
-      if (!seen_.contains(key)) {
-        return KeyError(Path(key), "unknown key");
-      }
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  YAML::Node node_;  // a handle; operator[] returns temporaries
-  std::string path_;
-  absl::flat_hash_set<std::string> seen_;
-  std::deque<YAML::Node> found_;  // keeps returned nodes alive at stable addresses
-};
-
-#define KV_RETURN_IF_ERROR(expr)          \
-  do {                                    \
-    absl::Status _st = (expr);            \
-    if (!_st.ok()) return _st;            \
-  } while (0)
-
-absl::Status RequireMap(const YAML::Node& n, const std::string& path) {
-  if (!n.IsMap()) return KeyError(path, absl::StrCat("expected a map, got ", Show(n)));
-  return absl::OkStatus();
-}
-
-// `key: true|false`; absent leaves *out alone.
-absl::Status ReadBool(MapReader& r, const std::string& key, bool* out) {
-  const YAML::Node* n = r.Find(key);
-  if (n == nullptr) return absl::OkStatus();
-  if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false")) {
-    return KeyError(r.Path(key), absl::StrCat("expected true or false, got ", Show(*n)));
-  }
-  *out = n->Scalar() == "true";
-  return absl::OkStatus();
-}
+using config_internal::FillOffloadCost;
+using config_internal::KeyError;
+using config_internal::MapReader;
+using config_internal::OffloadCostKeys;
+using config_internal::ParseRouter;
+using config_internal::ReadBool;
+using config_internal::RequireMap;
+using config_internal::Show;
 
 absl::Status ParseLimits(const YAML::Node& n, ServerLimits* l) {
   KV_RETURN_IF_ERROR(RequireMap(n, "limits"));
@@ -212,202 +106,6 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
                                  absl::ToDoubleSeconds(m->max_ejection)));
   }
   return r.Finish();
-}
-
-// `router.offload_cost`: each key given, or -1 (from the profile, else the
-// model's default).
-struct OffloadCostKeys {
-  double kv_bytes_per_token = -1;
-  double link_bytes_per_second = -1;
-  double transfer_overhead_seconds = -1;
-  double prefill_tokens_per_second = -1;
-  double margin = -1;
-};
-
-absl::Status ParseOffloadCost(const YAML::Node& n, OffloadCostKeys* k) {
-  const std::string path = "router.offload_cost";
-  KV_RETURN_IF_ERROR(RequireMap(n, path));
-  MapReader r(n, path);
-  KV_RETURN_IF_ERROR(r.Double("kv_bytes_per_token", &k->kv_bytes_per_token, 1, 1e9));
-  KV_RETURN_IF_ERROR(r.Double("link_bytes_per_second", &k->link_bytes_per_second, 1, 1e13));
-  KV_RETURN_IF_ERROR(r.Double("transfer_overhead_s", &k->transfer_overhead_seconds, 0, 3600));
-  KV_RETURN_IF_ERROR(r.Double("prefill_tokens_per_second", &k->prefill_tokens_per_second, 1, 1e9));
-  KV_RETURN_IF_ERROR(r.Double("margin", &k->margin, 0, 1000));
-  return r.Finish();
-}
-
-// `router.rate_learning`: the cost model's time factors learned online.
-absl::Status ParseRateLearning(const YAML::Node& n, router::Options::RateLearning* l) {
-  const std::string path = "router.rate_learning";
-  KV_RETURN_IF_ERROR(RequireMap(n, path));
-  MapReader r(n, path);
-  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &l->enabled));
-  KV_RETURN_IF_ERROR(r.Double("alpha", &l->alpha, 0.001, 1));
-  KV_RETURN_IF_ERROR(r.Double("max_sample_ratio", &l->max_sample_ratio, 1, 1e6));
-  return r.Finish();
-}
-
-// `router.residency`: agent sessions held back until their KV fits.
-absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options* g) {
-  const std::string path = "router.residency";
-  KV_RETURN_IF_ERROR(RequireMap(n, path));
-  MapReader r(n, path);
-  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &g->enabled));
-  KV_RETURN_IF_ERROR(r.Double("fill", &g->fill, 0.05, 1));
-  KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
-  KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
-  KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
-  return r.Finish();
-}
-
-// `router.shed`: requests refused at admission past their deadline.
-absl::Status ParseShed(const YAML::Node& n, router::ShedOptions* o) {
-  const std::string path = "router.shed";
-  KV_RETURN_IF_ERROR(RequireMap(n, path));
-  MapReader r(n, path);
-  KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &o->enabled));
-  KV_RETURN_IF_ERROR(r.Double("ttft_factor", &o->ttft_factor, 0.01, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_warm_s", &o->ttft_deadline_warm_s, 0, 86400));
-  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_medium_s", &o->ttft_deadline_medium_s, 0, 86400));
-  KV_RETURN_IF_ERROR(r.Double("ttft_deadline_heavy_s", &o->ttft_deadline_heavy_s, 0, 86400));
-  KV_RETURN_IF_ERROR(r.Double("running_session_factor", &o->running_session_factor, 1, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("min_retry_after_s", &o->min_retry_after_s, 0, 86400));
-  KV_RETURN_IF_ERROR(r.Double("max_retry_after_s", &o->max_retry_after_s, 0, 86400));
-  if (o->max_retry_after_s < o->min_retry_after_s) {
-    return KeyError("router.shed.max_retry_after_s",
-                    absl::StrCat("must be at least router.shed.min_retry_after_s (",
-                                 o->min_retry_after_s, "), got ", o->max_retry_after_s));
-  }
-  return r.Finish();
-}
-
-// `router.slo`: the SLOs the placement cost weighs its terms by.
-absl::Status ParseSlo(const YAML::Node& n, router::Options::PlacementSlo* slo) {
-  const std::string path = "router.slo";
-  KV_RETURN_IF_ERROR(RequireMap(n, path));
-  MapReader r(n, path);
-  KV_RETURN_IF_ERROR(r.Double("ttft_warm_s", &slo->ttft_warm_s, 0.001, 86400));
-  KV_RETURN_IF_ERROR(r.Double("ttft_medium_s", &slo->ttft_medium_s, 0.001, 86400));
-  KV_RETURN_IF_ERROR(r.Double("ttft_heavy_s", &slo->ttft_heavy_s, 0.001, 86400));
-  KV_RETURN_IF_ERROR(r.Double("tpot_s", &slo->tpot_s, 0.0001, 3600));
-  KV_RETURN_IF_ERROR(r.Double("harm_weight", &slo->harm_weight, 0, 1000));
-  return r.Finish();
-}
-
-absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKeys* cost) {
-  KV_RETURN_IF_ERROR(RequireMap(n, "router"));
-  MapReader r(n, "router");
-  KV_RETURN_IF_ERROR(r.Integer("chunk_bytes", &o->chunk_bytes, 16, 1 << 20));
-  KV_RETURN_IF_ERROR(r.Double("bytes_per_token", &o->default_bytes_per_token, 0.5, 64));
-  KV_RETURN_IF_ERROR(r.Integer("default_capacity_tokens", &o->default_capacity_tokens, 1,
-                               int64_t{1} << 40));
-  KV_RETURN_IF_ERROR(r.Double("overload_factor", &o->overload_factor, 1.0, 1000));
-  KV_RETURN_IF_ERROR(r.Integer("max_sessions", &o->max_sessions, 1, 100000000));
-  KV_RETURN_IF_ERROR(r.Seconds("session_ttl_s", &o->session_ttl));
-  KV_RETURN_IF_ERROR(r.Seconds("session_resident_window_s", &o->session_resident_window, 0));
-  KV_RETURN_IF_ERROR(r.Integer("warm_new_tokens", &o->thresholds.warm_new_tokens, 0,
-                               int64_t{1} << 40));
-  KV_RETURN_IF_ERROR(r.Double("warm_cached_fraction", &o->thresholds.warm_cached_fraction, 0, 1));
-  KV_RETURN_IF_ERROR(r.Integer("overload_min_tokens", &o->overload_min_tokens, 0, int64_t{1} << 40));
-  KV_RETURN_IF_ERROR(r.Integer("max_inflight_requests", &o->max_inflight_requests, 1, 10000000));
-  KV_RETURN_IF_ERROR(r.Integer("default_output_tokens", &o->default_output_tokens, 1, 10000000));
-  KV_RETURN_IF_ERROR(r.Integer("max_output_tokens_est", &o->max_output_tokens_est, 1, 10000000));
-  KV_RETURN_IF_ERROR(r.Integer("eviction_tolerance_chunks", &o->eviction_tolerance_chunks, 0,
-                               1000000));
-  KV_RETURN_IF_ERROR(r.Double("capacity_learning_rate", &o->capacity_learning_rate, 0, 1));
-  KV_RETURN_IF_ERROR(r.Double("min_capacity_fraction", &o->min_capacity_fraction, 0, 1));
-  KV_RETURN_IF_ERROR(r.Double("prefill_queue_weight", &o->baseline.prefill_queue_weight, 0, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("decode_tokens_weight", &o->baseline.decode_tokens_weight, 0, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("waiting_penalty_tokens", &o->baseline.waiting_penalty_tokens, 0,
-                              1e9));
-  KV_RETURN_IF_ERROR(r.Double("admission_weight", &o->baseline.admission_weight, 0, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("eviction_weight", &o->baseline.eviction_weight, 0, 1e6));
-  KV_RETURN_IF_ERROR(r.Double("decode_stall_weight", &o->baseline.decode_stall_weight, 0, 1e6));
-  KV_RETURN_IF_ERROR(r.String("offload_gate", &o->offload_gate));
-  if (o->offload_gate != "joint" && o->offload_gate != "threshold" &&
-      o->offload_gate != "cost") {
-    return KeyError("router.offload_gate", absl::StrCat("unknown gate '", o->offload_gate,
-                                                        "' (expected joint, threshold or cost)"));
-  }
-  if (const YAML::Node* c = r.Find("offload_cost")) KV_RETURN_IF_ERROR(ParseOffloadCost(*c, cost));
-  if (const YAML::Node* slo = r.Find("slo")) KV_RETURN_IF_ERROR(ParseSlo(*slo, &o->slo));
-  if (const YAML::Node* l = r.Find("rate_learning")) {
-    KV_RETURN_IF_ERROR(ParseRateLearning(*l, &o->rate_learning));
-  }
-  if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, &o->residency));
-  if (const YAML::Node* g = r.Find("shed")) KV_RETURN_IF_ERROR(ParseShed(*g, &o->shed));
-  return r.Finish();
-}
-
-// The offload cost model from its defaults, then the profile, then the
-// `router.offload_cost` keys, its times then scaled to wall seconds by
-// `time_scale` (profile_time_scale). With `offload_gate: cost` the figures
-// that decide it (KV bytes per token, link bandwidth, prefill rate) must
-// come from the profile or the keys: the defaults describe one model on one
-// GPU, not this fleet. A prefill rate from either makes the model this
-// fleet's (Options::offload_cost_known).
-absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& profile,
-                             bool has_profile, double time_scale, router::Options* o) {
-  classifier::OffloadCostParams& p = o->offload_cost;
-  struct Figure {
-    double key;
-    double profile;
-    double* out;
-    const char* key_name;
-    const char* profile_key;
-  };
-  const Figure figures[] = {
-      {keys.kv_bytes_per_token, profile.kv_bytes_per_token, &p.kv_bytes_per_token,
-       "kv_bytes_per_token", "model.num_attention_layers, model.num_kv_heads and model.head_dim"},
-      {keys.link_bytes_per_second, profile.link_bytes_per_second, &p.link_bytes_per_second,
-       "link_bytes_per_second", "link.bandwidth_bytes_per_s"},
-      {keys.prefill_tokens_per_second, profile.prefill_tokens_per_second,
-       &p.prefill_tokens_per_second, "prefill_tokens_per_second", "timing.prefill_s_per_token"},
-  };
-  for (const Figure& f : figures) {
-    if (f.key > 0) {
-      *f.out = f.key;
-    } else if (f.profile > 0) {
-      *f.out = f.profile;
-    } else if (o->offload_gate == "cost") {
-      return KeyError(
-          "router.offload_gate",
-          absl::StrCat("cost needs router.offload_cost.", f.key_name, " or a `profile` with ",
-                       f.profile_key, has_profile ? " (the profile has none)" : ""));
-    }
-  }
-  if (keys.transfer_overhead_seconds >= 0) {
-    p.transfer_overhead_seconds = keys.transfer_overhead_seconds;
-  } else if (profile.transfer_overhead_seconds >= 0) {
-    p.transfer_overhead_seconds = profile.transfer_overhead_seconds;
-  }
-  if (keys.margin >= 0) p.margin = keys.margin;
-  if (profile.attention_s_per_token_pair >= 0) {
-    p.attention_s_per_token_pair = profile.attention_s_per_token_pair;
-  }
-  o->offload_cost_known =
-      keys.prefill_tokens_per_second > 0 || profile.prefill_tokens_per_second > 0;
-  // An engine running at time_scale wall seconds per profile second.
-  p.prefill_tokens_per_second /= time_scale;
-  p.link_bytes_per_second /= time_scale;
-  p.transfer_overhead_seconds *= time_scale;
-  p.attention_s_per_token_pair *= time_scale;
-  return absl::OkStatus();
-}
-
-// One figure of a profile (profile/profile_keys.h read it): `key`, absent
-// leaves *out alone, present must be positive.
-template <typename T>
-absl::Status PositiveFigure(const std::string& where, const char* key,
-                            const std::optional<T>& value, double* out) {
-  if (!value) return absl::OkStatus();
-  const double d = static_cast<double>(*value);
-  if (!(d > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", key, ": expected a positive number, got '", d, "'"));
-  }
-  *out = d;
-  return absl::OkStatus();
 }
 
 absl::Status ParseTransfer(const YAML::Node& n, TransferOptions* t) {
@@ -548,6 +246,21 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     b.spec.name = b.name;
     out->push_back(std::move(b));
   }
+  return absl::OkStatus();
+}
+
+// One figure of a profile (profile/profile_keys.h read it): `key`, absent
+// leaves *out alone, present must be positive.
+template <typename T>
+absl::Status PositiveFigure(const std::string& where, const char* key,
+                            const std::optional<T>& value, double* out) {
+  if (!value) return absl::OkStatus();
+  const double d = static_cast<double>(*value);
+  if (!(d > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", key, ": expected a positive number, got '", d, "'"));
+  }
+  *out = d;
   return absl::OkStatus();
 }
 
