@@ -127,34 +127,43 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
     Log()->warn("backend {}: {}", backend_, std::string(batch.status().message()));
     return false;
   }
-  int64_t block_size;
+  // Each tier's block size, learned from its BlockStored (vLLM's offloaded
+  // blocks may span several GPU blocks); a removal counts in its tier's.
+  int64_t block_size, host_block_size;
   {
     std::lock_guard<std::mutex> lock(mu_);
     block_size = stats_.block_size > 0 ? stats_.block_size : options_.default_block_size;
+    host_block_size = stats_.host_block_size > 0 ? stats_.host_block_size : block_size;
   }
   SubscriberStats delta;
   std::vector<router::EngineKvEvent> effects;
   effects.reserve(batch->events.size());
   for (const KvCacheEvent& e : batch->events) {
     // The shadow models the GPU prefix cache of the engine's first KV cache
-    // group: CPU-offload tiers and a hybrid model's other groups (which
+    // group and its host-memory tier (`medium: "CPU"`, vLLM's CPU
+    // offloading); other media and a hybrid model's other groups (which
     // store and evict the same token ranges again) are not counted.
-    if ((!e.medium.empty() && e.medium != "GPU") || (e.group_idx && *e.group_idx != 0)) {
+    const bool host = e.medium == "CPU";
+    if ((!e.medium.empty() && e.medium != "GPU" && !host) || (e.group_idx && *e.group_idx != 0)) {
       ++delta.ignored_events;
       continue;
     }
+    if (host) ++delta.host_events;
     const auto blocks = static_cast<int64_t>(e.block_hashes.size());
+    int64_t& tier_block_size = host ? host_block_size : block_size;
     switch (e.kind) {
       case EventKind::kBlockStored:
-        block_size = e.block_size;
+        tier_block_size = e.block_size;
+        if (host) delta.host_block_size = e.block_size;
         ++delta.stored_events;
         delta.stored_blocks += blocks;
-        effects.push_back({router::EngineKvEvent::Kind::kStored, blocks * block_size});
+        effects.push_back({router::EngineKvEvent::Kind::kStored, blocks * tier_block_size, host});
+        if (!host) delta.block_size = e.block_size;
         break;
       case EventKind::kBlockRemoved:
         ++delta.removed_events;
         delta.removed_blocks += blocks;
-        effects.push_back({router::EngineKvEvent::Kind::kRemoved, blocks * block_size});
+        effects.push_back({router::EngineKvEvent::Kind::kRemoved, blocks * tier_block_size, host});
         break;
       case EventKind::kAllBlocksCleared:
         ++delta.cleared_events;
@@ -171,8 +180,10 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
   stats_.stored_blocks += delta.stored_blocks;
   stats_.removed_blocks += delta.removed_blocks;
   stats_.ignored_events += delta.ignored_events;
+  stats_.host_events += delta.host_events;
   stats_.evicted_chunks += evicted;
-  if (delta.stored_events > 0) stats_.block_size = block_size;
+  if (delta.block_size > 0) stats_.block_size = delta.block_size;
+  if (delta.host_block_size > 0) stats_.host_block_size = delta.host_block_size;
   return true;
 }
 

@@ -63,7 +63,8 @@ struct SubscriberStats {
   uint64_t cleared_events = 0;    // AllBlocksCleared
   uint64_t stored_blocks = 0;
   uint64_t removed_blocks = 0;
-  uint64_t ignored_events = 0;    // another medium (CPU offload) or KV cache group
+  uint64_t ignored_events = 0;    // another medium (not GPU or CPU) or KV cache group
+  uint64_t host_events = 0;       // of those applied, the host tier's (`medium: "CPU"`)
   uint64_t gaps = 0;              // sequence gaps seen
   uint64_t missed_batches = 0;    // batches inside those gaps
   uint64_t replayed_batches = 0;  // of those, recovered through the replay socket
@@ -72,6 +73,7 @@ struct SubscriberStats {
   int64_t evicted_chunks = 0;     // shadow chunks the removals evicted
   int64_t last_seq = -1;          // last sequence number applied
   int64_t block_size = 0;         // learned from BlockStored; 0 until then
+  int64_t host_block_size = 0;    // the same, of the host tier's blocks
 };
 
 class KvEventSubscriber {

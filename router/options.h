@@ -88,6 +88,7 @@ struct Options {
   //        + admission_weight x tokens that must leave the pool before admission
   //        + eviction_weight x resident session KV the placement would evict
   //        + decode_stall_weight x decoding requests x new_tokens (not WARM)
+  //        + host-tier reload time in prefill tokens (Options::host_tier)
   struct BaselineWeights {
     double prefill_queue_weight = 1.0;
     double decode_tokens_weight = 0.05;
@@ -152,6 +153,20 @@ struct Options {
   // refused at admission (router/shed.h); needs a time model
   // (offload_cost_known) and RequestFeatures::allow_shed.
   ShedOptions shed;
+
+  // KV beyond HBM: an engine that publishes host-memory (`medium: "CPU"`)
+  // KV events has a host tier the router models beside its GPU prefix cache
+  // (router/shadow_feedback.h). A prefix there is reloaded, not recomputed:
+  // it counts as cached, its reload priced at the host link's bandwidth.
+  struct HostTier {
+    // router.tier_aware: false counts host-tier hits as misses (the ablation).
+    bool aware = true;
+    // Host -> GPU copy bandwidth, one way (vLLM's CPU offloading blog
+    // measures about 50 GB/s on H100; 51-55 GB/s for 1.5 MiB blocks and
+    // large copies on H200).
+    double load_bytes_per_second = 50e9;
+  };
+  HostTier host_tier;
 
   // Agent sessions held back until their KV fits their instance
   // (router/residency_gate.h): co-located turns that carry a session id,

@@ -36,11 +36,12 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       }()),
       policy_(std::move(policy)),
       index_(static_cast<int>(backends.size())),
+      host_index_(static_cast<int>(backends.size())),
       feedback_({.chunk_bytes = options_.chunk_bytes,
                  .eviction_tolerance_chunks = options_.eviction_tolerance_chunks,
                  .capacity_learning_rate = options_.capacity_learning_rate,
                  .min_capacity_fraction = options_.min_capacity_fraction},
-                index_, static_cast<int>(backends.size())),
+                index_, host_index_, static_cast<int>(backends.size())),
       ledger_(static_cast<int>(backends.size())),
       residency_(options_.residency),
       sessions_(options_.max_sessions, options_.session_ttl),
@@ -49,7 +50,8 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       placement_(placement::ParamsFromOptions(options_)),
       rates_(options_.rate_learning),
       state_(backends.size()),
-      matched_(backends.size()) {
+      matched_(backends.size()),
+      host_matched_(backends.size()) {
   absl::MutexLock lock(&mu_);
   rates_.Resize(static_cast<int>(backends.size()));
   specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(backends));
@@ -176,6 +178,7 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
     v.prefill_time_factor = rates_.prefill_factor(b);
   }
+  if (options_.host_tier.aware && !reference) AddHostTierHits(chain, fleet, bpt);
   // The pair factors change only when an offload's transfer is learned.
   if (snapshot_transfer_version_ != rates_.transfer_version()) {
     fleet.transfer_time_factors = rates_.transfer_table();
@@ -189,6 +192,23 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
       BackendSnapshot& v = fleet.backends[home->backend];
       v.resident_tokens = std::max<int64_t>(0, v.resident_tokens - home->footprint_tokens);
     }
+  }
+}
+
+void RouterImpl::AddHostTierHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet,
+                                 double bpt) {
+  const int n = static_cast<int>(fleet.backends.size());
+  bool any = false;
+  for (int b = 0; b < n && !any; ++b) any = feedback_.HasHostTier(b);
+  if (!any) return;
+  host_index_.Match(chain, absl::MakeSpan(host_matched_));
+  for (int b = 0; b < n; ++b) {
+    if (!feedback_.HasHostTier(b)) continue;
+    BackendSnapshot& v = fleet.backends[b];
+    const int64_t host = std::min(fleet.prompt_tokens_est, ChunksToTokens(host_matched_[b], bpt));
+    if (host <= v.cached_tokens_est) continue;
+    v.host_reload_tokens_est = host - v.cached_tokens_est;
+    v.cached_tokens_est = host;
   }
 }
 
@@ -383,8 +403,10 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   index_.Unpin(r.decode_pin, r.chain);
   index_.Unpin(r.prefill_pin, r.chain);
   if (!learn) return;
-  // Whoever computed the prompt now caches all of it.
+  // Whoever computed the prompt now caches all of it, and stores it
+  // through to its host tier.
   index_.Insert(served, r.chain);
+  if (feedback_.HasHostTier(served)) host_index_.Insert(served, r.chain);
   if (outcome.ok && outcome.prompt_tokens > 0 && !r.chain.empty()) {
     sessions_.RecordCompletion(
         r.session, served, r.chain.back(), static_cast<int64_t>(r.chain.size()),

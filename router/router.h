@@ -73,6 +73,10 @@ struct BackendReport {
   // Tokens in blocks the engine's own KV events say it caches (stored minus
   // removed, reset by a clear); -1 until the backend's first event.
   int64_t engine_cached_tokens = -1;
+  // The same for its host-memory tier (`medium: "CPU"` events), and the
+  // chunks the router's shadow of that tier holds; -1 / 0 without one.
+  int64_t engine_host_cached_tokens = -1;
+  int64_t host_shadow_chunks = 0;
   // The learned prefill time factor (router/rate_learner.h) and its samples.
   double prefill_time_factor = 1;
   int64_t prefill_time_samples = 0;

@@ -54,7 +54,10 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
   // route by phantom hits; engine cached_tokens re-teach it. (Sessions
   // that lived there moved away while it was out: a session's next turn
   // breaks affinity to an unhealthy instance and is reassigned.)
-  if (healthy && !s.healthy) index_.Clear(backend);
+  if (healthy && !s.healthy) {
+    index_.Clear(backend);
+    host_index_.Clear(backend);
+  }
   s.healthy = healthy;
 }
 
@@ -123,14 +126,17 @@ absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends
     s.healthy = false;
     ledger_.Reset(b);
     index_.Clear(b);
+    host_index_.Clear(b);
   }
   const int n = static_cast<int>(next.size());
   index_.AddInstances(n - index_.num_instances());
+  host_index_.AddInstances(n - host_index_.num_instances());
   rates_.Resize(n);
   state_.resize(n);
   ledger_.Resize(n);
   feedback_.Resize(n);
   matched_.resize(n);
+  host_matched_.resize(n);
   snapshot_.backends.resize(n);
   specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(next));
   policy_ = *std::move(policy);
@@ -158,6 +164,8 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.inflight_tokens = load.inflight_tokens;
     r.shadow_chunks = index_.size(b);
     r.engine_cached_tokens = f.engine_cached_tokens;
+    r.engine_host_cached_tokens = f.engine_host_cached_tokens;
+    r.host_shadow_chunks = host_index_.size(b);
     r.shadow_tokens = ChunksToTokens(r.shadow_chunks, bpt);
     r.capacity_tokens = NominalCapacityTokens(b);
     r.effective_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);

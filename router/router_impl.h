@@ -129,6 +129,10 @@ class RouterImpl : public Router {
   void EnterResidency(InflightRequest& r, const RouteTicket& ticket, bool hold, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Counts the prefix each instance's host tier holds beyond its GPU hit as
+  // cached, to be reloaded (Options::host_tier).
+  void AddHostTierHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet, double bpt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Predict(const FleetSnapshot& fleet, Decision& d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A held request goes to `backend` instead (the residency model admitted
   // it there); false, changing nothing, when `backend` cannot take it.
@@ -147,6 +151,7 @@ class RouterImpl : public Router {
   std::shared_ptr<const std::vector<BackendSpec>> specs_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Policy> policy_ ABSL_GUARDED_BY(mu_);
   ShadowIndex index_ ABSL_GUARDED_BY(mu_);
+  ShadowIndex host_index_ ABSL_GUARDED_BY(mu_);  // the engines' host tiers
   ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
@@ -162,6 +167,7 @@ class RouterImpl : public Router {
   std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
+  std::vector<int32_t> host_matched_ ABSL_GUARDED_BY(mu_);  // scratch, the host shadow's
   FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);        // scratch, rebuilt per Route
   double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;     // bytes/token of capacities
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;

@@ -57,11 +57,24 @@ void ShadowFeedback::LearnFromTruth(const Truth& t, int64_t nominal_tokens,
     ApplyCapacity(t.served, nominal_tokens, fleet_bytes_per_token);
   } else if (actual_chunks >
                  std::max(t.est_chunks, est_tokens_as_chunks) + params_.eviction_tolerance_chunks &&
-             s.capacity_fraction < 1.0) {
+             s.capacity_fraction < 1.0 && !HasHostTier(t.served)) {
+    // (With a host tier the engine's count includes what it reloaded: more
+    // than the estimate says nothing of its GPU pool.)
     // The engine kept more than the shadow did: the shadow evicted too early.
     s.capacity_fraction = std::min(1.0, s.capacity_fraction + lr * (1 - s.capacity_fraction));
     ApplyCapacity(t.served, nominal_tokens, fleet_bytes_per_token);
   }
+}
+
+int64_t ShadowFeedback::EvictRemoved(ShadowIndex& index, int backend, int64_t tokens,
+                                     double tokens_per_chunk, double* carry) {
+  const double owed = *carry + static_cast<double>(tokens);
+  const auto chunks = static_cast<int64_t>(owed / tokens_per_chunk);
+  const int64_t evicted = index.EvictLeastRecentlyFreed(backend, chunks);
+  // Only the fraction of a chunk is carried: when the shadow held fewer
+  // entries than the engine evicted, it has nothing older left to owe.
+  *carry = owed - static_cast<double>(chunks) * tokens_per_chunk;
+  return evicted;
 }
 
 int64_t ShadowFeedback::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events,
@@ -70,10 +83,26 @@ int64_t ShadowFeedback::ApplyEngineKvEvents(int backend, absl::Span<const Engine
   const double tokens_per_chunk =
       static_cast<double>(params_.chunk_bytes) / std::max(fleet_bytes_per_token, 1e-9);
   int64_t evicted = 0;
-  // From the first event on, the engine's removals trim the shadow beyond
-  // what it evicted ahead of them.
-  if (!events.empty() && !index_.engine_evicts(backend)) index_.SetEngineEvicts(backend, true);
   for (const EngineKvEvent& e : events) {
+    if (e.host) {
+      // The first host event reveals the tier: its shadow is sized by the
+      // engine's removals alone.
+      if (!HasHostTier(backend)) {
+        s.engine_host_cached_tokens = 0;
+        host_index_.SetCapacity(backend, kUnboundedChunks);
+        host_index_.SetEngineEvicts(backend, true);
+      }
+      if (e.kind == EngineKvEvent::Kind::kStored) {
+        s.engine_host_cached_tokens += e.tokens;
+      } else if (e.kind == EngineKvEvent::Kind::kRemoved) {
+        s.engine_host_cached_tokens = std::max<int64_t>(s.engine_host_cached_tokens - e.tokens, 0);
+        EvictRemoved(host_index_, backend, e.tokens, tokens_per_chunk, &s.host_evict_carry_tokens);
+      }
+      continue;
+    }
+    // From the first event on, the engine's removals trim the shadow beyond
+    // what it evicted ahead of them.
+    if (!index_.engine_evicts(backend)) index_.SetEngineEvicts(backend, true);
     switch (e.kind) {
       case EngineKvEvent::Kind::kCleared:
         index_.Clear(backend);
@@ -83,16 +112,10 @@ int64_t ShadowFeedback::ApplyEngineKvEvents(int backend, absl::Span<const Engine
       case EngineKvEvent::Kind::kStored:
         s.engine_cached_tokens = std::max<int64_t>(s.engine_cached_tokens, 0) + e.tokens;
         break;
-      case EngineKvEvent::Kind::kRemoved: {
+      case EngineKvEvent::Kind::kRemoved:
         s.engine_cached_tokens = std::max<int64_t>(s.engine_cached_tokens - e.tokens, 0);
-        const double owed = s.evict_carry_tokens + static_cast<double>(e.tokens);
-        const auto chunks = static_cast<int64_t>(owed / tokens_per_chunk);
-        evicted += index_.EvictLeastRecentlyFreed(backend, chunks);
-        // Only the fraction of a chunk is carried: when the shadow held fewer
-        // entries than the engine evicted, it has nothing older left to owe.
-        s.evict_carry_tokens = owed - static_cast<double>(chunks) * tokens_per_chunk;
+        evicted += EvictRemoved(index_, backend, e.tokens, tokens_per_chunk, &s.evict_carry_tokens);
         break;
-      }
     }
   }
   return evicted;

@@ -4,9 +4,12 @@
 // (it drops them and, without engine events, moves the instance's effective
 // capacity toward what the engine really keeps) or early ones (the capacity
 // grows back); an engine's KV events trim the shadow by its own removals.
+// An engine whose events include a host-memory tier (`medium: "CPU"`) gets a
+// second shadow, of that tier, trimmed by its host removals (the router
+// writes every computed prompt through to it, as the engine does).
 // Per backend it also keeps the estimate's accuracy figures.
 //
-//   ShadowFeedback feedback(params, index, n);
+//   ShadowFeedback feedback(params, index, host_index, n);
 //   feedback.ApplyCapacity(b, nominal_tokens, bytes_per_token);
 //   feedback.LearnFromTruth({.served = b, .est_tokens = ..., ...}, nominal_tokens, bpt);
 //   feedback.ApplyEngineKvEvents(b, events, bpt);
@@ -52,6 +55,9 @@ class ShadowFeedback {
     // yet), and the fraction of a shadow chunk a removal still owes.
     int64_t engine_cached_tokens = -1;
     double evict_carry_tokens = 0;
+    // The same for its host tier; -1: no host event yet (no host tier seen).
+    int64_t engine_host_cached_tokens = -1;
+    double host_evict_carry_tokens = 0;
   };
 
   // One completed request's truth about the backend that served it.
@@ -65,13 +71,18 @@ class ShadowFeedback {
     uint64_t route_tick = 0;  // the shadow's clock at routing
   };
 
-  ShadowFeedback(Params params, ShadowIndex& index, int backends)
-      : params_(params), index_(index), backends_(backends) {}
+  // The host shadow's capacity: the engine's removals size it.
+  static constexpr int64_t kUnboundedChunks = int64_t{1} << 40;
+
+  ShadowFeedback(Params params, ShadowIndex& index, ShadowIndex& host_index, int backends)
+      : params_(params), index_(index), host_index_(host_index), backends_(backends) {}
 
   void Resize(int backends) {
     if (backends > static_cast<int>(backends_.size())) backends_.resize(backends);
   }
   const Backend& at(int backend) const { return backends_[backend]; }
+  // Whether `backend`'s engine has published host-tier events.
+  bool HasHostTier(int backend) const { return backends_[backend].engine_host_cached_tokens >= 0; }
 
   // The shadow's pool of `backend`: its nominal KV capacity in tokens times
   // the learned fraction, in chunks at `bytes_per_token`.
@@ -88,7 +99,13 @@ class ShadowFeedback {
 
  private:
   Params params_;
+  // Trims `index` by `tokens` of engine removals, the fraction of a chunk
+  // carried in `carry`; returns the chunks evicted.
+  int64_t EvictRemoved(ShadowIndex& index, int backend, int64_t tokens, double tokens_per_chunk,
+                       double* carry);
+
   ShadowIndex& index_;
+  ShadowIndex& host_index_;
   std::vector<Backend> backends_;
 };
 

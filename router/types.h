@@ -134,6 +134,9 @@ struct EngineKvEvent {
   enum class Kind { kStored, kRemoved, kCleared };
   Kind kind = Kind::kStored;
   int64_t tokens = 0;  // kStored, kRemoved: blocks x block_size
+  // The engine's host-memory tier (`medium: "CPU"`, vLLM's CPU offloading),
+  // not its GPU prefix cache.
+  bool host = false;
 };
 
 }  // namespace kvroute::router

@@ -7,6 +7,13 @@ namespace kvroute::router {
 CacheAwarePolicy::CacheAwarePolicy(const Options& options)
     : thresholds_(options.thresholds),
       weights_(options.baseline),
+      // A reloaded token's time in prefill tokens: its KV over the host link
+      // against the prefill rate.
+      host_reload_weight_(options.host_tier.load_bytes_per_second > 0
+                              ? options.offload_cost.kv_bytes_per_token *
+                                    options.offload_cost.prefill_tokens_per_second /
+                                    options.host_tier.load_bytes_per_second
+                              : 0),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
 double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
@@ -15,6 +22,7 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestCl
   const double stalled_streams =
       c == RequestClass::kWarm ? 0 : static_cast<double>(std::max<int64_t>(0, b.decoding_requests));
   return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
+         host_reload_weight_ * static_cast<double>(b.host_reload_tokens_est) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *

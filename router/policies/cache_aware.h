@@ -18,6 +18,9 @@
 //                                    free before this one fits: it waits)
 //          + eviction_weight x evicted_i  (resident session KV this placement
 //                                    pushes out: prefill a session pays again)
+//          + reload_weight x host_reload_i  (cached tokens only the host tier
+//                                    holds: KV bytes per token x prefill rate
+//                                    / host link bandwidth, Options::host_tier)
 //
 // and picks the lowest cost (ties: lowest index). Because cache hit and load
 // are in one unit, a hit of H tokens is worth exactly H tokens of queued
@@ -77,6 +80,7 @@ class CacheAwarePolicy : public Policy {
  private:
   classifier::Thresholds thresholds_;
   Options::BaselineWeights weights_;
+  double host_reload_weight_ = 0;  // prefill tokens per host-reloaded token
   policy_internal::OverloadRule overload_;
 };
 

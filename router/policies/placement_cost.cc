@@ -64,6 +64,14 @@ void SetPrefillHarm(const FleetSnapshot& fleet, int site, const PlacementParams&
   plan.warm = arrivals * (plan.prefill_s / 2) / std::max(1e-9, p.slo.ttft_warm_s);
 }
 
+// R: the prefix only the instance's host tier holds, reloaded before the
+// prefill at the host link's bandwidth (Options::host_tier).
+double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
+  const int64_t tokens = fleet.backends[backend].host_reload_tokens_est;
+  if (tokens <= 0 || !(p.host_load_bytes_per_second > 0)) return 0;
+  return static_cast<double>(tokens) * p.rates.kv_bytes_per_token / p.host_load_bytes_per_second;
+}
+
 }  // namespace
 
 PlacementParams ParamsFromOptions(const Options& options) {
@@ -72,6 +80,7 @@ PlacementParams ParamsFromOptions(const Options& options) {
   p.slo = options.slo;
   p.stream_tokens = static_cast<double>(std::max<int64_t>(1, options.default_output_tokens));
   p.decode_leg_after_prefill = options.decode_leg_after_prefill;
+  p.host_load_bytes_per_second = options.host_tier.load_bytes_per_second;
   return p;
 }
 
@@ -141,8 +150,9 @@ PlanCost Colocated(const FleetSnapshot& fleet, int backend, RequestClass c,
   plan.queue_s = QueueSeconds(fleet, backend, p);
   plan.admission_s =
       AdmissionSeconds(fleet, backend, policy_internal::AdmissionShortfall(fleet, backend), p);
-  plan.prefill_s = PrefillTimeFactor(fleet, backend) *
-                   PrefillSeconds(fleet.prompt_tokens_est - cached, cached, p.rates);
+  plan.prefill_s = HostReloadSeconds(fleet, backend, p) +
+                   PrefillTimeFactor(fleet, backend) *
+                       PrefillSeconds(fleet.prompt_tokens_est - cached, cached, p.rates);
   plan.ttft_s = plan.queue_s + plan.admission_s + plan.prefill_s;
   SetPrefillHarm(fleet, backend, p, plan);
   plan.evicted = EvictedUnits(fleet, backend, p);
@@ -165,7 +175,8 @@ PlanCost Offload(const FleetSnapshot& fleet, int prefill, int decode, RequestCla
   const double g = TransferTimeFactor(fleet, prefill, decode);
   plan.queue_s = QueueSeconds(fleet, prefill, p);
   plan.admission_s = AdmissionSeconds(fleet, prefill, Shortfall(a, prompt), p);
-  plan.prefill_s = f_a * PrefillSeconds(prompt - cached_a, cached_a, p.rates);
+  plan.prefill_s = HostReloadSeconds(fleet, prefill, p) +
+                   f_a * PrefillSeconds(prompt - cached_a, cached_a, p.rates);
   const double ready = plan.queue_s + plan.admission_s + plan.prefill_s;
   const int64_t decode_shortfall = policy_internal::AdmissionShortfall(fleet, decode);
   const double decode_ready =

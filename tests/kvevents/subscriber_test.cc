@@ -217,15 +217,15 @@ TEST(KvEventSubscriber, StoredRemovedAndClearedDriveTheShadow) {
   EXPECT_EQ(sub.stats().cleared_events, 1u);
 }
 
-TEST(KvEventSubscriber, OtherMediaAndGroupsAreNotApplied) {
+TEST(KvEventSubscriber, TheHostTierIsAppliedApartOtherMediaAndGroupsAreNot) {
   auto router = MakeRouter();
   Serve(*router, 1, 10);
   FakeEngine engine(false);
   KvEventSubscriber sub(*router, 0, Options(engine));
   ASSERT_TRUE(sub.Start().ok());
   const int64_t seq = SyncUp(engine, sub, 0);
-  // A CPU-offload tier's removal and a second KV cache group's removal,
-  // encoded as vLLM writes them.
+  // A CPU-offload tier's removal, another medium's and a second KV cache
+  // group's, encoded as vLLM writes them.
   auto removal = [](std::string_view medium, int group) {
     std::string s;
     s += "\x92\xcb";
@@ -239,10 +239,14 @@ TEST(KvEventSubscriber, OtherMediaAndGroupsAreNotApplied) {
   };
   engine.Send(seq, removal("CPU", 0));
   engine.Send(seq + 1, removal("GPU", 1));
-  ASSERT_TRUE(sub.WaitFor([&](const SubscriberStats& s) { return s.last_seq == seq + 1; }, kWait));
+  engine.Send(seq + 2, removal("DISK", 0));
+  ASSERT_TRUE(sub.WaitFor([&](const SubscriberStats& s) { return s.last_seq == seq + 2; }, kWait));
   EXPECT_EQ(sub.stats().ignored_events, 2u);
+  EXPECT_EQ(sub.stats().host_events, 1u);
   EXPECT_EQ(sub.stats().decode_errors, 0u);
-  EXPECT_EQ(Backend(router->Report(), 0).shadow_chunks, 10);
+  const auto report = router->Report();
+  EXPECT_EQ(Backend(report, 0).shadow_chunks, 10) << "the host tier's removal leaves the GPU shadow";
+  EXPECT_EQ(Backend(report, 0).engine_host_cached_tokens, 0) << "the host tier is known now";
 }
 
 TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {

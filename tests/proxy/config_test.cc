@@ -206,6 +206,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slo_zero_ttft",
                 "router: {slo: {ttft_heavy_s: 0}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.slo.ttft_heavy_s: value 0 is out of range"},
+        BadCase{"tier_aware_not_bool",
+                "router: {tier_aware: 1}\nbackends: [{name: a, url: http://h:1}]",
+                "router.tier_aware: expected true or false, got '1'"},
+        BadCase{"host_load_bandwidth_zero",
+                "router: {host_load_bytes_per_second: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "router.host_load_bytes_per_second: value 0 is out of range"},
         BadCase{"rate_learning_alpha_zero",
                 "router: {rate_learning: {alpha: 0}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.rate_learning.alpha: value 0 is out of range"},
@@ -247,6 +253,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ConfigTest, TheHostTierKeys) {
+  absl::StatusOr<Config> c = ParseConfig(
+      "router: {tier_aware: false, host_load_bytes_per_second: 25e9}\n"
+      "backends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->router.host_tier.aware);
+  EXPECT_EQ(c->router.host_tier.load_bytes_per_second, 25e9);
+  absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->router.host_tier.aware);
+  EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
+}
 
 TEST(ConfigTest, KvEventsOffUnlessABackendNamesAnEndpoint) {
   absl::StatusOr<Config> c = ParseConfig(R"(

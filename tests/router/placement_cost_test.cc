@@ -254,6 +254,24 @@ TEST(PlacementCostTest, PrefillAndTransferSeconds) {
   EXPECT_NEAR(TransferSeconds(0, r), 0.15, 1e-12);
 }
 
+TEST(PlacementCostTest, AHostTierHitIsReloadedAtTheHostLinksBandwidth) {
+  PlacementParams p = Params();
+  p.host_load_bytes_per_second = 50e9;
+  FleetSnapshot f = Fleet(1, 20000);
+  SetCached(f, {12000});
+  const PlanCost gpu = Colocated(f, 0, RequestClass::kMedium, p);
+  // The same 12,000 tokens cached, 10,000 of them only in the host tier.
+  f.backends[0].host_reload_tokens_est = 10000;
+  const PlanCost host = Colocated(f, 0, RequestClass::kMedium, p);
+  EXPECT_NEAR(host.prefill_s - gpu.prefill_s, 10000 * p.rates.kv_bytes_per_token / 50e9, 1e-12);
+  EXPECT_NEAR(host.ttft_s - gpu.ttft_s, host.prefill_s - gpu.prefill_s, 1e-12);
+  // Far less than recomputing them.
+  SetCached(f, {2000});
+  f.backends[0].host_reload_tokens_est = 0;
+  const PlanCost cold = Colocated(f, 0, RequestClass::kMedium, p);
+  EXPECT_LT(host.prefill_s - gpu.prefill_s, 0.1 * (cold.prefill_s - gpu.prefill_s));
+}
+
 TEST(PlacementCostTest, FactorsFromTheSnapshot) {
   auto f = Fleet(2, 1000);
   EXPECT_EQ(PrefillTimeFactor(f, 1), 1.0);

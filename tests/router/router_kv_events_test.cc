@@ -139,5 +139,31 @@ TEST(RouterKvEvents, UnknownOrRetiredBackendIsIgnored) {
   EXPECT_EQ(r->ApplyEngineKvEvents(0, removed), 0);
 }
 
+TEST(RouterKvEvents, AHostTierHoldsWhatTheGpuEvictedUntilItsOwnRemovals) {
+  for (const bool aware : {true, false}) {
+    Options o;
+    o.chunk_bytes = kChunk;
+    o.host_tier.aware = aware;
+    std::vector<BackendSpec> specs{{.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    // The engine's first host event reveals its host tier.
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+    EXPECT_EQ(r->Report()[0].engine_host_cached_tokens, 0);
+    const RequestFeatures a = Prompt('a', 4);
+    Serve(*r, a);  // computed on gpu0 and written through to its host tier
+    EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
+    EXPECT_EQ(r->Report()[0].host_shadow_chunks, 4);
+    // The GPU evicts it (4 chunks of 64 tokens); the host tier still holds it.
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 256}});
+    EXPECT_EQ(r->Report()[0].shadow_chunks, 0);
+    EXPECT_EQ(Matched(*r, a, 0), aware ? 256 : 0) << "aware=" << aware;
+    // The host tier's own removals evict it there.
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 512},
+                                                         {Kind::kRemoved, 512, /*host=*/true}});
+    EXPECT_EQ(r->Report()[0].host_shadow_chunks, 0);
+    EXPECT_EQ(Matched(*r, a, 0), 0);
+  }
+}
+
 }  // namespace
 }  // namespace kvroute::router
