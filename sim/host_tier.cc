@@ -69,8 +69,9 @@ std::optional<std::vector<BlockHash>> HostTier::PrepareStore(std::span<const Blo
   if (free + static_cast<int64_t>(victims.size()) < static_cast<int64_t>(fresh.size())) {
     return std::nullopt;
   }
-  KvCacheEvent removed{.kind = KvCacheEvent::Kind::kBlockRemoved,
-                       .medium = KvCacheEvent::Medium::kCpu};
+  KvCacheEvent removed;
+  removed.kind = KvCacheEvent::Kind::kBlockRemoved;
+  removed.medium = KvCacheEvent::Medium::kCpu;
   for (BlockHash key : victims) {
     Block& b = blocks_.at(key);
     if (record_events_) {

@@ -61,7 +61,7 @@ RequestSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_tok
 }
 
 // Runs until nothing is runnable or due; the request's info afterwards.
-RequestInfo Run(Engine& engine, RequestSpec spec) {
+RequestInfo RunRequest(Engine& engine, RequestSpec spec) {
   const RequestHandle h = engine.Submit(std::move(spec));
   for (int i = 0; i < 1000; ++i) {
     if (engine.HasRunnableWork()) {
@@ -108,7 +108,7 @@ TEST(OffloadTest, WriteThroughStoresCompletedBlocksWhenTheNextStepStarts) {
   for (BlockHash b : h) EXPECT_TRUE(engine.blocks().IsCached(b));
   EXPECT_EQ(tier->Lookup(h), 2);
   // Generated tokens fill blocks too, and those are stored as they complete.
-  Run(engine, Spec("b", Tokens(6, 100), /*max_tokens=*/4));
+  RunRequest(engine, Spec("b", Tokens(6, 100), /*max_tokens=*/4));
   EXPECT_EQ(tier->num_used(), 4);
 }
 
@@ -132,15 +132,15 @@ TEST(OffloadTest, AFinishedRequestKeepsItsBlocksUntilItsStoresLand) {
 
 TEST(OffloadTest, HitIsTheGpuPrefixThenTheHostRunOfWholeBlocks) {
   Engine engine(OffloadConfig());
-  Run(engine, Spec("a", Tokens(16)));
+  RunRequest(engine, Spec("a", Tokens(16)));
   LandStoresAndClearGpu(engine);
   // c loads a's first block back; the GPU now caches that block only.
-  const RequestInfo c = Run(engine, Spec("c", Tokens(5)));
+  const RequestInfo c = RunRequest(engine, Spec("c", Tokens(5)));
   EXPECT_EQ(c.cached_tokens, 4);
   EXPECT_EQ(c.host_loaded_tokens, 4);
   const uint64_t gpu_hits = engine.counters().prefix_cache_hits;
   // a2 shares a's 16 tokens: 4 from the GPU, the next 12 from host memory, 4 computed.
-  const RequestInfo a2 = Run(engine, Spec("a2", Concat(Tokens(16), Tokens(4, 100))));
+  const RequestInfo a2 = RunRequest(engine, Spec("a2", Concat(Tokens(16), Tokens(4, 100))));
   EXPECT_EQ(a2.cached_tokens, 16);
   EXPECT_EQ(a2.host_loaded_tokens, 12);
   EXPECT_EQ(engine.counters().prefix_cache_hits - gpu_hits, 4u);  // local hits stay GPU-only
@@ -151,15 +151,15 @@ TEST(OffloadTest, HitIsTheGpuPrefixThenTheHostRunOfWholeBlocks) {
 TEST(OffloadTest, HitsComeInWholeOffloadedBlocks) {
   // Offloaded blocks of 8 tokens, two GPU blocks each.
   Engine engine(OffloadConfig(/*host_block_size=*/8));
-  Run(engine, Spec("a", Concat(Tokens(16), Tokens(3, 900))));
+  RunRequest(engine, Spec("a", Concat(Tokens(16), Tokens(3, 900))));
   EXPECT_EQ(engine.host_tier()->num_used(), 2);  // tokens 0-7 and 8-15; 16-18 are partial
   LandStoresAndClearGpu(engine);
   // Less than a whole offloaded block matches: no load.
-  const RequestInfo c = Run(engine, Spec("c", Tokens(5)));
+  const RequestInfo c = RunRequest(engine, Spec("c", Tokens(5)));
   EXPECT_EQ(c.cached_tokens, 0);
   EXPECT_EQ(c.host_loaded_tokens, 0);
   // With c's first GPU block cached, a2 loads the rest of offloaded block 0 and block 1.
-  const RequestInfo a2 = Run(engine, Spec("a2", Concat(Tokens(16), Tokens(4, 100))));
+  const RequestInfo a2 = RunRequest(engine, Spec("a2", Concat(Tokens(16), Tokens(4, 100))));
   EXPECT_EQ(a2.cached_tokens, 16);
   EXPECT_EQ(a2.host_loaded_tokens, 12);
   EXPECT_DOUBLE_EQ(engine.host_loads().bytes, 12 * 100);
@@ -167,11 +167,11 @@ TEST(OffloadTest, HitsComeInWholeOffloadedBlocks) {
 
 TEST(OffloadTest, LoadsParkTheRequestAndShareTheHostToGpuStream) {
   Engine engine(OffloadConfig());
-  Run(engine, Spec("a", Tokens(8)));
-  Run(engine, Spec("d", Tokens(8, 1000)));
+  RunRequest(engine, Spec("a", Tokens(8)));
+  RunRequest(engine, Spec("d", Tokens(8, 1000)));
   LandStoresAndClearGpu(engine, /*until=*/100);
   // f's stores (10 blocks, 5 s) keep the GPU -> host stream busy from 105 to 110.
-  Run(engine, Spec("f", Tokens(40, 5000)));
+  RunRequest(engine, Spec("f", Tokens(40, 5000)));
   ASSERT_DOUBLE_EQ(engine.now(), 105);
   const RequestHandle a2 = engine.Submit(Spec("a2", Concat(Tokens(8), Tokens(4, 50))));
   const RequestHandle d2 = engine.Submit(Spec("d2", Concat(Tokens(8, 1000), Tokens(4, 60))));
@@ -206,15 +206,15 @@ TEST(OffloadTest, LoadsParkTheRequestAndShareTheHostToGpuStream) {
 
 TEST(OffloadTest, CachedTokensCountLoadedTokensAsVllmReportsThem) {
   Engine engine(OffloadConfig());
-  Run(engine, Spec("a", Tokens(16)));
+  RunRequest(engine, Spec("a", Tokens(16)));
   LandStoresAndClearGpu(engine);
   // The whole prompt is in host memory: it is loaded, and its last token computed again.
-  const RequestInfo whole = Run(engine, Spec("whole", Tokens(16)));
+  const RequestInfo whole = RunRequest(engine, Spec("whole", Tokens(16)));
   EXPECT_EQ(whole.host_loaded_tokens, 16);
   EXPECT_EQ(whole.cached_tokens, 15);
   // Now the GPU caches it too, but a local hit stops a block short of a block-aligned prompt's
   // end, and the connector, asked after it, loads that last block instead of recomputing it.
-  const RequestInfo again = Run(engine, Spec("again", Tokens(16)));
+  const RequestInfo again = RunRequest(engine, Spec("again", Tokens(16)));
   EXPECT_EQ(again.host_loaded_tokens, 4);
   EXPECT_EQ(again.cached_tokens, 15);
   const EngineCounters& c = engine.counters();
@@ -280,9 +280,9 @@ TEST(OffloadTest, OffIsTheEngineWithoutAHostTier) {
   c.kv_offloading = false;
   Engine engine(c);
   EXPECT_EQ(engine.host_tier(), nullptr);
-  Run(engine, Spec("a", Tokens(16)));
+  RunRequest(engine, Spec("a", Tokens(16)));
   ASSERT_TRUE(engine.ResetPrefixCache());
-  const RequestInfo again = Run(engine, Spec("a", Tokens(16)));
+  const RequestInfo again = RunRequest(engine, Spec("a", Tokens(16)));
   EXPECT_EQ(again.cached_tokens, 0);
   EXPECT_EQ(engine.counters().external_prefix_cache_queries, 0u);
   EXPECT_EQ(engine.CachedPromptTokens(Tokens(16)), 12);

@@ -63,7 +63,8 @@ std::string Body(const std::string& prompt) {
 }
 
 int64_t CachedTokens(const testing::HttpResult& r) {
-  const json::object& usage = r.Json().as_object().at("usage").as_object();
+  const json::value body = r.Json();
+  const json::object& usage = body.as_object().at("usage").as_object();
   const json::value* details = usage.if_contains("prompt_tokens_details");
   return details == nullptr ? 0 : details->as_object().at("cached_tokens").as_int64();
 }
