@@ -126,6 +126,10 @@ absl::StatusOr<ProfileKeys> ParseProfileKeys(const std::string& yaml_text) {
   link.Read("overhead_s", &k.link.overhead_s);
   link.Read("per_descriptor_s", &k.link.per_descriptor_s);
 
+  SectionReader offload(root, "kv_offloading", &k.kv_offloading.present, &err);
+  offload.Read("bandwidth_bytes_per_s", &k.kv_offloading.bandwidth_bytes_per_s);
+  offload.Read("block_size", &k.kv_offloading.block_size);
+
   if (!err.empty()) return absl::InvalidArgumentError(err);
   return k;
 }

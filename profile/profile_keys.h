@@ -85,6 +85,14 @@ struct LinkKeys {
   std::optional<double> per_descriptor_s;
 };
 
+// The host-memory KV tier of vLLM's native CPU offloading (sim/profile.h,
+// KvOffloadingModel); switched on by kvroute-sim --kv-offloading-size, not by the profile.
+struct KvOffloadingKeys {
+  bool present = false;
+  std::optional<double> bandwidth_bytes_per_s;  // host <-> GPU, each direction, per GPU
+  std::optional<int64_t> block_size;            // tokens per offloaded block
+};
+
 struct ProfileKeys {
   ModelKeys model;
   GpuKeys gpu;
@@ -92,6 +100,7 @@ struct ProfileKeys {
   EngineKeys engine;
   TimingKeys timing;
   LinkKeys link;
+  KvOffloadingKeys kv_offloading;
 };
 
 // The keys of a profile's YAML text. InvalidArgument: not YAML ("YAML syntax error: ..."), not a

@@ -31,6 +31,11 @@ EngineConfig EngineConfig::FromProfile(const Profile& profile) {
   c.kv_bytes_per_token = profile.KvBytesPerToken();
   c.kv_hold_timeout_s = profile.kv_hold_timeout_s;
   c.mean_output_tokens = profile.mean_output_tokens;
+  c.kv_offloading = profile.kv_offloading.enabled();
+  c.host_num_blocks = profile.NumHostBlocks();
+  c.host_block_size = profile.OffloadedBlockSize();
+  c.tensor_parallel = std::max(1, profile.deployment.tensor_parallel);
+  c.host_bandwidth_bytes_per_s = profile.kv_offloading.bandwidth_bytes_per_s * c.tensor_parallel;
   return c;
 }
 
@@ -51,17 +56,24 @@ const char* FinishReasonName(FinishReason reason) {
 Engine::Engine(EngineConfig config)
     : config_(config),
       blocks_(config.num_gpu_blocks, config.block_size),
+      host_to_gpu_(config.host_bandwidth_bytes_per_s),
+      gpu_to_host_(config.host_bandwidth_bytes_per_s),
       ttft_(TtftBuckets()),
       itl_(ItlBuckets()),
       e2e_(RequestLatencyBuckets()),
       queue_time_(RequestLatencyBuckets()),
-      prefill_time_(RequestLatencyBuckets()) {}
+      prefill_time_(RequestLatencyBuckets()) {
+  if (config_.kv_offloading) {
+    host_ = std::make_unique<HostTier>(config_.host_num_blocks, config_.host_block_size);
+  }
+}
 
 Engine::~Engine() = default;
 
 void Engine::AdvanceTo(double t) {
   if (t > now_) now_ = t;
   ExpireHolds();
+  if (host_) LandStores(now_);
 }
 
 absl::Status Engine::Validate(int64_t prompt_tokens, int64_t max_tokens) const {
@@ -138,13 +150,17 @@ void Engine::Abort(RequestHandle handle) {
       transferring_.erase(std::find(transferring_.begin(), transferring_.end(), r));
       ProjectPulls();
       break;
+    case Request::State::kLoading:
+      loading_.erase(std::find(loading_.begin(), loading_.end(), r));
+      AbortHostLoad(r);
+      break;
     case Request::State::kRunning:
       running_.erase(std::find(running_.begin(), running_.end(), r));
       break;
     case Request::State::kFinished:
       break;
   }
-  if (r->state != Request::State::kFinished) blocks_.Release(r->blocks);
+  if (r->state != Request::State::kFinished && !HoldForStores(r)) blocks_.Release(r->blocks);
   requests_.erase(it);
 }
 
@@ -198,20 +214,40 @@ int64_t Engine::BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) 
   return std::max(hit_blocks, CeilDiv(first_chunk_end, config_.block_size));
 }
 
+Engine::AdmissionPlan Engine::PlanAdmission(const Request& r, int budget) const {
+  AdmissionPlan plan;
+  const std::span<const BlockHash> hashes(r.hashes.data(), MaxHitBlocks(r));
+  plan.gpu_hit_blocks = blocks_.CountCachedPrefix(hashes);
+  plan.blocks = BlocksToAdmit(r, plan.gpu_hit_blocks, budget);
+  if (host_ && !r.spec.pull_remote_kv) {
+    const HostHit host = LookupHost(r.hashes, plan.gpu_hit_blocks);
+    plan.host_hit_tokens = host.tokens;
+    plan.delayed = host.delayed;
+    // The loaded tokens land in blocks of their own.
+    plan.blocks = std::max(
+        plan.blocks,
+        CeilDiv(plan.gpu_hit_blocks * config_.block_size + host.tokens, config_.block_size));
+  }
+  return plan;
+}
+
 bool Engine::CanAdmit(const Request& r) const {
   if (static_cast<int>(running_.size() + transferring_.size()) >= config_.max_num_seqs) {
     return false;
   }
+  const AdmissionPlan plan = PlanAdmission(r, config_.max_num_batched_tokens);
+  if (plan.delayed) return false;
   const std::span<const BlockHash> hashes(r.hashes.data(), MaxHitBlocks(r));
-  const int64_t hit = blocks_.CountCachedPrefix(hashes);
-  const int64_t blocks = BlocksToAdmit(r, hit, config_.max_num_batched_tokens);
-  return blocks_.CanAllocate(hashes, hit, blocks - hit);
+  return blocks_.CanAllocate(hashes, plan.gpu_hit_blocks, plan.blocks - plan.gpu_hit_blocks);
 }
 
 bool Engine::HasRunnableWork() const {
   if (!running_.empty()) return true;
   for (const Request* r : transferring_) {
     if (r->transfer_done <= now_) return true;
+  }
+  for (const Request* r : loading_) {
+    if (HostLoadDone(*r)) return true;
   }
   return !waiting_.empty() && CanAdmit(*waiting_.front());
 }
@@ -224,8 +260,14 @@ std::optional<double> Engine::NextTimedEvent() const {
   for (const Request* r : transferring_) {
     if (r->transfer_done != kForever) consider(r->transfer_done);
   }
+  for (const Request* r : loading_) {
+    // A load that has landed but waits for a sequence slot waits on the running requests.
+    if (r->load.done > now_) consider(r->load.done);
+  }
   if (!waiting_.empty()) {
     for (const auto& [id, hold] : holds_) consider(hold.deadline);
+    // A landing store copy may free the blocks of a request that ended before it.
+    if (!store_jobs_.empty()) consider(store_jobs_.front().copy.done);
   }
   return next;
 }

@@ -1,7 +1,9 @@
 // The engine model of one simulated vLLM instance: paged KV with prefix caching, a step
 // scheduler with a chunked-prefill token budget, admission that waits on KV blocks,
-// preemption, a step-time model (TimingModel, sim/profile.h) and a KV-transfer-time model
-// in which the pulls into one instance share its NIC (nic_share.h).
+// preemption, a step-time model (TimingModel, sim/profile.h), a KV-transfer-time model
+// in which the pulls into one instance share its NIC (nic_share.h), and, when configured,
+// vLLM's native CPU offloading: a host-memory tier written through from the GPU and loaded
+// from on admission (host_tier.h, host_copy.h; engine_offload.cc).
 //
 // Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
 // a test can drive it step by step and get the same result every time. The real-time driver
@@ -31,6 +33,8 @@
 #include <vector>
 
 #include "sim/block_manager.h"
+#include "sim/host_copy.h"
+#include "sim/host_tier.h"
 #include "sim/metrics.h"
 #include "sim/profile.h"
 
@@ -51,6 +55,14 @@ struct EngineConfig {
   double kv_bytes_per_token = 98304;
   double kv_hold_timeout_s = 480;
   double mean_output_tokens = 256;
+  // vLLM's native CPU offloading (--kv-offloading-size): off unless kv_offloading is set.
+  bool kv_offloading = false;
+  int64_t host_num_blocks = 0;
+  int host_block_size = 16;  // tokens per offloaded block, a multiple of block_size
+  // Host <-> GPU bandwidth of the whole instance, each direction: every GPU of a tensor-
+  // parallel instance copies its share of the KV over its own link.
+  double host_bandwidth_bytes_per_s = 50e9;
+  int tensor_parallel = 1;
 
   static EngineConfig FromProfile(const Profile& profile);
 };
@@ -114,6 +126,8 @@ struct RequestInfo {
   // Prompt tokens not computed here: local prefix hit plus KV pulled from a prefill instance.
   int cached_tokens = 0;
   int pulled_tokens = 0;
+  // Prompt tokens the host tier matched and loaded (vLLM's num_external_computed_tokens).
+  int host_loaded_tokens = 0;
   int num_preemptions = 0;
   FinishReason finish = FinishReason::kNone;
   // Non-empty when the request finished holding its blocks for a remote decode.
@@ -134,6 +148,22 @@ struct EngineCounters {
   uint64_t generation_tokens = 0;
   uint64_t requests_finished = 0;
   uint64_t steps = 0;
+  // Prompt tokens by where their KV came from, counted when a request's first token is
+  // sampled (vllm:prompt_tokens_by_source; vllm/v1/metrics/stats.py, PromptTokenStats).
+  uint64_t prompt_tokens_local_compute = 0;
+  uint64_t prompt_tokens_local_cache_hit = 0;
+  uint64_t prompt_tokens_external_kv_transfer = 0;
+  uint64_t prompt_tokens_cached = 0;
+};
+
+// The copies of one direction between GPU and host memory, as vLLM's OffloadPromMetrics
+// exports them: bytes, seconds of copying and one size observation per copy.
+struct HostCopyStats {
+  HostCopyStats();
+  uint64_t copies = 0;
+  double bytes = 0;
+  double seconds = 0;
+  Histogram size_bytes;
 };
 
 class Engine {
@@ -178,9 +208,19 @@ class Engine {
 
   // vLLM's reset_prefix_cache: drops every cached block unless requests hold blocks.
   bool ResetPrefixCache() { return blocks_.ResetPrefixCache(); }
-  // KV cache events (sim/kv_events.h) recorded since the last call, when enabled.
-  void EnableKvEvents(bool on) { blocks_.EnableKvEvents(on); }
-  std::vector<KvCacheEvent> TakeKvEvents() { return blocks_.TakeKvEvents(); }
+  // KV cache events (sim/kv_events.h) recorded since the last call, when enabled: the GPU
+  // pool's, then the host tier's (medium CPU), as vLLM's scheduler appends its connector's.
+  void EnableKvEvents(bool on);
+  std::vector<KvCacheEvent> TakeKvEvents();
+
+  // The prompt tokens a request with these tokens would find computed if admitted now: the
+  // GPU prefix hit and, with a host tier, the run of whole offloaded blocks after it; at most
+  // tokens - 1 (what the engine reports as cached_tokens).
+  int64_t CachedPromptTokens(std::span<const int32_t> tokens) const;
+  // The host tier (engine_offload.cc); null without --kv-offloading-size.
+  const HostTier* host_tier() const { return host_.get(); }
+  const HostCopyStats& host_loads() const { return load_stats_; }
+  const HostCopyStats& host_stores() const { return store_stats_; }
 
   // Modelled time to pull `tokens` tokens of KV over an otherwise idle NIC: handover,
   // descriptors and bytes at the full bandwidth.
@@ -195,7 +235,10 @@ class Engine {
   void set_slowdown(double factor) { slowdown_ = factor > 0 ? factor : 1; }
 
   int num_running() const { return static_cast<int>(running_.size()); }
-  int num_waiting() const { return static_cast<int>(waiting_.size() + transferring_.size()); }
+  // Requests loading from the host tier wait too (WAITING_FOR_REMOTE_KVS).
+  int num_waiting() const {
+    return static_cast<int>(waiting_.size() + transferring_.size() + loading_.size());
+  }
   double KvUsage() const { return blocks_.Usage(); }
   // Exponentially weighted fraction of virtual time spent in steps (10 s time constant), as of
   // now() or of a later idle time t.
@@ -218,6 +261,18 @@ class Engine {
     double deadline;
   };
 
+  // What admitting a waiting request takes: its GPU prefix hit, the tokens the host tier
+  // adds after it, and the blocks to allocate (cached ones included).
+  struct AdmissionPlan {
+    int64_t gpu_hit_blocks = 0;
+    int64_t host_hit_tokens = 0;
+    int64_t blocks = 0;
+    // Some host blocks of the hit are being loaded for another request: vLLM's lookup
+    // answers "later" (OffloadingConnectorScheduler._blocks_being_loaded).
+    bool delayed = false;
+  };
+  // The plan when admitted with `budget` tokens of this step left.
+  AdmissionPlan PlanAdmission(const Request& r, int budget) const;
   bool CanAdmit(const Request& r) const;
   // Blocks (cached ones included) a waiting request takes when admitted with `budget` tokens
   // of this step left: the whole prompt, or its first chunk under AdmissionRule::kFirstChunk.
@@ -252,9 +307,12 @@ class Engine {
   // Then waiting requests in queue order while their blocks fit (the head blocks the queue).
   void AdmitWaiting(StepPlan& plan);
   // The blocks an admitted request takes: its cached prefix, then fresh ones.
-  void TakeAdmissionBlocks(Request* r, int budget);
-  // Prefix-cache counters of an admission; queue time and cached tokens of the first one.
-  void RecordAdmission(Request* r);
+  void TakeAdmissionBlocks(Request* r, const AdmissionPlan& plan);
+  // Prefix-cache counters of an admission.
+  void RecordPrefixQuery(Request* r);
+  // When a request first starts running: queue time, cached tokens, prompt and connector
+  // counters.
+  void RecordFirstSchedule(Request* r);
   // An admitted decode leg starts pulling the prompt's KV it does not hold. False when there
   // is nothing to pull: it then runs like any admitted request.
   bool BeginAdmittedPull(Request* r);
@@ -266,6 +324,39 @@ class Engine {
   void AppendToken(Request* r, StepResult& result, double t);
   // Frees the request's blocks, or holds them for a remote decode.
   void Finish(Request* r, FinishReason reason, double t);
+
+  // vLLM's OffloadingConnector (engine_offload.cc): the host tier's side of each phase.
+  struct HostHit {
+    int64_t tokens = 0;
+    bool delayed = false;
+  };
+  // The host tier's hit after `gpu_hit_blocks` GPU blocks of a sequence with these block
+  // hashes (vLLM's get_num_new_matched_tokens): the run of ready offloaded blocks from the
+  // one holding the first uncomputed token, in tokens; none unless one whole offloaded block.
+  HostHit LookupHost(std::span<const BlockHash> hashes, int64_t gpu_hit_blocks) const;
+  // The keys of offloaded blocks [first, end) of a sequence with these block hashes.
+  std::vector<BlockHash> HostKeys(std::span<const BlockHash> hashes, int64_t first,
+                                  int64_t end) const;
+  // The recency a lookup gives: every offloaded block of the request.
+  void TouchHost(const Request& r);
+  // An admitted request with a host hit waits (WAITING_FOR_REMOTE_KVS) while its blocks load.
+  void BeginHostLoad(Request* r, const AdmissionPlan& plan);
+  bool HostLoadDone(const Request& r) const;
+  // Loaded requests join the running set with the loaded tokens computed.
+  void CompleteHostLoads();
+  // Write-through: the offloaded blocks r completed become store copies that start at
+  // `start`, the end of the step (vLLM submits them at the start of the next one).
+  void QueueStores(Request* r, double start);
+  // Store copies that have landed by `t`: their requests' counts, and held blocks freed.
+  void LandStores(double t);
+  // A request ending (finished or aborted): its stored blocks become loadable, or, with
+  // copies still in flight, its GPU blocks stay held until they land (returns true).
+  bool HoldForStores(Request* r);
+  // A preempted request's pending stores count as landed, as vLLM completes them then.
+  void SettleStoresOnPreempt(Request* r);
+  // An aborted request that was loading: its host blocks are unpinned.
+  void AbortHostLoad(Request* r);
+  void CountPromptSources(const Request& r);
 
   // The most a pull's source NIC sends it (its bandwidth split over the source's pulls).
   double SourceRate(const RequestSpec& spec) const;
@@ -290,6 +381,25 @@ class Engine {
   std::vector<Request*> transferring_;  // decode legs pulling KV
   double pulls_drained_at_ = 0;
   absl::flat_hash_map<std::string, Hold> holds_;
+  // The host tier and its copies; host_ is null when offloading is off.
+  struct StoreJob {
+    RequestHandle handle;
+    HostCopy copy;
+    double bytes;
+  };
+  struct StoreHold {
+    std::vector<BlockId> blocks;
+    std::vector<BlockHash> keys;
+    int jobs;
+  };
+  std::unique_ptr<HostTier> host_;
+  HostCopyStream host_to_gpu_;
+  HostCopyStream gpu_to_host_;
+  std::vector<Request*> loading_;    // parked in WAITING_FOR_REMOTE_KVS, in admission order
+  std::deque<StoreJob> store_jobs_;  // in submission order, which is landing order
+  absl::flat_hash_map<RequestHandle, StoreHold> store_holds_;  // ended with copies in flight
+  HostCopyStats load_stats_;
+  HostCopyStats store_stats_;
   EngineCounters counters_;
   double busy_ewma_ = 0;
   double busy_updated_at_ = 0;

@@ -1,5 +1,6 @@
 // Shared by the files of sim::Engine: engine.cc (requests' life cycle, queues, holds, the
-// pull and busy models) and engine_step.cc (one scheduler step). Private to sim/.
+// pull and busy models), engine_step.cc (one scheduler step) and engine_offload.cc (the host
+// tier's side of a step). Private to sim/.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "sim/block_manager.h"
 #include "sim/engine.h"
+#include "sim/host_copy.h"
 #include "sim/nic_share.h"
 
 namespace sim {
@@ -16,7 +18,8 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // One request inside the engine, owned by Engine::requests_; the queues hold raw pointers.
 struct Engine::Request {
-  enum class State { kWaiting, kTransferring, kRunning, kFinished };
+  // kLoading: admitted, waiting for its host-tier blocks (WAITING_FOR_REMOTE_KVS).
+  enum class State { kWaiting, kTransferring, kLoading, kRunning, kFinished };
   RequestHandle handle = 0;
   RequestSpec spec;
   std::vector<int32_t> tokens;    // prompt + generated
@@ -31,6 +34,13 @@ struct Engine::Request {
   double transfer_done = 0;
   SharedTransfer pull;  // the byte phase of a KV pull on this instance's NIC
   double last_token_time = 0;
+  // The host tier (engine_offload.cc).
+  int host_hit_tokens = 0;              // tokens the current admission loads from host memory
+  std::vector<BlockHash> load_keys;     // host blocks the load pins
+  HostCopy load;                        // its copy on the host -> GPU stream
+  int next_stored_block = 0;            // offloaded blocks already handed to the host tier
+  int store_jobs = 0;                   // store copies in flight
+  std::vector<BlockHash> being_stored;  // stored keys that become loadable when it ends
   State state = State::kWaiting;
   RequestInfo info;
 };

@@ -1,8 +1,10 @@
 // Engine::Step (engine.h): one scheduler step, as vLLM's scheduler runs it. Step() reads as
-// its phases in order: holds expire and finished pulls join the running set, running
-// requests are scheduled (decodes and the next chunks of prefills, preempting when blocks run
-// short), waiting requests are admitted, the step is priced, and its work is applied (KV
-// computed, full blocks cached, tokens sampled, finished requests' blocks freed or held).
+// its phases in order: holds expire, landed host-tier stores are settled, finished pulls and
+// host loads join the running set, running requests are scheduled (decodes and the next
+// chunks of prefills, preempting when blocks run short), waiting requests are admitted (those
+// with a host hit park while it loads), the step is priced, and its work is applied (KV
+// computed, full blocks cached and written through to the host tier, tokens sampled, finished
+// requests' blocks freed or held).
 #include <algorithm>
 #include <optional>
 #include <span>
@@ -33,6 +35,10 @@ StepResult Engine::Step() {
   result.start = now_;
   ExpireHolds();
   CompleteTransfers(result);
+  if (host_) {
+    LandStores(now_);
+    CompleteHostLoads();
+  }
 
   StepPlan plan{.scheduled = {}, .budget = config_.max_num_batched_tokens};
   ScheduleRunning(plan, result);
@@ -133,6 +139,7 @@ void Engine::Preempt(Request* r) {
   r->num_computed = 0;
   r->num_committed = 0;
   r->state = Request::State::kWaiting;
+  if (host_) SettleStoresOnPreempt(r);
   ++r->info.num_preemptions;
   ++counters_.preemptions;
   // A heap has no front: under kPriority the preempted request goes back in its order.
@@ -146,10 +153,19 @@ void Engine::Preempt(Request* r) {
 void Engine::AdmitWaiting(StepPlan& plan) {
   while (plan.budget > 0 && !waiting_.empty()) {
     Request* r = waiting_.front();
+    // vLLM's connector lookup refreshes the request's offloaded blocks before the allocation.
+    if (host_ && !r->spec.pull_remote_kv && r->num_computed == 0) TouchHost(*r);
     if (!CanAdmit(*r)) break;
     waiting_.pop_front();
-    TakeAdmissionBlocks(r, plan.budget);
-    RecordAdmission(r);
+    const AdmissionPlan admission = PlanAdmission(*r, plan.budget);
+    TakeAdmissionBlocks(r, admission);
+    r->host_hit_tokens = static_cast<int>(admission.host_hit_tokens);
+    RecordPrefixQuery(r);
+    if (admission.host_hit_tokens > 0) {
+      BeginHostLoad(r, admission);
+      continue;
+    }
+    RecordFirstSchedule(r);
     if (r->spec.pull_remote_kv && BeginAdmittedPull(r)) continue;
     r->state = Request::State::kRunning;
     running_.push_back(r);
@@ -159,27 +175,35 @@ void Engine::AdmitWaiting(StepPlan& plan) {
   }
 }
 
-void Engine::TakeAdmissionBlocks(Request* r, int budget) {
+void Engine::TakeAdmissionBlocks(Request* r, const AdmissionPlan& plan) {
   const std::span<const BlockHash> hashes(r->hashes.data(), MaxHitBlocks(*r));
-  const int64_t hit = blocks_.CountCachedPrefix(hashes);
-  const int64_t blocks = BlocksToAdmit(*r, hit, budget);
+  const int64_t hit = plan.gpu_hit_blocks;
   r->blocks = blocks_.AcquireCached(hashes, hit);
-  std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(blocks - hit);
+  std::optional<std::vector<BlockId>> fresh = blocks_.Allocate(plan.blocks - hit);
   r->blocks.insert(r->blocks.end(), fresh->begin(), fresh->end());
   r->num_computed = static_cast<int>(hit * config_.block_size);
   r->num_committed = static_cast<int>(hit);
 }
 
-void Engine::RecordAdmission(Request* r) {
-  const int prompt_len = static_cast<int>(r->tokens.size());
-  counters_.prefix_cache_queries += prompt_len;
+void Engine::RecordPrefixQuery(Request* r) {
+  counters_.prefix_cache_queries += r->tokens.size();
   counters_.prefix_cache_hits += r->num_computed;
+}
+
+void Engine::RecordFirstSchedule(Request* r) {
   if (r->admitted_once) return;
   r->admitted_once = true;
+  const int prompt_len = static_cast<int>(r->tokens.size());
   r->info.first_scheduled = now_;
   r->info.cached_tokens = r->num_computed;
   counters_.prompt_tokens += prompt_len;
   queue_time_.Observe(now_ - r->info.arrival);
+  if (host_ && !r->spec.pull_remote_kv) {
+    // vLLM's connector prefix-cache stats: the request's tokens queried, the connector's
+    // matched tokens hit (Scheduler._update_connector_prefix_cache_stats).
+    counters_.external_prefix_cache_queries += prompt_len;
+    counters_.external_prefix_cache_hits += r->host_hit_tokens;
+  }
 }
 
 bool Engine::BeginAdmittedPull(Request* r) {
@@ -224,6 +248,7 @@ void Engine::ApplyStep(const StepPlan& plan, double end, StepResult& result) {
     if (r->state != Request::State::kRunning) continue;
     r->num_computed += s.n;
     CommitFullBlocks(r);
+    if (host_) QueueStores(r, end);
     if (r->num_computed == static_cast<int>(r->tokens.size())) AppendToken(r, result, end);
   }
 }
@@ -270,6 +295,7 @@ void Engine::AppendToken(Request* r, StepResult& result, double t) {
   ++r->num_output;
   ++counters_.generation_tokens;
   if (index == 0) {
+    CountPromptSources(*r);
     r->info.first_token = t;
     ttft_.Observe(t - r->info.arrival);
     prefill_time_.Observe(t - r->info.first_scheduled);
@@ -297,7 +323,8 @@ void Engine::Finish(Request* r, FinishReason reason, double t) {
     ReleaseHold(id);
     r->info.held_blocks = r->blocks;
     holds_[id] = Hold{r->handle, std::move(r->blocks), t + config_.kv_hold_timeout_s};
-  } else {
+    if (host_) host_->CompleteStore(r->being_stored);
+  } else if (!HoldForStores(r)) {
     blocks_.Release(r->blocks);
   }
   r->blocks.clear();

@@ -291,14 +291,7 @@ awaitable<int64_t> Instance::CachedPrefixTokens(
 }
 
 awaitable<int64_t> Instance::CountCachedPrefix(std::shared_ptr<const std::vector<int32_t>> tokens) {
-  const int block = engine_.config().block_size;
-  const std::vector<BlockHash> hashes = HashFullBlocks(*tokens, block);
-  const int64_t max_hit = std::min<int64_t>(static_cast<int64_t>(hashes.size()),
-                                            (static_cast<int64_t>(tokens->size()) - 1) / block);
-  if (max_hit <= 0) co_return 0;
-  co_return engine_.blocks().CountCachedPrefix(
-      std::span<const BlockHash>(hashes.data(), static_cast<size_t>(max_hit))) *
-      block;
+  co_return engine_.CachedPromptTokens(*tokens);
 }
 
 }  // namespace sim

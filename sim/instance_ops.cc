@@ -1,6 +1,7 @@
 // sim::Instance's operational side: fault injection (what each fault does to the
 // listener, the connections and the engine) and the endpoints /v1/models,
-// /sim/faults and /metrics (vLLM's series and the simulator's own).
+// /sim/faults and /metrics (vLLM's series, those of its CPU offloading when on, and the
+// simulator's own).
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
@@ -133,6 +134,55 @@ bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* s
   return true;
 }
 
+namespace {
+
+// The series vLLM adds with its CPU offloading connector: prompt tokens by source
+// (vllm/v1/metrics/loggers.py over stats.py's PromptTokenStats) and the connector's copies
+// (OffloadPromMetrics), whose label values vLLM creates at a direction's first copy.
+void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::string& out) {
+  const EngineCounters& c = engine.counters();
+  kvroute::wire::AppendHelpAndType(&out, "vllm:prompt_tokens_by_source_total", "counter",
+                                   "Number of prompt tokens by source.");
+  const std::pair<const char*, uint64_t> sources[] = {
+      {"local_compute", c.prompt_tokens_local_compute},
+      {"local_cache_hit", c.prompt_tokens_local_cache_hit},
+      {"external_kv_transfer", c.prompt_tokens_external_kv_transfer}};
+  for (const auto& [source, v] : sources) {
+    absl::StrAppend(&out, "vllm:prompt_tokens_by_source_total{", labels, ",source=\"", source,
+                    "\"} ", PromValue(static_cast<double>(v)), "\n");
+  }
+  kvroute::wire::AppendHelpAndType(&out, "vllm:prompt_tokens_cached_total", "counter",
+                                   "Number of cached prompt tokens (local + external).");
+  absl::StrAppend(&out, "vllm:prompt_tokens_cached_total{", labels, "} ",
+                  PromValue(static_cast<double>(c.prompt_tokens_cached)), "\n");
+  const std::pair<const char*, const HostCopyStats*> directions[] = {
+      {"CPU_to_GPU", &engine.host_loads()}, {"GPU_to_CPU", &engine.host_stores()}};
+  auto each = [&](const std::string& name, const char* type, const char* help, auto render) {
+    kvroute::wire::AppendHelpAndType(&out, name, type, help);
+    for (const auto& [transfer_type, stats] : directions) {
+      if (stats->copies == 0) continue;
+      render(absl::StrCat(labels, ",transfer_type=\"", transfer_type, "\""), *stats);
+    }
+  };
+  each("vllm:kv_offload_total_bytes_total", "counter", "Number of bytes offloaded by KV connector",
+       [&](const std::string& l, const HostCopyStats& s) {
+         absl::StrAppend(&out, "vllm:kv_offload_total_bytes_total{", l, "} ", PromValue(s.bytes),
+                         "\n");
+       });
+  each("vllm:kv_offload_total_time_total", "counter",
+       "Total time measured by all KV offloading operations",
+       [&](const std::string& l, const HostCopyStats& s) {
+         absl::StrAppend(&out, "vllm:kv_offload_total_time_total{", l, "} ", PromValue(s.seconds),
+                         "\n");
+       });
+  each("vllm:kv_offload_size", "histogram", "Histogram of KV offload transfer size, in bytes.",
+       [&](const std::string& l, const HostCopyStats& s) {
+         s.size_bytes.Render("vllm:kv_offload_size", l, out);
+       });
+}
+
+}  // namespace
+
 std::string Instance::RenderMetrics() {
   const std::string labels =
       absl::StrCat("engine=\"0\",model_name=\"",
@@ -183,12 +233,19 @@ std::string Instance::RenderMetrics() {
             "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
   histogram("vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.", engine_.prefill_time());
+  if (engine_.host_tier() != nullptr) AppendOffloadMetrics(engine_, labels, out);
   kvroute::wire::AppendHelpAndType(&out, "vllm:cache_config_info", "gauge",
                                    "Information of the LLMEngine CacheConfig");
+  // CacheConfig's kv_offloading_* fields appear when the flags set them.
+  const std::string offloading =
+      engine_.host_tier() == nullptr
+          ? std::string()
+          : absl::StrCat("kv_offloading_backend=\"native\",kv_offloading_size=\"",
+                         options_.profile.kv_offloading.size_gib, "\",");
   absl::StrAppend(&out, "vllm:cache_config_info{block_size=\"", engine_.config().block_size,
                   "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\","
                   "gpu_memory_utilization=\"",
-                  options_.profile.deployment.utilisation, "\",num_gpu_blocks=\"",
+                  options_.profile.deployment.utilisation, "\",", offloading, "num_gpu_blocks=\"",
                   engine_.config().num_gpu_blocks, "\"} 1.0\n");
   const InstanceGauges g = gauges();
   gauge("kvroute_sim_gpu_busy_fraction",

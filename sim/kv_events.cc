@@ -24,42 +24,56 @@ void PackHashes(Packer& pk, const std::vector<uint64_t>& hashes) {
   for (uint64_t h : hashes) pk.pack_uint64(h);
 }
 
+const char* MediumName(KvCacheEvent::Medium medium) {
+  return medium == KvCacheEvent::Medium::kCpu ? "CPU" : "GPU";
+}
+
 // msgspec writes a tagged struct without array_like as a map: the tag under "type" first,
 // then the fields in declaration order, leaving out those equal to their default
 // (omit_defaults). Fields without a default (lora_id, medium, lora_name) are always written.
+// A GPU block pool's BlockStored carries one extra_keys entry per block; the offloading
+// connector's self-describing BlockStored (OffloadingEventsTracker) leaves extra_keys None,
+// so a CPU one omits it.
+void PackStored(Packer& pk, const KvCacheEvent& e) {
+  const bool gpu = e.medium == KvCacheEvent::Medium::kGpu;
+  pk.pack_map(gpu ? 11 : 10);
+  PackStr(pk, "type");
+  PackStr(pk, "BlockStored");
+  PackStr(pk, "block_hashes");
+  PackHashes(pk, e.block_hashes);
+  PackStr(pk, "parent_block_hash");
+  if (e.parent_block_hash) {
+    pk.pack_uint64(*e.parent_block_hash);
+  } else {
+    pk.pack_nil();
+  }
+  PackStr(pk, "token_ids");
+  pk.pack_array(static_cast<uint32_t>(e.token_ids.size()));
+  for (int32_t t : e.token_ids) pk.pack_int32(t);
+  PackStr(pk, "block_size");
+  pk.pack_int32(e.block_size);
+  PackStr(pk, "lora_id");
+  pk.pack_nil();
+  PackStr(pk, "medium");
+  PackStr(pk, MediumName(e.medium));
+  PackStr(pk, "lora_name");
+  pk.pack_nil();
+  if (gpu) {
+    // One entry per block: no multimodal inputs, LoRA or cache salt in the simulator.
+    PackStr(pk, "extra_keys");
+    pk.pack_array(static_cast<uint32_t>(e.block_hashes.size()));
+    for (size_t i = 0; i < e.block_hashes.size(); ++i) pk.pack_nil();
+  }
+  PackStr(pk, "group_idx");
+  pk.pack_int32(0);
+  PackStr(pk, "kv_cache_spec_kind");
+  PackStr(pk, "full_attention");
+}
+
 void PackEvent(Packer& pk, const KvCacheEvent& e) {
   switch (e.kind) {
     case KvCacheEvent::Kind::kBlockStored:
-      pk.pack_map(11);
-      PackStr(pk, "type");
-      PackStr(pk, "BlockStored");
-      PackStr(pk, "block_hashes");
-      PackHashes(pk, e.block_hashes);
-      PackStr(pk, "parent_block_hash");
-      if (e.parent_block_hash) {
-        pk.pack_uint64(*e.parent_block_hash);
-      } else {
-        pk.pack_nil();
-      }
-      PackStr(pk, "token_ids");
-      pk.pack_array(static_cast<uint32_t>(e.token_ids.size()));
-      for (int32_t t : e.token_ids) pk.pack_int32(t);
-      PackStr(pk, "block_size");
-      pk.pack_int32(e.block_size);
-      PackStr(pk, "lora_id");
-      pk.pack_nil();
-      PackStr(pk, "medium");
-      PackStr(pk, "GPU");
-      PackStr(pk, "lora_name");
-      pk.pack_nil();
-      // One entry per block: no multimodal inputs, LoRA or cache salt in the simulator.
-      PackStr(pk, "extra_keys");
-      pk.pack_array(static_cast<uint32_t>(e.block_hashes.size()));
-      for (size_t i = 0; i < e.block_hashes.size(); ++i) pk.pack_nil();
-      PackStr(pk, "group_idx");
-      pk.pack_int32(0);
-      PackStr(pk, "kv_cache_spec_kind");
-      PackStr(pk, "full_attention");
+      PackStored(pk, e);
       break;
     case KvCacheEvent::Kind::kBlockRemoved:
       pk.pack_map(4);
@@ -68,7 +82,7 @@ void PackEvent(Packer& pk, const KvCacheEvent& e) {
       PackStr(pk, "block_hashes");
       PackHashes(pk, e.block_hashes);
       PackStr(pk, "medium");
-      PackStr(pk, "GPU");
+      PackStr(pk, MediumName(e.medium));
       PackStr(pk, "group_idx");
       pk.pack_int32(0);
       break;

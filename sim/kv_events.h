@@ -38,10 +38,13 @@
 
 namespace sim {
 
-// One event as vLLM's block pool emits it.
+// One event as vLLM's block pool (medium GPU) or its CPU offloading connector (medium CPU,
+// sim/host_tier.h) emits it.
 struct KvCacheEvent {
   enum class Kind { kBlockStored, kBlockRemoved, kAllBlocksCleared };
+  enum class Medium { kGpu, kCpu };
   Kind kind = Kind::kAllBlocksCleared;
+  Medium medium = Medium::kGpu;
   std::vector<uint64_t> block_hashes;         // stored, removed
   std::optional<uint64_t> parent_block_hash;  // stored: the block before the first, if any
   std::vector<int32_t> token_ids;             // stored: the blocks' tokens

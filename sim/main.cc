@@ -27,6 +27,7 @@ struct Flags {
   std::string scheduling_policy;
   int kv_events_port = -1;
   int kv_events_replay_port = -1;
+  double kv_offloading_size_gib = 0;
 };
 
 void AddOptions(CLI::App& app, Flags& f) {
@@ -59,6 +60,10 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "(needs --kv-events-port)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--kv-events-topic", opts.kv_events_topic, "topic of the KV event messages");
+  app.add_option("--kv-offloading-size", f.kv_offloading_size_gib,
+                 "vLLM's --kv-offloading-size: GiB of host memory per instance for its native CPU "
+                 "KV offloading (write-through tier, loads on prefix hits; 0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--responses-store", opts.responses_store_capacity,
                  "responses each instance keeps for GET /v1/responses/{id} and "
                  "previous_response_id, oldest forgotten first (0: none, as vLLM without "
@@ -75,6 +80,7 @@ absl::Status ResolveProfile(Flags& f) {
     opts.profile = *p;
   }
   if (f.num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = f.num_gpu_blocks;
+  if (f.kv_offloading_size_gib > 0) opts.profile.kv_offloading.size_gib = f.kv_offloading_size_gib;
   if (!f.scheduling_policy.empty()) {
     opts.profile.scheduling_policy = f.scheduling_policy == "priority"
                                          ? sim::SchedulingPolicy::kPriority
@@ -135,6 +141,13 @@ void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
   std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
               opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
               opts.profile.block_size, opts.time_scale);
+  if (opts.profile.kv_offloading.enabled()) {
+    std::printf(
+        "kvroute-sim: KV offloading to host memory, %g GiB = %lld blocks of %d tokens "
+        "per instance\n",
+        opts.profile.kv_offloading.size_gib, static_cast<long long>(opts.profile.NumHostBlocks()),
+        opts.profile.OffloadedBlockSize());
+  }
   for (int i = 0; i < fleet.size(); ++i) {
     std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),
                 static_cast<unsigned>(ports[i]));

@@ -1,13 +1,15 @@
 // The fleet oracle: a simulator-only endpoint that answers, for a prompt, how many of its
-// tokens each instance of this kvroute-sim process really holds in its prefix cache now.
+// tokens each instance of this kvroute-sim process really holds in its KV caches now.
 //
 //   POST /sim/oracle/cached_tokens   (any instance; the body is an OpenAI completions or chat
 //                                     body, as sent to /v1/completions or /v1/chat/completions)
 //   200 {"prompt_tokens": 91234,
 //        "instances": [{"instance": 0, "cached_tokens": 90112}, ...]}   (by instance index)
 //
-// cached_tokens is what the engine would reuse if the request were admitted now: the longest
-// cached prefix of whole blocks, at most prompt_tokens - 1 (the last token is always
+// cached_tokens is what the engine would reuse if the request were admitted now, and report as
+// usage.prompt_tokens_details.cached_tokens: the longest cached prefix of whole blocks and,
+// with a host tier (--kv-offloading-size), the run of whole offloaded blocks host memory holds
+// after it (Engine::CachedPromptTokens), at most prompt_tokens - 1 (the last token is always
 // computed). It exists so kvroute-bench can measure routing against the truth (its oracle
 // reference); no real engine offers it and kvroute never calls it.
 //

@@ -31,6 +31,17 @@ int64_t Profile::NumGpuBlocks() const {
   return kvsize::NumGpuBlocks(Capacity(), block_size);
 }
 
+int Profile::OffloadedBlockSize() const {
+  return kv_offloading.block_size > 0 ? kv_offloading.block_size : block_size;
+}
+
+int64_t Profile::NumHostBlocks() const {
+  if (!kv_offloading.enabled()) return 0;
+  const double block_bytes = KvBytesPerToken() * OffloadedBlockSize();
+  if (!(block_bytes > 0)) return 0;
+  return static_cast<int64_t>(std::floor(kv_offloading.size_gib * 1073741824.0 / block_bytes));
+}
+
 Profile DefaultProfile() {
   Profile p;
   p.arch = kvsize::ModelArch{.name = "Qwen3-Coder-30B-A3B",
@@ -125,6 +136,11 @@ void TakeLinkKeys(const kvroute::profile::LinkKeys& l, LinkModel* link) {
   Take(l.per_descriptor_s, &link->per_descriptor_s);
 }
 
+void TakeKvOffloadingKeys(const kvroute::profile::KvOffloadingKeys& k, KvOffloadingModel* m) {
+  Take(k.bandwidth_bytes_per_s, &m->bandwidth_bytes_per_s);
+  Take(k.block_size, &m->block_size);
+}
+
 absl::Status SetAdmission(const std::optional<std::string>& name, Profile* p) {
   const std::string admission = name.value_or(
       p->admission == AdmissionRule::kFirstChunk ? "first_chunk" : "full_prompt");
@@ -191,6 +207,14 @@ absl::Status CheckSizes(const Profile& p) {
   if (p.link.bandwidth_bytes_per_s <= 0) {
     return absl::InvalidArgumentError("link.bandwidth_bytes_per_s must be > 0");
   }
+  if (!(p.kv_offloading.bandwidth_bytes_per_s > 0)) {
+    return absl::InvalidArgumentError("kv_offloading.bandwidth_bytes_per_s must be > 0");
+  }
+  if (p.kv_offloading.block_size < 0 || p.OffloadedBlockSize() % p.block_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_offloading.block_size must be a multiple of engine.block_size (got ",
+                     p.kv_offloading.block_size, ")"));
+  }
   if (p.NumGpuBlocks() <= 0) {
     return absl::InvalidArgumentError(
         "the profile leaves no KV memory (model.params, gpu.memory_bytes, "
@@ -214,6 +238,7 @@ absl::StatusOr<Profile> ParseProfile(const std::string& yaml_text) {
   TakeEngineKeys(k.engine, &p);
   TakeTimingKeys(k.timing, &p.timing);
   TakeLinkKeys(k.link, &p.link);
+  TakeKvOffloadingKeys(k.kv_offloading, &p.kv_offloading);
   if (absl::Status s = SetAdmission(k.engine.admission, &p); !s.ok()) return s;
   if (absl::Status s = SetSchedulingPolicy(k.engine.scheduling_policy, &p); !s.ok()) return s;
   if (absl::Status s = CheckTiming(p); !s.ok()) return s;

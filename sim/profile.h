@@ -54,6 +54,23 @@ struct LinkModel {
   double per_descriptor_s = 0;
 };
 
+// vLLM's native CPU KV offloading (sim/host_tier.h; sim/README.md, "Host-memory KV tier"): a
+// host-memory tier of `size_gib` GiB that every completed GPU block is written through to and
+// that prefix hits beyond the GPU are loaded from. Off while size_gib is 0 (kvroute-sim
+// --kv-offloading-size sets it, as vLLM's flag of that name does).
+struct KvOffloadingModel {
+  // vLLM's --kv-offloading-size: GiB of host memory for the whole instance (all its GPUs).
+  double size_gib = 0;
+  // Tokens per offloaded block, a multiple of engine.block_size (vLLM's
+  // kv_connector_extra_config "block_size"); 0: engine.block_size, as --kv-offloading-size has.
+  int block_size = 0;
+  // Host <-> GPU copy bandwidth of one GPU, each direction (PCIe Gen5 x16 on H100/H200/H20:
+  // ~50 GB/s one way, vLLM blog "KV offloading connector", 2026-01-08).
+  double bandwidth_bytes_per_s = 50e9;
+
+  bool enabled() const { return size_gib > 0; }
+};
+
 // How a waiting request gets in: kFullPrompt reserves the whole prompt's blocks (vLLM since
 // `scheduler_reserve_full_isl`); kFirstChunk reserves only its first chunk and preempts
 // later when the pool runs out (the vLLM releases before that change, e.g. v0.12).
@@ -93,10 +110,16 @@ struct Profile {
   double mean_output_tokens = 256;
   TimingModel timing;
   LinkModel link;
+  KvOffloadingModel kv_offloading;
 
   kvsize::Capacity Capacity() const { return kvsize::ComputeCapacity(arch, deployment); }
   double KvBytesPerToken() const { return Capacity().effective_kv_bytes_per_token; }
   int64_t NumGpuBlocks() const;
+  // Tokens per offloaded block (kv_offloading.block_size, or the GPU block size).
+  int OffloadedBlockSize() const;
+  // Blocks of the host tier: the size over the bytes of one offloaded block (vLLM's
+  // CPUOffloadingSpec: cpu_bytes_to_use // kv_bytes_per_offloaded_block); 0 when off.
+  int64_t NumHostBlocks() const;
 };
 
 // The built-in default: the fleet of the design notes (H20, Qwen3-Coder-30B-A3B BF16), with

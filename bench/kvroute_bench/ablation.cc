@@ -80,7 +80,8 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
         absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale "
                         "%g, seed %d, KV events %s",
                         o.instances, o.profile.empty() ? "(default)" : o.profile, o.sim_time_scale,
-                        o.sim_seed, o.kv_events ? "published and subscribed" : "off"));
+                        o.sim_seed, o.kv_events ? "published and subscribed" : "off") +
+            KvOffloadingDescription(o));
   } else {
     std::string t;
     for (const auto& [name, url] : o.targets)
@@ -100,6 +101,12 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 }
 
 }  // namespace
+
+std::string KvOffloadingDescription(const AblationOptions& options) {
+  if (options.kv_offloading_size_gib <= 0) return "";
+  return absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size)",
+                         options.kv_offloading_size_gib);
+}
 
 int64_t MergeRequestLog(const std::string& path, RunResult& run) {
   std::ifstream in(path);
@@ -332,6 +339,10 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (options.scheduling_policy != "fcfs") {
       sim_argv.push_back("--scheduling-policy");
       sim_argv.push_back(options.scheduling_policy);
+    }
+    if (options.kv_offloading_size_gib > 0) {
+      sim_argv.push_back("--kv-offloading-size");
+      sim_argv.push_back(absl::StrCat(options.kv_offloading_size_gib));
     }
     // The oracle reads the truth directly; kvroute learns evictions from the events.
     const bool kv_events = options.kv_events && config.mode != kOracleReferenceMode;

@@ -62,6 +62,9 @@ struct AblationOptions {
   // "priority", and then kvroute's config names it on every backend so each leg carries the
   // request's deadline (proxy/engine_priority.h).
   std::string scheduling_policy = "fcfs";
+  // The simulated engines' host-memory KV tier (vLLM's --kv-offloading-size, GiB per
+  // instance); 0: off.
+  double kv_offloading_size_gib = 0;
   std::string log_level = "warn";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
@@ -75,6 +78,9 @@ struct AblationOptions {
 };
 
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
+
+// ", host KV tier N GiB per instance" for a fleet with --kv-offloading-size; empty when off.
+std::string KvOffloadingDescription(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's
 // directory and its ancestors (up to 3 levels) in `subdirs`. Empty if not found.

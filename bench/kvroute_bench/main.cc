@@ -323,6 +323,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "request's deadline as its priority (backends[].scheduling_policy)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  cmd->add_option("--kv-offloading-size", abl.kv_offloading_size_gib,
+                  "kvroute-sim --kv-offloading-size: GiB of host memory per simulated instance for "
+                  "vLLM's native CPU KV offloading (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
                   "decode_stall_weight=2; times in wall seconds; not the oracle reference)")

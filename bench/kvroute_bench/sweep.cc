@@ -531,7 +531,8 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
       {"fleet", absl::StrFormat("kvroute-sim, %d instances, profile %s, time scale %g, sim seed "
                                 "%d; a fresh fleet per configuration and point",
                                 a.instances, a.profile.empty() ? "(default)" : a.profile,
-                                a.sim_time_scale, a.sim_seed)},
+                                a.sim_time_scale, a.sim_seed) +
+                    KvOffloadingDescription(a)},
       {"configurations", absl::StrJoin(names, ", ")},
   };
 

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -63,6 +65,43 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   for (const char* f : {"report.json", "report.md", "report.html"}) {
     EXPECT_TRUE(std::filesystem::exists(out / f)) << f;
   }
+  std::filesystem::remove_all(out);
+}
+
+TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
+  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
+  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
+  if (!Executable(kvroute) || !Executable(sim)) {
+    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  }
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_offload_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  AblationOptions o;
+  o.modes = {"baseline"};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  o.kv_offloading_size_gib = 2;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.jobs_per_second = 1;
+  w.agentic.duration_s = 10;
+  w.agentic.max_jobs = 2;
+  w.agentic.turns = 2;
+  w.agentic.seed = 9;
+
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->runs.size(), 1u);
+  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
+  bool described = false;
+  for (const auto& [key, value] : report->setup) {
+    if (key == "fleet") described = value.find("host KV tier 2 GiB") != std::string::npos;
+  }
+  EXPECT_TRUE(described);
+  std::ifstream log(out / "baseline" / "sim.log");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_NE(text.str().find("KV offloading to host memory, 2 GiB"), std::string::npos);
   std::filesystem::remove_all(out);
 }
 

@@ -67,6 +67,28 @@ TEST(ProfileTest, TinyTestProfileOverridesTheBlockCount) {
   EXPECT_EQ(p->max_num_batched_tokens, 256);
 }
 
+TEST(ProfileTest, HostKvTierIsSizedInOffloadedBlocks) {
+  absl::StatusOr<Profile> p = LoadProfile(ProfilePath("h20-qwen3-coder-30b-a3b.yaml"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->kv_offloading.bandwidth_bytes_per_s, 50e9);
+  EXPECT_FALSE(p->kv_offloading.enabled());
+  EXPECT_EQ(p->NumHostBlocks(), 0);
+  EXPECT_EQ(p->OffloadedBlockSize(), 16);
+  // vLLM's CPUOffloadingSpec: cpu_bytes_to_use // bytes of one offloaded block.
+  p->kv_offloading.size_gib = 100;
+  EXPECT_EQ(p->NumHostBlocks(), static_cast<int64_t>(100.0 * 1073741824 / (98304.0 * 16)));
+  p->kv_offloading.block_size = 64;
+  EXPECT_EQ(p->NumHostBlocks(), static_cast<int64_t>(100.0 * 1073741824 / (98304.0 * 64)));
+  absl::StatusOr<Profile> bad = ParseProfile("kv_offloading:\n  block_size: 24\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("kv_offloading.block_size"));
+  EXPECT_FALSE(ParseProfile("kv_offloading:\n  bandwidth_bytes_per_s: 0\n").ok());
+  absl::StatusOr<Profile> chunks = ParseProfile("kv_offloading:\n  block_size: 32\n");
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  EXPECT_EQ(chunks->OffloadedBlockSize(), 32);
+}
+
 TEST(ProfileTest, BadValuesNameTheKey) {
   absl::StatusOr<Profile> p = ParseProfile("engine:\n  block_size: lots\n");
   ASSERT_FALSE(p.ok());
