@@ -119,21 +119,12 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
   if (it == inflight_.end()) return {ticket.decision, -1};
   InflightRequest& r = it->second;
   if (!r.pin_deferred) return {r.decision, -1};
-  if (r.residency == Residency::kWaiting) {
-    // Sent while still held (kvroute drains): it gives its place up.
-    held_.erase(r.residency_wait);
-    std::vector<uint64_t> woken;
-    residency_.Abandon(r.residency_wait, now, &woken);
-    r.residency = Residency::kNone;
-    Wake(woken);
-  }
-  if (r.residency == Residency::kResident && r.resident_on != r.decision.decode_backend &&
-      !Retarget(r, r.resident_on, now)) {
-    // Admitted where the router cannot send it: it goes where routed, outside the model.
-    std::vector<uint64_t> woken;
-    residency_.Leave(r.resident_on, r.session, 0, now, &woken);
-    r.residency = Residency::kNone;
-    Wake(woken);
+  // Sent while still held (kvroute drains), or admitted where the router
+  // cannot send it: it gives its place up and goes where routed.
+  if (r.residency == Residency::kWaiting ||
+      (r.residency == Residency::kResident && r.resident_on != r.decision.decode_backend &&
+       !Retarget(r, r.resident_on, now))) {
+    LeaveResidency(r, /*footprint_tokens=*/0, now);
   }
   r.pin_deferred = false;
   // The estimate's evictions, and the prefill's time, are judged from here:
