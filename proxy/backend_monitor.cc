@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -80,6 +81,17 @@ void ApplyHealthChange(const HealthChange& c, router::Router& router, ProxyMetri
   }
 }
 
+namespace {
+
+// A series of vLLM's offloading metrics that counts loads into the GPU
+// (OffloadingConnector labels them transfer_type="CPU_to_GPU").
+bool IsHostLoad(const wire::PrometheusSample& s) {
+  const auto it = s.labels.find("transfer_type");
+  return it != s.labels.end() && absl::EqualsIgnoreCase(it->second, "CPU_to_GPU");
+}
+
+}  // namespace
+
 router::EngineGauges ParseEngineMetrics(std::string_view text) {
   router::EngineGauges g;
   int64_t block_size = 0, num_blocks = 0;
@@ -102,6 +114,12 @@ router::EngineGauges ParseEngineMetrics(std::string_view text) {
       g.kv_cache_usage_perc = std::max(g.kv_cache_usage_perc, s.value);
     } else if (s.name == "vllm:prompt_tokens_total" || s.name == "vllm:generation_tokens_total") {
       g.work_tokens_total = std::max(0.0, g.work_tokens_total) + s.value;
+    } else if ((s.name == "vllm:kv_offload_total_bytes_total" ||
+                s.name == "vllm:kv_offload_total_time_total") &&
+               IsHostLoad(s)) {
+      double& total = s.name == "vllm:kv_offload_total_bytes_total" ? g.host_load_bytes_total
+                                                                    : g.host_load_seconds_total;
+      total = std::max(0.0, total) + s.value;
     } else if (s.name == "vllm:cache_config_info") {
       block_size = label(s, "block_size");
       num_blocks = label(s, "num_gpu_blocks");

@@ -144,6 +144,15 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
                               b.prefill_time_factor);
       }
     }
+    metrics::RenderGaugeHeader(out, "kvroute_host_reload_time_factor",
+                               "Learned engine-timed host tier load seconds / the seconds at "
+                               "router.host_load_bytes_per_second (1 until learned).");
+    for (const auto& b : report) {
+      if (!b.retired) {
+        metrics::RenderSample(out, "kvroute_host_reload_time_factor", {{"backend", b.name}},
+                              b.host_reload_time_factor);
+      }
+    }
     const router::RouterStats stats = r->Stats();
     metrics::RenderGaugeHeader(out, "kvroute_transfer_time_factor",
                                "Learned realised / predicted time from an offload's prefill end to "

@@ -20,6 +20,7 @@ void RateLearner::Resize(int backends) {
   }
   pairs_ = std::move(pairs);
   prefill_.resize(static_cast<size_t>(backends));
+  reload_.resize(static_cast<size_t>(backends));
   n_ = backends;
   if (!table_.empty()) RebuildTable();
 }
@@ -55,6 +56,11 @@ void RateLearner::ObserveTransfer(int prefill, int decode, double realised_s, do
   RebuildTable();
 }
 
+void RateLearner::ObserveReload(int backend, double realised_s, double modelled_s) {
+  if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
+  Update(reload_[backend], LogSample(realised_s, modelled_s));
+}
+
 double RateLearner::prefill_factor(int backend) const {
   if (backend < 0 || backend >= n_) return 1;
   return std::exp(prefill_[backend].log_factor);
@@ -74,6 +80,16 @@ double RateLearner::transfer_factor(int prefill, int decode) const {
 int64_t RateLearner::transfer_samples(int prefill, int decode) const {
   if (prefill < 0 || prefill >= n_ || decode < 0 || decode >= n_) return 0;
   return pairs_[static_cast<size_t>(prefill) * n_ + decode].samples;
+}
+
+double RateLearner::reload_factor(int backend) const {
+  if (backend < 0 || backend >= n_) return 1;
+  return std::exp(reload_[backend].log_factor);
+}
+
+int64_t RateLearner::reload_samples(int backend) const {
+  if (backend < 0 || backend >= n_) return 0;
+  return reload_[backend].samples;
 }
 
 double RateLearner::fleet_transfer_factor() const { return std::exp(fleet_transfer_.log_factor); }

@@ -6,8 +6,10 @@
 //   learner.Resize(num_backends);
 //   learner.ObservePrefill(b, realised_ttft_s, modelled_ttft_s);
 //   learner.ObserveTransfer(a, b, realised_transfer_s, modelled_transfer_s);
+//   learner.ObserveReload(b, realised_load_s, modelled_load_s);
 //   snapshot.backends[b].prefill_time_factor = learner.prefill_factor(b);
 //   snapshot.transfer_time_factors = learner.transfer_table();
+//   snapshot.backends[b].host_reload_time_factor = learner.reload_factor(b);
 //
 // Factors are absolute: realised seconds over the seconds the profile's rates
 // predict (a "modelled" figure never includes a learned factor). Each factor
@@ -19,7 +21,11 @@
 //     co-located request's whole TTFT is the sample;
 //   - transfer factor g_ab, per (prefill, decode) pair: an offload's time from
 //     the prefill's end to the first token on b. A pair without samples takes
-//     the fleet-wide transfer factor, learned from every pair's samples.
+//     the fleet-wide transfer factor, learned from every pair's samples;
+//   - reload factor h_i, per instance: its host tier's loads (host -> GPU),
+//     the seconds the engine measured for the bytes it loaded against those
+//     bytes at the configured host link bandwidth. Concurrent loads share
+//     the link, so h_i is the per-load slowdown a reload meets there.
 // Memory: n factors and n x n pairs for n backend slots (at most
 // kMaxBackends); the slots only grow.
 //
@@ -45,12 +51,15 @@ class RateLearner {
   // a backend out of range are ignored.
   void ObservePrefill(int backend, double realised_s, double modelled_s);
   void ObserveTransfer(int prefill, int decode, double realised_s, double modelled_s);
+  void ObserveReload(int backend, double realised_s, double modelled_s);
 
   double prefill_factor(int backend) const;
   int64_t prefill_samples(int backend) const;
   double transfer_factor(int prefill, int decode) const;
   int64_t transfer_samples(int prefill, int decode) const;
   double fleet_transfer_factor() const;
+  double reload_factor(int backend) const;
+  int64_t reload_samples(int backend) const;
   // Every pair's factor, row-major [prefill x size() + decode]; empty until
   // the first transfer sample (every pair is then 1), as
   // FleetSnapshot::transfer_time_factors takes it.
@@ -72,6 +81,7 @@ class RateLearner {
   double max_log_ratio_;
   int n_ = 0;
   std::vector<Factor> prefill_;  // per backend
+  std::vector<Factor> reload_;   // per backend
   std::vector<Factor> pairs_;    // n_ x n_, row-major
   Factor fleet_transfer_;
   std::vector<double> table_;

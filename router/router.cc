@@ -177,6 +177,7 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     if (reference) cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
     v.prefill_time_factor = rates_.prefill_factor(b);
+    v.host_reload_time_factor = rates_.reload_factor(b);
   }
   if (options_.host_tier.aware && !reference) AddHostTierHits(chain, fleet, bpt);
   // The pair factors change only when an offload's transfer is learned.

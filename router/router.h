@@ -80,6 +80,10 @@ struct BackendReport {
   // The learned prefill time factor (router/rate_learner.h) and its samples.
   double prefill_time_factor = 1;
   int64_t prefill_time_samples = 0;
+  // The learned host reload factor (engine-timed loads against the host
+  // link's configured bandwidth) and its samples.
+  double host_reload_time_factor = 1;
+  int64_t host_reload_samples = 0;
 };
 
 // The learned transfer time factor of one (prefill, decode) pair.
@@ -116,6 +120,12 @@ struct EngineGauges {
   // vllm:prompt_tokens_total + vllm:generation_tokens_total: grows while the
   // engine works (-1: not published). The health tracker's progress signal.
   double work_tokens_total = -1;
+  // The engine's host tier loads (host -> GPU), vLLM's
+  // vllm:kv_offload_total_bytes / _total_time with transfer_type CPU_to_GPU:
+  // bytes loaded and the seconds the loads took, summed over loads (-1: not
+  // published). Their growth teaches the host reload factor.
+  double host_load_bytes_total = -1;
+  double host_load_seconds_total = -1;
 };
 
 // One routed request's reservation. Copyable; pass it back to OnFirstToken /

@@ -78,6 +78,31 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   // A scrape without vllm:cache_config_info keeps the last known capacity.
   if (g.capacity_tokens <= 0) s.gauges.capacity_tokens = known_capacity;
   if (capacity_changed) ApplyCapacity(backend);
+  LearnHostReload(backend, s);
+}
+
+// The loads the engine timed since the last sample teach its reload factor:
+// their seconds against their bytes at the configured host link bandwidth.
+// Samples wait until enough bytes have moved for the ratio to mean
+// something; a counter that went back (the engine restarted) starts over.
+void RouterImpl::LearnHostReload(int backend, BackendState& s) {
+  const double bytes = s.gauges.host_load_bytes_total;
+  const double seconds = s.gauges.host_load_seconds_total;
+  if (bytes < 0 || seconds < 0) return;
+  if (s.host_load_bytes_seen < 0 || bytes < s.host_load_bytes_seen ||
+      seconds < s.host_load_seconds_seen) {
+    s.host_load_bytes_seen = bytes;
+    s.host_load_seconds_seen = seconds;
+    return;
+  }
+  const double moved = bytes - s.host_load_bytes_seen;
+  if (moved < kMinReloadSampleBytes) return;
+  if (options_.rate_learning.enabled && options_.host_tier.load_bytes_per_second > 0) {
+    rates_.ObserveReload(backend, seconds - s.host_load_seconds_seen,
+                         moved / options_.host_tier.load_bytes_per_second);
+  }
+  s.host_load_bytes_seen = bytes;
+  s.host_load_seconds_seen = seconds;
 }
 
 absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends) {
@@ -181,6 +206,8 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.shadow_corrections = f.corrections;
     r.prefill_time_factor = rates_.prefill_factor(b);
     r.prefill_time_samples = rates_.prefill_samples(b);
+    r.host_reload_time_factor = rates_.reload_factor(b);
+    r.host_reload_samples = rates_.reload_samples(b);
     out.push_back(std::move(r));
   }
   return out;

@@ -38,6 +38,9 @@ namespace kvroute::router {
 struct BackendState {
   bool healthy = true;
   EngineGauges gauges;
+  // The host load counters at the last sample taken from them.
+  double host_load_bytes_seen = -1;
+  double host_load_seconds_seen = -1;
 };
 
 // Where a routed request stands in the residency model.
@@ -114,6 +117,11 @@ class RouterImpl : public Router {
   }
   int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Host loads smaller than this since the last sample wait for more: 64 MiB
+  // is about 40 blocks of a 30B model's KV, enough that the engine's timer
+  // granularity and one load's fixed costs do not dominate.
+  static constexpr double kMinReloadSampleBytes = 64.0 * 1024 * 1024;
+  void LearnHostReload(int backend, BackendState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacities() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ChunksToTokens(int64_t chunks, double bytes_per_token) const;
   int64_t TokensToChunks(int64_t tokens, double bytes_per_token) const;

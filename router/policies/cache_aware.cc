@@ -22,7 +22,8 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestCl
   const double stalled_streams =
       c == RequestClass::kWarm ? 0 : static_cast<double>(std::max<int64_t>(0, b.decoding_requests));
   return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
-         host_reload_weight_ * static_cast<double>(b.host_reload_tokens_est) +
+         host_reload_weight_ * b.host_reload_time_factor *
+             static_cast<double>(b.host_reload_tokens_est) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *

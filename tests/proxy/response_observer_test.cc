@@ -259,6 +259,24 @@ TEST(EngineMetricsTest, ParsesVllmGauges) {
   EXPECT_EQ(g.capacity_tokens, 16000);
 }
 
+// vLLM's OffloadingConnector counters: only the loads into the GPU count,
+// summed over ranks; without them the gauges say "not published".
+TEST(EngineMetricsTest, ParsesHostTierLoadCounters) {
+  const char* text =
+      "vllm:kv_offload_total_bytes_total{engine=\"0\",transfer_type=\"CPU_to_GPU\"} 1e9\n"
+      "vllm:kv_offload_total_bytes_total{engine=\"1\",transfer_type=\"CPU_to_GPU\"} 5e8\n"
+      "vllm:kv_offload_total_bytes_total{engine=\"0\",transfer_type=\"GPU_to_CPU\"} 7e9\n"
+      "vllm:kv_offload_total_time_total{engine=\"0\",transfer_type=\"CPU_to_GPU\"} 0.02\n"
+      "vllm:kv_offload_total_time_total{engine=\"1\",transfer_type=\"CPU_to_GPU\"} 0.01\n"
+      "vllm:kv_offload_total_time_total{engine=\"0\",transfer_type=\"GPU_to_CPU\"} 0.5\n";
+  router::EngineGauges g = ParseEngineMetrics(text);
+  EXPECT_DOUBLE_EQ(g.host_load_bytes_total, 1.5e9);
+  EXPECT_DOUBLE_EQ(g.host_load_seconds_total, 0.03);
+  router::EngineGauges none = ParseEngineMetrics("vllm:num_requests_running 1\n");
+  EXPECT_EQ(none.host_load_bytes_total, -1);
+  EXPECT_EQ(none.host_load_seconds_total, -1);
+}
+
 TEST(EngineMetricsTest, OlderGaugeNameAndMissingInfo) {
   router::EngineGauges g = ParseEngineMetrics("vllm:gpu_cache_usage_perc{a=\"b\"} 0.5\n");
   EXPECT_DOUBLE_EQ(g.kv_cache_usage_perc, 0.5);

@@ -53,6 +53,25 @@ TEST(RateLearnerTest, ClampsOutliers) {
   EXPECT_NEAR(z.prefill_factor(0), std::pow(1.0 / 20, 0.2), 1e-12);
 }
 
+// The host reload factor is its own per instance: loads twice as slow as
+// the configured bandwidth say teach 2 on that instance and leave its
+// prefill factor and the others' reload factors at 1.
+TEST(RateLearnerTest, LearnsAReloadFactorApartFromThePrefillFactor) {
+  RateLearner l = Learner(2);
+  for (int i = 0; i < 30; ++i) l.ObserveReload(1, 0.4, 0.2);
+  EXPECT_NEAR(l.reload_factor(1), 2.0, 0.02);
+  EXPECT_EQ(l.reload_samples(1), 30);
+  EXPECT_EQ(l.prefill_factor(1), 1.0);
+  EXPECT_EQ(l.reload_factor(0), 1.0);
+  l.ObserveReload(0, 1.0, 0.0);  // nothing modelled
+  l.ObserveReload(7, 1.0, 1.0);  // no such backend
+  EXPECT_EQ(l.reload_samples(0), 0);
+  EXPECT_EQ(l.reload_factor(7), 1.0);
+  l.Resize(3);
+  EXPECT_NEAR(l.reload_factor(1), 2.0, 0.02);
+  EXPECT_EQ(l.reload_factor(2), 1.0);
+}
+
 TEST(RateLearnerTest, IgnoresSamplesItCannotUse) {
   RateLearner l = Learner(2);
   l.ObservePrefill(0, 1.0, 0.0);   // nothing predicted

@@ -165,5 +165,34 @@ TEST(RouterKvEvents, AHostTierHoldsWhatTheGpuEvictedUntilItsOwnRemovals) {
   }
 }
 
+// The engine's timed host loads teach the instance's reload factor, which
+// prices its host-tier hits: loads at half the configured bandwidth double
+// the reload a placement predicts there. Counters that go back (a restarted
+// engine) start over rather than teach a negative time.
+TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
+  auto r = Make(1);
+  EngineGauges g;
+  g.host_load_bytes_total = 0;
+  g.host_load_seconds_total = 0;
+  r->UpdateEngineGauges(0, g);
+  EXPECT_EQ(r->Report()[0].host_reload_samples, 0);
+  // 10 GB at the default 50 GB/s is 0.2 s; the engine took 0.4 s.
+  for (int i = 1; i <= 30; ++i) {
+    g.host_load_bytes_total = i * 10e9;
+    g.host_load_seconds_total = i * 0.4;
+    r->UpdateEngineGauges(0, g);
+  }
+  EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
+  EXPECT_NEAR(r->Report()[0].host_reload_time_factor, 2.0, 0.02);
+  // Less than a sample's worth of bytes waits; a reset only re-bases.
+  g.host_load_bytes_total += 1e6;
+  g.host_load_seconds_total += 10;
+  r->UpdateEngineGauges(0, g);
+  g.host_load_bytes_total = 0;
+  g.host_load_seconds_total = 0;
+  r->UpdateEngineGauges(0, g);
+  EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
+}
+
 }  // namespace
 }  // namespace kvroute::router
