@@ -183,15 +183,21 @@ void RegisterResidencyCounters(metrics::Registry& reg,
     const Family families[] = {
         {"kvroute_residency_turns_total", "outcome",
          "Agent sessions' turns through the residency gate: at_once (resident, or its KV "
-         "fitted), after_wait (room was made), after_max_wait (the longest residents yielded "
-         "to it).",
+         "fitted), swapped_in (its prefix reloadable from the instance's host tier sooner than "
+         "it would wait: idle residents swapped out), after_wait (room was made), "
+         "after_max_wait (the longest residents yielded to it).",
          {{"at_once", c.admitted_at_once},
+          {"swapped_in", c.swapped_in},
           {"after_wait", c.admitted_after_wait},
           {"after_max_wait", c.admitted_by_timeout}}},
         {"kvroute_residency_releases_total", "cause",
          "Resident sessions that made room: quantum (yielded after quantum_turns while others "
-         "waited), max_wait (yielded to a waiter past max_wait_s), idle (idle for grace_s).",
-         {{"quantum", c.yielded}, {"max_wait", c.yielded_forced}, {"idle", c.expired}}},
+         "waited), max_wait (yielded to a waiter past max_wait_s), idle (idle for grace_s), "
+         "swapped_out (idle, its KV in the host tier, for a swapped-in turn).",
+         {{"quantum", c.yielded},
+          {"max_wait", c.yielded_forced},
+          {"idle", c.expired},
+          {"swapped_out", c.swapped_out}}},
     };
     for (const Family& f : families) {
       wire::AppendHelpAndType(out, f.name, "counter", f.help);

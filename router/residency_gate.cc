@@ -6,7 +6,14 @@
 
 namespace kvroute::router {
 
-ResidencyGate::ResidencyGate(Options options) : options_(options) {}
+namespace {
+
+// The weight of each new wait in ResidencyGate::expected_wait().
+constexpr double kWaitWeight = 0.1;
+
+}  // namespace
+
+ResidencyGate::ResidencyGate(Options options) : options_(options), expected_wait_(options.grace) {}
 
 ResidencyGate::Instance& ResidencyGate::At(int backend) {
   if (backend >= static_cast<int>(instances_.size())) instances_.resize(backend + 1);
@@ -72,9 +79,10 @@ void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
   }
 }
 
-void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out,
+void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out, absl::Time now,
                                 std::vector<uint64_t>* woken) {
   Instance& in = instances_[backend];
+  expected_wait_ += kWaitWeight * ((now - w.since) - expected_wait_);
   // Its session may have become resident elsewhere meanwhile (a parallel
   // request routed there): this request is the one that counts now.
   if (auto h = home_.find(w.session); h != home_.end() && h->second != backend) {
@@ -117,7 +125,7 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     }
     const Waiter taken = *w;
     w = in.waiting.erase(w);
-    AdmitWaiter(backend, taken, timed_out, woken);
+    AdmitWaiter(backend, taken, timed_out, now, woken);
   }
   AdmitMovable(backend, now, woken);
 }
@@ -144,7 +152,7 @@ void ResidencyGate::AdmitMovable(int backend, absl::Time now, std::vector<uint64
     if (from == nullptr) return;
     const Waiter taken = *best;
     from->waiting.erase(best);
-    AdmitWaiter(backend, taken, /*timed_out=*/taken.due <= now, woken);
+    AdmitWaiter(backend, taken, /*timed_out=*/taken.due <= now, now, woken);
     moved_[taken.id] = backend;
     ++counters_.moved;
   }
@@ -180,6 +188,12 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
+  if (turn.reload_s >= 0 && absl::Seconds(turn.reload_s) < expected_wait_ &&
+      SwapIn(backend, in, footprint_tokens)) {
+    Admit(backend, in, key, footprint_tokens);
+    ++counters_.swapped_in;
+    return 0;
+  }
   const uint64_t id = next_waiter_++;
   const absl::Duration bound = turn.max_wait > absl::ZeroDuration()
                                    ? std::min(turn.max_wait, options_.max_wait)
@@ -199,6 +213,24 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     }
   }
   return id;
+}
+
+bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint) {
+  int64_t active_tokens = 0;
+  for (const auto& [session, r] : in.residents) {
+    if (r.active > 0) active_tokens += r.footprint;
+  }
+  const bool room = active_tokens == 0 || static_cast<double>(active_tokens + footprint) <=
+                                              options_.fill * static_cast<double>(in.capacity_tokens);
+  if (!room) return false;
+  // idle_ is ordered by when each went idle: the longest idle first.
+  for (auto it = idle_.begin(); it != idle_.end() && !Fits(in, footprint);) {
+    const auto [since, b, session] = *it++;
+    if (b != backend) continue;
+    Evict(in, session);
+    ++counters_.swapped_out;
+  }
+  return true;
 }
 
 std::optional<int> ResidencyGate::TakeMove(uint64_t waiter) {

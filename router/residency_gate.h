@@ -44,6 +44,16 @@
 // tells the caller where), so a cold turn does not queue behind one
 // instance's residents while another's pool has room.
 // A session that moves to another instance leaves the first one's residents.
+// On an instance with a host-memory KV tier a session's KV is not lost when
+// its GPU blocks go: the engine wrote it through to host memory and reloads
+// it in well under a second. There a turn whose prefix the instance holds
+// (`reload_s`: the seconds its reload takes, the GPU part costing nothing)
+// is not made to wait longer than its reload would take: if it does not fit
+// and its reload is shorter than the wait a turn meets here (the mean of the
+// waits the gate has seen, `grace` before the first), the idle residents,
+// the longest idle first, are swapped out until it fits (their next turn is
+// such a reload in turn); if the active residents alone leave it no room, it
+// waits as any other. Swapped-out sessions are a state, not a loss.
 //
 // Pure and deterministic: time is passed in, nothing here waits. The router
 // owns it under its lock (router/router_impl.h); residency/residency_wait.h
@@ -86,6 +96,8 @@ class ResidencyGate {
     uint64_t yielded = 0;         // residents that gave their place up after their quantum
     uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
     uint64_t expired = 0;         // residents idle for the grace time or the window
+    uint64_t swapped_in = 0;   // turns admitted at once by swapping idle residents out
+    uint64_t swapped_out = 0;  // idle residents swapped out for them
   };
 
   explicit ResidencyGate(Options options);
@@ -101,6 +113,9 @@ class ResidencyGate {
     bool movable = false;
     // False: the turn goes now whatever fits (it only becomes resident).
     bool hold = true;
+    // The instance has a host tier holding the turn's prefix: the seconds
+    // its reload takes (0: the GPU holds it all); negative: it has none.
+    double reload_s = -1;
   };
 
   // A request of `session` (non-empty) goes to `backend`, whose KV pool is
@@ -136,6 +151,9 @@ class ResidencyGate {
 
   const Options& options() const { return options_; }
   const Counters& counters() const { return counters_; }
+  // The wait a held turn meets: the mean of the waits seen (exponentially
+  // weighted), `grace` before the first.
+  absl::Duration expected_wait() const { return expected_wait_; }
   size_t waiting() const;
   // Resident sessions and their footprints on `backend`.
   size_t resident_sessions(int backend) const;
@@ -192,7 +210,12 @@ class ResidencyGate {
   // to them).
   void AdmitWaiters(int backend, absl::Time now, std::vector<uint64_t>* woken);
   // Admits `w` (of instance `from`'s queue) on `backend`, whose room it fits.
-  void AdmitWaiter(int backend, const Waiter& w, bool timed_out, std::vector<uint64_t>* woken);
+  void AdmitWaiter(int backend, const Waiter& w, bool timed_out, absl::Time now,
+                   std::vector<uint64_t>* woken);
+  // Swaps `backend`'s idle residents out, the longest idle first, until
+  // `footprint` fits; false (and nothing changes) when the active residents
+  // alone leave it no room.
+  bool SwapIn(int backend, Instance& in, int64_t footprint);
   // Fills `backend`'s free room with movable waiters of other instances, the
   // earliest due first.
   void AdmitMovable(int backend, absl::Time now, std::vector<uint64_t>* woken);
@@ -205,6 +228,7 @@ class ResidencyGate {
   std::set<std::tuple<absl::Time, int, std::string>> idle_;
   uint64_t next_waiter_ = 1;
   Counters counters_;
+  absl::Duration expected_wait_;
 };
 
 }  // namespace kvroute::router

@@ -23,6 +23,12 @@ void RouterImpl::EnterResidency(InflightRequest& r, const RouteTicket& ticket, b
     turn.max_wait = absl::Seconds(std::max(0.001, ticket.shed.deadline_s - d.predicted_ttft_s));
   }
   turn.movable = 2 * d.cached_tokens_est < d.prompt_tokens_est;
+  // On an instance with a host tier, a turn whose prefix it holds (GPU and
+  // host together) comes back by a reload rather than a prefill.
+  if (options_.host_tier.aware && !turn.movable && feedback_.HasHostTier(d.decode_backend) &&
+      d.decode_backend < static_cast<int>(snapshot_.backends.size())) {
+    turn.reload_s = placement::HostReloadSeconds(snapshot_, d.decode_backend, placement_);
+  }
   std::vector<uint64_t> woken;
   const uint64_t wait = residency_.Enter(d.decode_backend, r.session, turn, now, &woken);
   r.residency_wait = wait;
@@ -133,13 +139,18 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
   r.routed_at = now;
   const int b = r.decision.decode_backend;
   if (ledger_.epoch(b) != r.load.decode_epoch) return {r.decision, r.decision.cached_tokens_est};
-  // What the instance evicted of the prefix while the request was held.
+  // What the instance evicted of the prefix while the request was held; its
+  // host tier, if it has one, may still hold it for a reload.
   index_.Match(r.chain, absl::MakeSpan(matched_));
   if (matched_[b] < r.est_chunks_decode) {
+    int64_t held = ChunksToTokens(matched_[b], r.bytes_per_token);
+    if (options_.host_tier.aware && feedback_.HasHostTier(b)) {
+      host_index_.Match(r.chain, absl::MakeSpan(host_matched_));
+      held = std::max(held, ChunksToTokens(host_matched_[b], r.bytes_per_token));
+    }
     r.est_chunks_decode = matched_[b];
     r.est_chunks_prefill = matched_[b];
-    r.decision.cached_tokens_est = std::min(r.decision.cached_tokens_est,
-                                            ChunksToTokens(matched_[b], r.bytes_per_token));
+    r.decision.cached_tokens_est = std::min(r.decision.cached_tokens_est, held);
     r.decision.prefill_cached_tokens_est = r.decision.cached_tokens_est;
   }
   r.decode_pin = index_.PinRequest(b, r.chain, r.est_chunks_decode, r.footprint_chunks);

@@ -64,17 +64,15 @@ void SetPrefillHarm(const FleetSnapshot& fleet, int site, const PlacementParams&
   plan.warm = arrivals * (plan.prefill_s / 2) / std::max(1e-9, p.slo.ttft_warm_s);
 }
 
-// R: the prefix only the instance's host tier holds, reloaded before the
-// prefill at the host link's bandwidth (Options::host_tier), slowed by the
-// instance's learned reload factor.
+
+}  // namespace
+
 double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
   const int64_t tokens = fleet.backends[backend].host_reload_tokens_est;
   if (tokens <= 0 || !(p.host_load_bytes_per_second > 0)) return 0;
   return static_cast<double>(tokens) * p.rates.kv_bytes_per_token / p.host_load_bytes_per_second *
          fleet.backends[backend].host_reload_time_factor;
 }
-
-}  // namespace
 
 PlacementParams ParamsFromOptions(const Options& options) {
   PlacementParams p;

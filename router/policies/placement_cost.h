@@ -134,6 +134,10 @@ double PrefillSeconds(int64_t new_tokens, int64_t cached_tokens,
                       const classifier::OffloadCostParams& rates);
 // X: seconds to move `tokens` tokens of KV, overhead included.
 double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rates);
+// R: seconds to reload what only `backend`'s host tier holds of the prompt
+// (BackendSnapshot::host_reload_tokens_est), at the host link's bandwidth
+// and the instance's learned reload factor; 0 when nothing is reloaded.
+double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p);
 // f_i from the snapshot (1 when unset).
 double PrefillTimeFactor(const FleetSnapshot& fleet, int backend);
 // g_ab from the snapshot (1 when the snapshot has no pair factors).

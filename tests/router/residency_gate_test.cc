@@ -157,140 +157,66 @@ TEST(ResidencyGateTest, AnAbandonedHeadLetsTheNextGo) {
   EXPECT_EQ(g.waiting(), 0u);
 }
 
+ResidencyGate::Turn Reloadable(int64_t footprint, double reload_s) {
+  ResidencyGate::Turn t{footprint, kCap};
+  t.reload_s = reload_s;
+  return t;
+}
+
+// On an instance with a host tier, a turn whose prefix it holds goes at once
+// if its reload beats the wait: the idle residents, the longest idle first,
+// are swapped out until it fits; an active resident stays.
+TEST(ResidencyGateTest, AReloadableTurnSwapsIdleResidentsOut) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 30, kCap, At(0), &woken);
+  g.Enter(0, "b", 30, kCap, At(0), &woken);
+  g.Enter(0, "c", 30, kCap, At(0), &woken);
+  g.Leave(0, "b", 30, At(1), &woken);  // idle longest
+  g.Leave(0, "a", 30, At(2), &woken);  // idle since 2; c still runs
+  EXPECT_EQ(g.expected_wait(), absl::Seconds(10)) << "grace before any wait";
+  EXPECT_EQ(g.Enter(0, "d", Reloadable(30, 0.5), At(3), &woken), 0u);
+  EXPECT_EQ(g.counters().swapped_in, 1u);
+  EXPECT_EQ(g.counters().swapped_out, 1u);
+  EXPECT_FALSE(g.Find("b").has_value()) << "the longest idle went";
+  EXPECT_TRUE(g.Find("a").has_value());
+  EXPECT_EQ(g.resident_tokens(0), 90);
+  // b's next turn comes back the same way, swapping a out.
+  EXPECT_EQ(g.Enter(0, "b", Reloadable(30, 0.5), At(4), &woken), 0u);
+  EXPECT_FALSE(g.Find("a").has_value());
+  EXPECT_EQ(g.counters().swapped_out, 2u);
+  EXPECT_TRUE(woken.empty());
+}
+
+// A reload longer than the expected wait, a turn with no host copy, or no
+// room beside the active residents: the turn waits and nobody is swapped.
+TEST(ResidencyGateTest, ASlowOrRoomlessReloadWaitsAsAnyOther) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 40, kCap, At(0), &woken);
+  g.Enter(0, "b", 40, kCap, At(0), &woken);
+  g.Leave(0, "a", 40, At(1), &woken);
+  EXPECT_NE(g.Enter(0, "slow", Reloadable(40, 12), At(2), &woken), 0u);
+  EXPECT_NE(g.Enter(0, "cold", Reloadable(40, -1), At(2), &woken), 0u);
+  EXPECT_NE(g.Enter(0, "big", Reloadable(60, 0.1), At(2), &woken), 0u)
+      << "b's 40 active tokens and 60 exceed 90";
+  EXPECT_EQ(g.counters().swapped_in, 0u);
+  EXPECT_EQ(g.counters().swapped_out, 0u);
+  EXPECT_TRUE(g.Find("a").has_value());
+}
+
+// The expected wait is the weighted mean of the waits seen: one 20 s wait
+// moves it from the 10 s grace a tenth of the way.
+TEST(ResidencyGateTest, TheExpectedWaitLearnsFromWaits) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 60, kCap, At(0), &woken);
+  const uint64_t b = g.Enter(0, "b", 60, kCap, At(0), &woken);
+  g.Leave(0, "a", 60, At(10), &woken);  // idle from 10: room at 20
+  g.Tick(At(20), &woken);
+  ASSERT_THAT(woken, ElementsAre(b));
+  EXPECT_EQ(g.expected_wait(), absl::Seconds(11));
+}
+
 }  // namespace
-
-TEST(ResidencyGateTest, WaitersGoInTheOrderTheirWaitsRunOut) {
-  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/100));
-  std::vector<uint64_t> woken;
-  g.Enter(0, "a", 90, kCap, At(0), &woken);
-  ResidencyGate::Turn patient{50, kCap};                           // max_wait: 100 s
-  ResidencyGate::Turn urgent{50, kCap, absl::Seconds(20)};         // its deadline leaves 20 s
-  ResidencyGate::Turn capped{50, kCap, absl::Seconds(1000)};       // capped at max_wait
-  const uint64_t p = g.Enter(0, "p", patient, At(1), &woken);
-  const uint64_t u = g.Enter(0, "u", urgent, At(2), &woken);
-  const uint64_t c = g.Enter(0, "c", capped, At(3), &woken);
-  ASSERT_NE(p, 0u);
-  ASSERT_NE(u, 0u);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(g.NextEvent(), At(22));
-  // Room for one: the most urgent goes first though it came later.
-  g.Leave(0, "a", 40, At(5), &woken);
-  g.Tick(At(15), &woken);  // a idle past its grace: it leaves
-  EXPECT_THAT(woken, ElementsAre(u));
-  woken.clear();
-  // u's own bound ran out first; now p (due 101) before c (due 103).
-  g.Leave(0, "u", 50, At(20), &woken);
-  g.Tick(At(101), &woken);
-  EXPECT_THAT(woken, ElementsAre(p));
-  EXPECT_EQ(g.counters().admitted_by_timeout, 1u);
-}
-
-TEST(ResidencyGateTest, AColdWaiterTakesTheFirstRoomAnyInstanceHas) {
-  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/100));
-  std::vector<uint64_t> woken;
-  // Instance 0 is full; instance 1 is known to the gate and full too.
-  g.Enter(0, "a", 80, kCap, At(0), &woken);
-  g.Enter(1, "b", 80, kCap, At(0), &woken);
-  ResidencyGate::Turn warm{50, kCap};
-  ResidencyGate::Turn cold{50, kCap, absl::ZeroDuration(), /*movable=*/true};
-  const uint64_t w = g.Enter(0, "w", warm, At(1), &woken);  // its prefix is on 0: waits there
-  const uint64_t c = g.Enter(0, "c", cold, At(2), &woken);
-  ASSERT_NE(w, 0u);
-  ASSERT_NE(c, 0u);
-  EXPECT_TRUE(woken.empty());
-  // Instance 1 frees room first: the cold waiter goes there, not the warm one.
-  g.Leave(1, "b", 80, At(3), &woken);
-  g.Tick(At(13), &woken);
-  EXPECT_THAT(woken, ElementsAre(c));
-  EXPECT_EQ(g.TakeMove(c), 1);
-  EXPECT_EQ(g.TakeMove(c), std::nullopt);  // told once
-  EXPECT_EQ(g.TakeMove(w), std::nullopt);
-  EXPECT_EQ(g.resident_sessions(1), 1u);
-  EXPECT_EQ(g.resident_tokens(1), 50);
-  EXPECT_EQ(g.counters().moved, 1u);
-  EXPECT_EQ(g.waiting(), 1u);
-}
-
-TEST(ResidencyGateTest, AColdWaiterGoesAtOnceWhereRoomIsFree) {
-  ResidencyGate g(Opts());
-  std::vector<uint64_t> woken;
-  g.Enter(0, "a", 80, kCap, At(0), &woken);
-  g.Enter(1, "b", 10, kCap, At(0), &woken);
-  const uint64_t c =
-      g.Enter(0, "c", {50, kCap, absl::ZeroDuration(), /*movable=*/true}, At(1), &woken);
-  ASSERT_NE(c, 0u);
-  EXPECT_THAT(woken, ElementsAre(c));
-  EXPECT_EQ(g.TakeMove(c), 1);
-  EXPECT_EQ(g.waiting(), 0u);
-}
-
-TEST(ResidencyGateTest, EveryTurnMakesItsSessionResidentUntilIdleForTheWindow) {
-  ResidencyGate::Options o = Opts();
-  o.window = absl::Seconds(60);
-  ResidencyGate g(o);
-  std::vector<uint64_t> woken;
-  auto pass = [](int64_t footprint) {
-    ResidencyGate::Turn t{footprint, 100000};
-    t.hold = false;  // an offload, or a turn routed without holding
-    return t;
-  };
-  EXPECT_EQ(g.Enter(0, "a", pass(1000), At(0), &woken), 0u);
-  EXPECT_EQ(g.Enter(0, "b", pass(2000), At(10), &woken), 0u);
-  EXPECT_EQ(g.Enter(1, "c", pass(500), At(20), &woken), 0u);
-  EXPECT_EQ(g.demand_tokens(0), 3000);
-  EXPECT_EQ(g.demand_tokens(1), 500);
-  EXPECT_EQ(g.demand_tokens(7), 0);  // no session there yet
-  EXPECT_EQ(g.counters().admitted_at_once, 0u) << "turns not held are no turns through the gate";
-
-  // A move takes the session along; what the engine held after a turn becomes its footprint.
-  EXPECT_EQ(g.Enter(1, "b", pass(2500), At(40), &woken), 0u);
-  EXPECT_EQ(g.demand_tokens(0), 1000);
-  EXPECT_EQ(g.demand_tokens(1), 3000);
-  g.Leave(0, "a", 1700, At(45), &woken);
-  EXPECT_EQ(g.demand_tokens(0), 1700);
-  ASSERT_TRUE(g.Find("a").has_value());
-  EXPECT_EQ(g.Find("a")->backend, 0);
-  EXPECT_EQ(g.Find("a")->footprint_tokens, 1700);
-
-  // A session counts while its turn is in flight, and for the window after the last one ends.
-  g.Leave(1, "c", 0, At(41), &woken);
-  g.Leave(1, "b", 0, At(45), &woken);
-  EXPECT_EQ(g.Enter(2, "d", pass(700), At(50), &woken), 0u);  // in flight from here on
-  g.Age(At(100));
-  EXPECT_EQ(g.demand_tokens(1), 3000);
-  g.Age(At(101));  // c has been idle 60 s
-  EXPECT_EQ(g.demand_tokens(1), 2500);
-  EXPECT_FALSE(g.Find("c").has_value());
-  g.Age(At(200));
-  EXPECT_EQ(g.demand_tokens(0), 0);
-  EXPECT_EQ(g.demand_tokens(1), 0);
-  EXPECT_EQ(g.demand_tokens(2), 700);  // its turn is still running
-  g.Leave(2, "d", 0, At(210), &woken);
-  g.Age(At(269));
-  EXPECT_EQ(g.demand_tokens(2), 700);
-  g.Age(At(270));
-  EXPECT_EQ(g.demand_tokens(2), 0);
-  EXPECT_EQ(g.counters().expired, 4u);
-  EXPECT_TRUE(woken.empty());
-
-  // Back again: counted again.
-  EXPECT_EQ(g.Enter(1, "c", pass(800), At(280), &woken), 0u);
-  EXPECT_EQ(g.demand_tokens(1), 800);
-}
-
-TEST(ResidencyGateTest, AZeroWindowKeepsResidentsButCountsNoDemand) {
-  ResidencyGate::Options o = Opts(/*quantum=*/100, /*grace_s=*/10);
-  o.window = absl::ZeroDuration();
-  ResidencyGate g(o);
-  std::vector<uint64_t> woken;
-  EXPECT_EQ(g.Enter(0, "a", 40, kCap, At(0), &woken), 0u);
-  EXPECT_EQ(g.resident_tokens(0), 40);
-  EXPECT_EQ(g.demand_tokens(0), 0);
-  g.Leave(0, "a", 0, At(1), &woken);
-  g.Age(At(10.5));  // idle residents leave after the grace time
-  EXPECT_EQ(g.resident_sessions(0), 1u);
-  g.Age(At(11));
-  EXPECT_EQ(g.resident_sessions(0), 0u);
-}
-
 }  // namespace kvroute::router

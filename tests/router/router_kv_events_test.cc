@@ -194,5 +194,48 @@ TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
   EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
 }
 
+// The residency gate on an instance with a host tier: a session's turn
+// whose prefix only the host tier still holds is not held while an idle
+// resident fills the instance: the resident is swapped out and the turn
+// reloads. Without tier pricing the same turn waits for room.
+TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
+  for (const bool aware : {true, false}) {
+    Options o;
+    o.mode = "baseline";
+    o.chunk_bytes = kChunk;
+    o.host_tier.aware = aware;
+    o.default_output_tokens = 16;
+    std::vector<BackendSpec> specs{{.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+    auto turn = [&](char fill, const char* session, absl::Time now) {
+      RequestFeatures f = Prompt(fill, 12);  // 768 tokens
+      f.session_id = session;
+      f.defer_kv_reservation = true;
+      absl::StatusOr<RouteTicket> t = r->Route(f, now);
+      EXPECT_TRUE(t.ok()) << t.status();
+      return *t;
+    };
+    const absl::Time t0 = absl::UnixEpoch();
+    RouteTicket b = turn('b', "b", t0);
+    ASSERT_EQ(b.residency_wait, 0u);
+    r->Dispatch(b, t0);
+    r->OnComplete(b, {.ok = true, .served_by = 0}, t0);
+    // b's session leaves the gate after the idle window; a's fills the pool.
+    const absl::Time later = t0 + absl::Seconds(100);
+    RouteTicket a = turn('a', "a", later);
+    ASSERT_EQ(a.residency_wait, 0u);
+    r->Dispatch(a, later);
+    r->OnComplete(a, {.ok = true, .served_by = 0}, later);
+    // The GPU evicts b's 12 chunks (the least recently used); its host tier keeps them.
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
+    RouteTicket next = turn('b', "b", later + absl::Seconds(1));
+    EXPECT_EQ(next.residency_wait == 0, aware) << "aware=" << aware;
+    EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
+    EXPECT_EQ(r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
+    EXPECT_EQ(r->ResidencyCounters().swapped_out, aware ? 1u : 0u);
+  }
+}
+
 }  // namespace
 }  // namespace kvroute::router
