@@ -119,7 +119,8 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     }
     // One that does not fit lets those behind it that do go first
     // (backfilling keeps the pool full); its own wait stays bounded.
-    if (!Fits(in, w->footprint)) {
+    const bool fits = Fits(in, w->footprint);
+    if (!fits && !(Swappable(w->reload_s) && SwapIn(backend, in, w->footprint))) {
       ++w;
       continue;
     }
@@ -188,8 +189,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
-  if (turn.reload_s >= 0 && absl::Seconds(turn.reload_s) < expected_wait_ &&
-      SwapIn(backend, in, footprint_tokens)) {
+  if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens)) {
     Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
@@ -198,7 +198,8 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   const absl::Duration bound = turn.max_wait > absl::ZeroDuration()
                                    ? std::min(turn.max_wait, options_.max_wait)
                                    : options_.max_wait;
-  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + bound, turn.movable};
+  Waiter w{id,          key, std::max<int64_t>(1, footprint_tokens), now, now + bound,
+           turn.movable, turn.reload_s};
   // Queued by when its wait runs out; equal bounds keep arrival order.
   auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
                              [](absl::Time due, const Waiter& x) { return due < x.due; });

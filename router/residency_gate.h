@@ -47,13 +47,14 @@
 // On an instance with a host-memory KV tier a session's KV is not lost when
 // its GPU blocks go: the engine wrote it through to host memory and reloads
 // it in well under a second. There a turn whose prefix the instance holds
-// (`reload_s`: the seconds its reload takes, the GPU part costing nothing)
-// is not made to wait longer than its reload would take: if it does not fit
-// and its reload is shorter than the wait a turn meets here (the mean of the
-// waits the gate has seen, `grace` before the first), the idle residents,
-// the longest idle first, are swapped out until it fits (their next turn is
-// such a reload in turn); if the active residents alone leave it no room, it
-// waits as any other. Swapped-out sessions are a state, not a loss.
+// (`reload_s`: the seconds its reload takes, the GPU part costing nothing;
+// a cold turn reloads nothing) is not made to wait longer than its reload
+// would take: if it does not fit and its reload is shorter than the wait a
+// turn meets here (the mean of the waits the gate has seen, `grace` before
+// the first), the idle residents, the longest idle first, are swapped out
+// until it fits (their next turn is such a reload in turn), when it enters
+// or, if the active residents alone leave it no room then, as soon as one of
+// them goes idle. Swapped-out sessions are a state, not a loss.
 //
 // Pure and deterministic: time is passed in, nothing here waits. The router
 // owns it under its lock (router/router_impl.h); residency/residency_wait.h
@@ -97,6 +98,7 @@ class ResidencyGate {
     uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
     uint64_t expired = 0;         // residents idle for the grace time or the window
     uint64_t swapped_in = 0;   // turns admitted at once by swapping idle residents out
+                               // (a waiter admitted so counts as after_wait)
     uint64_t swapped_out = 0;  // idle residents swapped out for them
   };
 
@@ -113,8 +115,9 @@ class ResidencyGate {
     bool movable = false;
     // False: the turn goes now whatever fits (it only becomes resident).
     bool hold = true;
-    // The instance has a host tier holding the turn's prefix: the seconds
-    // its reload takes (0: the GPU holds it all); negative: it has none.
+    // The instance has a host tier: the seconds the turn's reload of what
+    // only that tier holds takes (0: nothing to reload, the GPU holds its
+    // prefix or it is cold); negative: the instance has no host tier.
     double reload_s = -1;
   };
 
@@ -184,6 +187,7 @@ class ResidencyGate {
     absl::Time since;
     absl::Time due;  // since + its wait bound: it goes then, others yielding
     bool movable = false;
+    double reload_s = -1;  // Turn::reload_s
   };
   struct Instance {
     absl::flat_hash_map<std::string, Resident> residents;
@@ -212,6 +216,10 @@ class ResidencyGate {
   // Admits `w` (of instance `from`'s queue) on `backend`, whose room it fits.
   void AdmitWaiter(int backend, const Waiter& w, bool timed_out, absl::Time now,
                    std::vector<uint64_t>* woken);
+  // Whether a turn that does not fit may have idle residents swapped out.
+  bool Swappable(double reload_s) const {
+    return reload_s >= 0 && absl::Seconds(reload_s) < expected_wait_;
+  }
   // Swaps `backend`'s idle residents out, the longest idle first, until
   // `footprint` fits; false (and nothing changes) when the active residents
   // alone leave it no room.

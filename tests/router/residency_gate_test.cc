@@ -218,5 +218,25 @@ TEST(ResidencyGateTest, TheExpectedWaitLearnsFromWaits) {
   EXPECT_EQ(g.expected_wait(), absl::Seconds(11));
 }
 
+// A reloadable turn the active residents leave no room goes the moment one
+// of them goes idle, swapping it out, not a grace time later.
+TEST(ResidencyGateTest, AWaitingReloadableTurnSwapsInWhenAResidentGoesIdle) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+  std::vector<uint64_t> woken;
+  g.Enter(0, "a", 45, kCap, At(0), &woken);
+  g.Enter(0, "b", 45, kCap, At(0), &woken);
+  const uint64_t c = g.Enter(0, "c", Reloadable(45, 0.5), At(1), &woken);
+  ASSERT_NE(c, 0u);
+  const uint64_t cold = g.Enter(0, "cold", 45, kCap, At(1), &woken);
+  ASSERT_NE(cold, 0u);
+  g.Leave(0, "a", 45, At(3), &woken);
+  EXPECT_THAT(woken, ElementsAre(c));
+  EXPECT_FALSE(g.Find("a").has_value());
+  EXPECT_EQ(g.counters().swapped_out, 1u);
+  EXPECT_EQ(g.counters().admitted_after_wait, 1u);
+  EXPECT_EQ(g.expected_wait(), absl::Seconds(9.2)) << "a 2 s wait: 10 + 0.1 x (2 - 10)";
+  EXPECT_EQ(g.waiting(), 1u) << "the turn that cannot swap waits on";
+}
+
 }  // namespace
 }  // namespace kvroute::router
