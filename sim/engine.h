@@ -3,7 +3,8 @@
 // preemption, a step-time model (TimingModel, sim/profile.h), a KV-transfer-time model
 // in which the pulls into one instance share its NIC (nic_share.h), and, when configured,
 // vLLM's native CPU offloading: a host-memory tier written through from the GPU and loaded
-// from on admission (host_tier.h, host_copy.h; engine_offload.cc).
+// from on admission (host_tier.h, host_copy.h; engine_offload.cc), or the same tier behind
+// LMCache's connector, whose stores and loads lengthen the steps that make them.
 //
 // Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
 // a test can drive it step by step and get the same result every time. The real-time driver
