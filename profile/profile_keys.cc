@@ -129,6 +129,11 @@ absl::StatusOr<ProfileKeys> ParseProfileKeys(const std::string& yaml_text) {
   SectionReader offload(root, "kv_offloading", &k.kv_offloading.present, &err);
   offload.Read("bandwidth_bytes_per_s", &k.kv_offloading.bandwidth_bytes_per_s);
   offload.Read("block_size", &k.kv_offloading.block_size);
+  offload.Read("lmcache_chunk_size", &k.kv_offloading.lmcache_chunk_size);
+  offload.Read("lmcache_store_bandwidth_bytes_per_s",
+               &k.kv_offloading.lmcache_store_bandwidth_bytes_per_s);
+  offload.Read("lmcache_load_bandwidth_bytes_per_s",
+               &k.kv_offloading.lmcache_load_bandwidth_bytes_per_s);
 
   if (!err.empty()) return absl::InvalidArgumentError(err);
   return k;

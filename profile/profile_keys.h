@@ -91,6 +91,10 @@ struct KvOffloadingKeys {
   bool present = false;
   std::optional<double> bandwidth_bytes_per_s;  // host <-> GPU, each direction, per GPU
   std::optional<int64_t> block_size;            // tokens per offloaded block
+  // LMCache's in-process connector (--kv-offloading-backend lmcache).
+  std::optional<int64_t> lmcache_chunk_size;
+  std::optional<double> lmcache_store_bandwidth_bytes_per_s;
+  std::optional<double> lmcache_load_bandwidth_bytes_per_s;
 };
 
 struct ProfileKeys {

@@ -3,7 +3,8 @@
 // preemption, a step-time model (TimingModel, sim/profile.h), a KV-transfer-time model
 // in which the pulls into one instance share its NIC (nic_share.h), and, when configured,
 // vLLM's native CPU offloading: a host-memory tier written through from the GPU and loaded
-// from on admission (host_tier.h, host_copy.h; engine_offload.cc).
+// from on admission (host_tier.h, host_copy.h; engine_offload.cc), or the same tier behind
+// LMCache's connector, whose stores and loads lengthen the steps that make them.
 //
 // Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
 // a test can drive it step by step and get the same result every time. The real-time driver
@@ -63,6 +64,12 @@ struct EngineConfig {
   // parallel instance copies its share of the KV over its own link.
   double host_bandwidth_bytes_per_s = 50e9;
   int tensor_parallel = 1;
+  // --kv-offloading-backend lmcache: LMCache's connector, whose stores and loads block the
+  // step that makes them (engine_offload.cc); host_block_size is then its chunk size, and
+  // these are the whole instance's rates of those blocking copies.
+  bool lmcache = false;
+  double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
+  double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
 
   static EngineConfig FromProfile(const Profile& profile);
 };
@@ -339,8 +346,17 @@ class Engine {
                                   int64_t end) const;
   // The recency a lookup gives: every offloaded block of the request.
   void TouchHost(const Request& r);
+  // LMCache's lookup (LMCacheConnectorV1.get_num_new_matched_tokens): the run of stored
+  // chunks from the prompt's start, less what the GPU computed; none unless it goes further.
+  HostHit LookupLmcache(std::span<const BlockHash> hashes, int64_t gpu_hit_blocks) const;
   // An admitted request with a host hit waits (WAITING_FOR_REMOTE_KVS) while its blocks load.
   void BeginHostLoad(Request* r, const AdmissionPlan& plan);
+  // LMCache: an admitted request's hit is retrieved inside the step that schedules it
+  // (start_load_kv) and it runs at once; returns the seconds the copy adds to that step.
+  double LoadInStep(Request* r);
+  // LMCache: each scheduled prefill's newly completed chunks of prompt are stored at the end
+  // of the step (wait_for_save); returns the seconds the copies add to the step.
+  double StoreInStep(const StepPlan& plan);
   bool HostLoadDone(const Request& r) const;
   // Loaded requests join the running set with the loaded tokens computed.
   void CompleteHostLoads();

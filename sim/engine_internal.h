@@ -45,4 +45,17 @@ struct Engine::Request {
   RequestInfo info;
 };
 
+// The work one step takes on: each scheduled request with its number of new tokens, in
+// scheduling order, and what is left of the token budget.
+struct Engine::StepPlan {
+  struct Scheduled {
+    Request* r;
+    int n;
+  };
+  std::vector<Scheduled> scheduled;
+  int budget = 0;
+  // LMCache: seconds of retrieves the step runs before its forward pass (start_load_kv).
+  double blocking_load_s = 0;
+};
+
 }  // namespace sim

@@ -11,6 +11,14 @@
 //     its copy starting when the next step starts; the stored blocks become loadable when the
 //     request ends and its copies have landed (LandStores, HoldForStores), and until then an
 //     ended request keeps its GPU blocks.
+// With --kv-offloading-backend lmcache (LMCacheConnectorV1 over LMCache's local CPU backend)
+// the tier is the same manager in blocks of LMCache's chunk, but nothing runs beside the steps:
+//   - admission: LookupLmcache counts the stored chunks from the prompt's start; a hit is
+//     retrieved inside the step that admits the request (LoadInStep, start_load_kv), which
+//     then runs it at once (the connector's load is not asynchronous);
+//   - the end of a step (StoreInStep): each prefill's newly completed chunks of prompt are
+//     stored before the step returns (wait_for_save), loadable at once; decode tokens are
+//     not stored (save_decode_cache is off by default).
 #include <algorithm>
 #include <iterator>
 #include <optional>
@@ -35,7 +43,9 @@ HostCopyStats::HostCopyStats() : size_bytes(OffloadSizeBuckets()) {}
 
 void Engine::EnableKvEvents(bool on) {
   blocks_.EnableKvEvents(on);
-  if (host_) host_->EnableKvEvents(on);
+  // CPU-medium events are the OffloadingConnector's (OffloadingEventsTracker); the LMCache
+  // connector publishes none through vLLM's publisher.
+  if (host_ && !config_.lmcache) host_->EnableKvEvents(on);
 }
 
 std::vector<KvCacheEvent> Engine::TakeKvEvents() {
@@ -75,6 +85,7 @@ std::vector<BlockHash> Engine::HostKeys(std::span<const BlockHash> hashes, int64
 
 Engine::HostHit Engine::LookupHost(std::span<const BlockHash> hashes,
                                    int64_t gpu_hit_blocks) const {
+  if (config_.lmcache) return LookupLmcache(hashes, gpu_hit_blocks);
   HostHit hit;
   const int64_t obs = config_.host_block_size;
   const int64_t num_blocks = static_cast<int64_t>(hashes.size()) * config_.block_size / obs;
@@ -87,6 +98,22 @@ Engine::HostHit Engine::LookupHost(std::span<const BlockHash> hashes,
   if (run == 0 || tokens < obs) return hit;
   hit.tokens = tokens;
   hit.delayed = host_->AnyLoading(std::span<const BlockHash>(keys.data(), run));
+  return hit;
+}
+
+Engine::HostHit Engine::LookupLmcache(std::span<const BlockHash> hashes,
+                                      int64_t gpu_hit_blocks) const {
+  // LMCache looks the whole token sequence up, chunk by chunk from the first; the connector
+  // asks to load what lies beyond the GPU's hit. A hit ends on a chunk boundary, or at the
+  // prompt's end, whose last token is then recomputed (need_to_allocate - 1): the prompt's
+  // own full blocks are all the hashes there are, so the caller caps the hit at prompt - 1.
+  HostHit hit;
+  const int64_t chunk = config_.host_block_size;
+  const int64_t num_chunks = static_cast<int64_t>(hashes.size()) * config_.block_size / chunk;
+  const std::vector<BlockHash> keys = HostKeys(hashes, 0, num_chunks);
+  const int64_t stored = host_->Lookup(keys) * chunk;
+  const int64_t computed = gpu_hit_blocks * config_.block_size;
+  if (stored > computed) hit.tokens = stored - computed;
   return hit;
 }
 
@@ -236,6 +263,54 @@ bool Engine::HoldForStores(Request* r) {
 void Engine::SettleStoresOnPreempt(Request* r) {
   host_->CompleteStore(r->being_stored);
   r->being_stored.clear();
+}
+
+double Engine::LoadInStep(Request* r) {
+  const int64_t chunk = config_.host_block_size;
+  const int total = static_cast<int>(r->tokens.size());
+  const int gpu_computed = r->num_computed;
+  const int hit_end = gpu_computed + r->host_hit_tokens;
+  // The retrieve masks only the whole chunks the GPU computed (start_load_kv's token_mask):
+  // the chunk the GPU hit ends inside is copied again, in whole.
+  const int64_t first = gpu_computed / chunk * chunk;
+  const double bytes = static_cast<double>(hit_end - first) * config_.kv_bytes_per_token;
+  r->num_computed = std::min(hit_end, total - 1);
+  r->host_hit_tokens = r->num_computed - gpu_computed;
+  r->info.host_loaded_tokens = r->host_hit_tokens;
+  // Its chunks are stored already (the tracker's num_saved_tokens starts at the hit).
+  r->next_stored_block = static_cast<int>(hit_end / chunk);
+  const double seconds = bytes / config_.lmcache_load_bandwidth_bytes_per_s;
+  RecordCopy(load_stats_, HostCopy{.start = now_, .done = now_ + seconds}, bytes,
+             config_.tensor_parallel);
+  return seconds;
+}
+
+double Engine::StoreInStep(const StepPlan& plan) {
+  const int chunk = config_.host_block_size;
+  double bytes = 0;
+  for (const StepPlan::Scheduled& s : plan.scheduled) {
+    Request* r = s.r;
+    if (r->state != Request::State::kRunning) continue;
+    // Whole chunks of prompt only: a chunked prefill's partial chunk waits for its next step
+    // and the last one is dropped (save_unfull_chunk off), decode tokens are not saved.
+    const int prompt_done = std::min(r->num_computed + s.n, r->info.prompt_tokens);
+    const int full = std::min(prompt_done / chunk,
+                              static_cast<int>(r->hashes.size()) * config_.block_size / chunk);
+    if (full <= r->next_stored_block) continue;
+    const std::vector<BlockHash> keys = HostKeys(r->hashes, r->next_stored_block, full);
+    std::optional<std::vector<BlockHash>> fresh = host_->PrepareStore(keys);
+    if (!fresh) continue;  // nothing idle to evict: the chunks stay unsaved, tried next step
+    r->next_stored_block = full;
+    host_->CompleteStore(*fresh);
+    host_->Touch(HostKeys(r->hashes, 0, full));
+    bytes += static_cast<double>(fresh->size()) * chunk * config_.kv_bytes_per_token;
+  }
+  if (bytes <= 0) return 0;
+  // One copy per step: the step's stores run back to back.
+  const double seconds = bytes / config_.lmcache_store_bandwidth_bytes_per_s;
+  RecordCopy(store_stats_, HostCopy{.start = now_, .done = now_ + seconds}, bytes,
+             config_.tensor_parallel);
+  return seconds;
 }
 
 void Engine::CountPromptSources(const Request& r) {

@@ -19,17 +19,6 @@
 
 namespace sim {
 
-// The work one step takes on: each scheduled request with its number of new tokens, in
-// scheduling order, and what is left of the token budget.
-struct Engine::StepPlan {
-  struct Scheduled {
-    Request* r;
-    int n;
-  };
-  std::vector<Scheduled> scheduled;
-  int budget = 0;
-};
-
 StepResult Engine::Step() {
   StepResult result;
   result.start = now_;
@@ -48,6 +37,9 @@ StepResult Engine::Step() {
 
   ++counters_.steps;
   result.duration = PriceStep(plan, result);
+  // LMCache's connector copies inside the step: its loads before the forward pass, its stores
+  // after it, before the sampled tokens go out.
+  if (config_.lmcache) result.duration += plan.blocking_load_s + StoreInStep(plan);
   const double end = now_ + result.duration;
   UpdateBusy(end);
   ApplyStep(plan, end, result);
@@ -162,8 +154,11 @@ void Engine::AdmitWaiting(StepPlan& plan) {
     r->host_hit_tokens = static_cast<int>(admission.host_hit_tokens);
     RecordPrefixQuery(r);
     if (admission.host_hit_tokens > 0) {
-      BeginHostLoad(r, admission);
-      continue;
+      if (!config_.lmcache) {
+        BeginHostLoad(r, admission);
+        continue;
+      }
+      plan.blocking_load_s += LoadInStep(r);
     }
     RecordFirstSchedule(r);
     if (r->spec.pull_remote_kv && BeginAdmittedPull(r)) continue;
@@ -248,7 +243,7 @@ void Engine::ApplyStep(const StepPlan& plan, double end, StepResult& result) {
     if (r->state != Request::State::kRunning) continue;
     r->num_computed += s.n;
     CommitFullBlocks(r);
-    if (host_) QueueStores(r, end);
+    if (host_ && !config_.lmcache) QueueStores(r, end);
     if (r->num_computed == static_cast<int>(r->tokens.size())) AppendToken(r, result, end);
   }
 }

@@ -138,7 +138,9 @@ namespace {
 
 // The series vLLM adds with its CPU offloading connector: prompt tokens by source
 // (vllm/v1/metrics/loggers.py over stats.py's PromptTokenStats) and the connector's copies
-// (OffloadPromMetrics), whose label values vLLM creates at a direction's first copy.
+// (OffloadPromMetrics), whose label values vLLM creates at a direction's first copy. The
+// copies are the OffloadingConnector's: LMCacheConnectorV1 reports its own through LMCache's
+// `lmcache:` metrics, not vLLM's, so the lmcache backend serves the token sources only.
 void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::string& out) {
   const EngineCounters& c = engine.counters();
   kvroute::wire::AppendHelpAndType(&out, "vllm:prompt_tokens_by_source_total", "counter",
@@ -155,6 +157,7 @@ void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::
                                    "Number of cached prompt tokens (local + external).");
   absl::StrAppend(&out, "vllm:prompt_tokens_cached_total{", labels, "} ",
                   PromValue(static_cast<double>(c.prompt_tokens_cached)), "\n");
+  if (engine.config().lmcache) return;
   const std::pair<const char*, const HostCopyStats*> directions[] = {
       {"CPU_to_GPU", &engine.host_loads()}, {"GPU_to_CPU", &engine.host_stores()}};
   auto each = [&](const std::string& name, const char* type, const char* help, auto render) {
@@ -240,8 +243,10 @@ std::string Instance::RenderMetrics() {
   const std::string offloading =
       engine_.host_tier() == nullptr
           ? std::string()
-          : absl::StrCat("kv_offloading_backend=\"native\",kv_offloading_size=\"",
-                         options_.profile.kv_offloading.size_gib, "\",");
+          : absl::StrCat("kv_offloading_backend=\"",
+                         KvOffloadingBackendName(options_.profile.kv_offloading.backend),
+                         "\",kv_offloading_size=\"", options_.profile.kv_offloading.size_gib,
+                         "\",");
   absl::StrAppend(&out, "vllm:cache_config_info{block_size=\"", engine_.config().block_size,
                   "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\","
                   "gpu_memory_utilization=\"",

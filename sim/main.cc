@@ -28,6 +28,7 @@ struct Flags {
   int kv_events_port = -1;
   int kv_events_replay_port = -1;
   double kv_offloading_size_gib = 0;
+  std::string kv_offloading_backend;
 };
 
 void AddOptions(CLI::App& app, Flags& f) {
@@ -64,6 +65,11 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "vLLM's --kv-offloading-size: GiB of host memory per instance for its native CPU "
                  "KV offloading (write-through tier, loads on prefix hits; 0: off)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-offloading-backend", f.kv_offloading_backend,
+                 "vLLM's --kv-offloading-backend: native (OffloadingConnector, copies beside the "
+                 "steps) or lmcache (LMCacheConnectorV1: stores and loads block the step, in "
+                 "256-token chunks); default native")
+      ->check(CLI::IsMember({"native", "lmcache"}));
   app.add_option("--responses-store", opts.responses_store_capacity,
                  "responses each instance keeps for GET /v1/responses/{id} and "
                  "previous_response_id, oldest forgotten first (0: none, as vLLM without "
@@ -81,6 +87,10 @@ absl::Status ResolveProfile(Flags& f) {
   }
   if (f.num_gpu_blocks > 0) opts.profile.num_gpu_blocks_override = f.num_gpu_blocks;
   if (f.kv_offloading_size_gib > 0) opts.profile.kv_offloading.size_gib = f.kv_offloading_size_gib;
+  if (!f.kv_offloading_backend.empty()) {
+    opts.profile.kv_offloading.backend =
+        *sim::KvOffloadingBackendByName(f.kv_offloading_backend);
+  }
   if (!f.scheduling_policy.empty()) {
     opts.profile.scheduling_policy = f.scheduling_policy == "priority"
                                          ? sim::SchedulingPolicy::kPriority
@@ -143,8 +153,9 @@ void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
               opts.profile.block_size, opts.time_scale);
   if (opts.profile.kv_offloading.enabled()) {
     std::printf(
-        "kvroute-sim: KV offloading to host memory, %g GiB = %lld blocks of %d tokens "
+        "kvroute-sim: KV offloading to host memory (%s), %g GiB = %lld blocks of %d tokens "
         "per instance\n",
+        sim::KvOffloadingBackendName(opts.profile.kv_offloading.backend),
         opts.profile.kv_offloading.size_gib, static_cast<long long>(opts.profile.NumHostBlocks()),
         opts.profile.OffloadedBlockSize());
   }

@@ -31,7 +31,18 @@ int64_t Profile::NumGpuBlocks() const {
   return kvsize::NumGpuBlocks(Capacity(), block_size);
 }
 
+std::optional<KvOffloadingBackend> KvOffloadingBackendByName(std::string_view name) {
+  if (name == "native") return KvOffloadingBackend::kNative;
+  if (name == "lmcache") return KvOffloadingBackend::kLmcache;
+  return std::nullopt;
+}
+
+const char* KvOffloadingBackendName(KvOffloadingBackend backend) {
+  return backend == KvOffloadingBackend::kLmcache ? "lmcache" : "native";
+}
+
 int Profile::OffloadedBlockSize() const {
+  if (kv_offloading.lmcache()) return kv_offloading.lmcache_chunk_size;
   return kv_offloading.block_size > 0 ? kv_offloading.block_size : block_size;
 }
 
@@ -139,6 +150,9 @@ void TakeLinkKeys(const kvroute::profile::LinkKeys& l, LinkModel* link) {
 void TakeKvOffloadingKeys(const kvroute::profile::KvOffloadingKeys& k, KvOffloadingModel* m) {
   Take(k.bandwidth_bytes_per_s, &m->bandwidth_bytes_per_s);
   Take(k.block_size, &m->block_size);
+  Take(k.lmcache_chunk_size, &m->lmcache_chunk_size);
+  Take(k.lmcache_store_bandwidth_bytes_per_s, &m->lmcache_store_bandwidth_bytes_per_s);
+  Take(k.lmcache_load_bandwidth_bytes_per_s, &m->lmcache_load_bandwidth_bytes_per_s);
 }
 
 absl::Status SetAdmission(const std::optional<std::string>& name, Profile* p) {
@@ -214,6 +228,19 @@ absl::Status CheckSizes(const Profile& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_offloading.block_size must be a multiple of engine.block_size (got ",
                      p.kv_offloading.block_size, ")"));
+  }
+  if (p.kv_offloading.lmcache_chunk_size <= 0 ||
+      p.kv_offloading.lmcache_chunk_size % p.block_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_offloading.lmcache_chunk_size must be a multiple of engine.block_size "
+                     "(got ",
+                     p.kv_offloading.lmcache_chunk_size, ")"));
+  }
+  if (!(p.kv_offloading.lmcache_store_bandwidth_bytes_per_s > 0) ||
+      !(p.kv_offloading.lmcache_load_bandwidth_bytes_per_s > 0)) {
+    return absl::InvalidArgumentError(
+        "kv_offloading.lmcache_store_bandwidth_bytes_per_s and "
+        "lmcache_load_bandwidth_bytes_per_s must be > 0");
   }
   if (p.NumGpuBlocks() <= 0) {
     return absl::InvalidArgumentError(

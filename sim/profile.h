@@ -6,7 +6,9 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "kvsize/kvsize.h"
 
@@ -54,7 +56,17 @@ struct LinkModel {
   double per_descriptor_s = 0;
 };
 
-// vLLM's native CPU KV offloading (sim/host_tier.h; sim/README.md, "Host-memory KV tier"): a
+// vLLM's --kv-offloading-backend (vllm/config/vllm.py, _post_init_kv_transfer_config): kNative
+// is its OffloadingConnector, whose copies run beside the steps on CUDA streams; kLmcache is
+// LMCacheConnectorV1, LMCache's in-process connector, whose stores (wait_for_save) and loads
+// (start_load_kv) block the step that makes them, in chunks of lmcache_chunk_size tokens.
+enum class KvOffloadingBackend { kNative, kLmcache };
+
+// "native" or "lmcache"; nullopt for any other name.
+std::optional<KvOffloadingBackend> KvOffloadingBackendByName(std::string_view name);
+const char* KvOffloadingBackendName(KvOffloadingBackend backend);
+
+// vLLM's CPU KV offloading (sim/host_tier.h; sim/README.md, "Host-memory KV tier"): a
 // host-memory tier of `size_gib` GiB that every completed GPU block is written through to and
 // that prefix hits beyond the GPU are loaded from. Off while size_gib is 0 (kvroute-sim
 // --kv-offloading-size sets it, as vLLM's flag of that name does).
@@ -67,8 +79,19 @@ struct KvOffloadingModel {
   // Host <-> GPU copy bandwidth of one GPU, each direction (PCIe Gen5 x16 on H100/H200/H20:
   // ~50 GB/s one way, vLLM blog "KV offloading connector", 2026-01-08).
   double bandwidth_bytes_per_s = 50e9;
+  // vLLM's --kv-offloading-backend.
+  KvOffloadingBackend backend = KvOffloadingBackend::kNative;
+  // LMCache's chunk_size (lmcache/v1/config.py, default 256): the unit it stores, looks up and
+  // loads; its host tier's block. Read only with the lmcache backend.
+  int lmcache_chunk_size = 256;
+  // What LMCache's blocking copies move per GPU and second: a store of 7,219 tokens (0.1102 GB
+  // per rank) took 5.99 ms, 18.4 GB/s, in each TP rank's log of LMCache PR #1413; a retrieve of
+  // 10,010 tokens (1.3747 GB) took 33.4 ms, 41.1 GB/s, in LMCache PR #1740's log.
+  double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
+  double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
 
   bool enabled() const { return size_gib > 0; }
+  bool lmcache() const { return backend == KvOffloadingBackend::kLmcache; }
 };
 
 // How a waiting request gets in: kFullPrompt reserves the whole prompt's blocks (vLLM since
@@ -115,7 +138,8 @@ struct Profile {
   kvsize::Capacity Capacity() const { return kvsize::ComputeCapacity(arch, deployment); }
   double KvBytesPerToken() const { return Capacity().effective_kv_bytes_per_token; }
   int64_t NumGpuBlocks() const;
-  // Tokens per offloaded block (kv_offloading.block_size, or the GPU block size).
+  // Tokens per offloaded block: LMCache's chunk with the lmcache backend, else
+  // kv_offloading.block_size, or the GPU block size.
   int OffloadedBlockSize() const;
   // Blocks of the host tier: the size over the bytes of one offloaded block (vLLM's
   // CPUOffloadingSpec: cpu_bytes_to_use // kv_bytes_per_offloaded_block); 0 when off.

@@ -104,8 +104,11 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 
 std::string KvOffloadingDescription(const AblationOptions& options) {
   if (options.kv_offloading_size_gib <= 0) return "";
-  return absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size)",
-                         options.kv_offloading_size_gib);
+  const std::string backend = options.kv_offloading_backend == "native"
+                                  ? std::string()
+                                  : absl::StrCat(", backend ", options.kv_offloading_backend);
+  return absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size%s)",
+                         options.kv_offloading_size_gib, backend);
 }
 
 int64_t MergeRequestLog(const std::string& path, RunResult& run) {
@@ -343,6 +346,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (options.kv_offloading_size_gib > 0) {
       sim_argv.push_back("--kv-offloading-size");
       sim_argv.push_back(absl::StrCat(options.kv_offloading_size_gib));
+      sim_argv.push_back("--kv-offloading-backend");
+      sim_argv.push_back(options.kv_offloading_backend);
     }
     // The oracle reads the truth directly; kvroute learns evictions from the events.
     const bool kv_events = options.kv_events && config.mode != kOracleReferenceMode;

@@ -65,6 +65,9 @@ struct AblationOptions {
   // The simulated engines' host-memory KV tier (vLLM's --kv-offloading-size, GiB per
   // instance); 0: off.
   double kv_offloading_size_gib = 0;
+  // Its backend (vLLM's --kv-offloading-backend): "native", or "lmcache", whose stores and
+  // loads block the engine's steps; passed only with a tier.
+  std::string kv_offloading_backend = "native";
   std::string log_level = "warn";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
@@ -79,7 +82,8 @@ struct AblationOptions {
 
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 
-// ", host KV tier N GiB per instance" for a fleet with --kv-offloading-size; empty when off.
+// ", host KV tier N GiB per instance" (and its backend when not native) for a fleet with
+// --kv-offloading-size; empty when off.
 std::string KvOffloadingDescription(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's

@@ -328,6 +328,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "vLLM's native CPU KV offloading (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--kv-offloading-backend", abl.kv_offloading_backend,
+                  "kvroute-sim --kv-offloading-backend for that tier: native, or lmcache "
+                  "(LMCache's connector: stores and loads block the step, 256-token chunks)")
+      ->check(CLI::IsMember({"native", "lmcache"}))
+      ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
                   "decode_stall_weight=2; times in wall seconds; not the oracle reference)")

@@ -151,7 +151,8 @@ std::vector<std::string> SummaryHeader() {
           "failed",    "gave up",          "offloads",     "prefix hit",
           "hit bound", "pooled-LRU yardstick", "hit / pooled", "TTFT p50",       "TTFT p90",
           "TTFT p99",  "TPOT p50",         "TPOT p99",     "E2E p50",        "E2E p99",
-          "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "T8/T1",          "KV mean",
+          "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "job mean",       "T8/T1",
+          "KV mean",
           "GPU busy",  "goodput",          "ITL p99",      "stalled streams"};
 }
 
@@ -180,6 +181,7 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           absl::StrCat(heavy ? heavy->requests : 0),
           heavy ? FormatSeconds(heavy->ttft.p99) : "-",
           FormatSeconds(s.job_completion.p50),
+          FormatSeconds(s.job_completion.mean),
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
           Percent(s.mean_kv_usage),
           Percent(s.mean_gpu_busy),
@@ -511,7 +513,7 @@ std::string SummaryTable(const Report& report) {
   const std::vector<std::string> header = {
       "config",  "reqs",    "served",  "shed",    "failed",  "gaveup",   "err%",
       "offl",    "hit",     "bound",   "pooled",  "TTFTp50", "TTFTp90",  "TTFTp99",
-      "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "T8/T1",   "est med",  "est mean",
+      "TPOTp50", "E2Ep99",  "HEAVY",   "job p50", "job mean", "T8/T1",  "est med",  "est mean",
       "goodput", "ITLp99"};
   // Columns of SummaryRow by their SummaryHeader name.
   const std::vector<std::string> full_header = SummaryHeader();
@@ -531,7 +533,7 @@ std::string SummaryTable(const Report& report) {
                     column(full, "pooled-LRU yardstick"), column(full, "TTFT p50"),
                     column(full, "TTFT p90"), column(full, "TTFT p99"), column(full, "TPOT p50"),
                     column(full, "E2E p99"), column(full, "HEAVY n"), column(full, "job p50"),
-                    column(full, "T8/T1"), e.n > 0 ? Percent(e.median_abs) : "-",
+                    column(full, "job mean"), column(full, "T8/T1"), e.n > 0 ? Percent(e.median_abs) : "-",
                     e.n > 0 ? SignedPercent(e.mean_signed) : "-", column(full, "goodput"),
                     column(full, "ITL p99")});
   }

@@ -98,7 +98,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kGaveUp) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kJobMean) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -119,6 +119,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kShedShare, "shed_share", "shed share"},
       {SweepFigure::kFailed, "failed", "failed"},
       {SweepFigure::kGaveUp, "gave_up", "gave up"},
+      {SweepFigure::kJobMean, "job_mean_s", "job mean"},
   }};
   return kFigures;
 }
@@ -151,6 +152,7 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   if (summary.requests > 0) v[Index(SweepFigure::kShedShare)] = summary.shed_share;
   v[Index(SweepFigure::kFailed)] = static_cast<double>(summary.failed);
   v[Index(SweepFigure::kGaveUp)] = static_cast<double>(summary.gave_up);
+  if (summary.job_completion.n > 0) v[Index(SweepFigure::kJobMean)] = summary.job_completion.mean;
   return v;
 }
 

@@ -73,8 +73,9 @@ enum class SweepFigure {
   kShedShare,  // kShed / kRequests, 0..1
   kFailed,     // requests that failed after the target accepted them
   kGaveUp,     // requests the client abandoned at its timeout
+  kJobMean,    // mean completion time of the agentic jobs that completed
 };
-inline constexpr size_t kSweepFigureCount = 16;
+inline constexpr size_t kSweepFigureCount = 17;
 
 struct SweepFigureInfo {
   SweepFigure figure;

@@ -68,19 +68,23 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
-TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
+// Runs a two-job ablation with a host tier of 2 GiB and `backend`, and checks that the tier
+// reached the simulated fleet: the report's setup and the simulator's start-up line say so.
+void ExpectKvOffloadingReachesTheFleet(const std::string& backend, const std::string& sim_says,
+                                       const std::string& setup_says) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
   const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
   if (!Executable(kvroute) || !Executable(sim)) {
     GTEST_SKIP() << "kvroute or kvroute-sim is not built";
   }
-  const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / ("kvb_offload_" + std::to_string(::getpid()));
+  const std::filesystem::path out = std::filesystem::temp_directory_path() /
+                                    ("kvb_offload_" + backend + std::to_string(::getpid()));
   std::filesystem::remove_all(out);
   AblationOptions o;
   o.modes = {"baseline"};
   testing::UseSmokeFleet(o, kvroute, sim, out.string());
   o.kv_offloading_size_gib = 2;
+  o.kv_offloading_backend = backend;
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
   w.agentic.jobs_per_second = 1;
@@ -95,14 +99,25 @@ TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
   for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
   bool described = false;
   for (const auto& [key, value] : report->setup) {
-    if (key == "fleet") described = value.find("host KV tier 2 GiB") != std::string::npos;
+    if (key == "fleet") described = value.find(setup_says) != std::string::npos;
   }
-  EXPECT_TRUE(described);
+  EXPECT_TRUE(described) << setup_says;
   std::ifstream log(out / "baseline" / "sim.log");
   std::stringstream text;
   text << log.rdbuf();
-  EXPECT_NE(text.str().find("KV offloading to host memory, 2 GiB"), std::string::npos);
+  EXPECT_NE(text.str().find(sim_says), std::string::npos) << text.str();
   std::filesystem::remove_all(out);
+}
+
+TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
+  ExpectKvOffloadingReachesTheFleet("native", "KV offloading to host memory (native), 2 GiB",
+                                    "host KV tier 2 GiB per instance (--kv-offloading-size)");
+}
+
+TEST(SmokeAblationTest, KvOffloadingBackendReachesTheSimulatedFleet) {
+  ExpectKvOffloadingReachesTheFleet(
+      "lmcache", "KV offloading to host memory (lmcache), 2 GiB",
+      "host KV tier 2 GiB per instance (--kv-offloading-size, backend lmcache)");
 }
 
 }  // namespace

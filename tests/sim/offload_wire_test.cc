@@ -78,11 +78,13 @@ double Sample(const std::string& text, const std::string& name, const std::strin
   return std::stod(text.substr(at + head.size(), eol - at - head.size()));
 }
 
-std::unique_ptr<Fleet> StartFleet(double kv_offloading_gib, uint16_t* port) {
+std::unique_ptr<Fleet> StartFleet(double kv_offloading_gib, uint16_t* port,
+                                  KvOffloadingBackend backend = KvOffloadingBackend::kNative) {
   FleetOptions opts;
   opts.instances = 1;
   opts.time_scale = 0;
   opts.profile = TinyProfile(kv_offloading_gib);
+  opts.profile.kv_offloading.backend = backend;
   auto fleet = std::make_unique<Fleet>(opts);
   absl::StatusOr<std::vector<uint16_t>> ports = fleet->Start();
   EXPECT_TRUE(ports.ok()) << ports.status();
@@ -156,6 +158,28 @@ TEST(OffloadWireTest, OffAddsNoSeries) {
   EXPECT_THAT(m, Not(HasSubstr("prompt_tokens_by_source")));
   EXPECT_THAT(m, Not(HasSubstr("prompt_tokens_cached")));
   EXPECT_EQ(MetricValue(m, "vllm:external_prefix_cache_queries_total"), 0);
+}
+
+TEST(OffloadWireTest, TheLmcacheBackendLoadsChunksAndServesNoCopySeries) {
+  uint16_t port = 0;
+  std::unique_ptr<Fleet> fleet =
+      StartFleet(/*kv_offloading_gib=*/1, &port, KvOffloadingBackend::kLmcache);
+  const std::string first = Prompt(20, "routing");
+  const int64_t n = static_cast<int64_t>(StandInTokenizer::Encode(first).size());
+  ASSERT_GT(n, 256);
+  ASSERT_EQ(Post(port, "/v1/completions", Body(first)).status, 200);
+  ASSERT_EQ(Post(port, "/v1/completions", Body(Prompt(30, "eviction"))).status, 200);
+  ASSERT_EQ(Post(port, "/v1/completions", Body(Prompt(30, "pressure"))).status, 200);
+  // LMCache holds the prompt's whole 256-token chunks; the engine reports them cached.
+  auto again = Post(port, "/v1/completions", Body(first));
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(CachedTokens(again), n / 256 * 256);
+  const std::string m = Get(port, "/metrics").body;
+  EXPECT_EQ(MetricValue(m, "vllm:external_prefix_cache_hits_total"), n / 256 * 256);
+  EXPECT_EQ(Sample(m, "vllm:prompt_tokens_by_source_total", "source=\"external_kv_transfer\""),
+            n / 256 * 256);
+  EXPECT_THAT(m, Not(HasSubstr("vllm:kv_offload")));
+  EXPECT_THAT(m, HasSubstr("kv_offloading_backend=\"lmcache\",kv_offloading_size=\"1\","));
 }
 
 }  // namespace
