@@ -8,12 +8,14 @@ namespace kvroute::router {
 
 namespace {
 
-// The weight of each new wait in ResidencyGate::expected_wait().
+// The weight of each new sample in ResidencyGate::expected_wait() and
+// reuse_gap().
 constexpr double kWaitWeight = 0.1;
 
 }  // namespace
 
-ResidencyGate::ResidencyGate(Options options) : options_(options), expected_wait_(options.grace) {}
+ResidencyGate::ResidencyGate(Options options)
+    : options_(options), expected_wait_(options.grace), reuse_gap_(options.grace) {}
 
 ResidencyGate::Instance& ResidencyGate::At(int backend) {
   if (backend >= static_cast<int>(instances_.size())) instances_.resize(backend + 1);
@@ -71,11 +73,12 @@ void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
   if (in.waiting.empty() && !MovableWaiting()) return;
   std::vector<std::string> gone;
   for (const auto& [session, r] : in.residents) {
-    if (r.active == 0 && r.last_done + options_.grace <= now) gone.push_back(session);
+    if (r.active == 0 && r.last_done + IdleLimit(in) <= now) gone.push_back(session);
   }
   for (const std::string& s : gone) {
+    const bool early = in.residents[s].last_done + options_.grace > now;
     Evict(in, s);
-    ++counters_.expired;
+    ++(early ? counters_.swapped_out : counters_.expired);
   }
 }
 
@@ -119,8 +122,7 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     }
     // One that does not fit lets those behind it that do go first
     // (backfilling keeps the pool full); its own wait stays bounded.
-    const bool fits = Fits(in, w->footprint);
-    if (!fits && !(Swappable(w->reload_s) && SwapIn(backend, in, w->footprint))) {
+    if (!Fits(in, w->footprint)) {
       ++w;
       continue;
     }
@@ -164,6 +166,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   Age(now);
   Instance& in = At(backend);
   in.capacity_tokens = turn.capacity_tokens;
+  in.tiered = turn.reload_s >= 0;
   const int64_t footprint_tokens = turn.footprint_tokens;
   const std::string key(session);
   if (auto h = home_.find(key); h != home_.end() && h->second != backend) {
@@ -175,6 +178,10 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   // Turns not held pass by the counters: they are no turns through the gate.
   const bool held = turn.hold && options_.enabled;
   if (auto r = in.residents.find(key); r != in.residents.end()) {
+    // A resident's next turn: how long sessions take to come back.
+    if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
+      reuse_gap_ += kWaitWeight * ((now - r->second.last_done) - reuse_gap_);
+    }
     Activate(backend, r->first, r->second);
     if (footprint_tokens > r->second.footprint) {
       in.resident_tokens += footprint_tokens - r->second.footprint;
@@ -189,7 +196,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
-  if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens)) {
+  if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, now)) {
     Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
@@ -198,8 +205,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   const absl::Duration bound = turn.max_wait > absl::ZeroDuration()
                                    ? std::min(turn.max_wait, options_.max_wait)
                                    : options_.max_wait;
-  Waiter w{id,          key, std::max<int64_t>(1, footprint_tokens), now, now + bound,
-           turn.movable, turn.reload_s};
+  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + bound, turn.movable};
   // Queued by when its wait runs out; equal bounds keep arrival order.
   auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
                              [](absl::Time due, const Waiter& x) { return due < x.due; });
@@ -216,16 +222,18 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   return id;
 }
 
-bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint) {
-  int64_t active_tokens = 0;
+bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint, absl::Time now) {
+  const absl::Time idle_since = now - swap_after();
+  int64_t kept_tokens = 0;
   for (const auto& [session, r] : in.residents) {
-    if (r.active > 0) active_tokens += r.footprint;
+    if (r.active > 0 || r.last_done > idle_since) kept_tokens += r.footprint;
   }
-  const bool room = active_tokens == 0 || static_cast<double>(active_tokens + footprint) <=
-                                              options_.fill * static_cast<double>(in.capacity_tokens);
+  const bool room = kept_tokens == 0 || static_cast<double>(kept_tokens + footprint) <=
+                                            options_.fill * static_cast<double>(in.capacity_tokens);
   if (!room) return false;
   // idle_ is ordered by when each went idle: the longest idle first.
-  for (auto it = idle_.begin(); it != idle_.end() && !Fits(in, footprint);) {
+  for (auto it = idle_.begin();
+       it != idle_.end() && std::get<0>(*it) <= idle_since && !Fits(in, footprint);) {
     const auto [since, b, session] = *it++;
     if (b != backend) continue;
     Evict(in, session);
@@ -310,7 +318,7 @@ std::optional<absl::Time> ResidencyGate::NextEvent() const {
     if (in.waiting.empty() && !movable) continue;
     for (const Waiter& w : in.waiting) consider(w.due);
     for (const auto& [session, r] : in.residents) {
-      if (r.active == 0) consider(r.last_done + options_.grace);
+      if (r.active == 0) consider(r.last_done + IdleLimit(in));
     }
   }
   return next;

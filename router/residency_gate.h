@@ -46,15 +46,17 @@
 // A session that moves to another instance leaves the first one's residents.
 // On an instance with a host-memory KV tier a session's KV is not lost when
 // its GPU blocks go: the engine wrote it through to host memory and reloads
-// it in well under a second. There a turn whose prefix the instance holds
-// (`reload_s`: the seconds its reload takes, the GPU part costing nothing;
-// a cold turn reloads nothing) is not made to wait longer than its reload
-// would take: if it does not fit and its reload is shorter than the wait a
-// turn meets here (the mean of the waits the gate has seen, `grace` before
-// the first), the idle residents, the longest idle first, are swapped out
-// until it fits (their next turn is such a reload in turn), when it enters
-// or, if the active residents alone leave it no room then, as soon as one of
-// them goes idle. Swapped-out sessions are a state, not a loss.
+// it in well under a second. There an idle resident that has been idle
+// longer than sessions take to come back (twice the mean gap between a
+// resident's turns, learned; at most `grace`) is swapped out for a turn
+// that does not fit, rather than held until `grace`: when the turn enters,
+// if its own reload (`reload_s`: what only that tier holds of its prefix;
+// 0 when nothing is reloaded) is shorter than the wait turns meet here (the
+// mean of the waits the gate has seen, `grace` before the first), and for
+// waiters once the resident passes that idle time. Residents still within
+// it stay: swapping out a session about to send its next turn only moves
+// the wait to it and adds a reload for both. Swapped-out sessions are a
+// state, not a loss: their next turn is such a reload in turn.
 //
 // Pure and deterministic: time is passed in, nothing here waits. The router
 // owns it under its lock (router/router_impl.h); residency/residency_wait.h
@@ -99,7 +101,7 @@ class ResidencyGate {
     uint64_t expired = 0;         // residents idle for the grace time or the window
     uint64_t swapped_in = 0;   // turns admitted at once by swapping idle residents out
                                // (a waiter admitted so counts as after_wait)
-    uint64_t swapped_out = 0;  // idle residents swapped out for them
+    uint64_t swapped_out = 0;  // idle residents swapped out before the grace time
   };
 
   explicit ResidencyGate(Options options);
@@ -157,6 +159,12 @@ class ResidencyGate {
   // The wait a held turn meets: the mean of the waits seen (exponentially
   // weighted), `grace` before the first.
   absl::Duration expected_wait() const { return expected_wait_; }
+  // The mean gap between a resident session's turns (exponentially
+  // weighted), `grace` before the first.
+  absl::Duration reuse_gap() const { return reuse_gap_; }
+  // How long an idle resident of an instance with a host tier stays before
+  // it may be swapped out: twice the reuse gap, at most `grace`.
+  absl::Duration swap_after() const { return std::min(options_.grace, 2 * reuse_gap_); }
   size_t waiting() const;
   // Resident sessions and their footprints on `backend`.
   size_t resident_sessions(int backend) const;
@@ -187,13 +195,13 @@ class ResidencyGate {
     absl::Time since;
     absl::Time due;  // since + its wait bound: it goes then, others yielding
     bool movable = false;
-    double reload_s = -1;  // Turn::reload_s
   };
   struct Instance {
     absl::flat_hash_map<std::string, Resident> residents;
     int64_t resident_tokens = 0;
     int64_t capacity_tokens = 0;
     std::deque<Waiter> waiting;
+    bool tiered = false;  // turns here carry a reload time: it has a host tier
   };
 
   Instance& At(int backend);
@@ -220,10 +228,14 @@ class ResidencyGate {
   bool Swappable(double reload_s) const {
     return reload_s >= 0 && absl::Seconds(reload_s) < expected_wait_;
   }
-  // Swaps `backend`'s idle residents out, the longest idle first, until
-  // `footprint` fits; false (and nothing changes) when the active residents
-  // alone leave it no room.
-  bool SwapIn(int backend, Instance& in, int64_t footprint);
+  // How long an idle resident of `in` stays while others wait.
+  absl::Duration IdleLimit(const Instance& in) const {
+    return in.tiered ? swap_after() : options_.grace;
+  }
+  // Swaps `backend`'s residents idle for swap_after() out, the longest idle
+  // first, until `footprint` fits; false (and nothing changes) when the
+  // others alone leave it no room.
+  bool SwapIn(int backend, Instance& in, int64_t footprint, absl::Time now);
   // Fills `backend`'s free room with movable waiters of other instances, the
   // earliest due first.
   void AdmitMovable(int backend, absl::Time now, std::vector<uint64_t>* woken);
@@ -237,6 +249,7 @@ class ResidencyGate {
   uint64_t next_waiter_ = 1;
   Counters counters_;
   absl::Duration expected_wait_;
+  absl::Duration reuse_gap_;
 };
 
 }  // namespace kvroute::router

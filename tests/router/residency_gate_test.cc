@@ -163,10 +163,11 @@ ResidencyGate::Turn Reloadable(int64_t footprint, double reload_s) {
   return t;
 }
 
-// On an instance with a host tier, a turn whose prefix it holds goes at once
-// if its reload beats the wait: the idle residents, the longest idle first,
-// are swapped out until it fits; an active resident stays.
-TEST(ResidencyGateTest, AReloadableTurnSwapsIdleResidentsOut) {
+// On an instance with a host tier, a turn whose reload beats the wait goes
+// at once when residents have been idle longer than sessions take to come
+// back (swap_after: 2 x the reuse gap, at most grace; grace before any gap
+// is learned): they are swapped out, the longest idle first, until it fits.
+TEST(ResidencyGateTest, AReloadableTurnSwapsLongIdleResidentsOut) {
   ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
   std::vector<uint64_t> woken;
   g.Enter(0, "a", 30, kCap, At(0), &woken);
@@ -175,31 +176,34 @@ TEST(ResidencyGateTest, AReloadableTurnSwapsIdleResidentsOut) {
   g.Leave(0, "b", 30, At(1), &woken);  // idle longest
   g.Leave(0, "a", 30, At(2), &woken);  // idle since 2; c still runs
   EXPECT_EQ(g.expected_wait(), absl::Seconds(10)) << "grace before any wait";
-  EXPECT_EQ(g.Enter(0, "d", Reloadable(30, 0.5), At(3), &woken), 0u);
+  EXPECT_EQ(g.swap_after(), absl::Seconds(10));
+  EXPECT_EQ(g.Enter(0, "d", Reloadable(30, 0.5), At(12), &woken), 0u);
   EXPECT_EQ(g.counters().swapped_in, 1u);
   EXPECT_EQ(g.counters().swapped_out, 1u);
   EXPECT_FALSE(g.Find("b").has_value()) << "the longest idle went";
   EXPECT_TRUE(g.Find("a").has_value());
   EXPECT_EQ(g.resident_tokens(0), 90);
   // b's next turn comes back the same way, swapping a out.
-  EXPECT_EQ(g.Enter(0, "b", Reloadable(30, 0.5), At(4), &woken), 0u);
+  EXPECT_EQ(g.Enter(0, "b", Reloadable(30, 0.5), At(13), &woken), 0u);
   EXPECT_FALSE(g.Find("a").has_value());
   EXPECT_EQ(g.counters().swapped_out, 2u);
   EXPECT_TRUE(woken.empty());
 }
 
-// A reload longer than the expected wait, a turn with no host copy, or no
-// room beside the active residents: the turn waits and nobody is swapped.
+// A reload longer than the expected wait, or no room beside the active
+// residents and those idle for less than swap_after: the turn waits and
+// nobody is swapped.
 TEST(ResidencyGateTest, ASlowOrRoomlessReloadWaitsAsAnyOther) {
   ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
   std::vector<uint64_t> woken;
   g.Enter(0, "a", 40, kCap, At(0), &woken);
   g.Enter(0, "b", 40, kCap, At(0), &woken);
   g.Leave(0, "a", 40, At(1), &woken);
-  EXPECT_NE(g.Enter(0, "slow", Reloadable(40, 12), At(2), &woken), 0u);
-  EXPECT_NE(g.Enter(0, "cold", Reloadable(40, -1), At(2), &woken), 0u);
-  EXPECT_NE(g.Enter(0, "big", Reloadable(60, 0.1), At(2), &woken), 0u)
+  EXPECT_NE(g.Enter(0, "slow", Reloadable(40, 12), At(5), &woken), 0u);
+  EXPECT_NE(g.Enter(0, "big", Reloadable(60, 0.1), At(5), &woken), 0u)
       << "b's 40 active tokens and 60 exceed 90";
+  EXPECT_NE(g.Enter(0, "soon", Reloadable(40, 0.1), At(5), &woken), 0u)
+      << "a, idle 4 s, may still come back";
   EXPECT_EQ(g.counters().swapped_in, 0u);
   EXPECT_EQ(g.counters().swapped_out, 0u);
   EXPECT_TRUE(g.Find("a").has_value());
@@ -218,24 +222,33 @@ TEST(ResidencyGateTest, TheExpectedWaitLearnsFromWaits) {
   EXPECT_EQ(g.expected_wait(), absl::Seconds(11));
 }
 
-// A reloadable turn the active residents leave no room goes the moment one
-// of them goes idle, swapping it out, not a grace time later.
-TEST(ResidencyGateTest, AWaitingReloadableTurnSwapsInWhenAResidentGoesIdle) {
-  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10));
+// The reuse gap is learned from residents' returns; on an instance with a
+// host tier a waiter gets the room of a resident idle for twice that gap,
+// not a grace time later, and the resident counts as swapped out.
+TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
+  ResidencyGate g(Opts(/*quantum=*/1000, /*grace_s=*/10));
   std::vector<uint64_t> woken;
   g.Enter(0, "a", 45, kCap, At(0), &woken);
-  g.Enter(0, "b", 45, kCap, At(0), &woken);
-  const uint64_t c = g.Enter(0, "c", Reloadable(45, 0.5), At(1), &woken);
-  ASSERT_NE(c, 0u);
-  const uint64_t cold = g.Enter(0, "cold", 45, kCap, At(1), &woken);
-  ASSERT_NE(cold, 0u);
-  g.Leave(0, "a", 45, At(3), &woken);
+  g.Enter(0, "b", Reloadable(45, 0), At(0), &woken);
+  g.Leave(0, "b", 45, At(1), &woken);
+  g.Enter(0, "b", Reloadable(45, 0), At(3), &woken);  // back after 2 s
+  EXPECT_EQ(g.reuse_gap(), absl::Seconds(9.2));
+  for (int i = 0; i < 60; ++i) {
+    g.Leave(0, "b", 45, At(4 + 3 * i), &woken);
+    g.Enter(0, "b", Reloadable(45, 0), At(6 + 3 * i), &woken);
+  }
+  const absl::Duration after = g.swap_after();
+  EXPECT_GT(after, absl::Seconds(4));
+  EXPECT_LT(after, absl::Seconds(4.2));
+  g.Leave(0, "a", 45, At(200), &woken);
+  const uint64_t c = g.Enter(0, "c", Reloadable(45, 0.5), At(201), &woken);
+  ASSERT_NE(c, 0u) << "a has been idle 1 s";
+  EXPECT_EQ(g.NextEvent(), At(200) + after);
+  g.Tick(At(200) + after, &woken);
   EXPECT_THAT(woken, ElementsAre(c));
   EXPECT_FALSE(g.Find("a").has_value());
   EXPECT_EQ(g.counters().swapped_out, 1u);
-  EXPECT_EQ(g.counters().admitted_after_wait, 1u);
-  EXPECT_EQ(g.expected_wait(), absl::Seconds(9.2)) << "a 2 s wait: 10 + 0.1 x (2 - 10)";
-  EXPECT_EQ(g.waiting(), 1u) << "the turn that cannot swap waits on";
+  EXPECT_EQ(g.counters().expired, 0u);
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
 }
 
 // The residency gate on an instance with a host tier: a session's turn
-// whose prefix only the host tier still holds is not held while an idle
+// whose prefix only the host tier still holds is not held while a long idle
 // resident fills the instance: the resident is swapped out and the turn
 // reloads. Without tier pricing the same turn waits for room.
 TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
@@ -229,7 +229,9 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
     r->OnComplete(a, {.ok = true, .served_by = 0}, later);
     // The GPU evicts b's 12 chunks (the least recently used); its host tier keeps them.
     r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
-    RouteTicket next = turn('b', "b", later + absl::Seconds(1));
+    // a has been idle longer than sessions take to come back (the gate's
+    // grace time, 15 s, before it learns that gap): it is swapped out.
+    RouteTicket next = turn('b', "b", later + absl::Seconds(20));
     EXPECT_EQ(next.residency_wait == 0, aware) << "aware=" << aware;
     EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
     EXPECT_EQ(r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
