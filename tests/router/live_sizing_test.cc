@@ -55,9 +55,10 @@ TEST(LiveSizingTest, WindowSlides) {
   LiveSizing::Reading r = s.Read(At(75));
   EXPECT_EQ(r.span, absl::Seconds(60));
   EXPECT_DOUBLE_EQ(r.write_rate_tokens_per_s[kGpu], 600.0 / 60);
-  r = s.Read(At(135));
+  r = s.Read(At(120));  // measured from the reading at 60 s
   EXPECT_DOUBLE_EQ(r.write_rate_tokens_per_s[kGpu], 600.0 / 60);
-  r = s.Read(At(136));  // the 600 tokens were written before 76 s: gone
+  r = s.Read(At(135));  // from the one at 75 s, which had the 600 tokens: gone
+  EXPECT_EQ(r.span, absl::Seconds(60));
   EXPECT_DOUBLE_EQ(r.write_rate_tokens_per_s[kGpu], 0);
 }
 
@@ -73,9 +74,10 @@ TEST(LiveSizingTest, ReuseGapIsTheMeanOverTheWindow) {
   s.AddReuseGap(50);
   r = s.Read(At(60));
   EXPECT_DOUBLE_EQ(r.reuse_gap_s, 30);
-  r = s.Read(At(120));  // only the 50 s gap is younger than the 60 s reading
+  r = s.Read(At(90));  // from the reading at 30 s: only the 50 s gap
   EXPECT_DOUBLE_EQ(r.reuse_gap_s, 50);
-  r = s.Read(At(181));
+  EXPECT_EQ(r.reuse_gaps, 1);
+  r = s.Read(At(120));  // from the one at 60 s: none
   EXPECT_EQ(r.reuse_gaps, 0);
   EXPECT_EQ(r.reuse_gap_s, 0);
 }
