@@ -40,22 +40,22 @@ double RetentionSeconds(double capacity_tokens, double write_rate_tokens_per_s);
 
 // The fleet's tiers and its traffic, fleet-wide figures.
 struct TierLoad {
-  int instances = 1;                  // each contributing capacity
-  double working_set_tokens = 0;      // W: sessions' footprints kept warm
-  double gpu_capacity_tokens = 0;     // G: HBM KV of the fleet
-  double host_capacity_tokens = 0;    // H: host tier of the fleet, 0 without one
+  int instances = 1;                        // each contributing capacity
+  double working_set_tokens = 0;            // W: sessions' footprints kept warm
+  double gpu_capacity_tokens = 0;           // G: HBM KV of the fleet
+  double host_capacity_tokens = 0;          // H: host tier of the fleet, 0 without one
   double gpu_write_rate_tokens_per_s = 0;   // new KV written into HBM per second
   double host_write_rate_tokens_per_s = 0;  // into the host tier (without one: what it would take)
-  double reuse_gap_s = 0;             // think time + TTFT
-  double kv_bytes_per_token = 0;      // c_KV, to express host memory in bytes
+  double reuse_gap_s = 0;                   // think time + TTFT
+  double kv_bytes_per_token = 0;            // c_KV, to express host memory in bytes
 };
 
 struct TierPressure {
   double gpu_retention_s = 0;
   double host_retention_s = 0;
-  double retention_s = 0;    // the longest of the two: how long the fleet keeps a block
-  bool retention_ok = true;  // retention_s >= reuse_gap_s
-  double spill_tokens = 0;   // max(0, W - G - H)
+  double retention_s = 0;     // the longest of the two: how long the fleet keeps a block
+  bool retention_ok = true;   // retention_s >= reuse_gap_s
+  double spill_tokens = 0;    // max(0, W - G - H)
   bool thrash_ahead = false;  // spill_tokens > 0 or !retention_ok
   // Remedies (0 when nothing is short): whole instances, or whole GiB (2^30 bytes) of host
   // tier per instance (vLLM's --kv-offloading-size grows by it); 0 GiB with c_KV unknown.

@@ -51,9 +51,9 @@ class LiveSizing {
 
   struct Reading {
     std::array<double, 2> write_rate_tokens_per_s = {0, 0};  // by Tier
-    double reuse_gap_s = 0;      // mean over the window, 0 without turns
-    int64_t reuse_gaps = 0;      // turns in the window
-    absl::Duration span;         // the interval measured, zero on the first reading
+    double reuse_gap_s = 0;  // mean over the window, 0 without turns
+    int64_t reuse_gaps = 0;  // turns in the window
+    absl::Duration span;     // the interval measured, zero on the first reading
   };
   Reading Read(absl::Time now);
 

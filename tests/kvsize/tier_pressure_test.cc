@@ -106,7 +106,7 @@ TEST(TierPressureTest, PromtoolCaseRetention) {
                                               .kv_bytes_per_token = 131072});
   EXPECT_DOUBLE_EQ(p.retention_s, 80);
   EXPECT_TRUE(p.thrash_ahead);
-  EXPECT_EQ(p.add_instances, 2);  // host: (1.2e7 - 8e6) / 2e6
+  EXPECT_EQ(p.add_instances, 2);                // host: (1.2e7 - 8e6) / 2e6
   EXPECT_EQ(p.add_host_gib_per_instance, 123);  // 4e6 x 128 KiB / 4 = 122.07 GiB
 }
 
@@ -121,7 +121,7 @@ TEST(TierPressureTest, PromtoolCaseSpill) {
                                               .kv_bytes_per_token = 131072});
   EXPECT_TRUE(p.retention_ok);
   EXPECT_DOUBLE_EQ(p.spill_tokens, 3e6);
-  EXPECT_EQ(p.add_instances, 1);  // 3e6 / 3e6
+  EXPECT_EQ(p.add_instances, 1);               // 3e6 / 3e6
   EXPECT_EQ(p.add_host_gib_per_instance, 92);  // 3e6 x 128 KiB / 4 = 91.55 GiB
 }
 

@@ -178,8 +178,8 @@ kvsize::ModelArch Llama8B() {
           .weight_bytes = 8.03e9 * 2};
 }
 kvsize::Deployment H100() {
-  return {.gpu_name = "H100", .gpu_memory_bytes = 85.9e9, .tensor_parallel = 1,
-          .utilisation = 0.85};
+  return {
+      .gpu_name = "H100", .gpu_memory_bytes = 85.9e9, .tensor_parallel = 1, .utilisation = 0.85};
 }
 
 std::unique_ptr<Router> MakeFleet(const Workload& w, int64_t capacity_tokens,
@@ -224,13 +224,13 @@ TEST(RouterSizingTest, AgreesWithKvrouteSizeOnAFixedWorkload) {
   wl.sessions = w.sessions;
   wl.tokens_per_session = static_cast<double>(w.footprint());
   const kvsize::UtilisationWindow window = kvsize::ComputeUtilisationWindow(Llama8B(), H100(), wl);
-  const kvsize::TieringResult offline = kvsize::ComputeTiering(
-      Llama8B(), cap, window,
-      {.cpu_buffer_bytes = w.host_gib * kGiB,
-       .write_rate_tokens_per_s = w.write_rate(),
-       .think_time_s = w.think_s,
-       .ttft_s = w.ttft_s,
-       .instances = w.instances});
+  const kvsize::TieringResult offline =
+      kvsize::ComputeTiering(Llama8B(), cap, window,
+                             {.cpu_buffer_bytes = w.host_gib * kGiB,
+                              .write_rate_tokens_per_s = w.write_rate(),
+                              .think_time_s = w.think_s,
+                              .ttft_s = w.ttft_s,
+                              .instances = w.instances});
 
   // The inputs: measured live, given offline.
   EXPECT_EQ(live.load.instances, offline.load.instances);
