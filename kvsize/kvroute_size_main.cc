@@ -1,5 +1,7 @@
 // kvroute-size: KV sizing calculator. Prints c_KV, M_KV, T_GPU, and optionally the utilisation
-// window of a workload, the disk spill of a reuse corpus and the CPU-tier retention clock.
+// window of a workload, the disk spill of a reuse corpus, each tier's retention clock against
+// the reuse gap, and what to add when they fall short (kvsize/tier_pressure.h: the formula the
+// daemon's live gauges use).
 //
 //   kvroute-size --profile configs/profiles/h20-qwen3-coder-30b-a3b.yaml
 //   kvroute-size --attn-layers 10 --kv-heads 2 --head-dim 256 --params 35e9
@@ -76,7 +78,10 @@ int main(int argc, char** argv) {
   app.add_option("--sessions", wl.sessions, "sessions in the reuse corpus");
   app.add_option("--session-tokens", wl.tokens_per_session, "KV tokens per session");
   app.add_option("--cpu-bytes", tier.cpu_buffer_bytes, "CPU KV buffer B_CPU in bytes");
-  app.add_option("--write-rate", tier.write_rate_tokens_per_s, "new KV tokens/s into the CPU tier");
+  app.add_option("--write-rate", tier.write_rate_tokens_per_s,
+                 "new KV tokens/s the fleet writes (into HBM and, written through, the CPU tier)");
+  app.add_option("--instances", tier.instances,
+                 "N replicas sharing the reuse corpus and the write rate (default 1)");
   app.add_option("--think-time", tier.think_time_s, "t_think between turns, seconds");
   app.add_option("--ttft", tier.ttft_s, "TTFT of the next turn, seconds");
   CLI11_PARSE(app, argc, argv);
@@ -116,12 +121,22 @@ int main(int argc, char** argv) {
   }
   if (tier.cpu_buffer_bytes > 0 || wl.sessions > 0) {
     const kvsize::TieringResult t = kvsize::ComputeTiering(arch, cap, window, tier);
+    const kvsize::TierLoad& load = t.load;
+    const kvsize::TierPressure& p = t.pressure;
     std::printf("T_CPU                  %.0f tokens\n", t.cpu_token_capacity);
+    std::printf("working set            %.0f tokens (HBM %.0f, HBM + host %.0f, %d instance%s)\n",
+                load.working_set_tokens, load.gpu_capacity_tokens,
+                load.gpu_capacity_tokens + load.host_capacity_tokens, load.instances,
+                load.instances == 1 ? "" : "s");
     std::printf("disk spill             %.0f tokens\n", t.disk_spill_tokens);
     if (tier.write_rate_tokens_per_s > 0) {
-      std::printf("retention clock        %.1f s (need > t_think + TTFT = %.1f s): %s\n",
-                  t.retention_s, tier.think_time_s + tier.ttft_s,
-                  t.retention_ok ? "ok" : "TOO SHORT");
+      std::printf("retention gpu          %.1f s\n", p.gpu_retention_s);
+      std::printf("retention clock        %.1f s (need >= t_think + TTFT = %.1f s): %s\n",
+                  t.retention_s, load.reuse_gap_s, t.retention_ok ? "ok" : "TOO SHORT");
+    }
+    if (p.thrash_ahead) {
+      std::printf("thrash ahead           add %.0f instances or %.0f GiB of host tier per instance\n",
+                  p.add_instances, p.add_host_gib_per_instance);
     }
   }
   for (const std::string& w : cap.warnings) std::printf("warning: %s\n", w.c_str());

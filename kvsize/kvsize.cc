@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace kvsize {
 
@@ -66,17 +65,25 @@ UtilisationWindow ComputeUtilisationWindow(const ModelArch& arch, const Deployme
   return w;
 }
 
-TieringResult ComputeTiering(const ModelArch& arch, const Capacity& cap,
+TieringResult ComputeTiering(const ModelArch& /*arch*/, const Capacity& cap,
                              const UtilisationWindow& window, const Tiering& tiering) {
   TieringResult r;
   const double c_kv = cap.effective_kv_bytes_per_token;
   if (c_kv > 0) r.cpu_token_capacity = tiering.cpu_buffer_bytes / c_kv;
-  r.disk_spill_tokens =
-      std::max(0.0, window.corpus_tokens - cap.token_capacity - r.cpu_token_capacity);
-  const double write_bytes_per_s = tiering.write_rate_tokens_per_s * c_kv;
-  r.retention_s = write_bytes_per_s > 0 ? tiering.cpu_buffer_bytes / write_bytes_per_s
-                                        : std::numeric_limits<double>::infinity();
-  r.retention_ok = r.retention_s > tiering.think_time_s + tiering.ttft_s;
+  const int n = std::max(1, tiering.instances);
+  // Write-through: every new token lands in HBM and in the CPU tier alike.
+  r.load = TierLoad{.instances = n,
+                    .working_set_tokens = window.corpus_tokens,
+                    .gpu_capacity_tokens = n * cap.token_capacity,
+                    .host_capacity_tokens = n * r.cpu_token_capacity,
+                    .gpu_write_rate_tokens_per_s = tiering.write_rate_tokens_per_s,
+                    .host_write_rate_tokens_per_s = tiering.write_rate_tokens_per_s,
+                    .reuse_gap_s = tiering.think_time_s + tiering.ttft_s,
+                    .kv_bytes_per_token = c_kv};
+  r.pressure = ComputeTierPressure(r.load);
+  r.disk_spill_tokens = r.pressure.spill_tokens;
+  r.retention_s = r.pressure.host_retention_s;
+  r.retention_ok = r.pressure.retention_ok;
   return r;
 }
 

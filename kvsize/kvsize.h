@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "kvsize/tier_pressure.h"
+
 namespace kvsize {
 
 // The parts of a model architecture that decide its KV footprint and weight memory.
@@ -93,19 +95,25 @@ struct UtilisationWindow {
 UtilisationWindow ComputeUtilisationWindow(const ModelArch& arch, const Deployment& dep,
                                            const Workload& workload);
 
-// Tiering beyond the GPU: CPU (host memory) KV buffer and what spills to disk.
+// Tiering beyond the GPU: CPU (host memory) KV buffer and what spills to disk, for
+// `instances` replicas; the workload's corpus and write rate are the fleet's.
 struct Tiering {
   double cpu_buffer_bytes = 0;         // B_CPU per replica
-  double write_rate_tokens_per_s = 0;  // tokens of new KV written into the CPU tier per second
+  double write_rate_tokens_per_s = 0;  // tokens of new KV written per second (write-through:
+                                       // into HBM and the CPU tier alike)
   double think_time_s = 0;             // t_think between a session's turns
   double ttft_s = 0;                   // time to first token of the next turn
+  int instances = 1;                   // N replicas
 };
 
 struct TieringResult {
-  double cpu_token_capacity = 0;  // T_CPU = B_CPU / c_KV
-  double disk_spill_tokens = 0;   // max(0, T_corpus - T_GPU - T_CPU)
-  double retention_s = 0;         // B_CPU / (write_rate * c_KV): how long a block survives in CPU
-  bool retention_ok = false;      // retention_s > t_think + TTFT
+  double cpu_token_capacity = 0;  // T_CPU = B_CPU / c_KV, per replica
+  double disk_spill_tokens = 0;   // max(0, T_corpus - N (T_GPU + T_CPU))
+  double retention_s = 0;         // N B_CPU / (write_rate * c_KV): how long a block survives in CPU
+  bool retention_ok = false;      // the longest tier's retention >= t_think + TTFT
+  // The whole comparison, as the daemon's live gauges make it (kvsize/tier_pressure.h).
+  TierLoad load;
+  TierPressure pressure;
 };
 
 TieringResult ComputeTiering(const ModelArch& arch, const Capacity& cap,

@@ -123,6 +123,13 @@ router::EngineGauges ParseEngineMetrics(std::string_view text) {
     } else if (s.name == "vllm:cache_config_info") {
       block_size = label(s, "block_size");
       num_blocks = label(s, "num_gpu_blocks");
+      // --kv-offloading-size, in GiB ("None" without a host tier).
+      double offloading_gib = 0;
+      if (const auto it = s.labels.find("kv_offloading_size");
+          it != s.labels.end() && absl::SimpleAtod(it->second, &offloading_gib) &&
+          offloading_gib > 0) {
+        g.host_capacity_bytes = offloading_gib * 1024 * 1024 * 1024;
+      }
     }
   }
   if (block_size > 0 && num_blocks > 0) g.capacity_tokens = block_size * num_blocks;

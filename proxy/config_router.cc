@@ -44,6 +44,15 @@ absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options*
   return r.Finish();
 }
 
+// `router.sizing`: the live sizing gauges' measuring window.
+absl::Status ParseSizing(const YAML::Node& n, router::LiveSizing::Options* o) {
+  const std::string path = "router.sizing";
+  KV_RETURN_IF_ERROR(RequireMap(n, path));
+  MapReader r(n, path);
+  KV_RETURN_IF_ERROR(r.Seconds("window_s", &o->window, 1));
+  return r.Finish();
+}
+
 // `router.shed`: requests refused at admission past their deadline.
 absl::Status ParseShed(const YAML::Node& n, router::ShedOptions* o) {
   const std::string path = "router.shed";
@@ -125,6 +134,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   }
   if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, &o->residency));
   if (const YAML::Node* g = r.Find("shed")) KV_RETURN_IF_ERROR(ParseShed(*g, &o->shed));
+  if (const YAML::Node* g = r.Find("sizing")) KV_RETURN_IF_ERROR(ParseSizing(*g, &o->sizing));
   return r.Finish();
 }
 

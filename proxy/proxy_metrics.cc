@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "wire/prometheus_text.h"
 
 namespace kvroute::proxy {
@@ -166,6 +167,54 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
       metrics::RenderSample(out, "kvroute_transfer_time_factor",
                             {{"prefill", report[a].name}, {"decode", report[d].name}}, t.factor);
     }
+  });
+}
+
+void RegisterKvSizingGauges(metrics::Registry& reg, router::Router* router) {
+  reg.AddCollector([r = router](std::string* out) {
+    const router::KvSizingReport s = r->Sizing(absl::Now());
+    const kvsize::TierLoad& l = s.load;
+    const kvsize::TierPressure& p = s.pressure;
+    const double n = l.instances > 0 ? l.instances : 1;
+    auto scalar = [out](const char* name, const char* help, double v) {
+      metrics::RenderGaugeHeader(out, name, help);
+      metrics::RenderSample(out, name, {}, v);
+    };
+    auto tiers = [out](const char* name, const char* help, double gpu, double host) {
+      metrics::RenderGaugeHeader(out, name, help);
+      metrics::RenderSample(out, name, {{"tier", "gpu"}}, gpu);
+      metrics::RenderSample(out, name, {{"tier", "host"}}, host);
+    };
+    scalar("kvroute_kv_working_set_tokens",
+           "KV the live sessions need kept: footprints (last prompt + output) of the sessions "
+           "active within session_resident_window, plus in-flight requests without a session.",
+           l.working_set_tokens);
+    tiers("kvroute_kv_capacity_tokens",
+          "KV capacity of the healthy fleet by tier: gpu = the learned HBM KV capacity, host = "
+          "the engines' host tier (vllm:cache_config_info kv_offloading_size / c_KV).",
+          l.gpu_capacity_tokens, l.host_capacity_tokens);
+    tiers("kvroute_kv_instance_capacity_tokens",
+          "Mean KV capacity of one healthy instance by tier: what one more instance adds.",
+          l.gpu_capacity_tokens / n, l.host_capacity_tokens / n);
+    scalar("kvroute_kv_instances", "Healthy instances whose capacities the tiers sum.",
+           l.instances);
+    tiers("kvroute_kv_write_rate_tokens_per_second",
+          "KV tokens newly written per second into each tier over router.sizing window "
+          "(engine KV events where published, else prompt - cached + output of completed "
+          "requests); host counts what a host tier would take where there is none.",
+          l.gpu_write_rate_tokens_per_s, l.host_write_rate_tokens_per_s);
+    tiers("kvroute_kv_retention_seconds",
+          "How long each tier keeps a block before newer writes evict it: capacity / write "
+          "rate (+Inf while nothing is written, 0 for a tier with no capacity).",
+          p.gpu_retention_s, p.host_retention_s);
+    scalar("kvroute_kv_reuse_gap_seconds",
+           "Mean time from a session's turn ending to its next turn's first token (think time "
+           "+ TTFT) over the sizing window; 0 without turns.",
+           l.reuse_gap_s);
+    scalar("kvroute_kv_bytes_per_token",
+           "KV bytes per token (c_KV) the router prices KV with (router.offload_cost or the "
+           "profile).",
+           l.kv_bytes_per_token);
   });
 }
 

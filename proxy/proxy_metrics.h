@@ -51,6 +51,13 @@ struct ProxyMetrics {
 // `reg`'s last Render().
 void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router);
 
+// Adds a collector that renders the live sizing gauges (kvroute_kv_*,
+// router::Router::Sizing) at every scrape, as of the scrape's time: the
+// working set against each KV tier's capacity, the tiers' write rates and
+// retention, and the sessions' reuse gap. `router` must outlive `reg`'s last
+// Render().
+void RegisterKvSizingGauges(metrics::Registry& reg, router::Router* router);
+
 // Adds a collector that renders the residency gate's counters
 // (router/residency_gate.h) at every scrape. `residency` must outlive `reg`'s
 // last Render().

@@ -64,6 +64,7 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
   state_->ConfigureCachedTokens(config_.backends, *router_->Backends());
   monitor_ = std::make_unique<BackendMonitor>(config_, *router_, *state_->health);
   RegisterBackendGauges(registry_, router_.get());
+  RegisterKvSizingGauges(registry_, router_.get());
   RegisterResidencyCounters(registry_, state_->residency.get());
 }
 

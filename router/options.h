@@ -10,6 +10,7 @@
 
 #include "absl/time/time.h"
 #include "classifier/classifier.h"
+#include "router/live_sizing.h"
 #include "router/residency_gate.h"
 #include "router/shed.h"
 #include "router/types.h"
@@ -173,6 +174,10 @@ struct Options {
   // routed with RequestFeatures::defer_kv_reservation, under a policy that
   // homes sessions. Its `window` is session_resident_window's.
   ResidencyGate::Options residency;
+
+  // The live sizing gauges (Router::Sizing): the window over which the
+  // tiers' write rates and the sessions' reuse gap are measured.
+  LiveSizing::Options sizing;
 };
 
 // The largest fleet the router (and its shadow index bitsets) supports.

@@ -44,6 +44,7 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
                 index_, host_index_, static_cast<int>(backends.size())),
       ledger_(static_cast<int>(backends.size())),
       residency_(options_.residency),
+      sizing_(options_.sizing),
       sessions_(options_.max_sessions, options_.session_ttl),
       ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
               options_.max_models),
@@ -316,6 +317,7 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
     rates_.ObservePrefill(d.decode_backend, absl::ToDoubleSeconds(now - r.routed_at),
                           d.predicted_ttft_s / r.prefill_time_factor);
   }
+  RecordReuseGap(r, now);
 }
 
 void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
@@ -404,6 +406,7 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   index_.Unpin(r.decode_pin, r.chain);
   index_.Unpin(r.prefill_pin, r.chain);
   if (!learn) return;
+  RecordWrites(r, outcome, served);
   // Whoever computed the prompt now caches all of it, and stores it
   // through to its host tier.
   index_.Insert(served, r.chain);

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kvsize/tier_pressure.h"
 #include "router/options.h"
 #include "router/types.h"
 
@@ -117,6 +118,9 @@ struct EngineGauges {
   int64_t num_requests_waiting = -1;
   double kv_cache_usage_perc = -1;
   int64_t capacity_tokens = 0;  // num_gpu_blocks x block_size, 0 = unknown
+  // The host-memory KV tier: vllm:cache_config_info's kv_offloading_size
+  // (GiB, --kv-offloading-size) in bytes; 0 = none or unknown.
+  double host_capacity_bytes = 0;
   // vllm:prompt_tokens_total + vllm:generation_tokens_total: grows while the
   // engine works (-1: not published). The health tracker's progress signal.
   double work_tokens_total = -1;
@@ -126,6 +130,28 @@ struct EngineGauges {
   // published). Their growth teaches the host reload factor.
   double host_load_bytes_total = -1;
   double host_load_seconds_total = -1;
+};
+
+// The live sizing figures (Router::Sizing): the working set against the
+// fleet's KV tiers, each tier's retention against the sessions' reuse gap,
+// through the same kvsize::ComputeTierPressure as kvroute-size.
+struct KvSizingReport {
+  // What went into the comparison: fleet-wide figures over the healthy
+  // instances.
+  // - working set: footprints of the sessions resident (active within
+  //   session_resident_window) plus in-flight requests without a session;
+  // - gpu capacity: each instance's learned KV capacity (nominal x learned
+  //   fraction); host capacity: its scraped kv_offloading_size / c_KV;
+  // - write rates: tokens newly written per second (engine KV events'
+  //   stored blocks where the engine publishes them for that tier, else the
+  //   tokens a completed request computed: prompt - cached + output), over
+  //   Options::sizing.window; an instance without a host tier counts into
+  //   the host rate what one would take (it writes through);
+  // - reuse gap: mean time from a session's turn ending to its next turn's
+  //   first token, over the same window (0 without turns).
+  kvsize::TierLoad load;
+  kvsize::TierPressure pressure;
+  int64_t reuse_gaps = 0;  // turns measured in the window
 };
 
 // One routed request's reservation. Copyable; pass it back to OnFirstToken /
@@ -254,6 +280,10 @@ class Router {
 
   // Fleet-wide counters of the shadow index and the estimate.
   virtual RouterStats Stats() const = 0;
+  // The live sizing figures as of `now`. Takes a reading of the write and
+  // reuse-gap totals (router/live_sizing.h): the rates are measured between
+  // successive calls, so call it at a steady pace (every scrape).
+  virtual KvSizingReport Sizing(absl::Time now) = 0;
   // The learned prompt bytes per token for `model` (the fleet-wide ratio
   // for a model it has not seen).
   virtual double BytesPerToken(const std::string& model) const = 0;

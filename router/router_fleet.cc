@@ -64,6 +64,7 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
 int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) {
   absl::MutexLock lock(&mu_);
   if (!Valid(backend) || (*specs_)[backend].retired) return 0;
+  RecordStoredEvents(events);
   return feedback_.ApplyEngineKvEvents(backend, events, ratios_.FleetWide());
 }
 
@@ -74,9 +75,13 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   const bool capacity_changed =
       g.capacity_tokens > 0 && g.capacity_tokens != s.gauges.capacity_tokens;
   const int64_t known_capacity = s.gauges.capacity_tokens;
+  const double known_host_capacity = s.gauges.host_capacity_bytes;
   s.gauges = g;
   // A scrape without vllm:cache_config_info keeps the last known capacity.
-  if (g.capacity_tokens <= 0) s.gauges.capacity_tokens = known_capacity;
+  if (g.capacity_tokens <= 0) {
+    s.gauges.capacity_tokens = known_capacity;
+    s.gauges.host_capacity_bytes = known_host_capacity;
+  }
   if (capacity_changed) ApplyCapacity(backend);
   LearnHostReload(backend, s);
 }

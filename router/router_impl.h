@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "router/bytes_per_token.h"
+#include "router/live_sizing.h"
 #include "router/load_ledger.h"
 #include "router/policies/placement_cost.h"
 #include "router/policy.h"
@@ -105,6 +106,7 @@ class RouterImpl : public Router {
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
   RouterStats Stats() const override;
+  KvSizingReport Sizing(absl::Time now) override;
   double BytesPerToken(const std::string& model) const override;
   int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) override;
 
@@ -151,6 +153,14 @@ class RouterImpl : public Router {
   void Wake(std::vector<uint64_t>& woken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnFromTruth(const InflightRequest& r, const Outcome& outcome, int served)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Live sizing (router/router_sizing.cc): the KV a completed request wrote
+  // into `served`'s tiers, the engine's stored blocks, a session turn's
+  // reuse gap.
+  void RecordWrites(const InflightRequest& r, const Outcome& outcome, int served)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordStoredEvents(absl::Span<const EngineKvEvent> events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordReuseGap(const InflightRequest& r, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -163,6 +173,7 @@ class RouterImpl : public Router {
   ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
+  LiveSizing sizing_ ABSL_GUARDED_BY(mu_);
   ResidencyListener listener_ ABSL_GUARDED_BY(mu_);
   // residency_wait id -> ticket id, while held.
   absl::flat_hash_map<uint64_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);

@@ -28,7 +28,7 @@ void SessionTable::Assign(std::string_view session, int backend, absl::Time now)
   auto it = index_.find(absl::string_view(session.data(), session.size()));
   if (it != index_.end()) {
     Entry& e = *it->second;
-    if (e.info.backend != backend) e.info = Info{};
+    if (e.info.backend != backend) e.info = Info{.last_finished = e.info.last_finished};
     e.info.backend = backend;
     e.last_assigned = now;
     MoveToFront(it->second);
@@ -50,6 +50,7 @@ void SessionTable::Finish(std::string_view session, absl::Time now) {
   if (it == index_.end()) return;
   Entry& e = *it->second;
   e.last_assigned = std::max(e.last_assigned, now);
+  e.info.last_finished = std::max(e.info.last_finished, now);
   MoveToFront(it->second);
 }
 

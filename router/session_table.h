@@ -39,6 +39,9 @@ class SessionTable {
     uint64_t last_chunk_hash = 0;
     int64_t prompt_chunks = 0;
     int64_t held_tokens = 0;
+    // When one of the session's requests last ended (InfinitePast: none
+    // yet); its next turn's KV had to survive from then.
+    absl::Time last_finished = absl::InfinitePast();
   };
 
   // The session's entry, or nullptr when unknown or expired (an expired

@@ -173,7 +173,12 @@ const std::set<std::string>& KvrouteFamilies() {
       "kvroute_backend_inflight_requests", "kvroute_backend_inflight_prefill_tokens",
       "kvroute_backend_decoding_requests", "kvroute_backend_shadow_tokens",
       "kvroute_backend_kv_usage", "kvroute_residency_wait_seconds", "kvroute_shed_total",
-      "kvroute_busy_timeouts_total"};
+      "kvroute_busy_timeouts_total",
+      // Live sizing (proxy/proxy_metrics.cc RegisterKvSizingGauges).
+      "kvroute_kv_working_set_tokens", "kvroute_kv_capacity_tokens",
+      "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
+      "kvroute_kv_write_rate_tokens_per_second", "kvroute_kv_retention_seconds",
+      "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token"};
   return kFamilies;
 }
 
@@ -218,7 +223,8 @@ TEST(DeployDashboards, GrafanaDashboardUsesRealMetricNames) {
   for (const char* want : {"kvroute_time_to_first_byte_seconds", "kvroute_time_per_output_token_seconds",
                            "kvroute_backend_inflight_prefill_tokens", "kvroute_backend_kv_usage",
                            "kvroute_cached_tokens_estimated_total", "kvroute_cached_tokens_actual_total",
-                           "kvroute_offloads_total", "kvroute_transfer_seconds"}) {
+                           "kvroute_offloads_total", "kvroute_transfer_seconds",
+                           "kvroute_kv_working_set_tokens", "kvroute_kv_retention_seconds"}) {
     EXPECT_TRUE(used.count(want)) << "dashboard lacks " << want;
   }
 }
@@ -235,7 +241,8 @@ TEST(DeployDashboards, AlertRulesUseRealMetricNames) {
       if (r["alert"]) alerts.insert(r["alert"].as<std::string>());
     }
   }
-  for (const char* want : {"KvrouteNoHealthyBackend", "KvrouteCacheEstimateDrift", "KvrouteOffloadFailures"}) {
+  for (const char* want : {"KvrouteNoHealthyBackend", "KvrouteCacheEstimateDrift", "KvrouteOffloadFailures",
+                           "KvrouteKvThrashAhead"}) {
     EXPECT_TRUE(alerts.count(want)) << want;
   }
 }

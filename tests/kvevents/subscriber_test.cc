@@ -393,6 +393,7 @@ class HoldingRouter : public router::Router {
   }
   std::vector<router::BackendReport> Report() const override { return inner_->Report(); }
   router::RouterStats Stats() const override { return inner_->Stats(); }
+  router::KvSizingReport Sizing(absl::Time now) override { return inner_->Sizing(now); }
   double BytesPerToken(const std::string& model) const override {
     return inner_->BytesPerToken(model);
   }

@@ -56,8 +56,13 @@ TEST(KvSizeTest, TieringSpillAndRetention) {
   EXPECT_NEAR(r.disk_spill_tokens, 10e6 - cap.token_capacity - 2e6, 1);
   EXPECT_DOUBLE_EQ(r.retention_s, 200);
   EXPECT_TRUE(r.retention_ok);
+  // The GPU keeps a block for T_GPU / 10,000 = 381.7 s: longer than the CPU tier's 200 s, so
+  // a 300 s think time is still covered; 400 s is not.
+  EXPECT_NEAR(r.pressure.gpu_retention_s, cap.token_capacity / 10000, 1e-9);
   Tiering slow = t;
   slow.think_time_s = 300;
+  EXPECT_TRUE(ComputeTiering(Qwen36(), cap, w, slow).retention_ok);
+  slow.think_time_s = 400;
   EXPECT_FALSE(ComputeTiering(Qwen36(), cap, w, slow).retention_ok);
 }
 

@@ -257,6 +257,21 @@ TEST(EngineMetricsTest, ParsesVllmGauges) {
   EXPECT_EQ(g.num_requests_waiting, 2);
   EXPECT_DOUBLE_EQ(g.kv_cache_usage_perc, 0.42);
   EXPECT_EQ(g.capacity_tokens, 16000);
+  EXPECT_EQ(g.host_capacity_bytes, 0);
+}
+
+// vLLM's CacheConfig fields are the info gauge's labels: --kv-offloading-size
+// appears as kv_offloading_size in GiB ("None" without it).
+TEST(EngineMetricsTest, HostTierSizeFromCacheConfigInfo) {
+  router::EngineGauges g = ParseEngineMetrics(
+      "vllm:cache_config_info{block_size=\"16\",kv_offloading_backend=\"native\","
+      "kv_offloading_size=\"64.5\",num_gpu_blocks=\"1000\",engine=\"0\"} 1.0\n");
+  EXPECT_EQ(g.capacity_tokens, 16000);
+  EXPECT_DOUBLE_EQ(g.host_capacity_bytes, 64.5 * 1024 * 1024 * 1024);
+  g = ParseEngineMetrics(
+      "vllm:cache_config_info{block_size=\"16\",kv_offloading_size=\"None\","
+      "num_gpu_blocks=\"1000\"} 1.0\n");
+  EXPECT_EQ(g.host_capacity_bytes, 0);
 }
 
 // vLLM's OffloadingConnector counters: only the loads into the GPU count,

@@ -387,6 +387,19 @@ TEST(ServerTest, MetricsAndRequestLog) {
             std::string::npos)
       << metrics.body();
   EXPECT_NE(metrics.body().find("# TYPE kvroute_transfer_time_factor gauge"), std::string::npos);
+  // Live sizing: every family, and no host tier on the fake engine.
+  for (const char* family :
+       {"kvroute_kv_working_set_tokens", "kvroute_kv_capacity_tokens",
+        "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
+        "kvroute_kv_write_rate_tokens_per_second", "kvroute_kv_retention_seconds",
+        "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token"}) {
+    EXPECT_NE(metrics.body().find(std::string("# TYPE ") + family + " gauge"), std::string::npos)
+        << family;
+  }
+  EXPECT_NE(metrics.body().find("kvroute_kv_capacity_tokens{tier=\"host\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.body().find("kvroute_kv_retention_seconds{tier=\"host\"} 0\n"),
+            std::string::npos);
   server->Shutdown();
   server->Wait();
   const std::string text = server->registry().Render();
