@@ -43,6 +43,9 @@ struct BackendSnapshot {
   // Of those, the tokens only the instance's host-memory tier holds: they
   // are reloaded over the host link before the prefill.
   int64_t host_reload_tokens_est = 0;
+  // Of those, the tokens only the fleet-shared pool holds (beyond the GPU and
+  // host hits): they come over the instance's NIC before the prefill.
+  int64_t pool_reload_tokens_est = 0;
   // This instance's prefill times against the cost model's rates, as learned
   // from its realised TTFTs (router/rate_learner.h); 1 = as the profile says.
   double prefill_time_factor = 1;
