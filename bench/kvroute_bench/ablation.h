@@ -35,6 +35,9 @@ struct AblationConfig {
   std::string mode;
   int64_t heavy_threshold = 20000;
   std::string profile;  // the model/GPU profile kvroute's config names; empty: none
+  // The fleet-shared KV pool's event sockets kvroute follows; empty: none.
+  std::string kv_pool_events;
+  std::string kv_pool_events_replay;
 };
 
 // Modes whose routing depends on the heavy threshold (the policy table's threshold_sensitive
@@ -65,6 +68,9 @@ struct AblationOptions {
   // The simulated engines' host-memory KV tier (vLLM's --kv-offloading-size, GiB per
   // instance); 0: off.
   double kv_offloading_size_gib = 0;
+  // The simulated fleet's shared KV pool (kvroute-sim --kv-pool-size, GiB for the fleet); 0:
+  // off. With kv_events, kvroute follows the pool's events too (kv_events.pool).
+  double kv_pool_size_gib = 0;
   std::string log_level = "warn";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
@@ -79,7 +85,8 @@ struct AblationOptions {
 
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 
-// ", host KV tier N GiB per instance" for a fleet with --kv-offloading-size; empty when off.
+// ", host KV tier N GiB per instance" for a fleet with --kv-offloading-size, and ", shared KV
+// pool M GiB" with --kv-pool-size; empty when both are off.
 std::string KvOffloadingDescription(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's
