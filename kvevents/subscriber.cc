@@ -142,9 +142,13 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
     // The shadow models the GPU prefix cache of the engine's first KV cache
     // group and its host-memory tier (`medium: "CPU"`, vLLM's CPU
     // offloading); other media and a hybrid model's other groups (which
-    // store and evict the same token ranges again) are not counted.
-    const bool host = e.medium == "CPU";
-    if ((!e.medium.empty() && e.medium != "GPU" && !host) || (e.group_idx && *e.group_idx != 0)) {
+    // store and evict the same token ranges again) are not counted. The
+    // fleet-shared pool's feed (router::kPoolBackend) is the pool's whatever
+    // its medium says (kvroute-sim: "STORAGE"; Mooncake's master: "cpu").
+    const bool pool_feed = backend_ == router::kPoolBackend;
+    const bool host = !pool_feed && e.medium == "CPU";
+    if ((!pool_feed && !e.medium.empty() && e.medium != "GPU" && !host) ||
+        (e.group_idx && *e.group_idx != 0)) {
       ++delta.ignored_events;
       continue;
     }
@@ -153,12 +157,13 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
     int64_t& tier_block_size = host ? host_block_size : block_size;
     switch (e.kind) {
       case EventKind::kBlockStored:
-        tier_block_size = e.block_size;
-        if (host) delta.host_block_size = e.block_size;
+        // Mooncake's master stamps no block size: the last one known holds.
+        if (e.block_size > 0) tier_block_size = e.block_size;
+        if (host) delta.host_block_size = tier_block_size;
         ++delta.stored_events;
         delta.stored_blocks += blocks;
         effects.push_back({router::EngineKvEvent::Kind::kStored, blocks * tier_block_size, host});
-        if (!host) delta.block_size = e.block_size;
+        if (!host) delta.block_size = tier_block_size;
         break;
       case EventKind::kBlockRemoved:
         ++delta.removed_events;

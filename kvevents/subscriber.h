@@ -1,6 +1,9 @@
 // KvEventSubscriber: follows one engine's KV cache events over ZeroMQ and
 // applies them to the router's shadow of that engine (docs/kv-events.md).
 //
+// With backend router::kPoolBackend it follows the fleet-shared KV pool's
+// publisher instead (every event is the pool's, whatever its medium).
+//
 //   KvEventSubscriber sub(router, /*backend=*/3,
 //                         {.endpoint = "tcp://10.0.0.5:5557",
 //                          .replay_endpoint = "tcp://10.0.0.5:5558"});

@@ -176,6 +176,13 @@ absl::Status ParseKvEvents(const YAML::Node& n, KvEventsOptions* o) {
   KV_RETURN_IF_ERROR(r.Integer("queue_messages", &o->queue_messages, 1, 10000000));
   KV_RETURN_IF_ERROR(r.Integer("block_size", &o->block_size, 1, 65536));
   KV_RETURN_IF_ERROR(r.Seconds("replay_timeout", &o->replay_timeout));
+  KV_RETURN_IF_ERROR(r.String("pool", &o->pool));
+  KV_RETURN_IF_ERROR(r.String("pool_replay", &o->pool_replay));
+  if (!o->pool.empty()) KV_RETURN_IF_ERROR(CheckTcpEndpoint("kv_events.pool", o->pool));
+  if (!o->pool_replay.empty()) {
+    if (o->pool.empty()) return KeyError("kv_events.pool_replay", "needs kv_events.pool");
+    KV_RETURN_IF_ERROR(CheckTcpEndpoint("kv_events.pool_replay", o->pool_replay));
+  }
   return r.Finish();
 }
 

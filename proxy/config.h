@@ -148,6 +148,10 @@ struct KvEventsOptions {
   int queue_messages = 10000;   // batches queued per engine before ZeroMQ drops
   int64_t block_size = 16;      // tokens per block until a BlockStored says
   absl::Duration replay_timeout = absl::Milliseconds(500);
+  // The fleet-shared KV pool's publisher (kv_events.pool, tcp://host:port)
+  // and its replay socket (kv_events.pool_replay); empty: not followed.
+  std::string pool;
+  std::string pool_replay;
 };
 
 struct Config {

@@ -121,6 +121,8 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   KV_RETURN_IF_ERROR(ReadBool(r, "tier_aware", &o->host_tier.aware));
   KV_RETURN_IF_ERROR(r.Double("host_load_bytes_per_second", &o->host_tier.load_bytes_per_second,
                               1e6, 1e13));
+  KV_RETURN_IF_ERROR(r.Double("pool_load_bytes_per_second",
+                              &o->host_tier.pool_load_bytes_per_second, 1e6, 1e13));
   KV_RETURN_IF_ERROR(r.String("offload_gate", &o->offload_gate));
   if (o->offload_gate != "joint" && o->offload_gate != "threshold" &&
       o->offload_gate != "cost") {

@@ -93,6 +93,7 @@ void RenderKvEventMetrics(const std::vector<std::unique_ptr<kvevents::KvEventSub
                              "Tokens in blocks the engine's KV events say it caches, -1 before "
                              "its first event.");
   for (const auto& s : subs) {
+    if (s->backend() < 0) continue;  // the pool's feed: no backend of its own
     const auto b = static_cast<size_t>(s->backend());
     if (b < report.size() && !report[b].retired) {
       metrics::RenderSample(out, "kvroute_backend_engine_cached_tokens",
@@ -130,6 +131,25 @@ absl::StatusOr<std::unique_ptr<KvEventFeeds>> KvEventFeeds::Start(const Config& 
                  b.kv_events_replay.empty() ? "" : ", replay at ", b.kv_events_replay);
     feeds->subscribers_->push_back(std::move(sub));
     names.push_back(b.name);
+  }
+  if (!config.kv_events.pool.empty()) {
+    kvevents::SubscriberOptions o;
+    o.endpoint = config.kv_events.pool;
+    o.replay_endpoint = config.kv_events.pool_replay;
+    o.topic = config.kv_events.topic;
+    o.queue_messages = config.kv_events.queue_messages;
+    o.default_block_size = config.kv_events.block_size;
+    o.replay_timeout = config.kv_events.replay_timeout;
+    auto sub = std::make_unique<kvevents::KvEventSubscriber>(router, router::kPoolBackend,
+                                                             std::move(o));
+    if (absl::Status st = sub->Start(); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_events.pool: ", st.message()));
+    }
+    spdlog::info("following the fleet-shared KV pool's events at {}{}{}", config.kv_events.pool,
+                 config.kv_events.pool_replay.empty() ? "" : ", replay at ",
+                 config.kv_events.pool_replay);
+    feeds->subscribers_->push_back(std::move(sub));
+    names.push_back("pool");  // the `backend` label of its kvroute_kv_events_* series
   }
   if (feeds->subscribers_->empty()) return feeds;
 

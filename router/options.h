@@ -166,6 +166,11 @@ struct Options {
     // measures about 50 GB/s on H100; 51-55 GB/s for 1.5 MiB blocks and
     // large copies on H200).
     double load_bytes_per_second = 50e9;
+    // router.pool_load_bytes_per_second: the fleet-shared pool's load
+    // bandwidth into one instance, its NIC (one 200 Gb/s NIC: Mooncake's
+    // Transfer Engine moves 87 GB/s over 4 x 200 Gb/s, ~22 GB/s each).
+    // tier_aware: false turns the pool's hits off too.
+    double pool_load_bytes_per_second = 22e9;
   };
   HostTier host_tier;
 

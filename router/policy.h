@@ -46,6 +46,9 @@ struct BackendSnapshot {
   // Its host tier's loads against the configured host link bandwidth, as
   // learned from the engine's own load timings (router/rate_learner.h).
   double host_reload_time_factor = 1;
+  // Of those, the tokens only the fleet-shared pool holds (beyond the GPU and
+  // host hits): they come over the instance's NIC before the prefill.
+  int64_t pool_reload_tokens_est = 0;
   // This instance's prefill times against the cost model's rates, as learned
   // from its realised TTFTs (router/rate_learner.h); 1 = as the profile says.
   double prefill_time_factor = 1;

@@ -37,11 +37,12 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       policy_(std::move(policy)),
       index_(static_cast<int>(backends.size())),
       host_index_(static_cast<int>(backends.size())),
+      pool_index_(1),
       feedback_({.chunk_bytes = options_.chunk_bytes,
                  .eviction_tolerance_chunks = options_.eviction_tolerance_chunks,
                  .capacity_learning_rate = options_.capacity_learning_rate,
                  .min_capacity_fraction = options_.min_capacity_fraction},
-                index_, host_index_, static_cast<int>(backends.size())),
+                index_, host_index_, pool_index_, static_cast<int>(backends.size())),
       ledger_(static_cast<int>(backends.size())),
       residency_(options_.residency),
       sizing_(options_.sizing),
@@ -52,7 +53,8 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       rates_(options_.rate_learning),
       state_(backends.size()),
       matched_(backends.size()),
-      host_matched_(backends.size()) {
+      host_matched_(backends.size()),
+      pool_matched_(1) {
   absl::MutexLock lock(&mu_);
   rates_.Resize(static_cast<int>(backends.size()));
   specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(backends));
@@ -177,10 +179,15 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
     if (reference) cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);
     v.cached_tokens_est = std::min(fleet.prompt_tokens_est, cached);
+    v.host_reload_tokens_est = 0;
+    v.pool_reload_tokens_est = 0;
     v.prefill_time_factor = rates_.prefill_factor(b);
     v.host_reload_time_factor = rates_.reload_factor(b);
   }
-  if (options_.host_tier.aware && !reference) AddHostTierHits(chain, fleet, bpt);
+  if (options_.host_tier.aware && !reference) {
+    AddHostTierHits(chain, fleet, bpt);
+    AddPoolHits(chain, fleet, bpt);
+  }
   // The pair factors change only when an offload's transfer is learned.
   if (snapshot_transfer_version_ != rates_.transfer_version()) {
     fleet.transfer_time_factors = rates_.transfer_table();
@@ -211,6 +218,19 @@ void RouterImpl::AddHostTierHits(const std::vector<uint64_t>& chain, FleetSnapsh
     if (host <= v.cached_tokens_est) continue;
     v.host_reload_tokens_est = host - v.cached_tokens_est;
     v.cached_tokens_est = host;
+  }
+}
+
+void RouterImpl::AddPoolHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet,
+                             double bpt) {
+  if (!feedback_.HasPool()) return;
+  pool_index_.Match(chain, absl::MakeSpan(pool_matched_));
+  const int64_t pool = std::min(fleet.prompt_tokens_est, ChunksToTokens(pool_matched_[0], bpt));
+  // Any instance loads what the pool holds, after what it holds itself.
+  for (BackendSnapshot& v : fleet.backends) {
+    if (pool <= v.cached_tokens_est) continue;
+    v.pool_reload_tokens_est = pool - v.cached_tokens_est;
+    v.cached_tokens_est = pool;
   }
 }
 
@@ -411,6 +431,8 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   // through to its host tier.
   index_.Insert(served, r.chain);
   if (feedback_.HasHostTier(served)) host_index_.Insert(served, r.chain);
+  // Its prefill put the prompt's blocks to the fleet-shared pool.
+  if (feedback_.HasPool()) pool_index_.Insert(0, r.chain);
   if (outcome.ok && outcome.prompt_tokens > 0 && !r.chain.empty()) {
     sessions_.RecordCompletion(
         r.session, served, r.chain.back(), static_cast<int64_t>(r.chain.size()),

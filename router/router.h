@@ -110,6 +110,10 @@ struct RouterStats {
   // Learned transfer time factors: fleet-wide, and each pair with samples.
   double transfer_time_factor = 1;
   std::vector<TransferFactorReport> transfer_time_factors;
+  // The fleet-shared KV pool: the tokens its events say it holds (-1 before
+  // its first event) and the chunks of the router's shadow of it.
+  int64_t pool_cached_tokens = -1;
+  int64_t pool_shadow_chunks = 0;
 };
 
 // Engine gauges scraped from an instance's /metrics.
@@ -298,6 +302,7 @@ class Router {
   // credited against its removals, which evict only beyond them
   // (ShadowIndex::SetEngineEvicts), and misses the engine reports no longer
   // shrink its modelled capacity. Returns the shadow chunks evicted.
+  // `backend` kPoolBackend (router/types.h): the fleet-shared pool's events.
   virtual int64_t ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) = 0;
 };
 

@@ -63,6 +63,7 @@ void RouterImpl::SetHealthy(int backend, bool healthy) {
 
 int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEvent> events) {
   absl::MutexLock lock(&mu_);
+  if (backend == kPoolBackend) return feedback_.ApplyPoolKvEvents(events, ratios_.FleetWide());
   if (!Valid(backend) || (*specs_)[backend].retired) return 0;
   RecordStoredEvents(events);
   return feedback_.ApplyEngineKvEvents(backend, events, ratios_.FleetWide());
@@ -232,6 +233,8 @@ RouterStats RouterImpl::Stats() const {
   s.shed_new_sessions = shed_new_;
   s.shed_running_sessions = shed_running_;
   s.transfer_time_factor = rates_.fleet_transfer_factor();
+  s.pool_cached_tokens = feedback_.pool_cached_tokens();
+  s.pool_shadow_chunks = pool_index_.size(0);
   const int n = static_cast<int>(specs_->size());
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {

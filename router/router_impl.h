@@ -143,6 +143,10 @@ class RouterImpl : public Router {
   // cached, to be reloaded (Options::host_tier).
   void AddHostTierHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet, double bpt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the prefix the fleet-shared pool holds beyond each instance's GPU
+  // and host hits as cached, to be reloaded over its NIC (Options::host_tier).
+  void AddPoolHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet, double bpt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Predict(const FleetSnapshot& fleet, Decision& d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A held request goes to `backend` instead (the residency model admitted
   // it there); false, changing nothing, when `backend` cannot take it.
@@ -170,6 +174,7 @@ class RouterImpl : public Router {
   std::unique_ptr<Policy> policy_ ABSL_GUARDED_BY(mu_);
   ShadowIndex index_ ABSL_GUARDED_BY(mu_);
   ShadowIndex host_index_ ABSL_GUARDED_BY(mu_);  // the engines' host tiers
+  ShadowIndex pool_index_ ABSL_GUARDED_BY(mu_);  // the fleet-shared pool: instance 0
   ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
@@ -187,6 +192,7 @@ class RouterImpl : public Router {
   absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
   std::vector<int32_t> host_matched_ ABSL_GUARDED_BY(mu_);  // scratch, the host shadow's
+  std::vector<int32_t> pool_matched_ ABSL_GUARDED_BY(mu_);  // scratch, the pool shadow's
   FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);        // scratch, rebuilt per Route
   double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;     // bytes/token of capacities
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;

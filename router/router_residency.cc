@@ -23,9 +23,11 @@ void RouterImpl::EnterResidency(InflightRequest& r, const RouteTicket& ticket, b
     turn.max_wait = absl::Seconds(std::max(0.001, ticket.shed.deadline_s - d.predicted_ttft_s));
   }
   turn.movable = 2 * d.cached_tokens_est < d.prompt_tokens_est;
-  // On an instance with a host tier, the residents it swaps out come back
-  // by a reload, and this turn by its own reload of what only that tier holds.
-  if (options_.host_tier.aware && feedback_.HasHostTier(d.decode_backend) &&
+  // On an instance with a host tier, or behind a fleet-shared pool, the
+  // residents it swaps out come back by a reload, and this turn by its own
+  // reload of what only those tiers hold.
+  if (options_.host_tier.aware &&
+      (feedback_.HasHostTier(d.decode_backend) || feedback_.HasPool()) &&
       d.decode_backend < static_cast<int>(snapshot_.backends.size())) {
     turn.reload_s = placement::HostReloadSeconds(snapshot_, d.decode_backend, placement_);
   }

@@ -57,7 +57,7 @@ void ShadowFeedback::LearnFromTruth(const Truth& t, int64_t nominal_tokens,
     ApplyCapacity(t.served, nominal_tokens, fleet_bytes_per_token);
   } else if (actual_chunks >
                  std::max(t.est_chunks, est_tokens_as_chunks) + params_.eviction_tolerance_chunks &&
-             s.capacity_fraction < 1.0 && !HasHostTier(t.served)) {
+             s.capacity_fraction < 1.0 && !HasHostTier(t.served) && !HasPool()) {
     // (With a host tier the engine's count includes what it reloaded: more
     // than the estimate says nothing of its GPU pool.)
     // The engine kept more than the shadow did: the shadow evicted too early.
@@ -74,6 +74,36 @@ int64_t ShadowFeedback::EvictRemoved(ShadowIndex& index, int backend, int64_t to
   // Only the fraction of a chunk is carried: when the shadow held fewer
   // entries than the engine evicted, it has nothing older left to owe.
   *carry = owed - static_cast<double>(chunks) * tokens_per_chunk;
+  return evicted;
+}
+
+int64_t ShadowFeedback::ApplyPoolKvEvents(absl::Span<const EngineKvEvent> events,
+                                          double fleet_bytes_per_token) {
+  const double tokens_per_chunk =
+      static_cast<double>(params_.chunk_bytes) / std::max(fleet_bytes_per_token, 1e-9);
+  int64_t evicted = 0;
+  for (const EngineKvEvent& e : events) {
+    if (!HasPool()) {
+      pool_cached_tokens_ = 0;
+      pool_index_.SetCapacity(0, kUnboundedChunks);
+      pool_index_.SetEngineEvicts(0, true);
+    }
+    switch (e.kind) {
+      case EngineKvEvent::Kind::kCleared:
+        pool_index_.Clear(0);
+        pool_cached_tokens_ = 0;
+        pool_evict_carry_tokens_ = 0;
+        break;
+      case EngineKvEvent::Kind::kStored:
+        pool_cached_tokens_ += e.tokens;
+        break;
+      case EngineKvEvent::Kind::kRemoved:
+        pool_cached_tokens_ = std::max<int64_t>(pool_cached_tokens_ - e.tokens, 0);
+        evicted += EvictRemoved(pool_index_, 0, e.tokens, tokens_per_chunk,
+                                &pool_evict_carry_tokens_);
+        break;
+    }
+  }
   return evicted;
 }
 

@@ -74,8 +74,14 @@ class ShadowFeedback {
   // The host shadow's capacity: the engine's removals size it.
   static constexpr int64_t kUnboundedChunks = int64_t{1} << 40;
 
-  ShadowFeedback(Params params, ShadowIndex& index, ShadowIndex& host_index, int backends)
-      : params_(params), index_(index), host_index_(host_index), backends_(backends) {}
+  // `pool_index` has one instance, 0: the fleet-shared KV pool.
+  ShadowFeedback(Params params, ShadowIndex& index, ShadowIndex& host_index,
+                 ShadowIndex& pool_index, int backends)
+      : params_(params),
+        index_(index),
+        host_index_(host_index),
+        pool_index_(pool_index),
+        backends_(backends) {}
 
   void Resize(int backends) {
     if (backends > static_cast<int>(backends_.size())) backends_.resize(backends);
@@ -83,6 +89,15 @@ class ShadowFeedback {
   const Backend& at(int backend) const { return backends_[backend]; }
   // Whether `backend`'s engine has published host-tier events.
   bool HasHostTier(int backend) const { return backends_[backend].engine_host_cached_tokens >= 0; }
+  // Whether the fleet-shared pool has published events (kPoolBackend), and
+  // the tokens they say it holds (stored minus removed; -1 before).
+  bool HasPool() const { return pool_cached_tokens_ >= 0; }
+  int64_t pool_cached_tokens() const { return pool_cached_tokens_; }
+  // Applies the pool's events in order: the first reveals the pool (its
+  // shadow is then sized by the pool's removals alone), removals trim its
+  // shadow least recently used first, a clear empties it. Returns the
+  // chunks evicted.
+  int64_t ApplyPoolKvEvents(absl::Span<const EngineKvEvent> events, double fleet_bytes_per_token);
 
   // The shadow's pool of `backend`: its nominal KV capacity in tokens times
   // the learned fraction, in chunks at `bytes_per_token`.
@@ -106,7 +121,10 @@ class ShadowFeedback {
 
   ShadowIndex& index_;
   ShadowIndex& host_index_;
+  ShadowIndex& pool_index_;
   std::vector<Backend> backends_;
+  int64_t pool_cached_tokens_ = -1;
+  double pool_evict_carry_tokens_ = 0;
 };
 
 }  // namespace kvroute::router

@@ -139,4 +139,10 @@ struct EngineKvEvent {
   bool host = false;
 };
 
+// The backend id of the fleet-shared KV pool's event feed (Mooncake Store,
+// LMCache remote; docs/kv-events.md) in Router::ApplyEngineKvEvents: the
+// pool publishes apart from the engines, and its blocks are every
+// instance's to load.
+inline constexpr int kPoolBackend = -1;
+
 }  // namespace kvroute::router

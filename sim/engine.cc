@@ -81,6 +81,7 @@ void Engine::AdvanceTo(double t) {
   if (t > now_) now_ = t;
   ExpireHolds();
   if (host_) LandStores(now_);
+  if (config_.kv_pool != nullptr) LandPoolStores(now_);
 }
 
 absl::Status Engine::Validate(int64_t prompt_tokens, int64_t max_tokens) const {
@@ -161,6 +162,12 @@ void Engine::Abort(RequestHandle handle) {
       loading_.erase(std::find(loading_.begin(), loading_.end(), r));
       AbortHostLoad(r);
       break;
+    case Request::State::kPoolLoading:
+      DrainPulls(now_);
+      pool_loading_.erase(std::find(pool_loading_.begin(), pool_loading_.end(), r));
+      AbortPoolLoad(r);
+      ProjectPulls();
+      break;
     case Request::State::kRunning:
       running_.erase(std::find(running_.begin(), running_.end(), r));
       break;
@@ -235,6 +242,14 @@ Engine::AdmissionPlan Engine::PlanAdmission(const Request& r, int budget) const 
         plan.blocks,
         CeilDiv(plan.gpu_hit_blocks * config_.block_size + host.tokens, config_.block_size));
   }
+  // A MultiConnector gives the request to its first connector with a hit: the host tier's
+  // before the pool's.
+  if (config_.kv_pool != nullptr && !r.spec.pull_remote_kv && plan.host_hit_tokens == 0) {
+    plan.pool_hit_tokens = LookupPool(r.hashes, MaxHitBlocks(r), plan.gpu_hit_blocks);
+    plan.blocks = std::max(plan.blocks, CeilDiv(plan.gpu_hit_blocks * config_.block_size +
+                                                    plan.pool_hit_tokens,
+                                                config_.block_size));
+  }
   return plan;
 }
 
@@ -256,6 +271,11 @@ bool Engine::HasRunnableWork() const {
   for (const Request* r : loading_) {
     if (HostLoadDone(*r)) return true;
   }
+  if (static_cast<int>(running_.size() + transferring_.size()) < config_.max_num_seqs) {
+    for (const Request* r : pool_loading_) {
+      if (r->transfer_done <= now_) return true;
+    }
+  }
   return !waiting_.empty() && CanAdmit(*waiting_.front());
 }
 
@@ -271,6 +291,11 @@ std::optional<double> Engine::NextTimedEvent() const {
     // A load that has landed but waits for a sequence slot waits on the running requests.
     if (r->load.done > now_) consider(r->load.done);
   }
+  for (const Request* r : pool_loading_) {
+    if (r->transfer_done > now_ && r->transfer_done != kForever) consider(r->transfer_done);
+  }
+  // A landing put makes blocks loadable by every instance, whether or not this one waits.
+  if (const std::optional<double> landing = NextPoolStoreLanding()) consider(*landing);
   if (!waiting_.empty()) {
     for (const auto& [id, hold] : holds_) consider(hold.deadline);
     // A landing store copy may free the blocks of a request that ended before it.
@@ -300,6 +325,7 @@ double Engine::SourceRate(const RequestSpec& spec) const {
 void Engine::DrainPulls(double t) {
   std::vector<SharedTransfer*> flows;
   for (Request* r : transferring_) flows.push_back(&r->pull);
+  for (Request* r : pool_loading_) flows.push_back(&r->pull);
   if (t > pulls_drained_at_) {
     RunSharedLink(flows, config_.link.bandwidth_bytes_per_s, pulls_drained_at_, t);
   }
@@ -307,15 +333,18 @@ void Engine::DrainPulls(double t) {
 }
 
 void Engine::ProjectPulls() {
+  // Pool loads come in over the same NIC as P/D pulls and share it with them.
+  std::vector<Request*> inbound(transferring_.begin(), transferring_.end());
+  inbound.insert(inbound.end(), pool_loading_.begin(), pool_loading_.end());
   std::vector<SharedTransfer> copies;
-  copies.reserve(transferring_.size());
-  for (const Request* r : transferring_) copies.push_back(r->pull);
+  copies.reserve(inbound.size());
+  for (const Request* r : inbound) copies.push_back(r->pull);
   std::vector<SharedTransfer*> flows;
   for (SharedTransfer& c : copies) flows.push_back(&c);
   RunSharedLink(flows, config_.link.bandwidth_bytes_per_s, pulls_drained_at_, kForever);
-  for (size_t i = 0; i < transferring_.size(); ++i) {
+  for (size_t i = 0; i < inbound.size(); ++i) {
     // A pull whose source has not published yet never finishes by itself.
-    transferring_[i]->transfer_done = copies[i].finish >= 0 ? copies[i].finish : kForever;
+    inbound[i]->transfer_done = copies[i].finish >= 0 ? copies[i].finish : kForever;
   }
 }
 

@@ -4,7 +4,9 @@
 // in which the pulls into one instance share its NIC (nic_share.h), and, when configured,
 // vLLM's native CPU offloading: a host-memory tier written through from the GPU and loaded
 // from on admission (host_tier.h, host_copy.h; engine_offload.cc), or the same tier behind
-// LMCache's connector, whose stores and loads lengthen the steps that make them.
+// LMCache's connector, whose stores and loads lengthen the steps that make them; and a
+// fleet-shared KV pool that prefills store to and any instance loads from over its NIC
+// (kv_pool.h; engine_pool.cc).
 //
 // Pure code driven by a virtual clock: nothing here sleeps, reads a wall clock or does I/O, so
 // a test can drive it step by step and get the same result every time. The real-time driver
@@ -36,7 +38,9 @@
 #include "sim/block_manager.h"
 #include "sim/host_copy.h"
 #include "sim/host_tier.h"
+#include "sim/kv_pool.h"
 #include "sim/metrics.h"
+#include "sim/nic_share.h"
 #include "sim/profile.h"
 
 namespace sim {
@@ -70,6 +74,9 @@ struct EngineConfig {
   bool lmcache = false;
   double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
   double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
+  // The fleet-shared KV pool (--kv-pool-size), shared with the fleet's other engines and
+  // outliving this one; null: none.
+  KvPool* kv_pool = nullptr;
 
   static EngineConfig FromProfile(const Profile& profile);
 };
@@ -135,6 +142,8 @@ struct RequestInfo {
   int pulled_tokens = 0;
   // Prompt tokens the host tier matched and loaded (vLLM's num_external_computed_tokens).
   int host_loaded_tokens = 0;
+  // Prompt tokens the fleet-shared pool matched and loaded (external too, to vLLM).
+  int pool_loaded_tokens = 0;
   int num_preemptions = 0;
   FinishReason finish = FinishReason::kNone;
   // Non-empty when the request finished holding its blocks for a remote decode.
@@ -161,6 +170,16 @@ struct EngineCounters {
   uint64_t prompt_tokens_local_cache_hit = 0;
   uint64_t prompt_tokens_external_kv_transfer = 0;
   uint64_t prompt_tokens_cached = 0;
+  // The part of external_kv_transfer loaded from the fleet-shared pool (vLLM does not tell
+  // connectors apart; kvroute_sim_pool_prompt_tokens_loaded).
+  uint64_t prompt_tokens_pool_loaded = 0;
+};
+
+// One instance's traffic with the fleet-shared pool, each direction over its NIC.
+struct PoolTransferStats {
+  uint64_t transfers = 0;
+  double bytes = 0;
+  double seconds = 0;
 };
 
 // The copies of one direction between GPU and host memory, as vLLM's OffloadPromMetrics
@@ -228,6 +247,10 @@ class Engine {
   const HostTier* host_tier() const { return host_.get(); }
   const HostCopyStats& host_loads() const { return load_stats_; }
   const HostCopyStats& host_stores() const { return store_stats_; }
+  // The fleet-shared pool (engine_pool.cc); null without --kv-pool-size.
+  const KvPool* kv_pool() const { return config_.kv_pool; }
+  const PoolTransferStats& pool_loads() const { return pool_load_stats_; }
+  const PoolTransferStats& pool_stores() const { return pool_store_stats_; }
 
   // Modelled time to pull `tokens` tokens of KV over an otherwise idle NIC: handover,
   // descriptors and bytes at the full bandwidth.
@@ -244,7 +267,8 @@ class Engine {
   int num_running() const { return static_cast<int>(running_.size()); }
   // Requests loading from the host tier wait too (WAITING_FOR_REMOTE_KVS).
   int num_waiting() const {
-    return static_cast<int>(waiting_.size() + transferring_.size() + loading_.size());
+    return static_cast<int>(waiting_.size() + transferring_.size() + loading_.size() +
+                            pool_loading_.size());
   }
   double KvUsage() const { return blocks_.Usage(); }
   // Exponentially weighted fraction of virtual time spent in steps (10 s time constant), as of
@@ -273,6 +297,8 @@ class Engine {
   struct AdmissionPlan {
     int64_t gpu_hit_blocks = 0;
     int64_t host_hit_tokens = 0;
+    // Tokens the fleet-shared pool adds after the GPU hit, when the host tier adds none.
+    int64_t pool_hit_tokens = 0;
     int64_t blocks = 0;
     // Some host blocks of the hit are being loaded for another request: vLLM's lookup
     // answers "later" (OffloadingConnectorScheduler._blocks_being_loaded).
@@ -374,6 +400,25 @@ class Engine {
   void AbortHostLoad(Request* r);
   void CountPromptSources(const Request& r);
 
+  // vLLM's MooncakeStoreConnector (engine_pool.cc), behind the host tier in a MultiConnector.
+  // The pool's hit after `gpu_hit_blocks` GPU blocks: its leading run of stored blocks among
+  // the prompt's first `max_blocks`, in tokens beyond the GPU hit (0 when it ends there).
+  int64_t LookupPool(std::span<const BlockHash> hashes, int64_t max_blocks,
+                     int64_t gpu_hit_blocks) const;
+  // An admitted request with a pool hit waits (WAITING_FOR_REMOTE_KVS) while the blocks come
+  // over this instance's NIC, shared with the other loads and pulls into it.
+  void BeginPoolLoad(Request* r, const AdmissionPlan& plan);
+  // Loaded requests join the running set with the loaded tokens computed.
+  void CompletePoolLoads();
+  void AbortPoolLoad(Request* r);
+  // The prompt blocks r's prefill completed are put to the pool, their bytes leaving over this
+  // instance's NIC from `start`; the blocks stay pinned here until they land.
+  void QueuePoolStores(Request* r, double start);
+  // Moves the stores' bytes forward to `t`; landed ones become loadable fleet-wide.
+  void LandPoolStores(double t);
+  // When the next store lands, if any.
+  std::optional<double> NextPoolStoreLanding() const;
+
   // The most a pull's source NIC sends it (its bandwidth split over the source's pulls).
   double SourceRate(const RequestSpec& spec) const;
   // Moves the byte phase of every pull forward to `t` on the shared NIC.
@@ -416,6 +461,18 @@ class Engine {
   absl::flat_hash_map<RequestHandle, StoreHold> store_holds_;  // ended with copies in flight
   HostCopyStats load_stats_;
   HostCopyStats store_stats_;
+  // The fleet-shared pool's transfers (engine_pool.cc).
+  struct PoolStore {
+    SharedTransfer send;  // its bytes on this instance's outbound NIC
+    double submitted = 0;
+    std::vector<BlockHash> keys;
+    std::vector<BlockId> pinned;  // GPU blocks being read, released when it lands
+  };
+  std::vector<Request*> pool_loading_;  // parked while their pool blocks arrive
+  std::vector<PoolStore> pool_stores_;  // in submission order
+  double pool_stores_drained_at_ = 0;
+  PoolTransferStats pool_load_stats_;
+  PoolTransferStats pool_store_stats_;
   EngineCounters counters_;
   double busy_ewma_ = 0;
   double busy_updated_at_ = 0;

@@ -19,7 +19,8 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // One request inside the engine, owned by Engine::requests_; the queues hold raw pointers.
 struct Engine::Request {
   // kLoading: admitted, waiting for its host-tier blocks (WAITING_FOR_REMOTE_KVS).
-  enum class State { kWaiting, kTransferring, kLoading, kRunning, kFinished };
+  // kPoolLoading: the same, for blocks of the fleet-shared pool.
+  enum class State { kWaiting, kTransferring, kLoading, kPoolLoading, kRunning, kFinished };
   RequestHandle handle = 0;
   RequestSpec spec;
   std::vector<int32_t> tokens;    // prompt + generated
@@ -41,6 +42,11 @@ struct Engine::Request {
   int next_stored_block = 0;            // offloaded blocks already handed to the host tier
   int store_jobs = 0;                   // store copies in flight
   std::vector<BlockHash> being_stored;  // stored keys that become loadable when it ends
+  // The fleet-shared pool (engine_pool.cc).
+  int pool_hit_tokens = 0;              // tokens the current admission loads from the pool
+  std::vector<BlockHash> pool_keys;     // pool blocks the load pins
+  int next_pool_block = 0;              // prompt blocks already put to the pool
+  double pool_load_start = 0;           // when its pool load was admitted
   State state = State::kWaiting;
   RequestInfo info;
 };

@@ -67,9 +67,12 @@ int64_t Engine::CachedPromptTokens(std::span<const int32_t> tokens) const {
   const int64_t gpu =
       max_hit > 0 ? blocks_.CountCachedPrefix(std::span<const BlockHash>(hashes.data(), max_hit))
                   : 0;
-  if (!host_) return gpu * bs;
+  const int64_t host = host_ ? LookupHost(hashes, gpu).tokens : 0;
+  // The pool answers only when the host tier has nothing (engine_pool.cc).
+  const int64_t pool =
+      host == 0 && config_.kv_pool != nullptr ? LookupPool(hashes, max_hit, gpu) : 0;
   // As after a load: a prompt computed to its end recomputes its last token.
-  const int64_t computed = gpu * bs + LookupHost(hashes, gpu).tokens;
+  const int64_t computed = gpu * bs + host + pool;
   return computed >= n ? n - 1 : computed;
 }
 
@@ -318,7 +321,9 @@ void Engine::CountPromptSources(const Request& r) {
   // that token as recomputed, so the sources add up to the prompt.
   const int64_t prompt = r.info.prompt_tokens;
   const int64_t cached = r.info.cached_tokens;
-  const int64_t external = r.info.host_loaded_tokens + r.info.pulled_tokens;
+  const int64_t external =
+      r.info.host_loaded_tokens + r.info.pulled_tokens + r.info.pool_loaded_tokens;
+  counters_.prompt_tokens_pool_loaded += static_cast<uint64_t>(r.info.pool_loaded_tokens);
   const int64_t recomputed = cached + 1 == prompt ? 1 : 0;
   counters_.prompt_tokens_local_compute +=
       static_cast<uint64_t>(std::max<int64_t>(0, prompt - cached));

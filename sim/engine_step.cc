@@ -28,6 +28,10 @@ StepResult Engine::Step() {
     LandStores(now_);
     CompleteHostLoads();
   }
+  if (config_.kv_pool != nullptr) {
+    LandPoolStores(now_);
+    CompletePoolLoads();
+  }
 
   StepPlan plan{.scheduled = {}, .budget = config_.max_num_batched_tokens};
   ScheduleRunning(plan, result);
@@ -160,6 +164,10 @@ void Engine::AdmitWaiting(StepPlan& plan) {
       }
       plan.blocking_load_s += LoadInStep(r);
     }
+    if (admission.pool_hit_tokens > 0) {
+      BeginPoolLoad(r, admission);
+      continue;
+    }
     RecordFirstSchedule(r);
     if (r->spec.pull_remote_kv && BeginAdmittedPull(r)) continue;
     r->state = Request::State::kRunning;
@@ -193,11 +201,11 @@ void Engine::RecordFirstSchedule(Request* r) {
   r->info.cached_tokens = r->num_computed;
   counters_.prompt_tokens += prompt_len;
   queue_time_.Observe(now_ - r->info.arrival);
-  if (host_ && !r->spec.pull_remote_kv) {
+  if ((host_ || config_.kv_pool != nullptr) && !r->spec.pull_remote_kv) {
     // vLLM's connector prefix-cache stats: the request's tokens queried, the connector's
     // matched tokens hit (Scheduler._update_connector_prefix_cache_stats).
     counters_.external_prefix_cache_queries += prompt_len;
-    counters_.external_prefix_cache_hits += r->host_hit_tokens;
+    counters_.external_prefix_cache_hits += r->host_hit_tokens + r->pool_hit_tokens;
   }
 }
 
@@ -244,6 +252,7 @@ void Engine::ApplyStep(const StepPlan& plan, double end, StepResult& result) {
     r->num_computed += s.n;
     CommitFullBlocks(r);
     if (host_ && !config_.lmcache) QueueStores(r, end);
+    if (config_.kv_pool != nullptr) QueuePoolStores(r, end);
     if (r->num_computed == static_cast<int>(r->tokens.size())) AppendToken(r, result, end);
   }
 }

@@ -5,6 +5,10 @@
 namespace sim {
 
 Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
+  if (options_.profile.kv_pool.enabled()) {
+    kv_pool_ =
+        std::make_unique<KvPool>(options_.profile.NumPoolBlocks(), options_.profile.block_size);
+  }
   for (int i = 0; i < options_.instances; ++i) {
     InstanceOptions io;
     io.index = i;
@@ -14,6 +18,7 @@ Fleet::Fleet(FleetOptions options) : options_(std::move(options)) {
     io.time_scale = options_.time_scale;
     io.seed = options_.seed;
     io.responses_store_capacity = options_.responses_store_capacity;
+    io.kv_pool = kv_pool_.get();
     if (i < static_cast<int>(options_.faults.size())) io.faults = options_.faults[i];
     if (options_.kv_events_port) {
       auto port_of = [i](uint16_t base) {
@@ -36,6 +41,14 @@ Fleet::~Fleet() { Stop(); }
 
 absl::StatusOr<std::vector<uint16_t>> Fleet::Start() {
   if (started_) return ports();
+  if (kv_pool_ && options_.kv_pool_events_port) {
+    KvEventPublisherOptions kv;
+    kv.host = options_.host;
+    kv.port = *options_.kv_pool_events_port;
+    kv.replay_port = options_.kv_pool_events_replay_port;
+    kv.topic = options_.kv_events_topic;
+    if (absl::Status s = kv_pool_->EnableKvEvents(kv); !s.ok()) return s;
+  }
   for (auto& inst : instances_) {
     if (absl::Status s = inst->Listen(); !s.ok()) return s;
   }

@@ -27,6 +27,7 @@
 #include "sim/faults.h"
 #include "sim/instance.h"
 #include "sim/kv_fabric.h"
+#include "sim/kv_pool.h"
 #include "sim/profile.h"
 
 namespace sim {
@@ -52,6 +53,11 @@ struct FleetOptions {
   std::string kv_events_topic;
   // Responses each instance keeps for the Responses API (InstanceOptions).
   size_t responses_store_capacity = 1024;
+  // The fleet-shared KV pool's events (sim/kv_pool.h) on a publisher of their own, when
+  // profile.kv_pool is on: kv_pool_events_port (0: ephemeral), replays on
+  // kv_pool_events_replay_port. Off when unset.
+  std::optional<uint16_t> kv_pool_events_port;
+  std::optional<uint16_t> kv_pool_events_replay_port;
 };
 
 class Fleet {
@@ -73,6 +79,14 @@ class Fleet {
   std::string kv_events_replay_endpoint(int index) const {
     return instances_[index]->kv_events_replay_endpoint();
   }
+  // The fleet-shared pool (profile.kv_pool), or null; its event endpoints once started.
+  const KvPool* kv_pool() const { return kv_pool_.get(); }
+  std::string kv_pool_events_endpoint() const {
+    return kv_pool_ ? kv_pool_->kv_events_endpoint() : std::string();
+  }
+  std::string kv_pool_events_replay_endpoint() const {
+    return kv_pool_ ? kv_pool_->kv_events_replay_endpoint() : std::string();
+  }
   Instance& instance(int index) { return *instances_[index]; }
   InstanceGauges gauges(int index) const { return instances_[index]->gauges(); }
   void SetFaults(int index, const Faults& faults) { instances_[index]->SetFaults(faults); }
@@ -83,6 +97,8 @@ class Fleet {
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   KvFabric fabric_;
+  // Before the instances: they hold pointers to it.
+  std::unique_ptr<KvPool> kv_pool_;
   std::vector<std::unique_ptr<Instance>> instances_;
   std::vector<std::thread> threads_;
   bool started_ = false;

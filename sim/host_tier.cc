@@ -71,7 +71,7 @@ std::optional<std::vector<BlockHash>> HostTier::PrepareStore(std::span<const Blo
   }
   KvCacheEvent removed;
   removed.kind = KvCacheEvent::Kind::kBlockRemoved;
-  removed.medium = KvCacheEvent::Medium::kCpu;
+  removed.medium = medium_;
   for (BlockHash key : victims) {
     Block& b = blocks_.at(key);
     if (record_events_) {
@@ -102,7 +102,7 @@ void HostTier::CompleteStore(std::span<const BlockHash> keys) {
     if (!record_events_) continue;
     KvCacheEvent& e = events_.emplace_back();
     e.kind = KvCacheEvent::Kind::kBlockStored;
-    e.medium = KvCacheEvent::Medium::kCpu;
+    e.medium = medium_;
     if (const std::optional<Description>& d = it->second.description) {
       e.block_hashes = d->hashes;
       e.parent_block_hash = d->parent;

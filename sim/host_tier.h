@@ -71,6 +71,9 @@ class HostTier {
   // the block by what Describe() recorded for its key (the self-describing form of vLLM's
   // OffloadingEventsTracker); a key never described is named by itself.
   void EnableKvEvents(bool on) { record_events_ = on; }
+  // The medium the events name: CPU for an instance's host tier (the default), STORAGE for
+  // the fleet-shared pool (sim/kv_pool.h), which keeps its blocks the same way.
+  void set_event_medium(KvCacheEvent::Medium medium) { medium_ = medium; }
   bool kv_events_enabled() const { return record_events_; }
   // What a stored block holds: its GPU blocks' hashes (the key last), the hash before them,
   // and its tokens. Kept until the block is evicted.
@@ -98,6 +101,7 @@ class HostTier {
   std::list<BlockHash> lru_;
   int64_t num_evictions_ = 0;
   bool record_events_ = false;
+  KvCacheEvent::Medium medium_ = KvCacheEvent::Medium::kCpu;
   std::vector<KvCacheEvent> events_;
 };
 

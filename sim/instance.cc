@@ -20,6 +20,16 @@ using net::awaitable;
 using net::use_awaitable;
 using internal::kNoThrow;
 
+namespace {
+
+EngineConfig EngineConfigOf(const InstanceOptions& options) {
+  EngineConfig config = EngineConfig::FromProfile(options.profile);
+  config.kv_pool = options.kv_pool;
+  return config;
+}
+
+}  // namespace
+
 Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabric, PeerLookup peers)
     : options_(std::move(options)),
       fabric_(fabric),
@@ -29,7 +39,7 @@ Instance::Instance(net::io_context& io, InstanceOptions options, KvFabric& fabri
       wake_timer_(strand_),
       step_timer_(strand_),
       hang_timer_(strand_, std::chrono::steady_clock::time_point::max()),
-      engine_(EngineConfig::FromProfile(options_.profile)),
+      engine_(EngineConfigOf(options_)),
       rng_(options_.seed * 0x9E3779B97F4A7C15ull + options_.index + 1),
       responses_(options_.responses_store_capacity),
       faults_(options_.faults) {
@@ -72,11 +82,13 @@ std::string Instance::kv_events_replay_endpoint() const {
 }
 
 void Instance::PublishKvEvents() {
+  const std::chrono::duration<double> unix_now =
+      std::chrono::system_clock::now().time_since_epoch();
+  // The pool's puts land in this instance's steps: what they recorded goes out now.
+  if (options_.kv_pool != nullptr) options_.kv_pool->PublishKvEvents(unix_now.count());
   if (!kv_events_) return;
   std::vector<KvCacheEvent> events = engine_.TakeKvEvents();
   if (events.empty()) return;
-  const std::chrono::duration<double> unix_now =
-      std::chrono::system_clock::now().time_since_epoch();
   kv_events_->Publish(unix_now.count(), std::move(events));
   absl::MutexLock lock(&mu_);
   gauges_.num_cached_blocks = engine_.blocks().num_cached();

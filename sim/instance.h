@@ -55,6 +55,9 @@ struct InstanceOptions {
   std::chrono::seconds keep_alive_timeout{300};
   // KV cache events in vLLM's format (sim/kv_events.h); none unless set.
   std::optional<KvEventPublisherOptions> kv_events;
+  // The fleet-shared KV pool (sim/kv_pool.h), owned by the fleet; none unless set. The
+  // instance flushes the pool's events after each of its steps.
+  KvPool* kv_pool = nullptr;
   // Responses kept for GET /v1/responses/{id} and previous_response_id, oldest forgotten
   // first. 0: none, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE=1.
   size_t responses_store_capacity = 1024;

@@ -9,6 +9,7 @@
 
 #include "sim/instance.h"
 #include "sim/instance_internal.h"
+#include "sim/kv_pool_metrics.h"
 #include "sim/metrics.h"
 #include "wire/prometheus_text.h"
 
@@ -136,12 +137,11 @@ bool Instance::HandleFaultsRequest(const Request& req, std::string* body, int* s
 
 namespace {
 
-// The series vLLM adds with its CPU offloading connector: prompt tokens by source
-// (vllm/v1/metrics/loggers.py over stats.py's PromptTokenStats) and the connector's copies
-// (OffloadPromMetrics), whose label values vLLM creates at a direction's first copy. The
-// copies are the OffloadingConnector's: LMCacheConnectorV1 reports its own through LMCache's
-// `lmcache:` metrics, not vLLM's, so the lmcache backend serves the token sources only.
-void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::string& out) {
+// Prompt tokens by source (vllm/v1/metrics/loggers.py over stats.py's PromptTokenStats), shown
+// with a connector (the host tier, the fleet-shared pool) so outputs without one stay as they
+// were.
+void AppendPromptSourceMetrics(const Engine& engine, const std::string& labels,
+                               std::string& out) {
   const EngineCounters& c = engine.counters();
   kvroute::wire::AppendHelpAndType(&out, "vllm:prompt_tokens_by_source_total", "counter",
                                    "Number of prompt tokens by source.");
@@ -157,6 +157,13 @@ void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::
                                    "Number of cached prompt tokens (local + external).");
   absl::StrAppend(&out, "vllm:prompt_tokens_cached_total{", labels, "} ",
                   PromValue(static_cast<double>(c.prompt_tokens_cached)), "\n");
+}
+
+// The series vLLM adds with its CPU offloading connector's copies (OffloadPromMetrics), whose
+// label values vLLM creates at a direction's first copy. They are the OffloadingConnector's:
+// LMCacheConnectorV1 reports its own through LMCache's `lmcache:` metrics, not vLLM's, so the
+// lmcache backend has none.
+void AppendOffloadMetrics(const Engine& engine, const std::string& labels, std::string& out) {
   if (engine.config().lmcache) return;
   const std::pair<const char*, const HostCopyStats*> directions[] = {
       {"CPU_to_GPU", &engine.host_loads()}, {"GPU_to_CPU", &engine.host_stores()}};
@@ -236,7 +243,11 @@ std::string Instance::RenderMetrics() {
             "Histogram of time spent in WAITING phase for request.", engine_.queue_time());
   histogram("vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.", engine_.prefill_time());
+  if (engine_.host_tier() != nullptr || engine_.kv_pool() != nullptr) {
+    AppendPromptSourceMetrics(engine_, labels, out);
+  }
   if (engine_.host_tier() != nullptr) AppendOffloadMetrics(engine_, labels, out);
+  AppendKvPoolMetrics(engine_, labels, out);
   kvroute::wire::AppendHelpAndType(&out, "vllm:cache_config_info", "gauge",
                                    "Information of the LLMEngine CacheConfig");
   // CacheConfig's kv_offloading_* fields appear when the flags set them.

@@ -25,7 +25,15 @@ void PackHashes(Packer& pk, const std::vector<uint64_t>& hashes) {
 }
 
 const char* MediumName(KvCacheEvent::Medium medium) {
-  return medium == KvCacheEvent::Medium::kCpu ? "CPU" : "GPU";
+  switch (medium) {
+    case KvCacheEvent::Medium::kCpu:
+      return "CPU";
+    case KvCacheEvent::Medium::kStorage:
+      return "STORAGE";
+    case KvCacheEvent::Medium::kGpu:
+      break;
+  }
+  return "GPU";
 }
 
 // msgspec writes a tagged struct without array_like as a map: the tag under "type" first,

@@ -38,11 +38,11 @@
 
 namespace sim {
 
-// One event as vLLM's block pool (medium GPU) or its CPU offloading connector (medium CPU,
-// sim/host_tier.h) emits it.
+// One event as vLLM's block pool (medium GPU), its CPU offloading connector (medium CPU,
+// sim/host_tier.h) or the fleet-shared KV pool (medium STORAGE, sim/kv_pool.h) emits it.
 struct KvCacheEvent {
   enum class Kind { kBlockStored, kBlockRemoved, kAllBlocksCleared };
-  enum class Medium { kGpu, kCpu };
+  enum class Medium { kGpu, kCpu, kStorage };
   Kind kind = Kind::kAllBlocksCleared;
   Medium medium = Medium::kGpu;
   std::vector<uint64_t> block_hashes;         // stored, removed

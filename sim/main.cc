@@ -29,6 +29,9 @@ struct Flags {
   int kv_events_replay_port = -1;
   double kv_offloading_size_gib = 0;
   std::string kv_offloading_backend;
+  double kv_pool_size_gib = 0;
+  int kv_pool_events_port = -1;
+  int kv_pool_events_replay_port = -1;
 };
 
 void AddOptions(CLI::App& app, Flags& f) {
@@ -70,6 +73,18 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "steps) or lmcache (LMCacheConnectorV1: stores and loads block the step, in "
                  "256-token chunks); default native")
       ->check(CLI::IsMember({"native", "lmcache"}));
+  app.add_option("--kv-pool-size", f.kv_pool_size_gib,
+                 "GiB of a fleet-shared KV pool (Mooncake-Store-like) that every instance puts its "
+                 "prefills' blocks to and loads stored prefixes from over its NIC (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-pool-events-port", f.kv_pool_events_port,
+                 "publish the pool's KV events (medium STORAGE) on this port (0: ephemeral, "
+                 "printed; needs --kv-pool-size; default: off)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--kv-pool-events-replay-port", f.kv_pool_events_replay_port,
+                 "answer replays of the pool's KV events on this port (needs "
+                 "--kv-pool-events-port)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--responses-store", opts.responses_store_capacity,
                  "responses each instance keeps for GET /v1/responses/{id} and "
                  "previous_response_id, oldest forgotten first (0: none, as vLLM without "
@@ -91,6 +106,7 @@ absl::Status ResolveProfile(Flags& f) {
     opts.profile.kv_offloading.backend =
         *sim::KvOffloadingBackendByName(f.kv_offloading_backend);
   }
+  if (f.kv_pool_size_gib > 0) opts.profile.kv_pool.size_gib = f.kv_pool_size_gib;
   if (!f.scheduling_policy.empty()) {
     opts.profile.scheduling_policy = f.scheduling_policy == "priority"
                                          ? sim::SchedulingPolicy::kPriority
@@ -113,6 +129,18 @@ absl::Status ResolvePorts(Flags& f) {
     if (p > 0 && p + opts.instances - 1 > 65535) {
       return absl::InvalidArgumentError("KV event ports beyond 65535");
     }
+  }
+  if (f.kv_pool_events_port >= 0 && f.kv_pool_size_gib <= 0) {
+    return absl::InvalidArgumentError("--kv-pool-events-port needs --kv-pool-size");
+  }
+  if (f.kv_pool_events_replay_port >= 0 && f.kv_pool_events_port < 0) {
+    return absl::InvalidArgumentError("--kv-pool-events-replay-port needs --kv-pool-events-port");
+  }
+  if (f.kv_pool_events_port >= 0) {
+    opts.kv_pool_events_port = static_cast<uint16_t>(f.kv_pool_events_port);
+  }
+  if (f.kv_pool_events_replay_port >= 0) {
+    opts.kv_pool_events_replay_port = static_cast<uint16_t>(f.kv_pool_events_replay_port);
   }
   if (f.kv_events_port >= 0) opts.kv_events_port = static_cast<uint16_t>(f.kv_events_port);
   if (f.kv_events_replay_port >= 0) {
@@ -158,6 +186,16 @@ void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
         sim::KvOffloadingBackendName(opts.profile.kv_offloading.backend),
         opts.profile.kv_offloading.size_gib, static_cast<long long>(opts.profile.NumHostBlocks()),
         opts.profile.OffloadedBlockSize());
+  }
+  if (opts.profile.kv_pool.enabled()) {
+    std::printf("kvroute-sim: fleet-shared KV pool, %g GiB = %lld blocks of %d tokens\n",
+                opts.profile.kv_pool.size_gib, static_cast<long long>(opts.profile.NumPoolBlocks()),
+                opts.profile.block_size);
+    if (opts.kv_pool_events_port) {
+      std::printf("kvroute-sim: kv pool events on %s%s%s\n", fleet.kv_pool_events_endpoint().c_str(),
+                  opts.kv_pool_events_replay_port ? " replay " : "",
+                  fleet.kv_pool_events_replay_endpoint().c_str());
+    }
   }
   for (int i = 0; i < fleet.size(); ++i) {
     std::printf("kvroute-sim: instance %d listening on %s:%u\n", i, opts.host.c_str(),

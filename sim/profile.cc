@@ -53,6 +53,13 @@ int64_t Profile::NumHostBlocks() const {
   return static_cast<int64_t>(std::floor(kv_offloading.size_gib * 1073741824.0 / block_bytes));
 }
 
+int64_t Profile::NumPoolBlocks() const {
+  if (!kv_pool.enabled()) return 0;
+  const double block_bytes = KvBytesPerToken() * block_size;
+  if (!(block_bytes > 0)) return 0;
+  return static_cast<int64_t>(std::floor(kv_pool.size_gib * 1073741824.0 / block_bytes));
+}
+
 Profile DefaultProfile() {
   Profile p;
   p.arch = kvsize::ModelArch{.name = "Qwen3-Coder-30B-A3B",

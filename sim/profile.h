@@ -94,6 +94,17 @@ struct KvOffloadingModel {
   bool lmcache() const { return backend == KvOffloadingBackend::kLmcache; }
 };
 
+// The fleet-shared KV pool (kvroute-sim --kv-pool-size; sim/kv_pool.h, sim/README.md
+// "Fleet-shared KV pool"): one store for every instance of the process, Mooncake-Store-like.
+// Its loads and stores move over each instance's NIC, the `link` section's bandwidth and
+// per-descriptor cost. Off while size_gib is 0.
+struct KvPoolModel {
+  // GiB of the whole pool (Mooncake: the sum of the segments its clients mount).
+  double size_gib = 0;
+
+  bool enabled() const { return size_gib > 0; }
+};
+
 // How a waiting request gets in: kFullPrompt reserves the whole prompt's blocks (vLLM since
 // `scheduler_reserve_full_isl`); kFirstChunk reserves only its first chunk and preempts
 // later when the pool runs out (the vLLM releases before that change, e.g. v0.12).
@@ -134,6 +145,7 @@ struct Profile {
   TimingModel timing;
   LinkModel link;
   KvOffloadingModel kv_offloading;
+  KvPoolModel kv_pool;
 
   kvsize::Capacity Capacity() const { return kvsize::ComputeCapacity(arch, deployment); }
   double KvBytesPerToken() const { return Capacity().effective_kv_bytes_per_token; }
@@ -144,6 +156,9 @@ struct Profile {
   // Blocks of the host tier: the size over the bytes of one offloaded block (vLLM's
   // CPUOffloadingSpec: cpu_bytes_to_use // kv_bytes_per_offloaded_block); 0 when off.
   int64_t NumHostBlocks() const;
+  // Blocks of the fleet-shared pool, each a GPU block: the size over c_KV x block_size; 0 when
+  // off.
+  int64_t NumPoolBlocks() const;
 };
 
 // The built-in default: the fleet of the design notes (H20, Qwen3-Coder-30B-A3B BF16), with

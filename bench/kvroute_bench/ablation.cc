@@ -103,12 +103,19 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 }  // namespace
 
 std::string KvOffloadingDescription(const AblationOptions& options) {
-  if (options.kv_offloading_size_gib <= 0) return "";
-  const std::string backend = options.kv_offloading_backend == "native"
-                                  ? std::string()
-                                  : absl::StrCat(", backend ", options.kv_offloading_backend);
-  return absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size%s)",
-                         options.kv_offloading_size_gib, backend);
+  std::string out;
+  if (options.kv_offloading_size_gib > 0) {
+    const std::string backend = options.kv_offloading_backend == "native"
+                                    ? std::string()
+                                    : absl::StrCat(", backend ", options.kv_offloading_backend);
+    out = absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size%s)",
+                          options.kv_offloading_size_gib, backend);
+  }
+  if (options.kv_pool_size_gib > 0) {
+    absl::StrAppend(&out, absl::StrFormat(", fleet-shared KV pool %g GiB (--kv-pool-size)",
+                                          options.kv_pool_size_gib));
+  }
+  return out;
 }
 
 int64_t MergeRequestLog(const std::string& path, RunResult& run) {
@@ -154,10 +161,10 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
   for (const std::string& mode : modes) {
     if (ThresholdSensitive(mode) && !thresholds.empty()) {
       for (int64_t t : thresholds) {
-        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, ""});
+        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, "", "", ""});
       }
     } else {
-      out.push_back({mode, mode, default_threshold, ""});
+      out.push_back({mode, mode, default_threshold, "", "", ""});
     }
   }
   return out;
@@ -211,6 +218,13 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
     absl::StrAppend(&y, "}\n");
   }
   if (!config.profile.empty()) absl::StrAppend(&y, "profile: ", config.profile, "\n");
+  if (!config.kv_pool_events.empty()) {
+    absl::StrAppend(&y, "kv_events: {pool: \"", config.kv_pool_events, "\"");
+    if (!config.kv_pool_events_replay.empty()) {
+      absl::StrAppend(&y, ", pool_replay: \"", config.kv_pool_events_replay, "\"");
+    }
+    absl::StrAppend(&y, "}\n");
+  }
   return y;
 }
 
@@ -357,6 +371,17 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
         sim_argv.push_back("0");
       }
     }
+    const bool pool_events = kv_events && options.kv_pool_size_gib > 0;
+    if (options.kv_pool_size_gib > 0) {
+      sim_argv.push_back("--kv-pool-size");
+      sim_argv.push_back(absl::StrCat(options.kv_pool_size_gib));
+    }
+    if (pool_events) {
+      for (const char* flag : {"--kv-pool-events-port", "--kv-pool-events-replay-port"}) {
+        sim_argv.push_back(flag);
+        sim_argv.push_back("0");
+      }
+    }
     absl::StatusOr<std::unique_ptr<ChildProcess>> sim =
         ChildProcess::Start(sim_argv, (dir / "sim.log").string());
     if (!sim.ok()) return sim.status();
@@ -396,6 +421,19 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
         backends[i].kv_events_replay = m[3];
       }
     }
+    std::string pool_endpoint, pool_replay_endpoint;
+    if (pool_events) {
+      static const std::regex kPoolEvents(R"(kvroute-sim: kv pool events on (\S+) replay (\S+))");
+      auto pool_lines = (*sim)->WaitForLines(kPoolEvents, 1, startup);
+      if (!pool_lines.ok()) {
+        return absl::Status(pool_lines.status().code(),
+                            absl::StrCat("kvroute-sim KV pool events: ",
+                                         pool_lines.status().message(), "; see ",
+                                         (dir / "sim.log").string()));
+      }
+      pool_endpoint = (*pool_lines)[0][1];
+      pool_replay_endpoint = (*pool_lines)[0][2];
+    }
     for (const FleetBackend& b : backends) ro.instances.push_back({b.name, *ParseHttpUrl(b.url)});
 
     ro.name = config.name;
@@ -420,6 +458,8 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     // lives in the run's directory).
     AblationConfig with_profile = config;
     if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
+    with_profile.kv_pool_events = pool_endpoint;
+    with_profile.kv_pool_events_replay = pool_replay_endpoint;
     std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo,
                                              *router_keys);
     std::vector<std::string> proxy_argv = {options.kvroute_bin,

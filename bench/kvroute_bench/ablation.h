@@ -35,6 +35,9 @@ struct AblationConfig {
   std::string mode;
   int64_t heavy_threshold = 20000;
   std::string profile;  // the model/GPU profile kvroute's config names; empty: none
+  // The fleet-shared KV pool's event sockets kvroute follows; empty: none.
+  std::string kv_pool_events;
+  std::string kv_pool_events_replay;
 };
 
 // Modes whose routing depends on the heavy threshold (the policy table's threshold_sensitive
@@ -68,6 +71,9 @@ struct AblationOptions {
   // Its backend (vLLM's --kv-offloading-backend): "native", or "lmcache", whose stores and
   // loads block the engine's steps; passed only with a tier.
   std::string kv_offloading_backend = "native";
+  // The simulated fleet's shared KV pool (kvroute-sim --kv-pool-size, GiB for the fleet); 0:
+  // off. With kv_events, kvroute follows the pool's events too (kv_events.pool).
+  double kv_pool_size_gib = 0;
   std::string log_level = "warn";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
@@ -83,7 +89,8 @@ struct AblationOptions {
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 
 // ", host KV tier N GiB per instance" (and its backend when not native) for a fleet with
-// --kv-offloading-size; empty when off.
+// --kv-offloading-size, and ", fleet-shared KV pool M GiB" with --kv-pool-size; empty when
+// both are off.
 std::string KvOffloadingDescription(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's

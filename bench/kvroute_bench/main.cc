@@ -333,6 +333,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "(LMCache's connector: stores and loads block the step, 256-token chunks)")
       ->check(CLI::IsMember({"native", "lmcache"}))
       ->capture_default_str();
+  cmd->add_option("--kv-pool-size", abl.kv_pool_size_gib,
+                  "kvroute-sim --kv-pool-size: GiB of a KV pool shared by the simulated fleet "
+                  "(Mooncake-Store-like); kvroute follows its events with --kv-events (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
                   "decode_stall_weight=2; times in wall seconds; not the oracle reference)")

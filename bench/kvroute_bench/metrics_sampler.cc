@@ -1,5 +1,7 @@
 #include "bench/kvroute_bench/metrics_sampler.h"
 
+#include <algorithm>
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -27,6 +29,16 @@ InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples)
     } else if (s.name == "kvroute_sim_gpu_busy_fraction") {
       busy += s.value;
       ++busy_n;
+    } else if (s.name == "vllm:prompt_tokens_by_source_total") {
+      const auto source = s.labels.find("source");
+      if (source == s.labels.end()) continue;
+      double* slot = source->second == "local_compute"          ? &x.prompt_local_compute
+                     : source->second == "local_cache_hit"      ? &x.prompt_local_cache_hit
+                     : source->second == "external_kv_transfer" ? &x.prompt_external
+                                                                : nullptr;
+      if (slot != nullptr) *slot = std::max(*slot, 0.0) + s.value;
+    } else if (s.name == "kvroute_sim_pool_prompt_tokens_loaded_total") {
+      x.prompt_pool_loaded = std::max(x.prompt_pool_loaded, 0.0) + s.value;
     }
   }
   if (kv_n > 0) x.kv_usage = kv / kv_n;

@@ -106,6 +106,13 @@ struct InstanceSample {
   double running = -1;
   double waiting = -1;
   double gpu_busy = -1;  // 0..1 (simulator gauge or DCGM utilisation)
+  // The engine's prompt tokens by source so far (counters; -1: not published):
+  // vllm:prompt_tokens_by_source_total{source} and kvroute-sim's pool share of
+  // the external ones (kvroute_sim_pool_prompt_tokens_loaded_total).
+  double prompt_local_compute = -1;
+  double prompt_local_cache_hit = -1;
+  double prompt_external = -1;
+  double prompt_pool_loaded = -1;
 };
 
 // The service-level objectives goodput is measured against, in modelled seconds: a request

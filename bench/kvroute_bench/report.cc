@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/prompt_sources.h"
 #include "bench/kvroute_bench/report_accuracy.h"
 #include "bench/kvroute_bench/svg_chart.h"
 
@@ -502,6 +503,12 @@ json::value ReportJson(const Report& report) {
                                      {"gpu_busy", x.gpu_busy}});
     }
     o["samples"] = std::move(samples);
+    if (const PromptSources ps = SumPromptSources(r.samples); ps.known) {
+      o["prompt_tokens_by_source"] = json::object{{"gpu_hit", ps.gpu_hit},
+                                                  {"host_reload", ps.host_reload},
+                                                  {"pool_reload", ps.pool_reload},
+                                                  {"computed", ps.computed}};
+    }
     runs.push_back(std::move(o));
   }
   root["runs"] = std::move(runs);
@@ -558,6 +565,14 @@ std::string SummaryTable(const Report& report) {
   return out;
 }
 
+// What the prompt-source table counts, and from where.
+constexpr const char* kPromptSourceNote =
+    "From the engines' counters at the last /metrics sample of each instance: GPU hit = "
+    "vllm:prompt_tokens_by_source{source=\"local_cache_hit\"}, computed = local_compute, pool "
+    "reload = kvroute_sim_pool_prompt_tokens_loaded_total, host reload = external_kv_transfer "
+    "less the pool's (P/D pulls count there too). Shown when the engines publish them "
+    "(kvroute-sim with --kv-offloading-size or --kv-pool-size).";
+
 std::string ReportMarkdown(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
   std::string out = absl::StrCat("# ", report.title, "\n\n");
@@ -583,6 +598,10 @@ std::string ReportMarkdown(const Report& report) {
                     MarkdownTable(HeavySplitHeader(), heavy), "\n", kHeavySplitNote, "\n");
   } else {
     absl::StrAppend(&out, "\n", HeavySplitMissing(report), "\n");
+  }
+  if (const auto src = PromptSourceRows(report); !src.empty()) {
+    absl::StrAppend(&out, "\n## Prompt tokens by source\n\n",
+                    MarkdownTable(PromptSourceHeader(), src), "\n", kPromptSourceNote, "\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",

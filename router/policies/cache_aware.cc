@@ -14,6 +14,11 @@ CacheAwarePolicy::CacheAwarePolicy(const Options& options)
                                     options.offload_cost.prefill_tokens_per_second /
                                     options.host_tier.load_bytes_per_second
                               : 0),
+      pool_reload_weight_(options.host_tier.pool_load_bytes_per_second > 0
+                              ? options.offload_cost.kv_bytes_per_token *
+                                    options.offload_cost.prefill_tokens_per_second /
+                                    options.host_tier.pool_load_bytes_per_second
+                              : 0),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
 double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
@@ -24,6 +29,7 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestCl
   return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
          host_reload_weight_ * b.host_reload_time_factor *
              static_cast<double>(b.host_reload_tokens_est) +
+         pool_reload_weight_ * static_cast<double>(b.pool_reload_tokens_est) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *

@@ -21,6 +21,8 @@
 //          + reload_weight x host_reload_i  (cached tokens only the host tier
 //                                    holds: KV bytes per token x prefill rate
 //                                    / host link bandwidth, Options::host_tier)
+//          + pool_weight x pool_reload_i  (the same for the fleet-shared pool,
+//                                    over the instance's NIC)
 //
 // and picks the lowest cost (ties: lowest index). Because cache hit and load
 // are in one unit, a hit of H tokens is worth exactly H tokens of queued
@@ -81,6 +83,7 @@ class CacheAwarePolicy : public Policy {
   classifier::Thresholds thresholds_;
   Options::BaselineWeights weights_;
   double host_reload_weight_ = 0;  // prefill tokens per host-reloaded token
+  double pool_reload_weight_ = 0;  // prefill tokens per pool-reloaded token
   policy_internal::OverloadRule overload_;
 };
 

@@ -68,10 +68,18 @@ void SetPrefillHarm(const FleetSnapshot& fleet, int site, const PlacementParams&
 }  // namespace
 
 double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
-  const int64_t tokens = fleet.backends[backend].host_reload_tokens_est;
-  if (tokens <= 0 || !(p.host_load_bytes_per_second > 0)) return 0;
-  return static_cast<double>(tokens) * p.rates.kv_bytes_per_token / p.host_load_bytes_per_second *
-         fleet.backends[backend].host_reload_time_factor;
+  const BackendSnapshot& b = fleet.backends[backend];
+  double s = 0;
+  if (b.host_reload_tokens_est > 0 && p.host_load_bytes_per_second > 0) {
+    s += static_cast<double>(b.host_reload_tokens_est) * p.rates.kv_bytes_per_token /
+         p.host_load_bytes_per_second * b.host_reload_time_factor;
+  }
+  // And what only the fleet-shared pool holds, over the instance's NIC.
+  if (b.pool_reload_tokens_est > 0 && p.pool_load_bytes_per_second > 0) {
+    s += static_cast<double>(b.pool_reload_tokens_est) * p.rates.kv_bytes_per_token /
+         p.pool_load_bytes_per_second;
+  }
+  return s;
 }
 
 PlacementParams ParamsFromOptions(const Options& options) {
@@ -81,6 +89,7 @@ PlacementParams ParamsFromOptions(const Options& options) {
   p.stream_tokens = static_cast<double>(std::max<int64_t>(1, options.default_output_tokens));
   p.decode_leg_after_prefill = options.decode_leg_after_prefill;
   p.host_load_bytes_per_second = options.host_tier.load_bytes_per_second;
+  p.pool_load_bytes_per_second = options.host_tier.pool_load_bytes_per_second;
   return p;
 }
 

@@ -100,6 +100,7 @@ struct PlacementParams {
   double stream_tokens = 256;            // L: a decode stream's remaining output tokens
   bool decode_leg_after_prefill = true;  // Options::decode_leg_after_prefill
   double host_load_bytes_per_second = 50e9;  // Options::host_tier
+  double pool_load_bytes_per_second = 22e9;  // Options::host_tier
   int64_t recompute_slack_tokens = 2048;
   double recompute_slack_fraction = 0.1;
 };

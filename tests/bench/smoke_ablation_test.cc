@@ -68,6 +68,49 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
+TEST(SmokeAblationTest, KvPoolSizeReachesTheFleetAndKvrouteFollowsItsEvents) {
+  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
+  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
+  if (!Executable(kvroute) || !Executable(sim)) {
+    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  }
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_pool_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  AblationOptions o;
+  o.modes = {"round_robin"};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  o.kv_pool_size_gib = 2;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.jobs_per_second = 1;
+  w.agentic.duration_s = 10;
+  w.agentic.max_jobs = 2;
+  w.agentic.turns = 2;
+  w.agentic.seed = 9;
+
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->runs.size(), 1u);
+  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
+  bool described = false;
+  for (const auto& [key, value] : report->setup) {
+    if (key == "fleet") described = value.find("fleet-shared KV pool 2 GiB") != std::string::npos;
+  }
+  EXPECT_TRUE(described);
+  auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_NE(read(out / "round_robin" / "sim.log").find("fleet-shared KV pool, 2 GiB"),
+            std::string::npos);
+  EXPECT_NE(read(out / "round_robin" / "kvroute.yaml").find("kv_events: {pool: \"tcp://"),
+            std::string::npos);
+  std::filesystem::remove_all(out);
+}
+
 // Runs a two-job ablation with a host tier of 2 GiB and `backend`, and checks that the tier
 // reached the simulated fleet: the report's setup and the simulator's start-up line say so.
 void ExpectKvOffloadingReachesTheFleet(const std::string& backend, const std::string& sim_says,

@@ -249,6 +249,36 @@ TEST(KvEventSubscriber, TheHostTierIsAppliedApartOtherMediaAndGroupsAreNot) {
   EXPECT_EQ(Backend(report, 0).engine_host_cached_tokens, 0) << "the host tier is known now";
 }
 
+TEST(KvEventSubscriber, ThePoolsFeedAppliesEveryMediumToThePool) {
+  auto router = MakeRouter();
+  Serve(*router, 1, 10);
+  FakeEngine engine(false);
+  KvEventSubscriber sub(*router, router::kPoolBackend, Options(engine));
+  ASSERT_TRUE(sub.Start().ok());
+  const int64_t seq = SyncUp(engine, sub, 0);
+  // kvroute-sim's pool says STORAGE, Mooncake's master "cpu": both are the pool's.
+  auto removal = [](std::string_view medium) {
+    std::string s;
+    s += "\x92\xcb";
+    s += std::string(8, '\0');  // ts 0.0
+    s += "\x91\x84\xa4type\xac" "BlockRemoved\xac" "block_hashes\x92\x01\x02\xa6medium";
+    s += static_cast<char>(0xa0 | medium.size());
+    s += medium;
+    s += "\xa9group_idx";
+    s += '\0';
+    return s;
+  };
+  engine.Send(seq, removal("STORAGE"));
+  engine.Send(seq + 1, removal("cpu"));
+  ASSERT_TRUE(sub.WaitFor([&](const SubscriberStats& s) { return s.last_seq == seq + 1; }, kWait));
+  EXPECT_EQ(sub.stats().ignored_events, 0u);
+  EXPECT_EQ(sub.stats().host_events, 0u);
+  EXPECT_EQ(sub.stats().removed_blocks, 4u);
+  EXPECT_EQ(router->Stats().pool_cached_tokens, 0) << "the pool is known now";
+  EXPECT_EQ(Backend(router->Report(), 0).shadow_chunks, 10) << "no backend's shadow moves";
+  EXPECT_EQ(Backend(router->Report(), 0).engine_host_cached_tokens, -1);
+}
+
 TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {
   auto router = MakeRouter();
   for (uint64_t s = 0; s < 2; ++s) Serve(*router, s, 10);

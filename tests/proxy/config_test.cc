@@ -268,6 +268,32 @@ TEST(ConfigTest, TheHostTierKeys) {
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
 }
 
+TEST(ConfigTest, ThePoolKeys) {
+  absl::StatusOr<Config> c = ParseConfig(
+      "router: {pool_load_bytes_per_second: 44e9}\n"
+      "kv_events: {pool: tcp://10.0.0.9:5600, pool_replay: tcp://10.0.0.9:5601}\n"
+      "backends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->router.host_tier.pool_load_bytes_per_second, 44e9);
+  EXPECT_EQ(c->kv_events.pool, "tcp://10.0.0.9:5600");
+  EXPECT_EQ(c->kv_events.pool_replay, "tcp://10.0.0.9:5601");
+  absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->router.host_tier.pool_load_bytes_per_second, 22e9);
+  EXPECT_TRUE(d->kv_events.pool.empty());
+  for (const auto& [yaml, error] : std::vector<std::pair<std::string, std::string>>{
+           {"kv_events: {pool: ipc:///tmp/pool}", "kv_events.pool: expected tcp://host:port"},
+           {"kv_events: {pool_replay: tcp://h:2}", "kv_events.pool_replay: needs kv_events.pool"},
+           {"router: {pool_load_bytes_per_second: 0}",
+            "router.pool_load_bytes_per_second: value 0 is out of range"}}) {
+    absl::StatusOr<Config> bad =
+        ParseConfig(yaml + "\nbackends: [{name: a, url: http://h:1}]", "test");
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_NE(bad.status().message().find(error), std::string::npos) << bad.status();
+  }
+}
+
 TEST(ConfigTest, KvEventsOffUnlessABackendNamesAnEndpoint) {
   absl::StatusOr<Config> c = ParseConfig(R"(
 kv_events: {topic: kv-events, queue_messages: 500, block_size: 32, replay_timeout: 0.25}

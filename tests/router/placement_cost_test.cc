@@ -272,6 +272,22 @@ TEST(PlacementCostTest, AHostTierHitIsReloadedAtTheHostLinksBandwidth) {
   EXPECT_LT(host.prefill_s - gpu.prefill_s, 0.1 * (cold.prefill_s - gpu.prefill_s));
 }
 
+TEST(PlacementCostTest, APoolHitIsReloadedAtThePoolsBandwidth) {
+  PlacementParams p = Params();
+  p.pool_load_bytes_per_second = 20e9;
+  FleetSnapshot f = Fleet(1, 20000);
+  SetCached(f, {12000});
+  const PlanCost gpu = Colocated(f, 0, RequestClass::kMedium, p);
+  // The same 12,000 tokens cached: 2,000 in the host tier, 8,000 only in the pool.
+  f.backends[0].host_reload_tokens_est = 2000;
+  f.backends[0].pool_reload_tokens_est = 8000;
+  const PlanCost tiers = Colocated(f, 0, RequestClass::kMedium, p);
+  EXPECT_NEAR(tiers.prefill_s - gpu.prefill_s,
+              2000 * p.rates.kv_bytes_per_token / p.host_load_bytes_per_second +
+                  8000 * p.rates.kv_bytes_per_token / 20e9,
+              1e-12);
+}
+
 TEST(PlacementCostTest, FactorsFromTheSnapshot) {
   auto f = Fleet(2, 1000);
   EXPECT_EQ(PrefillTimeFactor(f, 1), 1.0);

@@ -236,6 +236,41 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
     EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
     EXPECT_EQ(r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
     EXPECT_EQ(r->ResidencyCounters().swapped_out, aware ? 1u : 0u);
+TEST(RouterKvEvents, ThePoolMakesAPrefixCachedOnEveryInstanceUntilItsRemovals) {
+  for (const bool aware : {true, false}) {
+    Options o;
+    o.chunk_bytes = kChunk;
+    o.mode = "round_robin";
+    o.host_tier.aware = aware;
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000},
+        {.name = "gpu1", .host = "h", .port = 2, .capacity_tokens = 100000}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    EXPECT_EQ(r->Stats().pool_cached_tokens, -1);
+    // The pool's first event reveals it.
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kStored, 64}});
+    EXPECT_EQ(r->Stats().pool_cached_tokens, 64);
+    const RequestFeatures a = Prompt('a', 4);
+    Serve(*r, a);  // computed on gpu0, whose prefill put it to the pool
+    EXPECT_EQ(r->Stats().pool_shadow_chunks, 4);
+    // gpu1 never computed it: the pool makes it cached there too (round robin
+    // routes this one to gpu1), priced as a reload.
+    absl::StatusOr<RouteTicket> t = r->Route(a, absl::UnixEpoch());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->decision.decode_backend, 1);
+    EXPECT_EQ(t->decision.cached_tokens_est, aware ? 256 : 0) << "aware=" << aware;
+    r->OnComplete(*t, Outcome{}, absl::UnixEpoch());
+    // The pool's own removals evict it there, least recently used first.
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kRemoved, 256}});
+    EXPECT_EQ(r->Stats().pool_shadow_chunks, 0);
+    EXPECT_EQ(r->Stats().pool_cached_tokens, 0);
+    EXPECT_EQ(Matched(*r, a, 0), 256) << "gpu0's own copy stays";
+    EXPECT_EQ(Matched(*r, a, 1), 0);
+    // A clear empties the pool's shadow; the backends' shadows are untouched.
+    Serve(*r, a);
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kCleared, 0}});
+    EXPECT_EQ(r->Stats().pool_shadow_chunks, 0);
+    EXPECT_EQ(r->Report()[0].shadow_chunks, 4);
   }
 }
 
