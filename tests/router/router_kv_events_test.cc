@@ -236,6 +236,9 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
     EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
     EXPECT_EQ(r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
     EXPECT_EQ(r->ResidencyCounters().swapped_out, aware ? 1u : 0u);
+  }
+}
+
 TEST(RouterKvEvents, ThePoolMakesAPrefixCachedOnEveryInstanceUntilItsRemovals) {
   for (const bool aware : {true, false}) {
     Options o;
