@@ -128,32 +128,25 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
         {"kvroute_backend_kv_usage", "Engine-reported KV cache usage (0..1), -1 unknown.",
          [](const router::BackendReport& b) { return b.kv_usage; }},
     };
-    for (const G& g : kGauges) {
+    auto render = [&](const G& g) {
       metrics::RenderGaugeHeader(out, g.name, g.help);
       for (const auto& b : report) {
         if (!b.retired) metrics::RenderSample(out, g.name, {{"backend", b.name}}, g.get(b));
       }
-    }
+    };
+    for (const G& g : kGauges) render(g);
     // The cost model's learned time factors (router/rate_learner.h).
     if (!r->options().rate_learning.enabled) return;
-    metrics::RenderGaugeHeader(out, "kvroute_prefill_time_factor",
-                               "Learned realised / predicted prefill time of the backend (1 until "
-                               "learned).");
-    for (const auto& b : report) {
-      if (!b.retired) {
-        metrics::RenderSample(out, "kvroute_prefill_time_factor", {{"backend", b.name}},
-                              b.prefill_time_factor);
-      }
-    }
-    metrics::RenderGaugeHeader(out, "kvroute_host_reload_time_factor",
-                               "Learned engine-timed host tier load seconds / the seconds at "
-                               "router.host_load_bytes_per_second (1 until learned).");
-    for (const auto& b : report) {
-      if (!b.retired) {
-        metrics::RenderSample(out, "kvroute_host_reload_time_factor", {{"backend", b.name}},
-                              b.host_reload_time_factor);
-      }
-    }
+    static const G kFactors[] = {
+        {"kvroute_prefill_time_factor",
+         "Learned realised / predicted prefill time of the backend (1 until learned).",
+         [](const router::BackendReport& b) { return b.prefill_time_factor; }},
+        {"kvroute_host_reload_time_factor",
+         "Learned engine-timed host tier load seconds / the seconds at "
+         "router.host_load_bytes_per_second (1 until learned).",
+         [](const router::BackendReport& b) { return b.host_reload_time_factor; }},
+    };
+    for (const G& g : kFactors) render(g);
     const router::RouterStats stats = r->Stats();
     metrics::RenderGaugeHeader(out, "kvroute_transfer_time_factor",
                                "Learned realised / predicted time from an offload's prefill end to "
