@@ -68,66 +68,30 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
-TEST(SmokeAblationTest, KvPoolSizeReachesTheFleetAndKvrouteFollowsItsEvents) {
-  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
-  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
-  if (!Executable(kvroute) || !Executable(sim)) {
-    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
-  }
-  const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / ("kvb_pool_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(out);
-  AblationOptions o;
-  o.modes = {"round_robin"};
-  testing::UseSmokeFleet(o, kvroute, sim, out.string());
-  o.kv_pool_size_gib = 2;
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic.jobs_per_second = 1;
-  w.agentic.duration_s = 10;
-  w.agentic.max_jobs = 2;
-  w.agentic.turns = 2;
-  w.agentic.seed = 9;
-
-  absl::StatusOr<Report> report = RunAblation(o, w);
-  ASSERT_TRUE(report.ok()) << report.status();
-  ASSERT_EQ(report->runs.size(), 1u);
-  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
-  bool described = false;
-  for (const auto& [key, value] : report->setup) {
-    if (key == "fleet") described = value.find("fleet-shared KV pool 2 GiB") != std::string::npos;
-  }
-  EXPECT_TRUE(described);
-  auto read = [](const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  EXPECT_NE(read(out / "round_robin" / "sim.log").find("fleet-shared KV pool, 2 GiB"),
-            std::string::npos);
-  EXPECT_NE(read(out / "round_robin" / "kvroute.yaml").find("kv_events: {pool: \"tcp://"),
-            std::string::npos);
-  std::filesystem::remove_all(out);
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
-// Runs a two-job ablation with a host tier of 2 GiB and `backend`, and checks that the tier
-// reached the simulated fleet: the report's setup and the simulator's start-up line say so.
-void ExpectKvOffloadingReachesTheFleet(const std::string& backend, const std::string& sim_says,
-                                       const std::string& setup_says) {
+// Runs a two-job ablation of `mode` with the fleet's KV tiers as `tiers` sets them, and checks
+// that they reached the simulated fleet: the report's setup says `setup_says` and the
+// simulator's start-up line `sim_says`; returns the run's directory (empty when skipped).
+std::filesystem::path ExpectTiersReachTheFleet(const std::string& mode, const std::string& tag,
+                                               void (*tiers)(AblationOptions&),
+                                               const std::string& sim_says,
+                                               const std::string& setup_says) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
   const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
-  if (!Executable(kvroute) || !Executable(sim)) {
-    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
-  }
-  const std::filesystem::path out = std::filesystem::temp_directory_path() /
-                                    ("kvb_offload_" + backend + std::to_string(::getpid()));
+  if (!Executable(kvroute) || !Executable(sim)) return {};
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_tier_" + tag + std::to_string(::getpid()));
   std::filesystem::remove_all(out);
   AblationOptions o;
-  o.modes = {"baseline"};
+  o.modes = {mode};
   testing::UseSmokeFleet(o, kvroute, sim, out.string());
-  o.kv_offloading_size_gib = 2;
-  o.kv_offloading_backend = backend;
+  tiers(o);
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
   w.agentic.jobs_per_second = 1;
@@ -137,30 +101,52 @@ void ExpectKvOffloadingReachesTheFleet(const std::string& backend, const std::st
   w.agentic.seed = 9;
 
   absl::StatusOr<Report> report = RunAblation(o, w);
-  ASSERT_TRUE(report.ok()) << report.status();
-  ASSERT_EQ(report->runs.size(), 1u);
+  EXPECT_TRUE(report.ok()) << report.status();
+  if (!report.ok() || report->runs.size() != 1u) {
+    ADD_FAILURE() << "one run expected";
+    return out;
+  }
   for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
   bool described = false;
   for (const auto& [key, value] : report->setup) {
     if (key == "fleet") described = value.find(setup_says) != std::string::npos;
   }
   EXPECT_TRUE(described) << setup_says;
-  std::ifstream log(out / "baseline" / "sim.log");
-  std::stringstream text;
-  text << log.rdbuf();
-  EXPECT_NE(text.str().find(sim_says), std::string::npos) << text.str();
+  const std::string log = ReadFile(out / mode / "sim.log");
+  EXPECT_NE(log.find(sim_says), std::string::npos) << log;
+  return out;
+}
+
+TEST(SmokeAblationTest, KvPoolSizeReachesTheFleetAndKvrouteFollowsItsEvents) {
+  const std::filesystem::path out = ExpectTiersReachTheFleet(
+      "round_robin", "pool", [](AblationOptions& o) { o.kv_pool_size_gib = 2; },
+      "fleet-shared KV pool, 2 GiB", "fleet-shared KV pool 2 GiB");
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  EXPECT_NE(ReadFile(out / "round_robin" / "kvroute.yaml").find("kv_events: {pool: \"tcp://"),
+            std::string::npos);
   std::filesystem::remove_all(out);
 }
 
 TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
-  ExpectKvOffloadingReachesTheFleet("native", "KV offloading to host memory (native), 2 GiB",
-                                    "host KV tier 2 GiB per instance (--kv-offloading-size)");
+  const std::filesystem::path out = ExpectTiersReachTheFleet(
+      "baseline", "native", [](AblationOptions& o) { o.kv_offloading_size_gib = 2; },
+      "KV offloading to host memory (native), 2 GiB",
+      "host KV tier 2 GiB per instance (--kv-offloading-size)");
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  std::filesystem::remove_all(out);
 }
 
 TEST(SmokeAblationTest, KvOffloadingBackendReachesTheSimulatedFleet) {
-  ExpectKvOffloadingReachesTheFleet(
-      "lmcache", "KV offloading to host memory (lmcache), 2 GiB",
+  const std::filesystem::path out = ExpectTiersReachTheFleet(
+      "baseline", "lmcache",
+      [](AblationOptions& o) {
+        o.kv_offloading_size_gib = 2;
+        o.kv_offloading_backend = "lmcache";
+      },
+      "KV offloading to host memory (lmcache), 2 GiB",
       "host KV tier 2 GiB per instance (--kv-offloading-size, backend lmcache)");
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace
