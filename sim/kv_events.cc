@@ -216,6 +216,8 @@ void KvEventPublisher::ServiceReplay() {
   while (zmq::recv_multipart(replay, std::back_inserter(request), zmq::recv_flags::dontwait)) {
     // [client identity, empty delimiter, 8-byte start sequence number]
     if (request.size() == 3) {
+      // Batches queued before the request was sent are part of the answer.
+      SendQueued();
       const int64_t start = ReadSeq(request[2]);
       for (const auto& [seq, payload] : buffer_) {
         if (seq < start) continue;
@@ -237,10 +239,35 @@ void KvEventPublisher::ServiceReplay() {
   }
 }
 
+void KvEventPublisher::SendQueued() {
+  std::deque<Batch> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready.swap(queue_);
+  }
+  if (ready.empty()) return;
+  try {
+    for (const Batch& b : ready) {
+      const int64_t seq = next_seq_++;
+      std::string payload = EncodeKvEventBatch(b.ts, b.events, options_.data_parallel_rank);
+      zmq::multipart_t message;
+      message.addstr(options_.topic);
+      message.add(SeqFrame(seq));
+      message.addstr(payload);
+      message.send(sockets_->pub);  // PUB never blocks: beyond its HWM ZeroMQ drops
+      buffer_.emplace_back(seq, std::move(payload));
+      if (buffer_.size() > options_.buffer_steps) buffer_.pop_front();
+    }
+  } catch (const zmq::error_t&) {
+    // A send can only fail when the context is going away; the batches are lost like
+    // vLLM's after its publisher thread logs the error.
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ += ready.size();
+}
+
 void KvEventPublisher::Run() {
-  const std::string topic = options_.topic;
   for (;;) {
-    std::deque<Batch> ready;
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -250,29 +277,15 @@ void KvEventPublisher::Run() {
       } else {
         wake_.wait(lock, woken);
       }
-      ready.swap(queue_);
       stopping = stopping_;
     }
-    try {
-      if (sockets_->replay) ServiceReplay();
-      for (const Batch& b : ready) {
-        const int64_t seq = next_seq_++;
-        std::string payload = EncodeKvEventBatch(b.ts, b.events, options_.data_parallel_rank);
-        zmq::multipart_t message;
-        message.addstr(topic);
-        message.add(SeqFrame(seq));
-        message.addstr(payload);
-        message.send(sockets_->pub);  // PUB never blocks: beyond its HWM ZeroMQ drops
-        buffer_.emplace_back(seq, std::move(payload));
-        if (buffer_.size() > options_.buffer_steps) buffer_.pop_front();
+    SendQueued();
+    if (sockets_->replay) {
+      try {
+        ServiceReplay();
+      } catch (const zmq::error_t&) {
+        // As above: only while the context goes away.
       }
-    } catch (const zmq::error_t&) {
-      // A send can only fail when the context is going away; the batches are lost like
-      // vLLM's after its publisher thread logs the error.
-    }
-    if (!ready.empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      published_ += ready.size();
     }
     if (stopping) break;
   }

@@ -97,6 +97,8 @@ class KvEventPublisher {
   };
   explicit KvEventPublisher(KvEventPublisherOptions o);
   void Run();
+  // Sends and buffers every queued batch (thread only).
+  void SendQueued();
   void ServiceReplay();
 
   KvEventPublisherOptions options_;
