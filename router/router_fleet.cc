@@ -84,7 +84,21 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
     s.gauges.host_capacity_bytes = known_host_capacity;
   }
   if (capacity_changed) ApplyCapacity(backend);
+  ApplyHostCapacity(backend);
   LearnHostReload(backend, s);
+}
+
+// An engine whose metrics give its host tier's size has that tier in the
+// router's view before (or without) any host-tier KV event: sizing it takes
+// the model's KV bytes per token, known when the time model describes the
+// fleet (a profile or router.offload_cost).
+void RouterImpl::ApplyHostCapacity(int backend) {
+  const double kv_bytes_per_token =
+      options_.offload_cost_known ? options_.offload_cost.kv_bytes_per_token : 0;
+  const double bytes = state_[backend].gauges.host_capacity_bytes;
+  const int64_t tokens =
+      kv_bytes_per_token > 0 && bytes > 0 ? static_cast<int64_t>(bytes / kv_bytes_per_token) : 0;
+  feedback_.ApplyHostCapacity(backend, tokens, ratios_.FleetWide());
 }
 
 // The loads the engine timed since the last sample teach its reload factor:
@@ -247,6 +261,5 @@ RouterStats RouterImpl::Stats() const {
   }
   return s;
 }
-
 
 }  // namespace kvroute::router

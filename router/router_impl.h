@@ -119,6 +119,7 @@ class RouterImpl : public Router {
   }
   int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Host loads smaller than this since the last sample wait for more: 64 MiB
   // is about 40 blocks of a 30B model's KV, enough that the engine's timer
   // granularity and one load's fixed costs do not dominate.

@@ -66,6 +66,22 @@ void ShadowFeedback::LearnFromTruth(const Truth& t, int64_t nominal_tokens,
   }
 }
 
+void ShadowFeedback::ApplyHostCapacity(int backend, int64_t capacity_tokens,
+                                       double bytes_per_token) {
+  Backend& s = backends_[backend];
+  if (s.host_tier == Backend::HostTier::kFromEvents) return;
+  if (capacity_tokens <= 0) {
+    if (s.host_tier == Backend::HostTier::kFromMetrics) {
+      s.host_tier = Backend::HostTier::kNone;
+      host_index_.Clear(backend);
+    }
+    return;
+  }
+  s.host_tier = Backend::HostTier::kFromMetrics;
+  host_index_.SetEngineEvicts(backend, false);
+  host_index_.SetCapacity(backend, CapacityChunks(capacity_tokens, bytes_per_token, 1.0));
+}
+
 int64_t ShadowFeedback::EvictRemoved(ShadowIndex& index, int backend, int64_t tokens,
                                      double tokens_per_chunk, double* carry) {
   const double owed = *carry + static_cast<double>(tokens);
@@ -99,8 +115,8 @@ int64_t ShadowFeedback::ApplyPoolKvEvents(absl::Span<const EngineKvEvent> events
         break;
       case EngineKvEvent::Kind::kRemoved:
         pool_cached_tokens_ = std::max<int64_t>(pool_cached_tokens_ - e.tokens, 0);
-        evicted += EvictRemoved(pool_index_, 0, e.tokens, tokens_per_chunk,
-                                &pool_evict_carry_tokens_);
+        evicted +=
+            EvictRemoved(pool_index_, 0, e.tokens, tokens_per_chunk, &pool_evict_carry_tokens_);
         break;
     }
   }
@@ -117,7 +133,8 @@ int64_t ShadowFeedback::ApplyEngineKvEvents(int backend, absl::Span<const Engine
     if (e.host) {
       // The first host event reveals the tier: its shadow is sized by the
       // engine's removals alone.
-      if (!HasHostTier(backend)) {
+      if (s.host_tier != Backend::HostTier::kFromEvents) {
+        s.host_tier = Backend::HostTier::kFromEvents;
         s.engine_host_cached_tokens = 0;
         host_index_.SetCapacity(backend, kUnboundedChunks);
         host_index_.SetEngineEvicts(backend, true);

@@ -4,9 +4,11 @@
 // (it drops them and, without engine events, moves the instance's effective
 // capacity toward what the engine really keeps) or early ones (the capacity
 // grows back); an engine's KV events trim the shadow by its own removals.
-// An engine whose events include a host-memory tier (`medium: "CPU"`) gets a
-// second shadow, of that tier, trimmed by its host removals (the router
-// writes every computed prompt through to it, as the engine does).
+// An engine with a host-memory tier gets a second shadow, of that tier (the
+// router writes every computed prompt through to it, as the engine does):
+// trimmed by the engine's host removals when its events include the tier
+// (`medium: "CPU"`), else an LRU of the size the engine's
+// `vllm:cache_config_info` gives its tier (`kv_offloading_size`).
 // Per backend it also keeps the estimate's accuracy figures.
 //
 //   ShadowFeedback feedback(params, index, host_index, n);
@@ -55,17 +57,21 @@ class ShadowFeedback {
     // yet), and the fraction of a shadow chunk a removal still owes.
     int64_t engine_cached_tokens = -1;
     double evict_carry_tokens = 0;
-    // The same for its host tier; -1: no host event yet (no host tier seen).
+    // The same for its host tier; -1: no host event yet.
     int64_t engine_host_cached_tokens = -1;
     double host_evict_carry_tokens = 0;
+    // How the host tier is known: its events size its shadow, and override
+    // what the engine's metrics say.
+    enum class HostTier { kNone, kFromMetrics, kFromEvents };
+    HostTier host_tier = HostTier::kNone;
   };
 
   // One completed request's truth about the backend that served it.
   struct Truth {
     int served = -1;
-    int64_t est_tokens = 0;     // the estimate it was routed on there
-    int64_t est_chunks = 0;     // the shadow's matched chunks in it
-    int64_t actual_tokens = 0;  // the engine's cached_tokens
+    int64_t est_tokens = 0;      // the estimate it was routed on there
+    int64_t est_chunks = 0;      // the shadow's matched chunks in it
+    int64_t actual_tokens = 0;   // the engine's cached_tokens
     double bytes_per_token = 1;  // this request's own ratio
     absl::Span<const uint64_t> chain;
     uint64_t route_tick = 0;  // the shadow's clock at routing
@@ -87,8 +93,15 @@ class ShadowFeedback {
     if (backends > static_cast<int>(backends_.size())) backends_.resize(backends);
   }
   const Backend& at(int backend) const { return backends_[backend]; }
-  // Whether `backend`'s engine has published host-tier events.
-  bool HasHostTier(int backend) const { return backends_[backend].engine_host_cached_tokens >= 0; }
+  // Whether `backend`'s engine has a host tier, from its events or metrics.
+  bool HasHostTier(int backend) const {
+    return backends_[backend].host_tier != Backend::HostTier::kNone;
+  }
+  // The host tier's size from the engine's metrics, in KV tokens (0: none).
+  // Until the engine's events reveal the tier, a positive size makes the
+  // host shadow an LRU of that many tokens at `bytes_per_token` (prompt
+  // bytes); a tier whose events have been seen keeps their sizing.
+  void ApplyHostCapacity(int backend, int64_t capacity_tokens, double bytes_per_token);
   // Whether the fleet-shared pool has published events (kPoolBackend), and
   // the tokens they say it holds (stored minus removed; -1 before).
   bool HasPool() const { return pool_cached_tokens_ >= 0; }

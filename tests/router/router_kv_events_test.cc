@@ -32,7 +32,8 @@ RequestFeatures Prompt(char fill, int chunks) {
   RequestFeatures f;
   f.model = "m";
   f.prompt_bytes.assign(static_cast<size_t>(chunks) * kChunk, fill);
-  for (size_t i = 0; i < f.prompt_bytes.size(); i += kChunk) f.prompt_bytes[i] = static_cast<char>('A' + i / kChunk);
+  for (size_t i = 0; i < f.prompt_bytes.size(); i += kChunk)
+    f.prompt_bytes[i] = static_cast<char>('A' + i / kChunk);
   f.chunk_hashes = HashPromptChunks(f.prompt_bytes, kChunk);
   return f;
 }
@@ -78,8 +79,8 @@ TEST(RouterKvEvents, RemovalsEvictLeastRecentlyUsedChunksWithCarry) {
 
 TEST(RouterKvEvents, ClearEmptiesOneBackendAndCachedTokensFollowTheEvents) {
   auto r = Make(2);
-  Serve(*r, Prompt('a', 3));  // backend 0
-  Serve(*r, Prompt('b', 5));  // backend 1
+  Serve(*r, Prompt('a', 3));                           // backend 0
+  Serve(*r, Prompt('b', 5));                           // backend 1
   EXPECT_EQ(r->Report()[0].engine_cached_tokens, -1);  // no event yet
 
   const EngineKvEvent stored[] = {{Kind::kStored, 320}, {Kind::kStored, 64}, {Kind::kRemoved, 64}};
@@ -144,7 +145,8 @@ TEST(RouterKvEvents, AHostTierHoldsWhatTheGpuEvictedUntilItsOwnRemovals) {
     Options o;
     o.chunk_bytes = kChunk;
     o.host_tier.aware = aware;
-    std::vector<BackendSpec> specs{{.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000}};
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000}};
     std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
     // The engine's first host event reveals its host tier.
     r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
@@ -158,11 +160,66 @@ TEST(RouterKvEvents, AHostTierHoldsWhatTheGpuEvictedUntilItsOwnRemovals) {
     EXPECT_EQ(r->Report()[0].shadow_chunks, 0);
     EXPECT_EQ(Matched(*r, a, 0), aware ? 256 : 0) << "aware=" << aware;
     // The host tier's own removals evict it there.
-    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 512},
-                                                         {Kind::kRemoved, 512, /*host=*/true}});
+    r->ApplyEngineKvEvents(
+        0, std::vector<EngineKvEvent>{{Kind::kRemoved, 512}, {Kind::kRemoved, 512, /*host=*/true}});
     EXPECT_EQ(r->Report()[0].host_shadow_chunks, 0);
     EXPECT_EQ(Matched(*r, a, 0), 0);
   }
+}
+
+// An engine that publishes no host-tier events (GPU events only, or none)
+// still has its tier seen: vllm:cache_config_info's kv_offloading_size sizes
+// an LRU host shadow at the model's KV bytes per token. The tier's first
+// event hands its sizing to the engine's removals.
+TEST(RouterKvEvents, AHostTierSizedByTheEnginesMetricsIsAnLruOfThatSize) {
+  Options o;
+  o.chunk_bytes = kChunk;
+  o.offload_cost.kv_bytes_per_token = 1000;
+  o.offload_cost_known = true;
+  std::vector<BackendSpec> specs{
+      {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000}};
+  std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+  EngineGauges g;
+  g.capacity_tokens = 100000;
+  g.host_capacity_bytes = 6 * 64 * 1000;  // six chunks of 64 tokens
+  r->UpdateEngineGauges(0, g);
+  EXPECT_EQ(r->Report()[0].engine_host_cached_tokens, -1) << "no host event yet";
+  const RequestFeatures a = Prompt('a', 4);
+  const RequestFeatures b = Prompt('b', 4);
+  Serve(*r, a);
+  EXPECT_EQ(r->Report()[0].host_shadow_chunks, 4);
+  Serve(*r, b);  // the host LRU holds six chunks: two of a's go
+  EXPECT_EQ(r->Report()[0].host_shadow_chunks, 6);
+  // The GPU evicts both prompts; the host tier still holds b whole.
+  r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 512}});
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 0);
+  EXPECT_EQ(Matched(*r, b, 0), 256);
+  // A scrape that no longer reports a tier drops it.
+  g.host_capacity_bytes = 0;
+  r->UpdateEngineGauges(0, g);
+  EXPECT_EQ(r->Report()[0].host_shadow_chunks, 0);
+  EXPECT_EQ(Matched(*r, b, 0), 0);
+  // Once the tier's events arrive they size it, whatever the metrics say.
+  g.host_capacity_bytes = 6 * 64 * 1000;
+  r->UpdateEngineGauges(0, g);
+  r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+  EXPECT_EQ(r->Report()[0].engine_host_cached_tokens, 0);
+  Serve(*r, a);
+  Serve(*r, b);
+  Serve(*r, Prompt('c', 4));
+  EXPECT_EQ(r->Report()[0].host_shadow_chunks, 12) << "sized by removals alone";
+}
+
+// Without a time model of the fleet (its KV bytes per token) the metrics
+// cannot size a tier.
+TEST(RouterKvEvents, AHostTierFromMetricsNeedsTheKvBytesPerToken) {
+  auto r = Make(1);
+  EngineGauges g;
+  g.capacity_tokens = 100000;
+  g.host_capacity_bytes = 64e9;
+  r->UpdateEngineGauges(0, g);
+  Serve(*r, Prompt('a', 4));
+  EXPECT_EQ(r->Report()[0].host_shadow_chunks, 0);
 }
 
 // The engine's timed host loads teach the instance's reload factor, which
@@ -205,7 +262,8 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
     o.chunk_bytes = kChunk;
     o.host_tier.aware = aware;
     o.default_output_tokens = 16;
-    std::vector<BackendSpec> specs{{.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
     std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
     r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
     auto turn = [&](char fill, const char* session, absl::Time now) {
