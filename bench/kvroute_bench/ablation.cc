@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "bench/kvroute_bench/child_process.h"
 #include "proxy/config.h"
 #include "router/policy_registry.h"
@@ -23,6 +26,39 @@ namespace kvroute::bench {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Kills a child after a delay, from its own thread, unless disarmed first.
+class ReplicaKiller {
+ public:
+  ReplicaKiller() = default;
+  ReplicaKiller(const ReplicaKiller&) = delete;
+  ReplicaKiller& operator=(const ReplicaKiller&) = delete;
+  ~ReplicaKiller() { Disarm(); }
+
+  void Arm(ChildProcess* child, double after_wall_s, std::string name) {
+    thread_ = std::thread([this, child, after_wall_s, name = std::move(name)] {
+      absl::MutexLock lock(&mu_);
+      const bool disarmed =
+          mu_.AwaitWithTimeout(absl::Condition(&disarmed_), absl::Seconds(after_wall_s));
+      if (disarmed) return;
+      child->Kill();
+      spdlog::info("[{}] killed kvroute replica 0 (pid {}) {} s into the run", name, child->pid(),
+                   after_wall_s);
+    });
+  }
+  void Disarm() {
+    {
+      absl::MutexLock lock(&mu_);
+      disarmed_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool disarmed_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 // The policy table says which modes the heavy threshold steers; `oracle` and unknown names
 // are not crossed.
@@ -81,7 +117,7 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
                         "%g, seed %d, KV events %s",
                         o.instances, o.profile.empty() ? "(default)" : o.profile, o.sim_time_scale,
                         o.sim_seed, o.kv_events ? "published and subscribed" : "off") +
-            KvOffloadingDescription(o));
+            FleetExtrasDescription(o));
   } else {
     std::string t;
     for (const auto& [name, url] : o.targets)
@@ -102,7 +138,7 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 
 }  // namespace
 
-std::string KvOffloadingDescription(const AblationOptions& options) {
+std::string FleetExtrasDescription(const AblationOptions& options) {
   std::string out;
   if (options.kv_offloading_size_gib > 0) {
     const std::string backend = options.kv_offloading_backend == "native"
@@ -114,6 +150,14 @@ std::string KvOffloadingDescription(const AblationOptions& options) {
   if (options.kv_pool_size_gib > 0) {
     absl::StrAppend(&out, absl::StrFormat(", fleet-shared KV pool %g GiB (--kv-pool-size)",
                                           options.kv_pool_size_gib));
+  }
+  if (options.kvroute_replicas > 1) {
+    absl::StrAppend(&out, absl::StrFormat("; %d kvroute replicas, requests spread round robin",
+                                          options.kvroute_replicas));
+    if (options.kill_replica_at_s >= 0) {
+      absl::StrAppend(&out, absl::StrFormat(", replica 0 killed %g s into each configuration",
+                                            options.kill_replica_at_s));
+    }
   }
   return out;
 }
@@ -190,10 +234,9 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
   // The residency gate's times, unless the caller sets the gate itself.
   if (std::none_of(router_keys.begin(), router_keys.end(),
                    [](const auto& kv) { return kv.first == "residency"; })) {
-    absl::StrAppend(&y, "  residency: {grace_s: ",
-                    absl::ToDoubleSeconds(defaults.residency.grace) * time_scale,
-                    ", max_wait_s: ", absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale,
-                    "}\n");
+    absl::StrAppend(
+        &y, "  residency: {grace_s: ", absl::ToDoubleSeconds(defaults.residency.grace) * time_scale,
+        ", max_wait_s: ", absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale, "}\n");
   }
   for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
   // The waits that judge an engine (a first token, a silent stream, a hung
@@ -299,6 +342,16 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return absl::InvalidArgumentError(
         "--router reaches kvroute's configurations, not the bench's oracle reference, which "
         "routes with the defaults; run the oracle without it");
+  }
+
+  if (options.kvroute_replicas > 1 && !options.targets.empty()) {
+    return absl::InvalidArgumentError(
+        "--kvroute-replicas starts the bench's own kvroutes; with --targets, list each replica "
+        "as a target of your balancer instead");
+  }
+  if (options.kill_replica_at_s >= 0 && options.kvroute_replicas < 2) {
+    return absl::InvalidArgumentError(
+        "--kill-replica-at needs --kvroute-replicas 2 or more: the clients fail over to another");
   }
 
   if (!options.targets.empty()) {
@@ -426,10 +479,10 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       static const std::regex kPoolEvents(R"(kvroute-sim: kv pool events on (\S+) replay (\S+))");
       auto pool_lines = (*sim)->WaitForLines(kPoolEvents, 1, startup);
       if (!pool_lines.ok()) {
-        return absl::Status(pool_lines.status().code(),
-                            absl::StrCat("kvroute-sim KV pool events: ",
-                                         pool_lines.status().message(), "; see ",
-                                         (dir / "sim.log").string()));
+        return absl::Status(
+            pool_lines.status().code(),
+            absl::StrCat("kvroute-sim KV pool events: ", pool_lines.status().message(), "; see ",
+                         (dir / "sim.log").string()));
       }
       pool_endpoint = (*pool_lines)[0][1];
       pool_replay_endpoint = (*pool_lines)[0][2];
@@ -462,33 +515,68 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     with_profile.kv_pool_events_replay = pool_replay_endpoint;
     std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo,
                                              *router_keys);
-    std::vector<std::string> proxy_argv = {options.kvroute_bin,
-                                           "--config",
-                                           yaml.string(),
-                                           "--listen",
-                                           "127.0.0.1:0",
-                                           "--request-log",
-                                           (dir / "requests.jsonl").string(),
-                                           "--log-level",
-                                           options.log_level};
-    absl::StatusOr<std::unique_ptr<ChildProcess>> proxy =
-        ChildProcess::Start(proxy_argv, (dir / "kvroute.log").string());
-    if (!proxy.ok()) return proxy.status();
-    auto proxy_lines = (*proxy)->WaitForLines(kProxyReady, 1, startup);
-    if (!proxy_lines.ok()) {
-      return absl::Status(proxy_lines.status().code(),
-                          absl::StrCat("kvroute: ", proxy_lines.status().message(), "; see ",
-                                       (dir / "kvroute.log").string()));
+    const int replicas = std::max(1, options.kvroute_replicas);
+    // One replica keeps the single router's file names; several number theirs.
+    auto replica_file = [&](const char* stem, const char* ext, int i) {
+      return (dir / (replicas == 1 ? absl::StrCat(stem, ext) : absl::StrCat(stem, "-", i, ext)))
+          .string();
+    };
+    std::vector<std::unique_ptr<ChildProcess>> proxies;
+    for (int i = 0; i < replicas; ++i) {
+      std::vector<std::string> proxy_argv = {options.kvroute_bin,
+                                             "--config",
+                                             yaml.string(),
+                                             "--listen",
+                                             "127.0.0.1:0",
+                                             "--request-log",
+                                             replica_file("requests", ".jsonl", i),
+                                             "--log-level",
+                                             options.log_level};
+      const std::string log = replica_file("kvroute", ".log", i);
+      absl::StatusOr<std::unique_ptr<ChildProcess>> proxy = ChildProcess::Start(proxy_argv, log);
+      if (!proxy.ok()) return proxy.status();
+      auto proxy_lines = (*proxy)->WaitForLines(kProxyReady, 1, startup);
+      if (!proxy_lines.ok()) {
+        return absl::Status(
+            proxy_lines.status().code(),
+            absl::StrCat("kvroute: ", proxy_lines.status().message(), "; see ", log));
+      }
+      const std::vector<std::string>& m = proxy_lines->front();
+      ro.replicas.push_back(*ParseHttpUrl(absl::StrCat("http://", m[1], ":", m[2])));
+      proxies.push_back(*std::move(proxy));
     }
-    const std::vector<std::string>& m = proxy_lines->front();
-    ro.target = *ParseHttpUrl(absl::StrCat("http://", m[1], ":", m[2]));
+    ro.target = ro.replicas.front();
+    if (replicas == 1) ro.replicas.clear();
+    // The replica killed mid-run, as a crash: the clients fail over to the next one.
+    ReplicaKiller killer;
+    if (replicas > 1 && options.kill_replica_at_s >= 0) {
+      killer.Arm(proxies.front().get(), options.kill_replica_at_s * ro.time_scale, config.name);
+    }
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
-    (*proxy)->Stop();  // flushes and closes the request log
+    killer.Disarm();
+    for (auto& proxy : proxies) proxy->Stop();  // flushes and closes the request logs
     (*sim)->Stop();
     if (result.ok()) {
-      const int64_t matched = MergeRequestLog((dir / "requests.jsonl").string(), *result);
+      int64_t matched = 0;
+      for (int i = 0; i < replicas; ++i) {
+        matched += MergeRequestLog(replica_file("requests", ".jsonl", i), *result);
+      }
       spdlog::info("[{}] joined {} of {} requests with kvroute's request log", config.name, matched,
                    result->requests.size());
+      if (replicas > 1) {
+        // What a replica's death cost: requests sent again elsewhere, and those lost after
+        // their response had begun (a client cannot resend a stream it has started reading).
+        int64_t failed_over = 0, lost_streaming = 0, lost_before = 0;
+        for (const RequestRecord& q : result->requests) {
+          failed_over += q.failovers > 0 ? 1 : 0;
+          if (q.ok() || q.outcome() == RequestOutcome::kShed) continue;
+          (q.http_status != 0 ? lost_streaming : lost_before) += q.failovers > 0 || q.replica == 0;
+        }
+        spdlog::info(
+            "[{}] {} replicas: {} requests failed over; failed on replica 0 or after failing "
+            "over: {} after the response began, {} before",
+            config.name, replicas, failed_over, lost_streaming, lost_before);
+      }
     }
     if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;
   }

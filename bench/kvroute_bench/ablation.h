@@ -75,6 +75,12 @@ struct AblationOptions {
   // off. With kv_events, kvroute follows the pool's events too (kv_events.pool).
   double kv_pool_size_gib = 0;
   std::string log_level = "warn";
+  // Router replicas per configuration, each a full kvroute with the same config, behind the
+  // load generator's round robin (RunOptions::replicas); 1: one kvroute.
+  int kvroute_replicas = 1;
+  // Modelled seconds after a configuration's start at which replica 0 is killed (SIGKILL);
+  // negative: never. Needs kvroute_replicas >= 2.
+  double kill_replica_at_s = -1;
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
   std::vector<std::string> router_keys;
@@ -89,9 +95,9 @@ struct AblationOptions {
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 
 // ", host KV tier N GiB per instance" (and its backend when not native) for a fleet with
-// --kv-offloading-size, and ", fleet-shared KV pool M GiB" with --kv-pool-size; empty when
-// both are off.
-std::string KvOffloadingDescription(const AblationOptions& options);
+// --kv-offloading-size, ", fleet-shared KV pool M GiB" with --kv-pool-size, and "; N kvroute
+// replicas ..." with --kvroute-replicas (and the kill); empty when all are off.
+std::string FleetExtrasDescription(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's
 // directory and its ancestors (up to 3 levels) in `subdirs`. Empty if not found.

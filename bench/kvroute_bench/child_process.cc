@@ -116,15 +116,14 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ChildProcess::WaitForLines
     }
     if (eof_) {
       return absl::UnavailableError(absl::StrCat("process ", pid_, " exited before printing ",
-                                                 count, " ready lines (got ", matches.size(),
-                                                 ")"));
+                                                 count, " ready lines (got ", matches.size(), ")"));
     }
     auto more = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return eof_ || dropped_lines_ + lines_.size() > next;
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&more), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " printed ",
-                                                      matches.size(), " of ", count,
+      return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " printed ", matches.size(),
+                                                      " of ", count,
                                                       " ready lines before the timeout"));
     }
   }
@@ -145,6 +144,15 @@ void ChildProcess::Stop(std::chrono::milliseconds grace) {
   }
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
+}
+
+void ChildProcess::Kill() {
+  if (stopped_) return;
+  stopped_ = true;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
 }
 
 }  // namespace kvroute::bench

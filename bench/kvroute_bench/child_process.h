@@ -47,6 +47,8 @@ class ChildProcess {
                                                         std::chrono::milliseconds timeout);
 
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
+  // Kills the child at once (SIGKILL, no chance to flush or close): a crash.
+  void Kill();
   pid_t pid() const { return pid_; }
 
  private:

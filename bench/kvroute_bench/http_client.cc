@@ -8,9 +8,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 #include "wire/sse.h"
 
@@ -117,8 +117,8 @@ bool AbsorbAnthropic(const json::object& o, ChatOutcome& out, bool* stopped) {
   };
   if (type == "error") {
     const json::value* e = o.if_contains("error");
-    const json::value* m = e != nullptr && e->is_object() ? e->as_object().if_contains("message")
-                                                          : nullptr;
+    const json::value* m =
+        e != nullptr && e->is_object() ? e->as_object().if_contains("message") : nullptr;
     if (out.error.empty()) {
       out.error = absl::StrCat("stream error: ", m != nullptr && m->is_string()
                                                      ? std::string(m->as_string())
@@ -216,9 +216,8 @@ std::string BuildChatBody(std::string_view model, const std::vector<ChatMessage>
 absl::StatusOr<ChatApi> ParseChatApi(std::string_view name) {
   if (name == "chat") return ChatApi::kChatCompletions;
   if (name == "messages") return ChatApi::kMessages;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--api: unknown API '", absl::string_view(name.data(), name.size()),
-                   "' (chat | messages)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--api: unknown API '", absl::string_view(name.data(), name.size()), "' (chat | messages)"));
 }
 
 std::string_view ChatApiPath(ChatApi api) {
@@ -323,9 +322,8 @@ net::awaitable<HttpResponse> HttpGet(Endpoint endpoint, std::string target,
                                   timeout, body_limit);
 }
 
-net::awaitable<HttpResponse> HttpPostJson(Endpoint endpoint, std::string target,
-                                          std::string body, std::chrono::milliseconds timeout,
-                                          uint64_t body_limit) {
+net::awaitable<HttpResponse> HttpPostJson(Endpoint endpoint, std::string target, std::string body,
+                                          std::chrono::milliseconds timeout, uint64_t body_limit) {
   co_return co_await HttpExchange(std::move(endpoint), http::verb::post, std::move(target),
                                   std::move(body), timeout, body_limit);
 }
@@ -347,10 +345,10 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   if (cec) {
     out.error = absl::StrCat("connect ", call.endpoint.Url(), ": ", cec.message());
     out.timed_out = cec == beast::error::timeout;
+    out.connection_failed = !out.timed_out;
     co_return out;
   }
-  http::request<http::string_body> req{http::verb::post, call.endpoint.base_path + call.path,
-                                       11};
+  http::request<http::string_body> req{http::verb::post, call.endpoint.base_path + call.path, 11};
   req.set(http::field::host, call.endpoint.host);
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
@@ -363,6 +361,7 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   if (wec) {
     out.error = absl::StrCat("write: ", wec.message());
     out.timed_out = wec == beast::error::timeout;
+    out.connection_failed = !out.timed_out;
     co_return out;
   }
 
@@ -373,14 +372,16 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   if (hec) {
     out.error = absl::StrCat("read header: ", hec.message());
     out.timed_out = hec == beast::error::timeout;
+    out.connection_failed = hec == net::error::connection_reset ||
+                            hec == http::error::end_of_stream || hec == net::error::eof;
     co_return out;
   }
   const auto& head = parser.get();
   out.http_status = static_cast<int>(head.result_int());
   // Delta seconds; an HTTP-date is left unread.
   const std::string_view retry_after = head[http::field::retry_after];
-  if (double s = 0; absl::SimpleAtod(absl::StripAsciiWhitespace(absl::string_view(
-                                         retry_after.data(), retry_after.size())),
+  if (double s = 0; absl::SimpleAtod(absl::StripAsciiWhitespace(
+                                         absl::string_view(retry_after.data(), retry_after.size())),
                                      &s) &&
                     s >= 0) {
     out.retry_after_s = s;
@@ -388,9 +389,8 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   out.request_id = std::string(head["X-Request-Id"]);
   out.klass = std::string(head["X-Kvroute-Class"]);
   out.backend = std::string(head["X-Kvroute-Backend"]);
-  const bool is_sse =
-      std::string_view(head[http::field::content_type]).find("text/event-stream") !=
-      std::string_view::npos;
+  const bool is_sse = std::string_view(head[http::field::content_type]).find("text/event-stream") !=
+                      std::string_view::npos;
 
   wire::SseDataReader sse;
   bool done_marker = false;  // [DONE], or message_stop on /v1/messages

@@ -95,6 +95,9 @@ struct ChatOutcome {
   int http_status = 0;
   std::string error;  // empty on success
   bool timed_out = false;     // ChatCall::timeout fired: the client gave up
+  // The target refused the connection, or reset or closed it before any response header: it
+  // never took the request, and a client SDK sends it again (to the next replica).
+  bool connection_failed = false;
   double retry_after_s = -1;  // Retry-After (delta seconds) when the target sent one
   std::string request_id, klass, backend;
   std::string content;  // concatenated generated text

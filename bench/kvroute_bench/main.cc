@@ -295,12 +295,13 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                                "bench-only reference)"))
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--thresholds", abl.thresholds,
-                  absl::StrCat("heavy thresholds crossed with the threshold-sensitive modes (",
-                               absl::StrJoin(kvroute::router::PolicyNamesWith(
-                                                 &kvroute::router::PolicyEntry::threshold_sensitive),
-                                             ", "),
-                               ")"))
+  cmd->add_option(
+         "--thresholds", abl.thresholds,
+         absl::StrCat("heavy thresholds crossed with the threshold-sensitive modes (",
+                      absl::StrJoin(kvroute::router::PolicyNamesWith(
+                                        &kvroute::router::PolicyEntry::threshold_sensitive),
+                                    ", "),
+                      ")"))
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--default-threshold", abl.default_threshold,
@@ -337,6 +338,16 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "kvroute-sim --kv-pool-size: GiB of a KV pool shared by the simulated fleet "
                   "(Mooncake-Store-like); kvroute follows its events with --kv-events (0: off)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--kvroute-replicas", abl.kvroute_replicas,
+                  "kvroute replicas per configuration, each with the same config; the load "
+                  "generator spreads requests over them round robin as a plain balancer would, "
+                  "and sends a refused or reset request to the next one")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_option("--kill-replica-at", abl.kill_replica_at_s,
+                  "kill kvroute replica 0 (SIGKILL) this many modelled seconds into each "
+                  "configuration (needs --kvroute-replicas 2 or more; negative: never)")
       ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "

@@ -85,6 +85,10 @@ struct RequestRecord {
   // to prefill its uncached tokens (prompt - engine cached), scaled to wall seconds like the
   // other times; -1 when the run has no profile (RunOptions::prefill_floor).
   double compute_floor_s = -1;
+  // With several router replicas (RunOptions::replicas): the replica that answered (0-based;
+  // -1: one target), and how many replicas refused or dropped it first.
+  int replica = -1;
+  int failovers = 0;
 
   bool ok() const { return error.empty(); }
   RequestOutcome outcome() const { return ok() ? RequestOutcome::kOk : failure; }

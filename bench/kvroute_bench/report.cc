@@ -462,7 +462,9 @@ json::value ReportJson(const Report& report) {
                                   {"transfer_s", q.transfer_s},
                                   {"max_gap", q.max_gap},
                                   {"gaps", q.gaps},
-                                  {"compute_floor_s", q.compute_floor_s}});
+                                  {"compute_floor_s", q.compute_floor_s},
+                                  {"replica", q.replica},
+                                  {"failovers", q.failovers}});
     }
     o["requests"] = std::move(reqs);
     // Inter-token gaps (wall seconds) as sparse [bucket, count] pairs of LogHistogram.

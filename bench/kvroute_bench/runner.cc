@@ -1,6 +1,5 @@
 #include "bench/kvroute_bench/runner.h"
 
-#include <chrono>
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -9,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <optional>
@@ -36,7 +36,11 @@ Clock::duration WallFromSeconds(double s) {
 class Run {
  public:
   Run(net::io_context& io, const RunOptions& options, const WorkloadSpec& workload)
-      : io_(io), options_(options), workload_(workload), timer_(io), progress_timer_(io),
+      : io_(io),
+        options_(options),
+        workload_(workload),
+        timer_(io),
+        progress_timer_(io),
         drain_timer_(io) {
     result_.name = options.name;
     result_.mode = options.mode;
@@ -72,8 +76,8 @@ class Run {
     if (!options_.instances.empty() || !options_.dcgm.host.empty()) {
       net::co_spawn(io_,
                     SampleFleet(options_.instances, options_.dcgm,
-                                std::chrono::milliseconds(static_cast<int64_t>(
-                                    options_.sample_interval_s * 1000)),
+                                std::chrono::milliseconds(
+                                    static_cast<int64_t>(options_.sample_interval_s * 1000)),
                                 epoch_, &sampler_, &result_.samples),
                     net::detached);
     }
@@ -175,8 +179,8 @@ class Run {
           int64_t blocks = 0, block_size = 0;
           auto b = s.labels.find("num_gpu_blocks");
           auto z = s.labels.find("block_size");
-          if (b != s.labels.end() && z != s.labels.end() &&
-              absl::SimpleAtoi(b->second, &blocks) && absl::SimpleAtoi(z->second, &block_size)) {
+          if (b != s.labels.end() && z != s.labels.end() && absl::SimpleAtoi(b->second, &blocks) &&
+              absl::SimpleAtoi(z->second, &block_size)) {
             tokens = blocks * block_size;
           }
         }
@@ -199,8 +203,9 @@ class Run {
   }
 
   // Sends one chat request and records it; returns the record's index and the generated text.
-  net::awaitable<std::pair<size_t, std::string>> Send(std::vector<ChatMessage> const& messages, int64_t completion,
-                              std::string session, RequestRecord record) {
+  net::awaitable<std::pair<size_t, std::string>> Send(std::vector<ChatMessage> const& messages,
+                                                      int64_t completion, std::string session,
+                                                      RequestRecord record) {
     record.request_id = absl::StrCat("bench-", options_.name, "-", next_request_++);
     record.t_start = Seconds();
     const size_t index = result_.requests.size();
@@ -230,10 +235,10 @@ class Run {
       FeedReferenceGauges();
       std::string prompt;
       for (const ChatMessage& m : messages) absl::StrAppend(&prompt, m.role, "\n", m.content, "\n");
-      routed = co_await options_.reference->Route(call.body, std::move(prompt), session,
-                                                  completion, record.request_id);
-      routing_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - routing_start)
-                      .count();
+      routed = co_await options_.reference->Route(call.body, std::move(prompt), session, completion,
+                                                  record.request_id);
+      routing_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - routing_start).count();
       timeout_s -= routing_s;  // the client's patience counts from sending, routing included
       call.endpoint = routed.endpoint;
       OracleReference* reference = options_.reference.get();
@@ -242,6 +247,8 @@ class Run {
     if (routed.error.empty() && timeout_s <= 0) {
       out.error = "client timeout while the oracle reference routed";
       out.timed_out = true;
+    } else if (routed.error.empty() && !options_.replicas.empty()) {
+      out = co_await SendToReplicas(std::move(call), timeout_s, index);
     } else if (routed.error.empty()) {
       call.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
       out = co_await StreamChat(std::move(call));
@@ -283,6 +290,44 @@ class Run {
           options_.prefill_floor(r.prompt_tokens, r.cached_tokens) * result_.time_scale;
     }
     co_return std::pair<size_t, std::string>(index, std::move(out.content));
+  }
+
+  // Sends `call` to the replicas round robin; a connection error (the replica refused or
+  // dropped it before answering) sends it again to the next one, within the request's time.
+  // (`index` names the request's record: records move as others are added meanwhile.)
+  net::awaitable<ChatOutcome> SendToReplicas(ChatCall call, double timeout_s, size_t index) {
+    const size_t n = options_.replicas.size();
+    const size_t first = next_replica_++ % n;
+    const auto start = std::chrono::steady_clock::now();
+    ChatOutcome out;
+    for (size_t k = 0; k < n; ++k) {
+      const double left =
+          timeout_s -
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (left <= 0) {
+        out.error = "client timeout while failing over between replicas";
+        out.timed_out = true;
+        break;
+      }
+      ChatCall attempt = call;
+      const size_t replica = (first + k) % n;
+      attempt.endpoint = options_.replicas[replica];
+      attempt.timeout = std::chrono::milliseconds(static_cast<int64_t>(left * 1000));
+      out = co_await StreamChat(std::move(attempt));
+      RequestRecord& record = result_.requests[index];
+      record.replica = static_cast<int>(replica);
+      if (!out.connection_failed) break;
+      ++record.failovers;
+    }
+    // Times count from the first attempt, as the client sees them.
+    const double lost =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+        std::max(0.0, out.e2e);
+    if (result_.requests[index].failovers > 0 && out.e2e >= 0) {
+      if (out.ttft >= 0) out.ttft += lost;
+      out.e2e += lost;
+    }
+    co_return out;
   }
 
   // Keeps a stream's largest gap on its record and every gap in the run's histogram of its
@@ -338,19 +383,19 @@ class Run {
       } else if (prev_prompt >= 0 && prev_completion >= 0) {
         rec.bound_cached_tokens = prev_prompt + prev_completion;
       }
-      auto [i, content] = co_await Send(messages, AgenticCompletionTokens(a, job.id, turn),
-                                        job.session_id, rec);
+      auto [i, content] =
+          co_await Send(messages, AgenticCompletionTokens(a, job.id, turn), job.session_id, rec);
       // Shed: again after its Retry-After, as agent SDKs do; the turn's latency counts from
       // its first attempt.
       const double first_start = result_.requests[i].t_start;
-      for (int retry = 0; retry < options_.shed_retries &&
-                          result_.requests[i].outcome() == RequestOutcome::kShed;
+      for (int retry = 0;
+           retry < options_.shed_retries && result_.requests[i].outcome() == RequestOutcome::kShed;
            ++retry) {
         const double wait_s = std::max(result_.requests[i].retry_after_s, 0.0);
         tool_timer.expires_after(WallFromSeconds(wait_s));
         co_await tool_timer.async_wait(kAsTuple);
-        std::tie(i, content) = co_await Send(messages, AgenticCompletionTokens(a, job.id, turn),
-                                             job.session_id, rec);
+        std::tie(i, content) =
+            co_await Send(messages, AgenticCompletionTokens(a, job.id, turn), job.session_id, rec);
         RequestRecord& again = result_.requests[i];
         const double waited = again.t_start - first_start;
         if (again.ttft >= 0) again.ttft += waited;
@@ -418,8 +463,7 @@ class Run {
         rec.bound_cached_tokens = turns[k - 1].prompt_tokens;
       }
       ++state->outstanding;
-      net::co_spawn(io_, SendOpenLoopTurn(messages, p, job.session_id, rec, state),
-                    net::detached);
+      net::co_spawn(io_, SendOpenLoopTurn(messages, p, job.session_id, rec, state), net::detached);
     }
     state->all_sent = true;
     if (state->outstanding == 0) FinishOpenLoopJob(*state);
@@ -533,6 +577,7 @@ class Run {
   bool stopped_ = false;
   int64_t active_ = 0;
   int64_t sent_ = 0, done_ = 0, errors_ = 0, shed_ = 0, gave_up_ = 0, next_request_ = 0;
+  size_t next_replica_ = 0;
   int64_t first_turns_sent_ = 0;
   size_t fed_samples_ = 0;
   std::string system_prompt_;
@@ -598,21 +643,22 @@ void ComputeRunBounds(const WorkloadSpec& workload, RunResult& run) {
       b.shared_prefix_tokens = workload.agentic.system_tokens;
       // An open-loop conversation goes on with the planned answer, not the generated one the
       // engine cached: only the prompt continues the stream.
-      b.completion_tokens = workload.agentic.client.open_loop()
-                                ? 0
-                                : std::max<int64_t>(0, r.completion_tokens);
+      b.completion_tokens =
+          workload.agentic.client.open_loop() ? 0 : std::max<int64_t>(0, r.completion_tokens);
     }
     requests.push_back(std::move(b));
   }
-  const CacheBounds bounds = ComputeCacheBounds(std::move(requests), run.fleet_kv_tokens,
-                                                workload.kind == WorkloadKind::kTrace ? block_tokens : 16);
+  const CacheBounds bounds =
+      ComputeCacheBounds(std::move(requests), run.fleet_kv_tokens,
+                         workload.kind == WorkloadKind::kTrace ? block_tokens : 16);
   if (run.bound_hit_ratio < 0) run.bound_hit_ratio = bounds.infinite_hit_ratio();
   run.pooled_bound_hit_ratio = run.fleet_kv_tokens > 0 ? bounds.pooled_lru_hit_ratio() : -1;
 }
 
 std::string RunClientDescription(const AgenticClientOptions& client, const RunOptions& run) {
   std::string out = AgenticClientDescription(client);
-  if (run.client_timeout_s > 0) absl::StrAppend(&out, ", client timeout ", run.client_timeout_s, " s");
+  if (run.client_timeout_s > 0)
+    absl::StrAppend(&out, ", client timeout ", run.client_timeout_s, " s");
   if (run.shed_retries > 0) {
     absl::StrAppend(&out, ", a shed turn sent again up to ", run.shed_retries,
                     " times after its Retry-After");

@@ -51,6 +51,11 @@ struct RunOptions {
   std::string mode;          // for reports only
   int64_t heavy_threshold = 0;
   Endpoint target;
+  // Several router replicas behind a plain balancer: requests go to them round robin (then
+  // `target` is unused), and one whose connection is refused, or reset or closed before any
+  // response header, is sent again to the next replica, as client SDKs retry a connection
+  // error; each replica is tried at most once per request.
+  std::vector<Endpoint> replicas;
   std::string model;  // empty: first id from GET /v1/models, else "default"
   // The API requests speak. kMessages sends the agentic jobs as a coding agent does (system
   // block, tool definitions, session in metadata.user_id, no X-Session-Id header).

@@ -534,7 +534,7 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
                                 "%d; a fresh fleet per configuration and point",
                                 a.instances, a.profile.empty() ? "(default)" : a.profile,
                                 a.sim_time_scale, a.sim_seed) +
-                    KvOffloadingDescription(a)},
+                    FleetExtrasDescription(a)},
       {"configurations", absl::StrJoin(names, ", ")},
   };
 

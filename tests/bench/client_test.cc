@@ -1,11 +1,8 @@
 // The streaming client and the runner against a tiny in-test OpenAI-like server (port 0).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <thread>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -16,10 +13,13 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <gtest/gtest.h>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 
-#include "bench/kvroute_bench/http_client.h"
 #include "absl/strings/str_cat.h"
+#include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/runner.h"
 #include "bench/kvroute_bench/stats.h"
 
@@ -152,10 +152,12 @@ class FakeServer {
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
     co_await http::async_write_header(socket, sr, kAsTuple);
-    co_await SendChunk(socket, R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"
-                  "\n\n");
+    co_await SendChunk(
+        socket, R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"
+                "\n\n");
     for (int64_t i = 0; i < max_tokens; ++i) {
-      co_await SendChunk(socket, R"(data: {"choices":[{"index":0,"delta":{"content":" tok"}}]})" "\n\n");
+      co_await SendChunk(socket, R"(data: {"choices":[{"index":0,"delta":{"content":" tok"}}]})"
+                                 "\n\n");
     }
     co_await SendChunk(socket, UsageEvent(prompt_tokens, max_tokens));
     co_await SendChunk(socket, "data: [DONE]\n\n");
@@ -169,8 +171,8 @@ class FakeServer {
                        {"total_tokens", prompt_tokens + max_tokens},
                        {"prompt_tokens_details",
                         json::object{{"cached_tokens", std::max<int64_t>(prompt_tokens - 25, 0)}}}};
-    return "data: " +
-           json::serialize(json::object{{"choices", json::array{}}, {"usage", usage}}) + "\n\n";
+    return "data: " + json::serialize(json::object{{"choices", json::array{}}, {"usage", usage}}) +
+           "\n\n";
   }
 
   static net::awaitable<void> SendChunk(tcp::socket& socket, std::string event) {
@@ -277,9 +279,16 @@ TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
   FakeServer server;
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50, .duration_s = 0.1, .turns = 3, .tool_tokens = {700, 300},
-               .system_tokens = 200, .task_tokens = 50, .tool_time_s = 0.001,
-               .completion_tokens = 4, .max_jobs = 3, .seed = 5};
+  w.agentic = {.jobs_per_second = 50,
+               .duration_s = 0.1,
+               .turns = 3,
+               .tool_tokens = {700, 300},
+               .system_tokens = 200,
+               .task_tokens = 50,
+               .tool_time_s = 0.001,
+               .completion_tokens = 4,
+               .max_jobs = 3,
+               .seed = 5};
   const size_t planned = PlanAgenticJobs(w.agentic).size();
   ASSERT_GT(planned, 0u);
   ASSERT_TRUE(PrepareWorkload(w).ok());
@@ -379,10 +388,69 @@ TEST(RunnerTest, TraceReplayAgainstFakeServer) {
 WorkloadSpec SmallAgenticWorkload() {
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50, .duration_s = 0.1, .turns = 3, .tool_tokens = {700, 300},
-               .system_tokens = 200, .task_tokens = 50, .tool_time_s = 0.001,
-               .completion_tokens = 4, .max_jobs = 3, .seed = 5};
+  w.agentic = {.jobs_per_second = 50,
+               .duration_s = 0.1,
+               .turns = 3,
+               .tool_tokens = {700, 300},
+               .system_tokens = 200,
+               .task_tokens = 50,
+               .tool_time_s = 0.001,
+               .completion_tokens = 4,
+               .max_jobs = 3,
+               .seed = 5};
   return w;
+}
+
+// Router replicas behind the generator's round robin: one that refuses connections (a
+// killed replica) costs no request, each is sent again to the next replica.
+TEST(RunnerTest, ARefusingReplicaIsFailedOverToTheNext) {
+  FakeServer a, b;
+  uint16_t dead_port;
+  {
+    net::io_context io;
+    tcp::acceptor dead(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    dead_port = dead.local_endpoint().port();
+  }
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic = {.jobs_per_second = 50,
+               .duration_s = 0.1,
+               .turns = 3,
+               .tool_tokens = {700, 300},
+               .system_tokens = 200,
+               .task_tokens = 50,
+               .tool_time_s = 0.001,
+               .completion_tokens = 4,
+               .max_jobs = 3,
+               .seed = 5};
+  const size_t planned = PlanAgenticJobs(w.agentic).size();
+  ASSERT_TRUE(PrepareWorkload(w).ok());
+  RunOptions o;
+  o.name = "replicas";
+  o.target = {"127.0.0.1", a.port(), ""};
+  o.replicas = {
+      {"127.0.0.1", a.port(), ""}, {"127.0.0.1", dead_port, ""}, {"127.0.0.1", b.port(), ""}};
+  o.request_timeout_s = 30;
+  o.drain_timeout_s = 60;
+  o.progress = [](std::string_view) {};
+  absl::StatusOr<RunResult> r = RunWorkload(o, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), planned * 3);
+  int failed_over = 0;
+  std::vector<int> answered(3, 0);
+  for (const RequestRecord& q : r->requests) {
+    EXPECT_TRUE(q.ok()) << q.error;
+    ASSERT_GE(q.replica, 0);
+    ++answered[q.replica];
+    // The dead replica's turn goes to the next one in the rotation.
+    EXPECT_EQ(q.failovers, q.replica == 2 && q.failovers > 0 ? 1 : 0);
+    failed_over += q.failovers;
+  }
+  EXPECT_EQ(answered[1], 0);
+  EXPECT_GT(answered[0], 0);
+  EXPECT_GT(answered[2], 0);
+  EXPECT_GT(failed_over, 0);
+  EXPECT_EQ(a.requests() + b.requests(), static_cast<int>(1 + planned * 3));
 }
 
 RunOptions FakeRunOptions(const FakeServer& server) {
@@ -462,11 +530,10 @@ TEST(RunnerTest, OpenLoopSendsEveryTurnWithoutSessionIds) {
   const std::vector<std::string> prompts = server.prompts();
   for (const AgenticJob& j : jobs) {
     const std::string answer = AgenticPlannedAnswer(w.agentic, j.id, 1);
-    EXPECT_EQ(std::count_if(prompts.begin(), prompts.end(),
-                            [&](const std::string& p) {
-                              return p.find(answer) != std::string::npos;
-                            }),
-              2);  // turns 2 and 3
+    EXPECT_EQ(
+        std::count_if(prompts.begin(), prompts.end(),
+                      [&](const std::string& p) { return p.find(answer) != std::string::npos; }),
+        2);  // turns 2 and 3
   }
   const RunSummary s = Summarize(*r);
   EXPECT_EQ(s.shed, static_cast<int64_t>(jobs.size() * 3));

@@ -1,14 +1,13 @@
 // End-to-end smoke ablation: kvroute-sim + kvroute started as child processes on loopback
 // ephemeral ports, a few agentic jobs at a fast time scale, reports written.
 // Skipped (with the reason) only when the kvroute or kvroute-sim binaries are not built.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "bench/kvroute_bench/ablation.h"
 #include "tests/bench/smoke_fleet.h"
@@ -23,8 +22,8 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
   const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
   if (!Executable(kvroute) || !Executable(sim)) {
-    GTEST_SKIP() << "kvroute (" << (kvroute.empty() ? "no target" : kvroute)
-                 << ") or kvroute-sim (" << (sim.empty() ? "no target" : sim)
+    GTEST_SKIP() << "kvroute (" << (kvroute.empty() ? "no target" : kvroute) << ") or kvroute-sim ("
+                 << (sim.empty() ? "no target" : sim)
                  << ") is not built; build both to run the smoke ablation";
   }
   const std::filesystem::path out =
@@ -66,6 +65,63 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
     EXPECT_TRUE(std::filesystem::exists(out / f)) << f;
   }
   std::filesystem::remove_all(out);
+}
+
+// Three kvroute replicas with the same config behind the generator's round robin: every
+// replica answers its share, writes its own request log, and the run joins all three.
+TEST(SmokeAblationTest, ReplicasShareTheRequestsRoundRobin) {
+  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
+  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
+  if (!Executable(kvroute) || !Executable(sim))
+    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_replicas_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  AblationOptions o;
+  o.modes = {"baseline"};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  o.kvroute_replicas = 3;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.jobs_per_second = 1;
+  w.agentic.duration_s = 10;
+  w.agentic.max_jobs = 3;
+  w.agentic.turns = 3;
+  w.agentic.seed = 9;
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->runs.size(), 1u);
+  std::vector<int> answered(3, 0);
+  for (const RequestRecord& r : report->runs[0].requests) {
+    EXPECT_TRUE(r.ok()) << r.error;
+    ASSERT_GE(r.replica, 0);
+    ASSERT_LT(r.replica, 3);
+    ++answered[r.replica];
+    EXPECT_GE(r.cached_tokens_est, 0) << "joined with its replica's request log";
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(answered[i], 0) << "replica " << i;
+    EXPECT_TRUE(
+        std::filesystem::exists(out / "baseline" / ("requests-" + std::to_string(i) + ".jsonl")));
+  }
+  bool described = false;
+  for (const auto& [key, value] : report->setup) {
+    if (key == "fleet") described = value.find("3 kvroute replicas") != std::string::npos;
+  }
+  EXPECT_TRUE(described);
+  std::filesystem::remove_all(out);
+}
+
+TEST(SmokeAblationTest, KillingAReplicaNeedsAnother) {
+  AblationOptions o;
+  o.modes = {"baseline"};
+  o.kill_replica_at_s = 5;
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("--kvroute-replicas"), std::string::npos)
+      << report.status();
 }
 
 std::string ReadFile(const std::filesystem::path& p) {
