@@ -170,6 +170,13 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     v.inflight_prefill_tokens = load.inflight_prefill_tokens;
     v.decoding_requests = load.decoding_requests;
     v.inflight_tokens = load.inflight_tokens;
+    if (b < static_cast<int>(peer_load_.size())) {
+      const PeerLoad& peer = peer_load_[b];
+      v.inflight_requests += peer.inflight_requests;
+      v.inflight_prefill_tokens += peer.inflight_prefill_tokens;
+      v.decoding_requests += peer.decoding_requests;
+      v.inflight_tokens += peer.inflight_tokens;
+    }
     v.engine_running = s.gauges.num_requests_running;
     v.engine_waiting = s.gauges.num_requests_waiting;
     v.kv_usage = s.gauges.kv_cache_usage_perc;

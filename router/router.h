@@ -136,6 +136,16 @@ struct EngineGauges {
   double host_load_seconds_total = -1;
 };
 
+// The load one or more other kvroute replicas carry on one backend, as a
+// shared store reports it (bounded staleness): what they route there that
+// this replica's own ledger does not count.
+struct PeerLoad {
+  int64_t inflight_requests = 0;
+  int64_t inflight_prefill_tokens = 0;
+  int64_t decoding_requests = 0;
+  int64_t inflight_tokens = 0;
+};
+
 // The live sizing figures (Router::Sizing): the working set against the
 // fleet's KV tiers, each tier's retention against the sessions' reuse gap,
 // through the same kvsize::ComputeTierPressure as kvroute-size.
@@ -281,6 +291,14 @@ class Router {
   virtual void UpdateEngineGauges(int backend, const EngineGauges& g) = 0;
 
   virtual std::vector<BackendReport> Report() const = 0;
+
+  // Several replicas: this replica's own load per backend slot (retired
+  // slots included, as zeros), to publish to the others; and the others'
+  // load, summed, per backend slot (missing slots: none), which every
+  // routing decision adds to this replica's own until the next call
+  // replaces it. BackendReport's load figures stay this replica's own.
+  virtual std::vector<PeerLoad> LocalLoad() const = 0;
+  virtual void SetPeerLoad(std::vector<PeerLoad> by_backend) = 0;
 
   // Fleet-wide counters of the shadow index and the estimate.
   virtual RouterStats Stats() const = 0;

@@ -262,4 +262,30 @@ RouterStats RouterImpl::Stats() const {
   return s;
 }
 
+std::vector<PeerLoad> RouterImpl::LocalLoad() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<PeerLoad> out(specs_->size());
+  for (int b = 0; b < static_cast<int>(out.size()); ++b) {
+    if ((*specs_)[b].retired) continue;
+    const LoadLedger::Load& load = ledger_.at(b);
+    out[b] = {.inflight_requests = load.inflight_requests,
+              .inflight_prefill_tokens = load.inflight_prefill_tokens,
+              .decoding_requests = load.decoding_requests,
+              .inflight_tokens = load.inflight_tokens};
+  }
+  return out;
+}
+
+void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend) {
+  // Negative figures (a store's arithmetic gone wrong) count as none.
+  for (PeerLoad& p : by_backend) {
+    p.inflight_requests = std::max<int64_t>(0, p.inflight_requests);
+    p.inflight_prefill_tokens = std::max<int64_t>(0, p.inflight_prefill_tokens);
+    p.decoding_requests = std::max<int64_t>(0, p.decoding_requests);
+    p.inflight_tokens = std::max<int64_t>(0, p.inflight_tokens);
+  }
+  absl::MutexLock lock(&mu_);
+  peer_load_ = std::move(by_backend);
+}
+
 }  // namespace kvroute::router

@@ -105,6 +105,8 @@ class RouterImpl : public Router {
   void SetHealthy(int backend, bool healthy) override;
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
+  std::vector<PeerLoad> LocalLoad() const override;
+  void SetPeerLoad(std::vector<PeerLoad> by_backend) override;
   RouterStats Stats() const override;
   KvSizingReport Sizing(absl::Time now) override;
   double BytesPerToken(const std::string& model) const override;
@@ -178,6 +180,8 @@ class RouterImpl : public Router {
   ShadowIndex pool_index_ ABSL_GUARDED_BY(mu_);  // the fleet-shared pool: instance 0
   ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
+  // Other replicas' load by backend slot (SetPeerLoad); shorter: none.
+  std::vector<PeerLoad> peer_load_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
   LiveSizing sizing_ ABSL_GUARDED_BY(mu_);
   ResidencyListener listener_ ABSL_GUARDED_BY(mu_);
@@ -191,11 +195,11 @@ class RouterImpl : public Router {
   uint64_t snapshot_transfer_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<BackendState> state_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, InflightRequest> inflight_ ABSL_GUARDED_BY(mu_);
-  std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);  // scratch for Match()
+  std::vector<int32_t> matched_ ABSL_GUARDED_BY(mu_);       // scratch for Match()
   std::vector<int32_t> host_matched_ ABSL_GUARDED_BY(mu_);  // scratch, the host shadow's
   std::vector<int32_t> pool_matched_ ABSL_GUARDED_BY(mu_);  // scratch, the pool shadow's
-  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);        // scratch, rebuilt per Route
-  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;     // bytes/token of capacities
+  FleetSnapshot snapshot_ ABSL_GUARDED_BY(mu_);             // scratch, rebuilt per Route
+  double capacity_ratio_ ABSL_GUARDED_BY(mu_) = 0;          // bytes/token of capacities
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t affinity_hits_ ABSL_GUARDED_BY(mu_) = 0;

@@ -75,7 +75,8 @@ class FakeEngine {
     EXPECT_EQ(req[1].size(), 0u);
     EXPECT_EQ(req[2].size(), 8u);
     int64_t start = 0;
-    for (size_t i = 0; i < 8; ++i) start = (start << 8) | static_cast<uint8_t>(req[2].data<char>()[i]);
+    for (size_t i = 0; i < 8; ++i)
+      start = (start << 8) | static_cast<uint8_t>(req[2].data<char>()[i]);
     for (const auto& [seq, payload] : buffer) {
       if (seq < start) continue;
       zmq::multipart_t reply;
@@ -230,7 +231,9 @@ TEST(KvEventSubscriber, TheHostTierIsAppliedApartOtherMediaAndGroupsAreNot) {
     std::string s;
     s += "\x92\xcb";
     s += std::string(8, '\0');  // ts 0.0
-    s += "\x91\x84\xa4type\xac" "BlockRemoved\xac" "block_hashes\x92\x01\x02\xa6medium";
+    s += "\x91\x84\xa4type\xac"
+         "BlockRemoved\xac"
+         "block_hashes\x92\x01\x02\xa6medium";
     s += static_cast<char>(0xa0 | medium.size());
     s += medium;
     s += "\xa9group_idx";
@@ -245,7 +248,8 @@ TEST(KvEventSubscriber, TheHostTierIsAppliedApartOtherMediaAndGroupsAreNot) {
   EXPECT_EQ(sub.stats().host_events, 1u);
   EXPECT_EQ(sub.stats().decode_errors, 0u);
   const auto report = router->Report();
-  EXPECT_EQ(Backend(report, 0).shadow_chunks, 10) << "the host tier's removal leaves the GPU shadow";
+  EXPECT_EQ(Backend(report, 0).shadow_chunks, 10)
+      << "the host tier's removal leaves the GPU shadow";
   EXPECT_EQ(Backend(report, 0).engine_host_cached_tokens, 0) << "the host tier is known now";
 }
 
@@ -261,7 +265,9 @@ TEST(KvEventSubscriber, ThePoolsFeedAppliesEveryMediumToThePool) {
     std::string s;
     s += "\x92\xcb";
     s += std::string(8, '\0');  // ts 0.0
-    s += "\x91\x84\xa4type\xac" "BlockRemoved\xac" "block_hashes\x92\x01\x02\xa6medium";
+    s += "\x91\x84\xa4type\xac"
+         "BlockRemoved\xac"
+         "block_hashes\x92\x01\x02\xa6medium";
     s += static_cast<char>(0xa0 | medium.size());
     s += medium;
     s += "\xa9group_idx";
@@ -289,10 +295,9 @@ TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {
 
   std::map<int64_t, std::string> buffer = {
       {seq - 1, Batch({Removed(100)})},  // applied already: must not be replayed
-      {seq, Batch({Stored(10)})},
-      {seq + 1, Batch({Removed(4)})},  // 64 tokens: one chunk
-      {seq + 2, Batch({Removed(8)})},  // two chunks
-      {seq + 3, Batch({Stored(1)})},   // arrives live too: not applied twice
+      {seq, Batch({Stored(10)})},       {seq + 1, Batch({Removed(4)})},  // 64 tokens: one chunk
+      {seq + 2, Batch({Removed(8)})},                                    // two chunks
+      {seq + 3, Batch({Stored(1)})},  // arrives live too: not applied twice
   };
   engine.Send(seq + 3, buffer[seq + 3]);
   EXPECT_EQ(engine.ServeReplay(buffer), seq);
@@ -413,8 +418,7 @@ class HoldingRouter : public router::Router {
   void OnTransfer(const router::RouteTicket& t, double transfer_s) override {
     inner_->OnTransfer(t, transfer_s);
   }
-  void OnComplete(const router::RouteTicket& t, const router::Outcome& o,
-                  absl::Time now) override {
+  void OnComplete(const router::RouteTicket& t, const router::Outcome& o, absl::Time now) override {
     inner_->OnComplete(t, o, now);
   }
   void SetHealthy(int b, bool h) override { inner_->SetHealthy(b, h); }
@@ -422,6 +426,10 @@ class HoldingRouter : public router::Router {
     inner_->UpdateEngineGauges(b, g);
   }
   std::vector<router::BackendReport> Report() const override { return inner_->Report(); }
+  std::vector<router::PeerLoad> LocalLoad() const override { return inner_->LocalLoad(); }
+  void SetPeerLoad(std::vector<router::PeerLoad> by_backend) override {
+    inner_->SetPeerLoad(std::move(by_backend));
+  }
   router::RouterStats Stats() const override { return inner_->Stats(); }
   router::KvSizingReport Sizing(absl::Time now) override { return inner_->Sizing(now); }
   double BytesPerToken(const std::string& model) const override {

@@ -59,7 +59,8 @@ TEST(RouterCreateTest, RejectsUnknownPolicyAndEmptyFleet) {
   r = Router::Create(o, LoopbackBackends(257));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
+  for (const char* name :
+       {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
     o.mode = name;
     EXPECT_TRUE(Router::Create(o, LoopbackBackends(4)).ok()) << name;
   }
@@ -85,7 +86,8 @@ TEST(RouterTest, RoundRobinCyclesOverHealthy) {
 }
 
 TEST(RouterTest, AllUnhealthyIsUnavailable) {
-  for (const char* name : {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
+  for (const char* name :
+       {"round_robin", "least_loaded", "baseline", "v1", "v1_cost", "v2", "pd_sep"}) {
     auto r = Make(name, 3);
     for (int i = 0; i < 3; ++i) r->SetHealthy(i, false);
     auto t = r->Route(Req("hello"), kT0);
@@ -122,6 +124,34 @@ TEST(RouterTest, AvoidBackendsExcludesThemForOneDecision) {
     ASSERT_FALSE(none.ok()) << name;
     EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << name;
   }
+}
+
+// Two replicas: what one routes reaches the other as peer load, and the
+// other's least_loaded places around it; its own report stays its own.
+TEST(RouterTest, PeerLoadFromAnotherReplicaSteersPlacement) {
+  auto a = Make("least_loaded", 3);
+  auto b = Make("least_loaded", 3);
+  std::vector<absl::StatusOr<RouteTicket>> on_a;
+  for (int i = 0; i < 4; ++i) on_a.push_back(a->Route(Req("x"), kT0));
+  const std::vector<PeerLoad> a_load = a->LocalLoad();
+  ASSERT_EQ(a_load.size(), 3u);
+  EXPECT_EQ(a_load[0].inflight_requests + a_load[1].inflight_requests + a_load[2].inflight_requests,
+            4);
+  // A's four requests sit on 0, 1, 2, 0: B, told so, starts on 1.
+  b->SetPeerLoad(a_load);
+  auto first = b->Route(Req("y"), kT0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->decision.decode_backend, 1);
+  EXPECT_EQ(b->Report()[1].inflight_requests, 1) << "the report is B's own load";
+  EXPECT_EQ(b->Report()[0].inflight_requests, 0);
+  // Without peer load B would pick 0 again after one round.
+  b->SetPeerLoad({});
+  auto second = b->Route(Req("y"), kT0);
+  EXPECT_EQ(second->decision.decode_backend, 0);
+  // Negative figures from a store count as none; a shorter list covers fewer slots.
+  b->SetPeerLoad({PeerLoad{.inflight_requests = -5}});
+  auto third = b->Route(Req("y"), kT0);
+  EXPECT_EQ(third->decision.decode_backend, 2);
 }
 
 TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
@@ -179,8 +209,8 @@ TEST(RouterTest, UpdateBackendsKeepsSlotsAddsAndRetires) {
   auto before = r->Backends();
 
   std::vector<BackendSpec> next = LoopbackBackends(2);
-  next[0].capacity_tokens = 12345;     // same address: kept, capacity updated
-  next[1].port = 9999;                 // gpu1 moved: a new slot
+  next[0].capacity_tokens = 12345;  // same address: kept, capacity updated
+  next[1].port = 9999;              // gpu1 moved: a new slot
   next.push_back({.name = "gpu9", .host = "127.0.0.1", .port = 8109});
   ASSERT_TRUE(r->UpdateBackends(next).ok());
 
