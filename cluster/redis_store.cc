@@ -412,15 +412,16 @@ absl::Status RedisStore::RunCycle(bool forced) {
     absl::MutexLock lock(&mu_);
     ++stats_.sync_failures;
   }
+  if (flushed.ok() && pulled.ok()) last_error_reply_.clear();
   return flushed.ok() ? pulled : flushed;
 }
 
 absl::Status RedisStore::Connect() {
   absl::StatusOr<redisContext*> c = OpenConnection(address_, op_timeout_);
   if (!c.ok()) return c.status();
-  std::string shas[2];
-  const char* scripts[2] = {kReserveScript, kReleaseScript};
-  for (int i = 0; i < 2; ++i) {
+  std::string shas[3];
+  const char* scripts[3] = {kReserveScript, kReleaseScript, kPullScript};
+  for (int i = 0; i < 3; ++i) {
     absl::StatusOr<Reply> r = Command(*c, {"SCRIPT", "LOAD", scripts[i]});
     if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
       const std::string why = r.ok() ? ReplyText(r->get()) : std::string(r.status().message());
@@ -443,8 +444,9 @@ absl::Status RedisStore::Connect() {
     load_dirty_ = true;
     rates_dirty_ = true;
     if (rejoined) ++stats_.reconnects;
+    connected_.store(true, std::memory_order_release);
   }
-  connected_.store(true, std::memory_order_release);
+  pull_sha_ = shas[2];
   if (reachability_ != Reachability::kConnected) {
     Log()->info("cluster store {}: {}:{} as replica '{}'",
                 reachability_ == Reachability::kUnreachable ? "rejoined" : "joined", address_.host,
@@ -472,9 +474,10 @@ void RedisStore::Disconnect(const std::string& why) {
       stale->stale = true;
       view_ = std::move(stale);
     }
+    // Under the lock: admission callers waiting for a connection wake to it.
+    connected_.store(false, std::memory_order_release);
   }
   for (redisContext* c : idle) redisFree(c);
-  connected_.store(false, std::memory_order_release);
   if (reachability_ != Reachability::kUnreachable) {
     Log()->warn("cluster store unreachable: routing on local state ({}:{}: {})", address_.host,
                 address_.port, why);
@@ -586,18 +589,28 @@ absl::Status RedisStore::Flush(const WriteBatch& b) {
     return st;
   }
   for (const Reply& r : replies) {
-    if (r->type == REDIS_REPLY_ERROR) {
-      const std::string why = ReplyText(r.get());
-      Log()->warn("cluster store: a write failed: {}", why);
-      return absl::InternalError(absl::StrCat("cluster store: ", why));
+    if (r->type != REDIS_REPLY_ERROR) continue;
+    const std::string why = ReplyText(r.get());
+    if (why.starts_with("NOSCRIPT")) {
+      // Someone flushed the scripts: connecting again loads them.
+      Disconnect(why);
+      return absl::UnavailableError(absl::StrCat("cluster store: ", why));
     }
+    LogErrorReply("a write", why);
+    return absl::InternalError(absl::StrCat("cluster store: ", why));
   }
   return absl::OkStatus();
 }
 
+void RedisStore::LogErrorReply(const char* what, const std::string& why) {
+  if (why == last_error_reply_) return;
+  Log()->warn("cluster store: {} failed: {}", what, why);
+  last_error_reply_ = why;
+}
+
 absl::Status RedisStore::Pull() {
   absl::StatusOr<Reply> r = Command(
-      context_, {"EVAL", kPullScript, "1", absl::StrCat(options_.key_prefix, ":replicas"),
+      context_, {"EVALSHA", pull_sha_, "1", absl::StrCat(options_.key_prefix, ":replicas"),
                  absl::StrCat(options_.key_prefix, ":"), absl::StrCat(options_.max_replicas)});
   if (!r.ok()) {
     Disconnect(std::string(r.status().message()));
@@ -606,7 +619,11 @@ absl::Status RedisStore::Pull() {
   const redisReply* out = r->get();
   if (out->type != REDIS_REPLY_ARRAY || out->elements % 3 != 1) {
     const std::string why = out->type == REDIS_REPLY_ERROR ? ReplyText(out) : "malformed reply";
-    Log()->warn("cluster store: the pull failed: {}", why);
+    if (why.starts_with("NOSCRIPT")) {
+      Disconnect(why);
+      return absl::UnavailableError(absl::StrCat("cluster store: ", why));
+    }
+    LogErrorReply("the pull", why);
     return absl::InternalError(absl::StrCat("cluster store: pull: ", why));
   }
   auto view = std::make_shared<PeerView>();

@@ -114,6 +114,7 @@ class RedisStore final : public ClusterStore {
   void ReturnWrites(WriteBatch batch);
   absl::Status Flush(const WriteBatch& batch);
   absl::Status Pull();
+  void LogErrorReply(const char* what, const std::string& why);
   void Leave();
 
   absl::StatusOr<AdmissionConnection> AcquireAdmission(absl::Time deadline);
@@ -137,6 +138,10 @@ class RedisStore final : public ClusterStore {
   enum class Reachability { kUnknown, kConnected, kUnreachable };
   Reachability reachability_ = Reachability::kUnknown;
   bool warned_replicas_ = false;
+  // An error reply is logged once, until a cycle succeeds: a persistent
+  // one (a key of another type in the way) would otherwise log every cycle.
+  std::string last_error_reply_;
+  std::string pull_sha_;
   // Read without the lock on the request path (Reserve's fail-open check).
   std::atomic<bool> connected_{false};
 
