@@ -52,7 +52,9 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   // Starts redis-server on 127.0.0.1:`port` (0: a free one), without
-  // persistence, and waits until it accepts connections.
+  // persistence, and waits until it accepts connections. A free port can be
+  // taken by another process between FreePort() and the server's bind: then
+  // another one is tried.
   absl::Status Start(uint16_t port = 0) {
     const std::string binary = FindBinary();
     if (binary.empty()) {
@@ -60,11 +62,56 @@ class RedisServer {
           "redis-server is not installed (not on PATH): run deploy/install-deps.sh, which "
           "installs redis-server and libhiredis-dev");
     }
-    if (port == 0) {
+    if (port != 0) return StartOn(binary, port);
+    absl::Status st;
+    for (int attempt = 0; attempt < 3; ++attempt) {
       absl::StatusOr<uint16_t> free_port = FreePort();
       if (!free_port.ok()) return free_port.status();
-      port = *free_port;
+      st = StartOn(binary, *free_port);
+      if (st.ok()) break;
     }
+    return st;
+  }
+
+  // SIGKILL, as a crash: clients see their connections reset.
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+    if (drain_.joinable()) drain_.join();
+  }
+
+  uint16_t port() const { return port_; }
+  std::string url() const { return absl::StrCat("redis://127.0.0.1:", port_); }
+
+  // One command on a fresh connection; the reply as text: a string or
+  // status as is, an integer in decimal, nil as "(nil)", an array's
+  // elements joined by ",", an error as "ERR: ...".
+  std::string Query(const std::vector<std::string>& args) const {
+    redisContext* c = redisConnect("127.0.0.1", port_);
+    if (c == nullptr || c->err != 0) {
+      if (c != nullptr) redisFree(c);
+      return "ERR: cannot connect";
+    }
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    std::string text = r == nullptr ? "ERR: no reply" : Render(r);
+    if (r != nullptr) freeReplyObject(r);
+    redisFree(c);
+    return text;
+  }
+
+ private:
+  absl::Status StartOn(const std::string& binary, uint16_t port) {
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
     const std::string port_text = absl::StrCat(port);
@@ -109,44 +156,6 @@ class RedisServer {
     return absl::OkStatus();
   }
 
-  // SIGKILL, as a crash: clients see their connections reset.
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-    if (drain_.joinable()) drain_.join();
-  }
-
-  uint16_t port() const { return port_; }
-  std::string url() const { return absl::StrCat("redis://127.0.0.1:", port_); }
-
-  // One command on a fresh connection; the reply as text: a string or
-  // status as is, an integer in decimal, nil as "(nil)", an array's
-  // elements joined by ",", an error as "ERR: ...".
-  std::string Query(const std::vector<std::string>& args) const {
-    redisContext* c = redisConnect("127.0.0.1", port_);
-    if (c == nullptr || c->err != 0) {
-      if (c != nullptr) redisFree(c);
-      return "ERR: cannot connect";
-    }
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const std::string& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    std::string text = r == nullptr ? "ERR: no reply" : Render(r);
-    if (r != nullptr) freeReplyObject(r);
-    redisFree(c);
-    return text;
-  }
-
- private:
   static std::string Render(const redisReply* r) {
     switch (r->type) {
       case REDIS_REPLY_STRING:
