@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -269,6 +270,7 @@ RedisStore::~RedisStore() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
+  Wake();
   if (io_thread_.joinable()) io_thread_.join();
   std::vector<redisContext*> idle;
   {
@@ -340,14 +342,38 @@ ClusterStoreStats RedisStore::stats() const {
   return s;
 }
 
-absl::Status RedisStore::SyncNow() {
-  absl::MutexLock lock(&mu_);
-  const uint64_t ticket = ++cycles_requested_;
-  auto answered = [this, ticket] {
-    mu_.AssertReaderHeld();
-    return cycles_done_ >= ticket;
+bool RedisStore::WaitUntil(absl::FunctionRef<bool()> done, absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  auto check = [&] {
+    absl::MutexLock state(&mu_);
+    return done();
   };
-  mu_.Await(absl::Condition(&answered));
+  if (deadline == absl::InfiniteFuture()) {
+    wake_.wait(lock, check);
+    return true;
+  }
+  return wake_.wait_for(lock, absl::ToChronoNanoseconds(deadline - absl::Now()), check);
+}
+
+void RedisStore::Wake() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_.notify_all();
+}
+
+absl::Status RedisStore::SyncNow() {
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = ++cycles_requested_;
+  }
+  Wake();
+  WaitUntil(
+      [&] {
+        mu_.AssertHeld();
+        return cycles_done_ >= ticket;
+      },
+      absl::InfiniteFuture());
+  absl::MutexLock lock(&mu_);
   return last_cycle_;
 }
 
@@ -356,17 +382,14 @@ void RedisStore::RunIoThread() {
   while (true) {
     bool forced = false;
     uint64_t serving = 0;
+    WaitUntil(
+        [this] {
+          mu_.AssertHeld();
+          return stop_ || cycles_requested_ > cycles_done_;
+        },
+        options_.periodic ? next_cycle : absl::InfiniteFuture());
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this] {
-        mu_.AssertReaderHeld();
-        return stop_ || cycles_requested_ > cycles_done_;
-      };
-      if (options_.periodic) {
-        mu_.AwaitWithDeadline(absl::Condition(&wake), next_cycle);
-      } else {
-        mu_.Await(absl::Condition(&wake));
-      }
       if (stop_) break;
       forced = cycles_requested_ > cycles_done_;
       serving = cycles_requested_;
@@ -374,15 +397,21 @@ void RedisStore::RunIoThread() {
     const absl::Status st = RunCycle(forced);
     next_cycle = absl::Now() + sync_interval_;
     if (forced) {
-      absl::MutexLock lock(&mu_);
-      cycles_done_ = serving;
-      last_cycle_ = st;
+      {
+        absl::MutexLock lock(&mu_);
+        cycles_done_ = serving;
+        last_cycle_ = st;
+      }
+      Wake();
     }
   }
   Leave();
-  absl::MutexLock lock(&mu_);
-  cycles_done_ = cycles_requested_;
-  last_cycle_ = absl::CancelledError("cluster store: stopped");
+  {
+    absl::MutexLock lock(&mu_);
+    cycles_done_ = cycles_requested_;
+    last_cycle_ = absl::CancelledError("cluster store: stopped");
+  }
+  Wake();
 }
 
 absl::Status RedisStore::RunCycle(bool forced) {
@@ -477,6 +506,7 @@ void RedisStore::Disconnect(const std::string& why) {
     // Under the lock: admission callers waiting for a connection wake to it.
     connected_.store(false, std::memory_order_release);
   }
+  Wake();
   for (redisContext* c : idle) redisFree(c);
   if (reachability_ != Reachability::kUnreachable) {
     Log()->warn("cluster store unreachable: routing on local state ({}:{}: {})", address_.host,
@@ -691,31 +721,38 @@ absl::StatusOr<RedisStore::AdmissionConnection> RedisStore::AcquireAdmission(abs
   auto unreachable = [] {
     return absl::UnavailableError("cluster store unreachable: deciding on local state");
   };
-  if (!connected()) return unreachable();
   uint64_t generation = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this] {
-      mu_.AssertReaderHeld();
-      return !idle_admission_.empty() || admission_open_ < options_.max_admission_connections ||
-             !connected();
-    };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
-      return absl::UnavailableError("cluster store: every admission connection is busy");
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!connected()) return unreachable();
+      if (!idle_admission_.empty()) {
+        redisContext* c = idle_admission_.back();
+        idle_admission_.pop_back();
+        return AdmissionConnection{c, admission_generation_};
+      }
+      if (admission_open_ < options_.max_admission_connections) {
+        ++admission_open_;
+        generation = admission_generation_;
+        break;
+      }
     }
-    if (!connected()) return unreachable();
-    if (!idle_admission_.empty()) {
-      redisContext* c = idle_admission_.back();
-      idle_admission_.pop_back();
-      return AdmissionConnection{c, admission_generation_};
-    }
-    ++admission_open_;
-    generation = admission_generation_;
+    const bool ready = WaitUntil(
+        [this] {
+          mu_.AssertHeld();
+          return !idle_admission_.empty() || admission_open_ < options_.max_admission_connections ||
+                 !connected();
+        },
+        deadline);
+    if (!ready) return absl::UnavailableError("cluster store: every admission connection is busy");
   }
   absl::StatusOr<redisContext*> c = OpenConnection(address_, deadline - absl::Now());
   if (!c.ok()) {
-    absl::MutexLock lock(&mu_);
-    --admission_open_;
+    {
+      absl::MutexLock lock(&mu_);
+      --admission_open_;
+    }
+    Wake();
     return c.status();
   }
   return AdmissionConnection{*c, generation};
@@ -726,11 +763,13 @@ void RedisStore::ReturnAdmission(AdmissionConnection c, bool healthy) {
     absl::MutexLock lock(&mu_);
     if (healthy && c.generation == admission_generation_) {
       idle_admission_.push_back(c.context);
-      return;
+      c.context = nullptr;
+    } else {
+      --admission_open_;
     }
-    --admission_open_;
   }
-  redisFree(c.context);
+  Wake();
+  if (c.context != nullptr) redisFree(c.context);
 }
 
 absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,

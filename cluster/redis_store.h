@@ -36,8 +36,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -47,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -117,6 +120,11 @@ class RedisStore final : public ClusterStore {
   void LogErrorReply(const char* what, const std::string& why);
   void Leave();
 
+  // Waits until `done` (called with mu_ held) is true or `deadline` passes;
+  // false on the deadline. Wake() after changing what a waiter waits for.
+  bool WaitUntil(absl::FunctionRef<bool()> done, absl::Time deadline);
+  void Wake();
+
   absl::StatusOr<AdmissionConnection> AcquireAdmission(absl::Time deadline);
   void ReturnAdmission(AdmissionConnection c, bool healthy);
 
@@ -169,6 +177,13 @@ class RedisStore final : public ClusterStore {
   std::vector<redisContext*> idle_admission_ ABSL_GUARDED_BY(mu_);
   size_t admission_open_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t admission_generation_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Waits happen on a std::condition_variable, not absl::Mutex::Await:
+  // ThreadSanitizer sees std's waits, while sanitize/tsan_absl_mutex.cc
+  // covers only absl::Mutex's Lock/Unlock and CondVar::Wait. Lock order:
+  // wake_mu_, then mu_.
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
 
   std::thread io_thread_;
 };
