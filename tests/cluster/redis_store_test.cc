@@ -321,6 +321,33 @@ TEST_F(RedisStoreTest, AReplicaRejoinsARestartedStoreAndRepublishes) {
   EXPECT_TRUE(*r);
 }
 
+// The one test with the timer on: the I/O thread connects, writes and
+// pulls by itself. It waits for a condition, not for a time (the bound only
+// stops a broken build from hanging).
+TEST_F(RedisStoreTest, WithItsTimerOnTheStoreSyncsByItself) {
+  ClusterOptions o = Options("a");
+  o.periodic = true;
+  o.sync_interval_s = 0.01;
+  auto a = Store(o);
+  auto b = Store("b");
+  b->PublishLoad({{"gpu0", {.requests = 7}}});
+  ASSERT_TRUE(b->SyncNow().ok());
+  const absl::Time bound = absl::Now() + absl::Seconds(60);
+  while (!a->View()->load.contains("gpu0") && absl::Now() < bound) std::this_thread::yield();
+  ASSERT_TRUE(a->View()->load.contains("gpu0"));
+  EXPECT_EQ(a->View()->load.at("gpu0").requests, 7);
+  EXPECT_TRUE(a->connected());
+  // Its own publication reaches b without a SyncNow on a.
+  a->PublishLoad({{"gpu1", {.requests = 2}}});
+  while (absl::Now() < bound) {
+    ASSERT_TRUE(b->SyncNow().ok());
+    if (b->View()->load.contains("gpu1")) break;
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(b->View()->load.contains("gpu1"));
+  EXPECT_EQ(b->View()->load.at("gpu1").requests, 2);
+}
+
 TEST_F(RedisStoreTest, ABadOptionIsRefusedAtCreate) {
   ClusterOptions o = Options("a");
   o.store = "none";
