@@ -213,14 +213,16 @@ absl::StatusOr<redisContext*> OpenConnection(const StoreAddress& a, absl::Durati
   return c;
 }
 
+// "requests:prefill_tokens:tokens:decoding_requests".
 std::string FormatLoad(const InstanceLoad& l) {
-  return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens);
+  return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens, ":", l.decoding_requests);
 }
 
 bool ParseLoad(absl::string_view text, InstanceLoad* l) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
-  return parts.size() == 3 && absl::SimpleAtoi(parts[0], &l->requests) &&
-         absl::SimpleAtoi(parts[1], &l->prefill_tokens) && absl::SimpleAtoi(parts[2], &l->tokens);
+  return parts.size() == 4 && absl::SimpleAtoi(parts[0], &l->requests) &&
+         absl::SimpleAtoi(parts[1], &l->prefill_tokens) && absl::SimpleAtoi(parts[2], &l->tokens) &&
+         absl::SimpleAtoi(parts[3], &l->decoding_requests);
 }
 
 std::string FormatRate(double r) {
@@ -669,6 +671,7 @@ absl::Status RedisStore::Pull() {
         sum.requests += l.requests;
         sum.prefill_tokens += l.prefill_tokens;
         sum.tokens += l.tokens;
+        sum.decoding_requests += l.decoding_requests;
       });
     }
     ForEachField(out->element[i + 2], [&](std::string instance, absl::string_view text) {

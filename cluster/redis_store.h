@@ -6,8 +6,7 @@
 //   o.store = "redis://10.0.0.7:6379";
 //   o.replica_id = "kvroute-a";
 //   absl::StatusOr<std::unique_ptr<cluster::RedisStore>> store = cluster::RedisStore::Create(o);
-//   if (!store.ok()) ...                 // a bad option or URL; an unreachable store is not an
-//   error
+//   if (!store.ok()) ...                 // a bad option or URL (an unreachable store is fine)
 //   (*store)->PublishLoad(...);          // queued
 //   (*store)->View()->load ...           // the peers, as of the last pull
 //   (*store)->Reserve(...);              // one round trip, bounded by op_timeout_s

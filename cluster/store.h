@@ -43,9 +43,10 @@ namespace kvroute::cluster {
 
 // One replica's in-flight load on one instance, as the router reserves it.
 struct InstanceLoad {
-  int64_t requests = 0;        // routed, not completed
-  int64_t prefill_tokens = 0;  // prefill tokens queued, not yet past the first token
-  int64_t tokens = 0;          // in-flight tokens (prompt + expected output)
+  int64_t requests = 0;           // routed, not completed
+  int64_t prefill_tokens = 0;     // prefill tokens queued, not yet past the first token
+  int64_t tokens = 0;             // in-flight tokens (prompt + expected output)
+  int64_t decoding_requests = 0;  // of `requests`, those past their first token
 
   friend bool operator==(const InstanceLoad&, const InstanceLoad&) = default;
 };

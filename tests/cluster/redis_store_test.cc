@@ -70,7 +70,8 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
   auto a = Store("a");
   auto b = Store("b");
   auto c = Store("c");
-  a->PublishLoad({{"gpu0", {.requests = 1, .prefill_tokens = 100, .tokens = 1000}}});
+  a->PublishLoad(
+      {{"gpu0", {.requests = 1, .prefill_tokens = 100, .tokens = 1000, .decoding_requests = 1}}});
   b->PublishLoad({{"gpu0", {.requests = 2, .prefill_tokens = 200, .tokens = 2000}},
                   {"gpu1", {.requests = 5, .prefill_tokens = 0, .tokens = 700}}});
   c->PublishLoad({{"gpu1", {.requests = 1, .prefill_tokens = 10, .tokens = 30}}});
@@ -82,8 +83,9 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
   std::shared_ptr<const PeerView> seen_by_c = c->View();
   EXPECT_FALSE(seen_by_c->stale);
   EXPECT_EQ(seen_by_c->live_replicas, (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(seen_by_c->load.at("gpu0"),
-            (InstanceLoad{.requests = 3, .prefill_tokens = 300, .tokens = 3000}));
+  EXPECT_EQ(
+      seen_by_c->load.at("gpu0"),
+      (InstanceLoad{.requests = 3, .prefill_tokens = 300, .tokens = 3000, .decoding_requests = 1}));
   EXPECT_EQ(seen_by_c->load.at("gpu1"),
             (InstanceLoad{.requests = 5, .prefill_tokens = 0, .tokens = 700}));  // not c's own
   EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu0"), 1.5);
