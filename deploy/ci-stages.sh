@@ -32,10 +32,11 @@ FUZZ_SECONDS=${KVROUTE_FUZZ_SECONDS:-60}
 # admission, health and hostile-client tests (floods and slow clients against the server),
 # the residency wait (the router's listener waking waiters on their executors), the metrics
 # (atomic series updated from every worker, remembered per thread), and the KV
-# event subscriptions and publishers (their own threads against the router and the sim).
+# event subscriptions and publishers (their own threads against the router and the sim), and
+# the cluster store (its I/O thread and the admission pool against racing callers).
 TSAN_TESTS=(proxy_server_test proxy_hostile_test proxy_health_test proxy_metrics_test
             residency_wait_test kvroute_sim_integration_test sim_wire_test router_test
-            kvevents_test sim_kv_events_test kvroute_kv_events_sim_test)
+            kvevents_test sim_kv_events_test kvroute_kv_events_sim_test cluster_store_test)
 
 CLANG_CONFIG=(
   -G Ninja

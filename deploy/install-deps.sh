@@ -13,6 +13,9 @@ PACKAGES=(
   libcli11-dev libxxhash-dev
   # Engines' KV cache events (docs/kv-events.md): ZeroMQ and MessagePack.
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  # Several kvroute replicas share state through Redis 7 (cluster/, docs/design.md "Several
+  # replicas"): the hiredis C client to build, the server for tests/cluster and deployments.
+  libhiredis-dev redis-server
   # The kvroute daemon's allocator (tcmalloc; CMake KVROUTE_MALLOC).
   libgoogle-perftools-dev
   # tests/deploy: a real Prometheus (and promtool) and Node.js for the OpenAI SDK client test.
@@ -65,8 +68,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-# Packages such as nginx and haproxy would start their system services on install; the
-# benchmarks start their own instances on loopback, so keep the packaged ones stopped.
+# Packages such as nginx, haproxy and redis-server would start their system services on install;
+# the benchmarks and tests start their own instances on loopback, so keep the packaged ones stopped.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d

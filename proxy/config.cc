@@ -1,8 +1,11 @@
 #include "proxy/config.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <optional>
 #include <deque>
 #include <filesystem>
@@ -184,6 +187,47 @@ absl::Status ParseKvEvents(const YAML::Node& n, KvEventsOptions* o) {
     KV_RETURN_IF_ERROR(CheckTcpEndpoint("kv_events.pool_replay", o->pool_replay));
   }
   return r.Finish();
+}
+
+// `key: N` with N > 0 (seconds or a count); absent leaves *out alone.
+absl::Status PositiveNumber(MapReader& r, const std::string& key, double* out) {
+  const YAML::Node* n = r.Find(key);
+  if (n == nullptr) return absl::OkStatus();
+  double v = 0;
+  if (!n->IsScalar() || !absl::SimpleAtod(n->Scalar(), &v) || !(v > 0) || std::isinf(v)) {
+    return KeyError(r.Path(key), absl::StrCat("expected a positive number, got ", Show(*n)));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+// "<hostname>-<pid>": unique among replicas on distinct hosts or processes.
+std::string DefaultReplicaId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    std::snprintf(host, sizeof(host), "kvroute");
+  }
+  return absl::StrCat(host, "-", getpid());
+}
+
+// `cluster:`: sharing state with the other kvroute replicas (cluster/options.h).
+absl::Status ParseCluster(const YAML::Node& n, cluster::ClusterOptions* o) {
+  KV_RETURN_IF_ERROR(RequireMap(n, "cluster"));
+  MapReader r(n, "cluster");
+  KV_RETURN_IF_ERROR(r.String("store", &o->store));
+  KV_RETURN_IF_ERROR(r.String("replica_id", &o->replica_id));
+  KV_RETURN_IF_ERROR(PositiveNumber(r, "lease_s", &o->lease_s));
+  KV_RETURN_IF_ERROR(PositiveNumber(r, "sync_interval_s", &o->sync_interval_s));
+  KV_RETURN_IF_ERROR(PositiveNumber(r, "op_timeout_s", &o->op_timeout_s));
+  KV_RETURN_IF_ERROR(PositiveNumber(r, "session_ttl_s", &o->session_ttl_s));
+  KV_RETURN_IF_ERROR(r.Integer("max_pending_writes", &o->max_pending_writes, 1, 100000000));
+  KV_RETURN_IF_ERROR(r.String("key_prefix", &o->key_prefix));
+  KV_RETURN_IF_ERROR(r.Integer("max_replicas", &o->max_replicas, 1, 100000));
+  KV_RETURN_IF_ERROR(
+      r.Integer("max_admission_connections", &o->max_admission_connections, 1, 10000));
+  KV_RETURN_IF_ERROR(r.Finish());
+  if (o->replica_id.empty()) o->replica_id = DefaultReplicaId();
+  return cluster::ValidateClusterOptions(*o);
 }
 
 absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out) {
@@ -449,6 +493,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   }
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
   if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
+  if (const YAML::Node* n = r.Find("cluster")) KV_RETURN_IF_ERROR(ParseCluster(*n, &c.cluster));
+  if (c.cluster.replica_id.empty()) c.cluster.replica_id = DefaultReplicaId();
   const YAML::Node* backends = r.Find("backends");
   if (backends == nullptr) return KeyError("backends", "missing (at least one backend is needed)");
   KV_RETURN_IF_ERROR(ParseBackends(*backends, &c.backends));

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/options.h"
 #include "proxy/health.h"
 #include "proxy/response_observer.h"
 #include "router/router.h"
@@ -181,6 +182,9 @@ struct Config {
   TransferOptions transfer;
   AdminOptions admin;
   KvEventsOptions kv_events;
+  // Sharing state with the other kvroute replicas (`cluster:`); store "none"
+  // by default. replica_id defaults to "<hostname>-<pid>".
+  cluster::ClusterOptions cluster;
   std::vector<BackendConfig> backends;
 };
 

@@ -2,6 +2,7 @@
 #include "proxy/relay.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,47 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"profile_not_a_regular_file",
                 "profile: /dev/zero\nbackends: [{name: a, url: http://h:1}]",
                 "profile: profile '/dev/zero': cannot read the file"},
+        BadCase{"cluster_not_a_map", "cluster: redis\nbackends: [{name: a, url: http://h:1}]",
+                "cluster: expected a map"},
+        BadCase{"cluster_unknown_key",
+                "cluster: {stores: none}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.stores: unknown key"},
+        BadCase{"cluster_store_not_redis",
+                "cluster: {store: 'nats://h:4222'}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.store: expected \"none\" or redis://HOST[:PORT][/DB], "
+                "got 'nats://h:4222'"},
+        BadCase{"cluster_store_bad_port",
+                "cluster: {store: 'redis://h:99999'}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.store: expected \"none\" or redis://HOST[:PORT][/DB], "
+                "got 'redis://h:99999' (bad port)"},
+        BadCase{"cluster_lease_zero",
+                "cluster: {lease_s: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.lease_s: expected a positive number, got '0'"},
+        BadCase{"cluster_lease_text",
+                "cluster: {lease_s: long}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.lease_s: expected a positive number, got 'long'"},
+        BadCase{"cluster_sync_negative",
+                "cluster: {sync_interval_s: -0.1}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.sync_interval_s: expected a positive number, got '-0.1'"},
+        BadCase{"cluster_op_timeout_list",
+                "cluster: {op_timeout_s: [1]}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.op_timeout_s: expected a positive number, got a list"},
+        BadCase{"cluster_session_ttl_zero",
+                "cluster: {session_ttl_s: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.session_ttl_s: expected a positive number"},
+        BadCase{"cluster_lease_below_three_timeouts",
+                "cluster: {lease_s: 0.1, op_timeout_s: 0.05}\n"
+                "backends: [{name: a, url: http://h:1}]",
+                "cluster.lease_s: must be at least 3 x cluster.op_timeout_s"},
+        BadCase{"cluster_pending_writes_zero",
+                "cluster: {max_pending_writes: 0}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.max_pending_writes: value 0 is out of range"},
+        BadCase{"cluster_replica_id_blank",
+                "cluster: {replica_id: 'a b'}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.replica_id: must not contain whitespace"},
+        BadCase{"cluster_key_prefix_empty",
+                "cluster: {key_prefix: ''}\nbackends: [{name: a, url: http://h:1}]",
+                "cluster.key_prefix: must not be empty"},
         BadCase{"yaml_syntax", "backends: [{name: a", "YAML syntax error"},
         BadCase{"not_a_map", "- a\n- b", "expected a YAML map"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
@@ -292,6 +334,49 @@ TEST(ConfigTest, ThePoolKeys) {
     ASSERT_FALSE(bad.ok()) << yaml;
     EXPECT_NE(bad.status().message().find(error), std::string::npos) << bad.status();
   }
+}
+
+TEST(ConfigTest, ClusterKeys) {
+  absl::StatusOr<Config> c = ParseConfig(R"(
+cluster: {store: 'redis://10.0.0.7:6380/2', replica_id: kvroute-a, lease_s: 3,
+          sync_interval_s: 0.05, op_timeout_s: 0.02, session_ttl_s: 120,
+          max_pending_writes: 500, key_prefix: fleet1, max_replicas: 8,
+          max_admission_connections: 4}
+backends: [{name: a, url: http://h:1}]
+)",
+                                         "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cluster.store, "redis://10.0.0.7:6380/2");
+  EXPECT_EQ(c->cluster.replica_id, "kvroute-a");
+  EXPECT_DOUBLE_EQ(c->cluster.lease_s, 3);
+  EXPECT_DOUBLE_EQ(c->cluster.sync_interval_s, 0.05);
+  EXPECT_DOUBLE_EQ(c->cluster.op_timeout_s, 0.02);
+  EXPECT_DOUBLE_EQ(c->cluster.session_ttl_s, 120);
+  EXPECT_EQ(c->cluster.max_pending_writes, 500u);
+  EXPECT_EQ(c->cluster.key_prefix, "fleet1");
+  EXPECT_EQ(c->cluster.max_replicas, 8u);
+  EXPECT_EQ(c->cluster.max_admission_connections, 4u);
+  EXPECT_TRUE(c->cluster.periodic);
+
+  // Without the section: no store, and a replica id from the host and pid.
+  absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->cluster.store, "none");
+  EXPECT_DOUBLE_EQ(d->cluster.lease_s, 5);
+  EXPECT_DOUBLE_EQ(d->cluster.sync_interval_s, 0.1);
+  EXPECT_DOUBLE_EQ(d->cluster.op_timeout_s, 0.05);
+  EXPECT_DOUBLE_EQ(d->cluster.session_ttl_s, 600);
+  EXPECT_EQ(d->cluster.max_pending_writes, 10000u);
+  EXPECT_EQ(d->cluster.key_prefix, "kvroute");
+  const std::string pid_suffix = "-" + std::to_string(getpid());
+  ASSERT_GT(d->cluster.replica_id.size(), pid_suffix.size());
+  EXPECT_EQ(d->cluster.replica_id.substr(d->cluster.replica_id.size() - pid_suffix.size()),
+            pid_suffix);
+  absl::StatusOr<Config> e =
+      ParseConfig("cluster: {store: 'redis://store'}\nbackends: [{name: a, url: http://h:1}]",
+                  "test");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->cluster.replica_id, d->cluster.replica_id);
 }
 
 TEST(ConfigTest, KvEventsOffUnlessABackendNamesAnEndpoint) {

@@ -1,0 +1,856 @@
+#include "cluster/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kvroute::cluster {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = spdlog::get("cluster");
+    return l ? l : spdlog::default_logger()->clone("cluster");
+  }();
+  return logger;
+}
+
+// Residency admission, atomic because Redis runs a script to completion.
+// KEYS[1]: the instance's reservations (reservation id -> "owner:tokens").
+// ARGV: lease key prefix ("kvroute:replica:"), owner, reservation id, tokens,
+// fill. Returns 1 admitted, 0 refused, -1 the owner's own lease is missing
+// (its entry would be dropped by the next caller, so it must not be made).
+// Entries whose owner's lease is gone are dropped on the way; an entry under
+// the same reservation id is replaced, so it does not count against itself.
+constexpr char kReserveScript[] = R"lua(
+local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
+local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
+if redis.call('EXISTS', lease_prefix .. owner) == 0 then return -1 end
+local entries = redis.call('HGETALL', KEYS[1])
+local alive = {[owner] = true}
+local sum = 0
+for i = 1, #entries, 2 do
+  local who, held = string.match(entries[i + 1], '^(.*):(%d+)$')
+  if who == nil then
+    redis.call('HDEL', KEYS[1], entries[i])
+  else
+    if alive[who] == nil then
+      alive[who] = redis.call('EXISTS', lease_prefix .. who) == 1
+    end
+    if not alive[who] then
+      redis.call('HDEL', KEYS[1], entries[i])
+    elseif entries[i] ~= id then
+      sum = sum + tonumber(held)
+    end
+  end
+end
+if sum == 0 or sum + tokens <= fill then
+  redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens)
+  return 1
+end
+return 0
+)lua";
+
+// Release: deletes the entry only if this replica owns it (another replica
+// may have taken the reservation id over since). KEYS[1]: the instance's
+// reservations; ARGV: owner, reservation id.
+constexpr char kReleaseScript[] = R"lua(
+local v = redis.call('HGET', KEYS[1], ARGV[2])
+if v and string.match(v, '^(.*):%d+$') == ARGV[1] then
+  return redis.call('HDEL', KEYS[1], ARGV[2])
+end
+return 0
+)lua";
+
+// The pull: every live replica's id, load and rates in one round trip; ids
+// whose lease expired leave the set here (atomically, so a replica renewing
+// its lease at the same moment is not removed). KEYS[1]: the replica set;
+// ARGV: key prefix ("kvroute:"), the most replicas to return.
+constexpr char kPullScript[] = R"lua(
+local prefix, most = ARGV[1], tonumber(ARGV[2])
+local out = {}
+local live = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', prefix .. 'replica:' .. id) == 1 then
+    live = live + 1
+    if live <= most then
+      table.insert(out, id)
+      table.insert(out, redis.call('HGETALL', prefix .. 'load:' .. id))
+      table.insert(out, redis.call('HGETALL', prefix .. 'rates:' .. id))
+    end
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+table.insert(out, live)
+return out
+)lua";
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+timeval TimevalOf(absl::Duration d) {
+  d = std::max(d, absl::Milliseconds(1));
+  return absl::ToTimeval(d);
+}
+
+std::string ReplyText(const redisReply* r) { return std::string(r->str, r->len); }
+
+// hiredis writes with write(2): a write to a connection the store reset
+// raises SIGPIPE, which would end the process. Blocks it in this thread for
+// the guard's life and swallows one raised meanwhile (the write then fails
+// with EPIPE, which hiredis reports), as the daemon's own sockets do with
+// MSG_NOSIGNAL.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
+// Commands written in one go, their replies read in order: one round trip.
+class Pipeline {
+ public:
+  void Add(std::vector<std::string> args) { commands_.push_back(std::move(args)); }
+  bool empty() const { return commands_.empty(); }
+
+  // Sends every command and reads every reply. A failed connection (timeout,
+  // reset) is an Unavailable status; error replies are the caller's to read.
+  absl::Status Run(redisContext* c, std::vector<Reply>* replies) const {
+    SigpipeGuard no_sigpipe;
+    for (const std::vector<std::string>& args : commands_) {
+      std::vector<const char*> argv;
+      std::vector<size_t> lens;
+      for (const std::string& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+      }
+      if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) !=
+          REDIS_OK) {
+        return absl::UnavailableError(absl::StrCat("cluster store: ", c->errstr));
+      }
+    }
+    replies->clear();
+    for (size_t i = 0; i < commands_.size(); ++i) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
+        return absl::UnavailableError(absl::StrCat("cluster store: ", c->errstr));
+      }
+      replies->emplace_back(static_cast<redisReply*>(r));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::vector<std::string>> commands_;
+};
+
+// One command, one reply, on `c`; Unavailable when the connection fails.
+absl::StatusOr<Reply> Command(redisContext* c, std::vector<std::string> args) {
+  Pipeline p;
+  p.Add(std::move(args));
+  std::vector<Reply> replies;
+  if (absl::Status st = p.Run(c, &replies); !st.ok()) return st;
+  return std::move(replies.front());
+}
+
+// A connection with every command bounded by `timeout`, on database `db`.
+absl::StatusOr<redisContext*> OpenConnection(const StoreAddress& a, absl::Duration timeout) {
+  redisContext* c = redisConnectWithTimeout(a.host.c_str(), a.port, TimevalOf(timeout));
+  if (c == nullptr) return absl::UnavailableError("cluster store: cannot allocate a connection");
+  auto fail = [c](std::string why) {
+    redisFree(c);
+    return absl::UnavailableError(std::move(why));
+  };
+  if (c->err != 0) return fail(absl::StrCat("cluster store: ", c->errstr));
+  if (redisSetTimeout(c, TimevalOf(timeout)) != REDIS_OK) {
+    return fail(absl::StrCat("cluster store: ", c->errstr));
+  }
+  if (a.db != 0) {
+    absl::StatusOr<Reply> r = Command(c, {"SELECT", absl::StrCat(a.db)});
+    if (!r.ok()) return fail(std::string(r.status().message()));
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      return fail(absl::StrCat("cluster store: SELECT ", a.db, ": ", ReplyText(r->get())));
+    }
+  }
+  return c;
+}
+
+// "requests:prefill_tokens:tokens:decoding_requests".
+std::string FormatLoad(const InstanceLoad& l) {
+  return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens, ":", l.decoding_requests);
+}
+
+bool ParseLoad(absl::string_view text, InstanceLoad* l) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  return parts.size() == 4 && absl::SimpleAtoi(parts[0], &l->requests) &&
+         absl::SimpleAtoi(parts[1], &l->prefill_tokens) && absl::SimpleAtoi(parts[2], &l->tokens) &&
+         absl::SimpleAtoi(parts[3], &l->decoding_requests);
+}
+
+std::string FormatRate(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", r);
+  return buf;
+}
+
+// Field/value pairs of an HGETALL reply.
+template <typename Fn>
+void ForEachField(const redisReply* r, Fn fn) {
+  if (r->type != REDIS_REPLY_ARRAY) return;
+  for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    const redisReply* k = r->element[i];
+    const redisReply* v = r->element[i + 1];
+    if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING) {
+      fn(ReplyText(k), absl::string_view(v->str, v->len));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(const ClusterOptions& options) {
+  if (absl::Status st = ValidateClusterOptions(options); !st.ok()) return st;
+  absl::StatusOr<StoreAddress> address = ParseStoreUrl(options.store);
+  if (!address.ok()) return address.status();
+  if (address->none) {
+    return absl::InvalidArgumentError("cluster.store: 'none' names no store to connect to");
+  }
+  std::unique_ptr<RedisStore> store(new RedisStore(options, *std::move(address)));
+  store->io_thread_ = std::thread([s = store.get()] { s->RunIoThread(); });
+  return store;
+}
+
+RedisStore::RedisStore(ClusterOptions options, StoreAddress address)
+    : options_(std::move(options)),
+      address_(std::move(address)),
+      lease_(absl::Seconds(options_.lease_s)),
+      sync_interval_(absl::Seconds(options_.sync_interval_s)),
+      op_timeout_(absl::Seconds(options_.op_timeout_s)),
+      backoff_(sync_interval_),
+      view_(std::make_shared<PeerView>()) {}
+
+RedisStore::~RedisStore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  Wake();
+  if (io_thread_.joinable()) io_thread_.join();
+  std::vector<redisContext*> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    idle.swap(idle_admission_);
+  }
+  for (redisContext* c : idle) redisFree(c);
+}
+
+std::string RedisStore::Key(absl::string_view kind, absl::string_view name) const {
+  return absl::StrCat(options_.key_prefix, ":", kind, ":", name);
+}
+
+void RedisStore::PublishLoad(LoadByInstance load) {
+  absl::MutexLock lock(&mu_);
+  if (load.size() > options_.max_pending_writes) {
+    stats_.writes_dropped += load.size() - options_.max_pending_writes;
+    while (load.size() > options_.max_pending_writes) load.erase(load.begin());
+  }
+  load_ = std::move(load);
+  load_dirty_ = true;
+}
+
+void RedisStore::PublishRates(RateByInstance rates) {
+  absl::MutexLock lock(&mu_);
+  if (rates.size() > options_.max_pending_writes) {
+    stats_.writes_dropped += rates.size() - options_.max_pending_writes;
+    while (rates.size() > options_.max_pending_writes) rates.erase(rates.begin());
+  }
+  rates_ = std::move(rates);
+  rates_dirty_ = true;
+}
+
+void RedisStore::PublishHome(std::string session_id, std::string instance) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = pending_homes_.find(session_id); it != pending_homes_.end()) {
+    it->second = std::move(instance);
+    return;
+  }
+  if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
+    ++stats_.writes_dropped;
+    return;
+  }
+  pending_homes_.emplace(std::move(session_id), std::move(instance));
+}
+
+void RedisStore::Release(std::string instance, std::string reservation_id) {
+  absl::MutexLock lock(&mu_);
+  std::pair<std::string, std::string> key(std::move(instance), std::move(reservation_id));
+  if (pending_releases_.contains(key)) return;
+  if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
+    ++stats_.writes_dropped;
+    return;
+  }
+  pending_releases_.insert(std::move(key));
+}
+
+std::shared_ptr<const PeerView> RedisStore::View() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+bool RedisStore::connected() const { return connected_.load(std::memory_order_acquire); }
+
+ClusterStoreStats RedisStore::stats() const {
+  absl::MutexLock lock(&mu_);
+  ClusterStoreStats s = stats_;
+  s.connected = connected();
+  return s;
+}
+
+bool RedisStore::WaitUntil(absl::FunctionRef<bool()> done, absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  auto check = [&] {
+    absl::MutexLock state(&mu_);
+    return done();
+  };
+  if (deadline == absl::InfiniteFuture()) {
+    wake_.wait(lock, check);
+    return true;
+  }
+  return wake_.wait_for(lock, absl::ToChronoNanoseconds(deadline - absl::Now()), check);
+}
+
+void RedisStore::Wake() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_.notify_all();
+}
+
+absl::Status RedisStore::SyncNow() {
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = ++cycles_requested_;
+  }
+  Wake();
+  WaitUntil(
+      [&] {
+        mu_.AssertHeld();
+        return cycles_done_ >= ticket;
+      },
+      absl::InfiniteFuture());
+  absl::MutexLock lock(&mu_);
+  return last_cycle_;
+}
+
+void RedisStore::RunIoThread() {
+  absl::Time next_cycle = absl::Now();
+  while (true) {
+    bool forced = false;
+    uint64_t serving = 0;
+    WaitUntil(
+        [this] {
+          mu_.AssertHeld();
+          return stop_ || cycles_requested_ > cycles_done_;
+        },
+        options_.periodic ? next_cycle : absl::InfiniteFuture());
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) break;
+      forced = cycles_requested_ > cycles_done_;
+      serving = cycles_requested_;
+    }
+    const absl::Status st = RunCycle(forced);
+    next_cycle = absl::Now() + sync_interval_;
+    if (forced) {
+      {
+        absl::MutexLock lock(&mu_);
+        cycles_done_ = serving;
+        last_cycle_ = st;
+      }
+      Wake();
+    }
+  }
+  Leave();
+  {
+    absl::MutexLock lock(&mu_);
+    cycles_done_ = cycles_requested_;
+    last_cycle_ = absl::CancelledError("cluster store: stopped");
+  }
+  Wake();
+}
+
+absl::Status RedisStore::RunCycle(bool forced) {
+  if (context_ == nullptr) {
+    if (!forced && absl::Now() < next_connect_) {
+      return absl::UnavailableError("cluster store: waiting to reconnect");
+    }
+    if (absl::Status st = Connect(); !st.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++stats_.sync_failures;
+      }
+      Disconnect(std::string(st.message()));
+      return st;
+    }
+  }
+  WriteBatch batch = TakeWrites(forced);
+  absl::Status flushed = Flush(batch);
+  if (!flushed.ok()) {
+    ReturnWrites(std::move(batch));
+    absl::MutexLock lock(&mu_);
+    ++stats_.sync_failures;
+  }
+  if (context_ == nullptr) return flushed;  // the connection broke
+  absl::Status pulled = Pull();
+  if (!pulled.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.sync_failures;
+  }
+  if (flushed.ok() && pulled.ok()) last_error_reply_.clear();
+  return flushed.ok() ? pulled : flushed;
+}
+
+absl::Status RedisStore::Connect() {
+  absl::StatusOr<redisContext*> c = OpenConnection(address_, op_timeout_);
+  if (!c.ok()) return c.status();
+  std::string shas[3];
+  const char* scripts[3] = {kReserveScript, kReleaseScript, kPullScript};
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<Reply> r = Command(*c, {"SCRIPT", "LOAD", scripts[i]});
+    if (!r.ok() || (*r)->type != REDIS_REPLY_STRING) {
+      const std::string why = r.ok() ? ReplyText(r->get()) : std::string(r.status().message());
+      redisFree(*c);
+      return absl::UnavailableError(absl::StrCat("cluster store: SCRIPT LOAD: ", why));
+    }
+    shas[i] = ReplyText(r->get());
+  }
+  context_ = *c;
+  next_lease_ = absl::InfinitePast();  // renew at once
+  backoff_ = sync_interval_;
+  const bool rejoined = ever_connected_;
+  ever_connected_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    reserve_sha_ = shas[0];
+    release_sha_ = shas[1];
+    // What this replica holds goes back into the store (it may have
+    // restarted empty, or our keys expired while we were away).
+    load_dirty_ = true;
+    rates_dirty_ = true;
+    if (rejoined) ++stats_.reconnects;
+    connected_.store(true, std::memory_order_release);
+  }
+  pull_sha_ = shas[2];
+  if (reachability_ != Reachability::kConnected) {
+    Log()->info("cluster store {}: {}:{} as replica '{}'",
+                reachability_ == Reachability::kUnreachable ? "rejoined" : "joined", address_.host,
+                address_.port, options_.replica_id);
+    reachability_ = Reachability::kConnected;
+  }
+  return absl::OkStatus();
+}
+
+void RedisStore::Disconnect(const std::string& why) {
+  if (context_ != nullptr) {
+    redisFree(context_);
+    context_ = nullptr;
+  }
+  next_connect_ = absl::Now() + backoff_;
+  backoff_ = std::min(backoff_ * 2, std::max(sync_interval_, lease_ / 3));
+  std::vector<redisContext*> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    ++admission_generation_;
+    idle.swap(idle_admission_);
+    admission_open_ -= idle.size();
+    if (!view_->stale) {
+      auto stale = std::make_shared<PeerView>(*view_);
+      stale->stale = true;
+      view_ = std::move(stale);
+    }
+    // Under the lock: admission callers waiting for a connection wake to it.
+    connected_.store(false, std::memory_order_release);
+  }
+  Wake();
+  for (redisContext* c : idle) redisFree(c);
+  if (reachability_ != Reachability::kUnreachable) {
+    Log()->warn("cluster store unreachable: routing on local state ({}:{}: {})", address_.host,
+                address_.port, why);
+    reachability_ = Reachability::kUnreachable;
+  }
+}
+
+RedisStore::WriteBatch RedisStore::TakeWrites(bool forced) {
+  WriteBatch b;
+  const absl::Time now = absl::Now();
+  if (forced || now >= next_lease_) {
+    b.lease = true;
+    next_lease_ = now + lease_ / 3;
+  }
+  absl::MutexLock lock(&mu_);
+  if (load_dirty_) {
+    b.load = load_;
+    load_dirty_ = false;
+  }
+  if (rates_dirty_) {
+    b.rates = rates_;
+    rates_dirty_ = false;
+  }
+  b.homes.swap(pending_homes_);
+  b.releases.swap(pending_releases_);
+  return b;
+}
+
+void RedisStore::ReturnWrites(WriteBatch b) {
+  if (b.lease) next_lease_ = absl::InfinitePast();
+  absl::MutexLock lock(&mu_);
+  // A newer PublishLoad/PublishRates already set the flag; the latest wins.
+  if (b.load) load_dirty_ = true;
+  if (b.rates) rates_dirty_ = true;
+  for (auto& [session, instance] : b.homes) {
+    if (pending_homes_.contains(session)) continue;  // superseded
+    if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
+      ++stats_.writes_dropped;
+      continue;
+    }
+    pending_homes_.emplace(session, std::move(instance));
+  }
+  for (const auto& release : b.releases) {
+    if (pending_releases_.contains(release)) continue;
+    if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
+      ++stats_.writes_dropped;
+      continue;
+    }
+    pending_releases_.insert(release);
+  }
+}
+
+absl::Status RedisStore::Flush(const WriteBatch& b) {
+  const std::string lease_ms = absl::StrCat(absl::ToInt64Milliseconds(lease_));
+  const std::string load_key = Key("load", options_.replica_id);
+  const std::string rates_key = Key("rates", options_.replica_id);
+  Pipeline p;
+  if (b.lease) {
+    p.Add({"SET", Key("replica", options_.replica_id), "1", "PX", lease_ms});
+    p.Add({"SADD", absl::StrCat(options_.key_prefix, ":replicas"), options_.replica_id});
+    p.Add({"PEXPIRE", load_key, lease_ms});
+    p.Add({"PEXPIRE", rates_key, lease_ms});
+  }
+  // A hash replaced whole, atomically, with the lease's expiry.
+  auto replace_hash = [&](const std::string& key, std::vector<std::string> fields) {
+    p.Add({"MULTI"});
+    p.Add({"DEL", key});
+    if (!fields.empty()) {
+      std::vector<std::string> hset = {"HSET", key};
+      for (std::string& f : fields) hset.push_back(std::move(f));
+      p.Add(std::move(hset));
+      p.Add({"PEXPIRE", key, lease_ms});
+    }
+    p.Add({"EXEC"});
+  };
+  if (b.load) {
+    std::vector<std::string> fields;
+    for (const auto& [instance, load] : *b.load) {
+      fields.push_back(instance);
+      fields.push_back(FormatLoad(load));
+    }
+    replace_hash(load_key, std::move(fields));
+  }
+  if (b.rates) {
+    std::vector<std::string> fields;
+    for (const auto& [instance, rate] : *b.rates) {
+      fields.push_back(instance);
+      fields.push_back(FormatRate(rate));
+    }
+    replace_hash(rates_key, std::move(fields));
+  }
+  const std::string ttl_ms = absl::StrCat(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Seconds(options_.session_ttl_s))));
+  for (const auto& [session, instance] : b.homes) {
+    p.Add({"SET", Key("home", session), instance, "PX", ttl_ms});
+  }
+  std::string release_sha;
+  {
+    absl::MutexLock lock(&mu_);
+    release_sha = release_sha_;
+  }
+  for (const auto& [instance, id] : b.releases) {
+    p.Add({"EVALSHA", release_sha, "1", Key("resv", instance), options_.replica_id, id});
+  }
+  if (p.empty()) return absl::OkStatus();
+  std::vector<Reply> replies;
+  if (absl::Status st = p.Run(context_, &replies); !st.ok()) {
+    Disconnect(std::string(st.message()));
+    return st;
+  }
+  for (const Reply& r : replies) {
+    if (r->type != REDIS_REPLY_ERROR) continue;
+    const std::string why = ReplyText(r.get());
+    if (why.starts_with("NOSCRIPT")) {
+      // Someone flushed the scripts: connecting again loads them.
+      Disconnect(why);
+      return absl::UnavailableError(absl::StrCat("cluster store: ", why));
+    }
+    LogErrorReply("a write", why);
+    return absl::InternalError(absl::StrCat("cluster store: ", why));
+  }
+  return absl::OkStatus();
+}
+
+void RedisStore::LogErrorReply(const char* what, const std::string& why) {
+  if (why == last_error_reply_) return;
+  Log()->warn("cluster store: {} failed: {}", what, why);
+  last_error_reply_ = why;
+}
+
+absl::Status RedisStore::Pull() {
+  absl::StatusOr<Reply> r = Command(
+      context_, {"EVALSHA", pull_sha_, "1", absl::StrCat(options_.key_prefix, ":replicas"),
+                 absl::StrCat(options_.key_prefix, ":"), absl::StrCat(options_.max_replicas)});
+  if (!r.ok()) {
+    Disconnect(std::string(r.status().message()));
+    return r.status();
+  }
+  const redisReply* out = r->get();
+  if (out->type != REDIS_REPLY_ARRAY || out->elements % 3 != 1) {
+    const std::string why = out->type == REDIS_REPLY_ERROR ? ReplyText(out) : "malformed reply";
+    if (why.starts_with("NOSCRIPT")) {
+      Disconnect(why);
+      return absl::UnavailableError(absl::StrCat("cluster store: ", why));
+    }
+    LogErrorReply("the pull", why);
+    return absl::InternalError(absl::StrCat("cluster store: pull: ", why));
+  }
+  auto view = std::make_shared<PeerView>();
+  absl::flat_hash_map<std::string, std::pair<double, int>> rate_sums;
+  for (size_t i = 0; i + 2 < out->elements; i += 3) {
+    if (out->element[i]->type != REDIS_REPLY_STRING) continue;
+    std::string id = ReplyText(out->element[i]);
+    if (id != options_.replica_id) {
+      ForEachField(out->element[i + 1], [&](std::string instance, absl::string_view text) {
+        InstanceLoad l;
+        if (!ParseLoad(text, &l)) return;
+        InstanceLoad& sum = view->load[instance];
+        sum.requests += l.requests;
+        sum.prefill_tokens += l.prefill_tokens;
+        sum.tokens += l.tokens;
+        sum.decoding_requests += l.decoding_requests;
+      });
+    }
+    ForEachField(out->element[i + 2], [&](std::string instance, absl::string_view text) {
+      double rate = 0;
+      if (!absl::SimpleAtod(text, &rate)) return;
+      auto& [sum, n] = rate_sums[instance];
+      sum += rate;
+      ++n;
+    });
+    view->live_replicas.push_back(std::move(id));
+  }
+  for (const auto& [instance, sum_n] : rate_sums) {
+    view->rate_factors[instance] = sum_n.first / sum_n.second;
+  }
+  std::sort(view->live_replicas.begin(), view->live_replicas.end());
+  const long long live = out->element[out->elements - 1]->integer;
+  if (live > static_cast<long long>(options_.max_replicas) && !warned_replicas_) {
+    warned_replicas_ = true;
+    Log()->warn("cluster store: {} live replicas, reading {} (cluster.max_replicas)", live,
+                options_.max_replicas);
+  }
+  view->synced_at = absl::Now();
+  view->stale = false;
+  absl::MutexLock lock(&mu_);
+  view_ = std::move(view);
+  ++stats_.syncs;
+  return absl::OkStatus();
+}
+
+void RedisStore::Leave() {
+  if (context_ == nullptr) return;
+  WriteBatch batch = TakeWrites(/*forced=*/false);
+  batch.lease = false;
+  batch.load.reset();
+  batch.rates.reset();
+  if (Flush(batch).ok() && context_ != nullptr) {
+    Pipeline p;
+    p.Add({"DEL", Key("replica", options_.replica_id), Key("load", options_.replica_id),
+           Key("rates", options_.replica_id)});
+    p.Add({"SREM", absl::StrCat(options_.key_prefix, ":replicas"), options_.replica_id});
+    std::vector<Reply> replies;
+    (void)p.Run(context_, &replies);
+  }
+  if (context_ != nullptr) redisFree(context_);
+  context_ = nullptr;
+  connected_.store(false, std::memory_order_release);
+}
+
+absl::StatusOr<RedisStore::AdmissionConnection> RedisStore::AcquireAdmission(absl::Time deadline) {
+  auto unreachable = [] {
+    return absl::UnavailableError("cluster store unreachable: deciding on local state");
+  };
+  uint64_t generation = 0;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!connected()) return unreachable();
+      if (!idle_admission_.empty()) {
+        redisContext* c = idle_admission_.back();
+        idle_admission_.pop_back();
+        return AdmissionConnection{c, admission_generation_};
+      }
+      if (admission_open_ < options_.max_admission_connections) {
+        ++admission_open_;
+        generation = admission_generation_;
+        break;
+      }
+    }
+    const bool ready = WaitUntil(
+        [this] {
+          mu_.AssertHeld();
+          return !idle_admission_.empty() || admission_open_ < options_.max_admission_connections ||
+                 !connected();
+        },
+        deadline);
+    if (!ready) return absl::UnavailableError("cluster store: every admission connection is busy");
+  }
+  absl::StatusOr<redisContext*> c = OpenConnection(address_, deadline - absl::Now());
+  if (!c.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      --admission_open_;
+    }
+    Wake();
+    return c.status();
+  }
+  return AdmissionConnection{*c, generation};
+}
+
+void RedisStore::ReturnAdmission(AdmissionConnection c, bool healthy) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (healthy && c.generation == admission_generation_) {
+      idle_admission_.push_back(c.context);
+      c.context = nullptr;
+    } else {
+      --admission_open_;
+    }
+  }
+  Wake();
+  if (c.context != nullptr) redisFree(c.context);
+}
+
+absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,
+                                         absl::string_view reservation_id, int64_t tokens,
+                                         int64_t fill_tokens) {
+  const absl::Time deadline = absl::Now() + op_timeout_;
+  auto outcome = [this](absl::StatusOr<bool> r) {
+    absl::MutexLock lock(&mu_);
+    if (!r.ok()) {
+      ++stats_.reserve_unavailable;
+    } else if (*r) {
+      ++stats_.reserve_admitted;
+    } else {
+      ++stats_.reserve_refused;
+    }
+    return r;
+  };
+  absl::StatusOr<AdmissionConnection> conn = AcquireAdmission(deadline);
+  if (!conn.ok()) return outcome(conn.status());
+  std::string sha;
+  {
+    absl::MutexLock lock(&mu_);
+    sha = reserve_sha_;
+  }
+  redisSetTimeout(conn->context, TimevalOf(deadline - absl::Now()));
+  std::vector<std::string> args = {"EVALSHA",
+                                   sha,
+                                   "1",
+                                   Key("resv", instance),
+                                   absl::StrCat(options_.key_prefix, ":replica:"),
+                                   options_.replica_id,
+                                   std::string(reservation_id),
+                                   absl::StrCat(std::max<int64_t>(0, tokens)),
+                                   absl::StrCat(fill_tokens)};
+  absl::StatusOr<Reply> r = Command(conn->context, args);
+  if (r.ok() && (*r)->type == REDIS_REPLY_ERROR && ReplyText(r->get()).starts_with("NOSCRIPT")) {
+    // The server restarted since SCRIPT LOAD; EVAL also caches it again.
+    args[0] = "EVAL";
+    args[1] = kReserveScript;
+    r = Command(conn->context, args);
+  }
+  ReturnAdmission(*conn, r.ok());
+  if (!r.ok()) return outcome(r.status());
+  const redisReply* reply = r->get();
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    const std::string why = reply->type == REDIS_REPLY_ERROR ? ReplyText(reply) : "malformed reply";
+    return outcome(absl::UnavailableError(absl::StrCat("cluster store: reserve: ", why)));
+  }
+  if (reply->integer < 0) {
+    return outcome(absl::UnavailableError(
+        "cluster store: this replica's lease is not in the store yet; deciding on local state"));
+  }
+  return outcome(reply->integer == 1);
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, std::string>> RedisStore::ReadHomes(
+    absl::Span<const std::string> sessions) {
+  absl::flat_hash_map<std::string, std::string> homes;
+  if (sessions.empty()) return homes;
+  const absl::Time deadline = absl::Now() + op_timeout_;
+  absl::StatusOr<AdmissionConnection> conn = AcquireAdmission(deadline);
+  if (!conn.ok()) return conn.status();
+  redisSetTimeout(conn->context, TimevalOf(deadline - absl::Now()));
+  std::vector<std::string> args = {"MGET"};
+  for (const std::string& s : sessions) args.push_back(Key("home", s));
+  absl::StatusOr<Reply> r = Command(conn->context, std::move(args));
+  ReturnAdmission(*conn, r.ok());
+  if (!r.ok()) return r.status();
+  const redisReply* reply = r->get();
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != sessions.size()) {
+    return absl::UnavailableError("cluster store: MGET: unexpected reply");
+  }
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    if (reply->element[i]->type == REDIS_REPLY_STRING) {
+      homes[sessions[i]] = ReplyText(reply->element[i]);
+    }
+  }
+  return homes;
+}
+
+}  // namespace kvroute::cluster

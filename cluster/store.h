@@ -1,0 +1,135 @@
+// cluster::ClusterStore: what one kvroute replica shares with the others
+// through a store, for the state the engines' KV events do not carry
+// (docs/design.md, "Several replicas: the cluster store"). RedisStore
+// (cluster/redis_store.h) implements it.
+//
+//   std::unique_ptr<ClusterStore> store = ...;        // RedisStore::Create(options)
+//   store->PublishLoad({{"gpu0", {.requests = 3, .prefill_tokens = 9000, .tokens = 41000}}});
+//   store->PublishRates({{"gpu0", 1.3}});
+//   store->PublishHome("session-17", "gpu0");
+//   std::shared_ptr<const PeerView> peers = store->View();   // never blocks
+//   ... peers->load["gpu0"]: the other live replicas' in-flight load on gpu0
+//   absl::StatusOr<bool> ok = store->Reserve("gpu0", "session-17", 52000, 180000);
+//   if (!ok.ok()) ...    // Unavailable: decide on local state (fail open)
+//   store->Release("gpu0", "session-17");
+//
+// What runs where: the Publish* calls and Release only queue their write
+// (coalesced: one entry per instance or session, the latest wins) and return;
+// the implementation's own thread writes them and rebuilds the PeerView every
+// sync interval. Reserve and ReadHomes are the two calls that talk to the
+// store on the caller's thread, once, bounded by the op timeout; call them
+// with no lock held.
+//
+// Failing open: while the store is unreachable nothing blocks. Writes stay
+// queued (up to max_pending_writes, then dropped and counted), View() keeps
+// its last value with `stale` set, Reserve and ReadHomes return Unavailable
+// at once. On reconnect the replica writes its lease, load and rates again.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace kvroute::cluster {
+
+// One replica's in-flight load on one instance, as the router reserves it.
+struct InstanceLoad {
+  int64_t requests = 0;           // routed, not completed
+  int64_t prefill_tokens = 0;     // prefill tokens queued, not yet past the first token
+  int64_t tokens = 0;             // in-flight tokens (prompt + expected output)
+  int64_t decoding_requests = 0;  // of `requests`, those past their first token
+
+  friend bool operator==(const InstanceLoad&, const InstanceLoad&) = default;
+};
+
+// Instance name -> load; instance name -> learned rate factor.
+using LoadByInstance = absl::flat_hash_map<std::string, InstanceLoad>;
+using RateByInstance = absl::flat_hash_map<std::string, double>;
+
+// What the last successful pull saw of the other replicas. Immutable once
+// published: readers hold a shared_ptr to it for as long as they like.
+struct PeerView {
+  // The other live replicas' load, summed per instance (this replica's own
+  // load is not in it: the router already holds it).
+  LoadByInstance load;
+  // Per instance, the mean of the rate factors every live replica (this one
+  // included) published for it.
+  RateByInstance rate_factors;
+  // The live replicas' ids (lease key present), this one included, sorted.
+  std::vector<std::string> live_replicas;
+  // When the pull that built this view finished; InfinitePast before the
+  // first one.
+  absl::Time synced_at = absl::InfinitePast();
+  // The store was unreachable at the last attempt: the figures above are as
+  // of `synced_at`.
+  bool stale = true;
+};
+
+// Counters for /metrics; monotonic except `connected`.
+struct ClusterStoreStats {
+  bool connected = false;
+  uint64_t syncs = 0;           // pulls that built a PeerView
+  uint64_t sync_failures = 0;   // cycles that failed (store unreachable or an error reply)
+  uint64_t reconnects = 0;      // connections established after the first
+  uint64_t writes_dropped = 0;  // new entries refused at max_pending_writes
+  uint64_t reserve_admitted = 0;
+  uint64_t reserve_refused = 0;      // the instance's fill reached
+  uint64_t reserve_unavailable = 0;  // store error or unreachable: caller failed open
+};
+
+class ClusterStore {
+ public:
+  virtual ~ClusterStore() = default;
+
+  // This replica's whole in-flight load, replacing what it published before
+  // (an instance left out has none). Queued; only the latest call is written.
+  virtual void PublishLoad(LoadByInstance load) = 0;
+
+  // This replica's learned rate factors per instance, replacing the previous
+  // ones. Queued and coalesced like PublishLoad.
+  virtual void PublishRates(RateByInstance rates) = 0;
+
+  // `session_id` lives on `instance`; kept session_ttl_s after the last write.
+  // Queued, coalesced per session.
+  virtual void PublishHome(std::string session_id, std::string instance) = 0;
+
+  // The homes the store knows of `sessions` (one round trip, bounded by
+  // op_timeout_s, on the caller's thread); sessions without one are absent.
+  // Unavailable while the store is unreachable or on any store error.
+  virtual absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHomes(
+      absl::Span<const std::string> sessions) = 0;
+
+  // The latest PeerView; never null, never blocks.
+  virtual std::shared_ptr<const PeerView> View() const = 0;
+
+  // Residency admission, atomic across replicas: reserves `tokens` of
+  // `instance`'s KV for `reservation_id` iff the live reservations of every
+  // replica plus `tokens` stay within `fill_tokens`, or none is live (so a
+  // session larger than the fill still gets its turn, as the local residency
+  // gate admits it). Reservations whose owner's lease has expired are dropped
+  // first. true: admitted (or already held by this replica); false: refused.
+  // One round trip on the caller's thread, bounded by op_timeout_s;
+  // Unavailable at once while the store is unreachable, and on any store
+  // error: the caller decides on local state.
+  virtual absl::StatusOr<bool> Reserve(absl::string_view instance, absl::string_view reservation_id,
+                                       int64_t tokens, int64_t fill_tokens) = 0;
+
+  // Gives a reservation back. Queued; written by the next flush.
+  virtual void Release(std::string instance, std::string reservation_id) = 0;
+
+  // Whether the last attempt to reach the store succeeded.
+  virtual bool connected() const = 0;
+
+  virtual ClusterStoreStats stats() const = 0;
+};
+
+}  // namespace kvroute::cluster

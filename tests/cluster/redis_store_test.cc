@@ -1,0 +1,362 @@
+// RedisStore against a real redis-server on loopback. Every store runs with
+// its timer off (ClusterOptions::periodic = false): each step that needs a
+// write or a pull calls SyncNow(), so nothing happens between the steps and
+// no test waits for time to pass.
+#include "cluster/redis_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/cluster/redis_server.h"
+
+namespace kvroute::cluster {
+namespace {
+
+using testing::RedisServer;
+
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status st = server_.Start();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  void TearDown() override { server_.Kill(); }
+
+  ClusterOptions Options(const std::string& replica_id) const {
+    ClusterOptions o;
+    o.store = server_.url();
+    o.replica_id = replica_id;
+    o.periodic = false;
+    // Generous: a loaded CI machine must not turn a slow reply into a failure.
+    o.lease_s = 60;
+    o.op_timeout_s = 5;
+    return o;
+  }
+
+  std::unique_ptr<RedisStore> Store(const ClusterOptions& o) {
+    absl::StatusOr<std::unique_ptr<RedisStore>> s = RedisStore::Create(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  std::unique_ptr<RedisStore> Store(const std::string& replica_id) {
+    return Store(Options(replica_id));
+  }
+
+  // The tokens the instance's reservation hash holds, summed.
+  int64_t HeldTokens(const std::string& instance) const {
+    const std::string all = server_.Query({"HVALS", "kvroute:resv:" + instance});
+    int64_t sum = 0;
+    for (absl::string_view v : absl::StrSplit(all, ',', absl::SkipEmpty())) {
+      int64_t tokens = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(v.substr(v.rfind(':') + 1), &tokens)) << v;
+      sum += tokens;
+    }
+    return sum;
+  }
+
+  RedisServer server_;
+};
+
+TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
+  auto a = Store("a");
+  auto b = Store("b");
+  auto c = Store("c");
+  a->PublishLoad(
+      {{"gpu0", {.requests = 1, .prefill_tokens = 100, .tokens = 1000, .decoding_requests = 1}}});
+  b->PublishLoad({{"gpu0", {.requests = 2, .prefill_tokens = 200, .tokens = 2000}},
+                  {"gpu1", {.requests = 5, .prefill_tokens = 0, .tokens = 700}}});
+  c->PublishLoad({{"gpu1", {.requests = 1, .prefill_tokens = 10, .tokens = 30}}});
+  a->PublishRates({{"gpu0", 1.0}});
+  b->PublishRates({{"gpu0", 2.0}, {"gpu1", 0.5}});
+  for (auto* s : {a.get(), b.get(), c.get()}) ASSERT_TRUE(s->SyncNow().ok());
+  ASSERT_TRUE(c->SyncNow().ok());  // a and b have written by now
+
+  std::shared_ptr<const PeerView> seen_by_c = c->View();
+  EXPECT_FALSE(seen_by_c->stale);
+  EXPECT_EQ(seen_by_c->live_replicas, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(
+      seen_by_c->load.at("gpu0"),
+      (InstanceLoad{.requests = 3, .prefill_tokens = 300, .tokens = 3000, .decoding_requests = 1}));
+  EXPECT_EQ(seen_by_c->load.at("gpu1"),
+            (InstanceLoad{.requests = 5, .prefill_tokens = 0, .tokens = 700}));  // not c's own
+  EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu0"), 1.5);
+  EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu1"), 0.5);
+
+  ASSERT_TRUE(a->SyncNow().ok());
+  std::shared_ptr<const PeerView> seen_by_a = a->View();
+  EXPECT_EQ(seen_by_a->load.at("gpu0"),
+            (InstanceLoad{.requests = 2, .prefill_tokens = 200, .tokens = 2000}));
+  EXPECT_EQ(seen_by_a->load.at("gpu1"),
+            (InstanceLoad{.requests = 6, .prefill_tokens = 10, .tokens = 730}));
+  EXPECT_EQ(a->stats().syncs, 2u);
+
+  // A new load replaces the old one whole: gpu0 goes from b's figures.
+  b->PublishLoad({{"gpu1", {.requests = 1, .prefill_tokens = 0, .tokens = 1}}});
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_FALSE(a->View()->load.contains("gpu0"));
+  EXPECT_EQ(a->View()->load.at("gpu1").tokens, 31);
+}
+
+TEST_F(RedisStoreTest, PerReplicaKeysExpireWithTheLease) {
+  auto a = Store("a");
+  a->PublishLoad({{"gpu0", {.requests = 1}}});
+  a->PublishRates({{"gpu0", 1.2}});
+  ASSERT_TRUE(a->SyncNow().ok());
+  for (const char* key : {"kvroute:replica:a", "kvroute:load:a", "kvroute:rates:a"}) {
+    int64_t pttl = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(server_.Query({"PTTL", key}), &pttl)) << key;
+    EXPECT_GT(pttl, 0) << key;
+    EXPECT_LE(pttl, 60000) << key;
+  }
+}
+
+TEST_F(RedisStoreTest, AReplicaWhoseLeaseIsGoneDisappearsWithItsReservations) {
+  auto a = Store("a");
+  auto b = Store("b");
+  a->PublishLoad({{"gpu0", {.requests = 4, .prefill_tokens = 0, .tokens = 400}}});
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_EQ(b->View()->live_replicas, (std::vector<std::string>{"a", "b"}));
+  absl::StatusOr<bool> held = a->Reserve("gpu0", "session-a", 60, 100);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE(*held);
+  absl::StatusOr<bool> refused = b->Reserve("gpu0", "session-b", 60, 100);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE(*refused);
+
+  // The lease expiring, without the wait.
+  ASSERT_EQ(server_.Query({"DEL", "kvroute:replica:a"}), "1");
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_EQ(b->View()->live_replicas, (std::vector<std::string>{"b"}));
+  EXPECT_FALSE(b->View()->load.contains("gpu0"));
+  absl::StatusOr<bool> admitted = b->Reserve("gpu0", "session-b", 60, 100);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_TRUE(*admitted);
+  EXPECT_EQ(server_.Query({"HKEYS", "kvroute:resv:gpu0"}), "session-b");
+
+  // Without its lease in the store a replica does not reserve (its entry
+  // would not count for the others); it fails open until it renews.
+  absl::StatusOr<bool> leaseless = a->Reserve("gpu0", "session-c", 1, 100);
+  EXPECT_EQ(leaseless.status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_EQ(b->View()->live_replicas, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST_F(RedisStoreTest, ConcurrentReservationsNeverAdmitBeyondFill) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  constexpr int64_t kFill = 1000;
+  constexpr int kThreadsPerStore = 2;
+  constexpr int kPerThread = 50;  // 200 racing reservations in all
+  std::atomic<int64_t> admitted_tokens{0};
+  std::atomic<int> admitted{0};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (RedisStore* store : {a.get(), b.get()}) {
+    for (int t = 0; t < kThreadsPerStore; ++t) {
+      threads.emplace_back([&, store, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          const int64_t tokens = 10 + (i * 7 + t * 13) % 40;
+          const std::string id = absl::StrCat(store == a.get() ? "a" : "b", "-", t, "-", i);
+          absl::StatusOr<bool> r = store->Reserve("gpu0", id, tokens, kFill);
+          if (!r.ok()) {
+            ++errors;
+          } else if (*r) {
+            ++admitted;
+            admitted_tokens += tokens;
+          }
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_LE(admitted_tokens.load(), kFill);
+  EXPECT_EQ(HeldTokens("gpu0"), admitted_tokens.load());
+  const ClusterStoreStats sa = a->stats(), sb = b->stats();
+  EXPECT_EQ(sa.reserve_admitted + sb.reserve_admitted, static_cast<uint64_t>(admitted.load()));
+  EXPECT_EQ(sa.reserve_admitted + sa.reserve_refused + sb.reserve_admitted + sb.reserve_refused,
+            200u);
+}
+
+TEST_F(RedisStoreTest, ReleaseFreesAndReservingAgainReplaces) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_TRUE(*a->Reserve("gpu0", "s1", 70, 100));
+  EXPECT_FALSE(*b->Reserve("gpu0", "s2", 40, 100));
+  // The same id again replaces its entry rather than counting twice.
+  EXPECT_TRUE(*a->Reserve("gpu0", "s1", 90, 100));
+  EXPECT_EQ(HeldTokens("gpu0"), 90);
+
+  // Only the owner's release deletes an entry.
+  b->Release("gpu0", "s1");
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_EQ(HeldTokens("gpu0"), 90);
+  a->Release("gpu0", "s1");
+  EXPECT_EQ(HeldTokens("gpu0"), 90);  // queued, not yet written
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_EQ(HeldTokens("gpu0"), 0);
+  EXPECT_TRUE(*b->Reserve("gpu0", "s2", 40, 100));
+
+  // Nothing held: a reservation above the fill still gets its turn.
+  b->Release("gpu0", "s2");
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_TRUE(*a->Reserve("gpu0", "huge", 500, 100));
+  EXPECT_FALSE(*b->Reserve("gpu0", "small", 1, 100));
+}
+
+TEST_F(RedisStoreTest, SessionHomesAreWrittenWithTheirTtlAndReadInABatch) {
+  ClusterOptions o = Options("a");
+  o.session_ttl_s = 30;
+  auto a = Store(o);
+  auto b = Store("b");
+  a->PublishHome("s1", "gpu0");
+  a->PublishHome("s1", "gpu3");  // coalesced: the latest wins
+  a->PublishHome("s2", "gpu1");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  absl::StatusOr<absl::flat_hash_map<std::string, std::string>> homes =
+      b->ReadHomes({"s1", "s2", "unknown"});
+  ASSERT_TRUE(homes.ok()) << homes.status();
+  EXPECT_EQ(*homes,
+            (absl::flat_hash_map<std::string, std::string>{{"s1", "gpu3"}, {"s2", "gpu1"}}));
+  int64_t pttl = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(server_.Query({"PTTL", "kvroute:home:s1"}), &pttl));
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 30000);
+}
+
+TEST_F(RedisStoreTest, AStoreThatLeavesIsGoneAtThePeersNextPull) {
+  auto a = Store("a");
+  auto b = Store("b");
+  a->PublishLoad({{"gpu0", {.requests = 1}}});
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(*a->Reserve("gpu0", "s1", 10, 100));
+  a.reset();
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_EQ(b->View()->live_replicas, (std::vector<std::string>{"b"}));
+  EXPECT_TRUE(b->View()->load.empty());
+  EXPECT_TRUE(*b->Reserve("gpu0", "s2", 100, 100));  // a's entry dropped
+}
+
+TEST_F(RedisStoreTest, AnUnreachableStoreBlocksNothing) {
+  ClusterOptions o = Options("a");
+  o.max_pending_writes = 4;
+  auto a = Store(o);
+  auto b = Store("b");
+  b->PublishLoad({{"gpu0", {.requests = 2}}});
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(a->connected());
+  ASSERT_EQ(a->View()->load.at("gpu0").requests, 2);
+
+  server_.Kill();
+  EXPECT_FALSE(a->SyncNow().ok());
+  EXPECT_FALSE(a->connected());
+  // The last view stays, marked stale.
+  std::shared_ptr<const PeerView> view = a->View();
+  EXPECT_TRUE(view->stale);
+  EXPECT_EQ(view->load.at("gpu0").requests, 2);
+  // Admission and home reads fail open at once.
+  absl::StatusOr<bool> r = a->Reserve("gpu0", "s1", 10, 100);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(a->ReadHomes({"s1"}).status().code(), absl::StatusCode::kUnavailable);
+  // Writes queue up to the bound, then are dropped and counted.
+  a->PublishLoad({{"gpu0", {.requests = 9}}});
+  for (int i = 0; i < 6; ++i) a->PublishHome(absl::StrCat("s", i), "gpu0");
+  a->Release("gpu0", "s9");
+  EXPECT_FALSE(a->SyncNow().ok());  // the queued writes survive a failed cycle
+  const ClusterStoreStats s = a->stats();
+  EXPECT_FALSE(s.connected);
+  EXPECT_EQ(s.reserve_unavailable, 1u);
+  EXPECT_EQ(s.writes_dropped, 3u);  // s4, s5 and the release
+  EXPECT_GE(s.sync_failures, 2u);
+}
+
+TEST_F(RedisStoreTest, AReplicaRejoinsARestartedStoreAndRepublishes) {
+  auto a = Store("a");
+  auto b = Store("b");
+  a->PublishLoad({{"gpu0", {.requests = 3, .prefill_tokens = 30, .tokens = 300}}});
+  a->PublishRates({{"gpu0", 2.0}});
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+
+  server_.Kill();
+  EXPECT_FALSE(a->SyncNow().ok());
+  EXPECT_FALSE(b->SyncNow().ok());
+  a->PublishHome("s1", "gpu0");  // written once the store is back
+  ASSERT_TRUE(server_.Start(server_.port()).ok());
+  ASSERT_EQ(server_.Query({"DBSIZE"}), "0");
+
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_TRUE(a->connected());
+  EXPECT_EQ(a->stats().reconnects, 1u);
+  EXPECT_EQ(server_.Query({"GET", "kvroute:replica:a"}), "1");
+  EXPECT_EQ(server_.Query({"GET", "kvroute:home:s1"}), "gpu0");
+  ASSERT_TRUE(b->SyncNow().ok());
+  EXPECT_TRUE(b->connected());
+  std::shared_ptr<const PeerView> view = b->View();
+  EXPECT_FALSE(view->stale);
+  EXPECT_EQ(view->live_replicas, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(view->load.at("gpu0"),
+            (InstanceLoad{.requests = 3, .prefill_tokens = 30, .tokens = 300}));
+  EXPECT_DOUBLE_EQ(view->rate_factors.at("gpu0"), 2.0);
+  // Admission works again on fresh connections (the old ones were closed).
+  absl::StatusOr<bool> r = b->Reserve("gpu0", "s2", 10, 100);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(*r);
+}
+
+// The one test with the timer on: the I/O thread connects, writes and
+// pulls by itself. It waits for a condition, not for a time (the bound only
+// stops a broken build from hanging).
+TEST_F(RedisStoreTest, WithItsTimerOnTheStoreSyncsByItself) {
+  ClusterOptions o = Options("a");
+  o.periodic = true;
+  o.sync_interval_s = 0.01;
+  auto a = Store(o);
+  auto b = Store("b");
+  b->PublishLoad({{"gpu0", {.requests = 7}}});
+  ASSERT_TRUE(b->SyncNow().ok());
+  const absl::Time bound = absl::Now() + absl::Seconds(60);
+  while (!a->View()->load.contains("gpu0") && absl::Now() < bound) std::this_thread::yield();
+  ASSERT_TRUE(a->View()->load.contains("gpu0"));
+  EXPECT_EQ(a->View()->load.at("gpu0").requests, 7);
+  EXPECT_TRUE(a->connected());
+  // Its own publication reaches b without a SyncNow on a.
+  a->PublishLoad({{"gpu1", {.requests = 2}}});
+  while (absl::Now() < bound) {
+    ASSERT_TRUE(b->SyncNow().ok());
+    if (b->View()->load.contains("gpu1")) break;
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(b->View()->load.contains("gpu1"));
+  EXPECT_EQ(b->View()->load.at("gpu1").requests, 2);
+}
+
+TEST_F(RedisStoreTest, ABadOptionIsRefusedAtCreate) {
+  ClusterOptions o = Options("a");
+  o.store = "none";
+  EXPECT_EQ(RedisStore::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options("");
+  EXPECT_EQ(RedisStore::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvroute::cluster
