@@ -1,12 +1,14 @@
 // Every YAML and JSON file under deploy/ and configs/ parses (YAML multi-document aware), and
 // every kvroute config among them (configs/*.yaml, the Kubernetes ConfigMap's embedded
-// kvroute.yaml) loads with kvroute's own config parser. The Grafana dashboard and the
-// Prometheus rules are checked for shape and for referring only to known metric families.
+// kvroute.yaml) loads with kvroute's own config parser. The Kubernetes kit runs several kvroute
+// replicas sharing through a Redis. The Grafana dashboard and the Prometheus rules are checked
+// for shape and for referring only to known metric families.
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -94,7 +96,7 @@ TEST(DeployManifests, KubernetesObjectsAreWellFormed) {
     }
   }
   for (const char* want : {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
-                           "ServiceMonitor", "StatefulSet"}) {
+                           "ServiceMonitor", "StatefulSet", "NetworkPolicy"}) {
     EXPECT_TRUE(kinds.count(want)) << "deploy/k8s has no " << want;
   }
 }
@@ -107,6 +109,90 @@ TEST(DeployManifests, KvrouteDeploymentProbesHealth) {
   ASSERT_TRUE(c["readinessProbe"]["httpGet"]);
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/health");
   EXPECT_FALSE(c["securityContext"]["allowPrivilegeEscalation"].as<bool>());
+}
+
+// Every object of `kind` in deploy/k8s, by metadata.name.
+std::map<std::string, YAML::Node> K8sObjects(const std::string& kind) {
+  std::map<std::string, YAML::Node> out;
+  for (const fs::path& f : FilesUnder(kRoot / "deploy" / "k8s", {".yaml", ".yml"})) {
+    for (const YAML::Node& d : LoadAllYaml(f)) {
+      if (d["kind"].as<std::string>() == kind) out[d["metadata"]["name"].as<std::string>()] = d;
+    }
+  }
+  return out;
+}
+
+// True when every label of `selector` (a matchLabels map) is among `labels`.
+bool Selects(const YAML::Node& selector, const YAML::Node& labels) {
+  if (!selector.IsMap() || selector.size() == 0) return false;
+  for (auto it = selector.begin(); it != selector.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (!labels[key] || labels[key].as<std::string>() != it->second.as<std::string>()) return false;
+  }
+  return true;
+}
+
+// Several kvroute replicas, active-active: any balancer (no affinity), a PodDisruptionBudget
+// over their pods, and the Redis the ConfigMap's cluster.store names, run beside them.
+TEST(DeployManifests, KvrouteReplicasShareThroughRedis) {
+  std::map<std::string, YAML::Node> deployments = K8sObjects("Deployment");
+  std::map<std::string, YAML::Node> services = K8sObjects("Service");
+  ASSERT_TRUE(deployments.count("kvroute"));
+  const YAML::Node kvroute = deployments["kvroute"];
+  EXPECT_GE(kvroute["spec"]["replicas"].as<int>(), 2);
+  const YAML::Node pod_labels = kvroute["spec"]["template"]["metadata"]["labels"];
+
+  ASSERT_TRUE(services.count("kvroute"));
+  const YAML::Node front = services["kvroute"]["spec"];
+  EXPECT_TRUE(!front["sessionAffinity"] || front["sessionAffinity"].as<std::string>() == "None")
+      << "the kvroute Service pins clients to a replica";
+  EXPECT_TRUE(Selects(front["selector"], pod_labels));
+
+  std::map<std::string, YAML::Node> pdbs = K8sObjects("PodDisruptionBudget");
+  ASSERT_TRUE(pdbs.count("kvroute"));
+  EXPECT_TRUE(Selects(pdbs["kvroute"]["spec"]["selector"]["matchLabels"], pod_labels));
+  if (pdbs["kvroute"]["spec"]["maxUnavailable"]) {
+    EXPECT_GE(pdbs["kvroute"]["spec"]["maxUnavailable"].as<int>(), 1) << "blocks every drain";
+  }
+
+  // cluster.store, read from the embedded config as YAML: redis://SERVICE.NAMESPACE.svc...:PORT.
+  const YAML::Node cm = LoadAllYaml(kRoot / "deploy/k8s/configmap.yaml")[0];
+  const YAML::Node cluster = YAML::Load(cm["data"]["kvroute.yaml"].as<std::string>())["cluster"];
+  ASSERT_TRUE(cluster && cluster["store"]) << "the ConfigMap's config has no cluster.store";
+  const std::string store = cluster["store"].as<std::string>();
+  static const std::regex kStore(
+      R"(redis://([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)(/\d+)?)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(store, m, kStore)) << store;
+  ASSERT_TRUE(services.count(m[1].str()))
+      << "cluster.store names no Service in deploy/k8s: " << store;
+  const YAML::Node redis_service = services[m[1].str()];
+  EXPECT_EQ(redis_service["metadata"]["namespace"].as<std::string>(), m[2].str());
+  bool port_found = false;
+  for (const YAML::Node& p : redis_service["spec"]["ports"]) {
+    port_found = port_found || p["port"].as<int>() == std::stoi(m[3].str());
+  }
+  EXPECT_TRUE(port_found) << store;
+
+  // The Redis behind that Service: redis:7, no persistence, bounded.
+  const YAML::Node* redis = nullptr;
+  for (const auto& [name, d] : deployments) {
+    if (Selects(redis_service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])) {
+      redis = &d;
+    }
+  }
+  ASSERT_NE(redis, nullptr) << "no Deployment behind Service " << m[1].str();
+  const YAML::Node c = (*redis)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(c["image"].as<std::string>().rfind("redis:7", 0), 0u) << c["image"].as<std::string>();
+  EXPECT_TRUE(c["resources"]["limits"]["memory"]) << "Redis without a memory limit";
+  std::vector<std::string> args;
+  for (const YAML::Node& a : c["args"]) args.push_back(a.as<std::string>());
+  const auto after = [&](const std::string& flag) {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    return it == args.end() || it + 1 == args.end() ? std::string("<absent>") : *(it + 1);
+  };
+  EXPECT_EQ(after("--save"), "") << "snapshots on";
+  EXPECT_EQ(after("--appendonly"), "no");
 }
 
 TEST(DeployManifests, EveryKvrouteConfigLoads) {
@@ -178,7 +264,11 @@ const std::set<std::string>& KvrouteFamilies() {
       "kvroute_kv_working_set_tokens", "kvroute_kv_capacity_tokens",
       "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
       "kvroute_kv_write_rate_tokens_per_second", "kvroute_kv_retention_seconds",
-      "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token"};
+      "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token",
+      // Several replicas (proxy/cluster_sync.cc; only with cluster.store set).
+      "kvroute_cluster_store_up", "kvroute_cluster_live_replicas", "kvroute_cluster_syncs_total",
+      "kvroute_cluster_sync_failures_total", "kvroute_cluster_writes_dropped_total",
+      "kvroute_cluster_peer_inflight_requests"};
   return kFamilies;
 }
 
@@ -224,7 +314,10 @@ TEST(DeployDashboards, GrafanaDashboardUsesRealMetricNames) {
                            "kvroute_backend_inflight_prefill_tokens", "kvroute_backend_kv_usage",
                            "kvroute_cached_tokens_estimated_total", "kvroute_cached_tokens_actual_total",
                            "kvroute_offloads_total", "kvroute_transfer_seconds",
-                           "kvroute_kv_working_set_tokens", "kvroute_kv_retention_seconds"}) {
+                           "kvroute_kv_working_set_tokens", "kvroute_kv_retention_seconds",
+                           "kvroute_cluster_store_up", "kvroute_cluster_live_replicas",
+                           "kvroute_cluster_sync_failures_total",
+                           "kvroute_cluster_peer_inflight_requests"}) {
     EXPECT_TRUE(used.count(want)) << "dashboard lacks " << want;
   }
 }
@@ -242,7 +335,7 @@ TEST(DeployDashboards, AlertRulesUseRealMetricNames) {
     }
   }
   for (const char* want : {"KvrouteNoHealthyBackend", "KvrouteCacheEstimateDrift", "KvrouteOffloadFailures",
-                           "KvrouteKvThrashAhead"}) {
+                           "KvrouteKvThrashAhead", "KvrouteClusterStoreDown"}) {
     EXPECT_TRUE(alerts.count(want)) << want;
   }
 }
