@@ -25,7 +25,7 @@ struct ClusterOptions {
   // "redis://HOST:PORT[/DB]", or "none": the replica shares nothing.
   std::string store = "none";
   // This replica's name in the store; unique among live replicas. The config
-  // loader defaults it to "<hostname>-<pid>".
+  // loader defaults it to "<hostname>-<pid>-<start>".
   std::string replica_id;
   // A replica's keys live this long after its last renewal (every lease/3):
   // a dead replica's load, rates and reservations vanish by themselves.

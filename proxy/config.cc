@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "classifier/classifier.h"  // and kvsize, whose ModelArch its API takes
 #include "profile/profile_keys.h"
 #include "proxy/config_reader.h"
@@ -103,10 +104,10 @@ absl::Status ParseMonitor(const YAML::Node& n, MonitorOptions* m) {
   KV_RETURN_IF_ERROR(r.Seconds("max_ejection_s", &m->max_ejection, 0));
   KV_RETURN_IF_ERROR(r.Seconds("hung_after_s", &m->hung_after, 0));
   if (m->max_ejection < m->ejection) {
-    return KeyError("health.max_ejection_s",
-                    absl::StrCat("must be at least health.ejection_s (",
-                                 absl::ToDoubleSeconds(m->ejection), "), got ",
-                                 absl::ToDoubleSeconds(m->max_ejection)));
+    return KeyError(
+        "health.max_ejection_s",
+        absl::StrCat("must be at least health.ejection_s (", absl::ToDoubleSeconds(m->ejection),
+                     "), got ", absl::ToDoubleSeconds(m->max_ejection)));
   }
   return r.Finish();
 }
@@ -152,9 +153,8 @@ absl::Status ParseAdmin(const YAML::Node& n, AdminOptions* a) {
   }
   // The token itself is never quoted in an error.
   if ((!token.empty() || !token_file.empty()) && token.size() < kMinAdminTokenChars) {
-    return KeyError(key, absl::StrCat("the token has ", token.size(),
-                                      " characters; at least ", kMinAdminTokenChars,
-                                      " are required"));
+    return KeyError(key, absl::StrCat("the token has ", token.size(), " characters; at least ",
+                                      kMinAdminTokenChars, " are required"));
   }
   a->token = std::move(token);
   return absl::OkStatus();
@@ -202,12 +202,21 @@ absl::Status PositiveNumber(MapReader& r, const std::string& key, double* out) {
 }
 
 // "<hostname>-<pid>": unique among replicas on distinct hosts or processes.
+// "<hostname>-<pid>-<start>": the start time (µs, hex) keeps the id of a
+// restarted process apart from its predecessor's when both have the same
+// pid (PID 1 in a container), so the store does not take the new process
+// for the dead one, whose state must expire with its lease. Fixed for the
+// life of the process.
 std::string DefaultReplicaId() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
-    std::snprintf(host, sizeof(host), "kvroute");
-  }
-  return absl::StrCat(host, "-", getpid());
+  static const std::string id = [] {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      std::snprintf(host, sizeof(host), "kvroute");
+    }
+    return absl::StrCat(host, "-", getpid(), "-",
+                        absl::Hex(absl::ToUnixMicros(absl::Now()) & 0xffffffffff));
+  }();
+  return id;
 }
 
 // `cluster:`: sharing state with the other kvroute replicas (cluster/options.h).
@@ -291,8 +300,8 @@ absl::Status ParseBackends(const YAML::Node& n, std::vector<BackendConfig>* out)
     } else if (role == "decode") {
       b.spec.role = router::BackendRole::kDecode;
     } else {
-      return KeyError(path + ".role", absl::StrCat("unknown role '", role,
-                                                   "' (expected both, prefill or decode)"));
+      return KeyError(path + ".role",
+                      absl::StrCat("unknown role '", role, "' (expected both, prefill or decode)"));
     }
     b.spec.name = b.name;
     out->push_back(std::move(b));
@@ -340,8 +349,7 @@ absl::StatusOr<ProfileFigures> LoadProfileFigures(const std::string& key, const 
   KV_RETURN_IF_ERROR(PositiveFigure(where, "timing.prefill_s_per_token",
                                     k.timing.prefill_s_per_token, &prefill_s_per_token));
   KV_RETURN_IF_ERROR(PositiveFigure(where, "timing.attn_s_per_token_pair",
-                                    k.timing.attn_s_per_token_pair,
-                                    &f.attention_s_per_token_pair));
+                                    k.timing.attn_s_per_token_pair, &f.attention_s_per_token_pair));
   // link.overhead_s may be 0.
   if (k.link.overhead_s) {
     if (!(*k.link.overhead_s >= 0)) {
@@ -383,7 +391,8 @@ absl::Status ParseBackendUrl(const std::string& key, const std::string& url, std
                              uint16_t* port) {
   absl::string_view rest = url;
   if (!absl::ConsumePrefix(&rest, "http://")) {
-    return KeyError(key, absl::StrCat("'", url, "' is not an http:// URL (https is not supported)"));
+    return KeyError(key,
+                    absl::StrCat("'", url, "' is not an http:// URL (https is not supported)"));
   }
   absl::ConsumeSuffix(&rest, "/");
   if (rest.empty() || rest.find('/') != absl::string_view::npos ||
@@ -409,8 +418,8 @@ absl::Status ParseHeavyThreshold(const std::string& key, const std::string& valu
   }
   int64_t t = 0;
   if (!absl::SimpleAtoi(value, &t) || t < 1 || t > (int64_t{1} << 40)) {
-    return KeyError(key, absl::StrCat("expected 'auto' or a positive token count, got '", value,
-                                      "'"));
+    return KeyError(key,
+                    absl::StrCat("expected 'auto' or a positive token count, got '", value, "'"));
   }
   o->thresholds.heavy_threshold = t;
   o->heavy_threshold_auto = false;
@@ -464,7 +473,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   KV_RETURN_IF_ERROR(r.Double("profile_time_scale", &c.profile_time_scale, 1e-6, 1e6));
   std::string listen;
   KV_RETURN_IF_ERROR(r.String("listen", &listen));
-  if (!listen.empty()) KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
+  if (!listen.empty())
+    KV_RETURN_IF_ERROR(ParseHostPort("listen", listen, &c.listen_host, &c.listen_port));
   KV_RETURN_IF_ERROR(r.String("mode", &c.router.mode));
   if (const YAML::Node* t = r.Find("heavy_threshold")) {
     if (!t->IsScalar()) {
@@ -492,7 +502,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     c.router.decode_leg_after_prefill = (*conn)->sequential();
   }
   if (const YAML::Node* n = r.Find("admin")) KV_RETURN_IF_ERROR(ParseAdmin(*n, &c.admin));
-  if (const YAML::Node* n = r.Find("kv_events")) KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
+  if (const YAML::Node* n = r.Find("kv_events"))
+    KV_RETURN_IF_ERROR(ParseKvEvents(*n, &c.kv_events));
   if (const YAML::Node* n = r.Find("cluster")) KV_RETURN_IF_ERROR(ParseCluster(*n, &c.cluster));
   if (c.cluster.replica_id.empty()) c.cluster.replica_id = DefaultReplicaId();
   const YAML::Node* backends = r.Find("backends");

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "proxy/cluster_sync.h"
 #include "proxy/config.h"
 #include "proxy/kv_event_feeds.h"
 #include "proxy/server.h"
@@ -92,8 +93,7 @@ absl::StatusOr<Config> LoadConfig(const Flags& flags) {
 // other keys need a restart); an invalid file changes nothing.
 void Reload(kvroute::proxy::Server& server, const Flags& flags) {
   absl::StatusOr<Config> next = kvroute::proxy::LoadConfigFile(flags.config_path);
-  absl::Status st = next.ok() ? server.ReloadBackends(next->backends,
-                                                      next->transfer.bootstrap_port)
+  absl::Status st = next.ok() ? server.ReloadBackends(next->backends, next->transfer.bootstrap_port)
                               : next.status();
   if (!st.ok()) {
     spdlog::error("SIGHUP: {} not applied, keeping the running config: {}", flags.config_path,
@@ -102,15 +102,14 @@ void Reload(kvroute::proxy::Server& server, const Flags& flags) {
     return;
   }
   if (flags.log_level.empty()) spdlog::set_level(spdlog::level::from_str(next->log_level));
-  std::cout << "kvroute: config reloaded (" << next->backends.size() << " backends)"
-            << std::endl;
+  std::cout << "kvroute: config reloaded (" << next->backends.size() << " backends)" << std::endl;
 }
 
 // Serves until SIGTERM or SIGINT (or until the server stops on its own),
 // reloading on SIGHUP; `signals`, blocked in every thread, are waited for
 // by one. Returns the exit status.
-int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router,
-          const Flags& flags, sigset_t signals) {
+int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router, const Flags& flags,
+          sigset_t signals) {
   kvroute::proxy::Server server(config, std::move(router));
   if (absl::Status st = server.Start(); !st.ok()) {
     std::cerr << "kvroute: " << st.message() << "\n";
@@ -122,6 +121,16 @@ int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router,
       kvroute::proxy::KvEventFeeds::Start(config, server.router(), server.registry());
   if (!kv_event_feeds.ok()) {
     std::cerr << "kvroute: config error: " << kv_event_feeds.status().message() << "\n";
+    server.Shutdown();
+    server.Wait();
+    return kConfigError;
+  }
+  // Other kvroute replicas' load, through the cluster store (cluster:).
+  absl::StatusOr<std::unique_ptr<kvroute::proxy::ClusterSync>> cluster_sync =
+      kvroute::proxy::ClusterSync::Start(config, server.router(), server.registry());
+  if (!cluster_sync.ok()) {
+    std::cerr << "kvroute: config error: " << cluster_sync.status().message() << "\n";
+    (*kv_event_feeds)->Stop();
     server.Shutdown();
     server.Wait();
     return kConfigError;
@@ -145,6 +154,7 @@ int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router,
     }
   });
   server.Wait();
+  (*cluster_sync)->Stop();
   (*kv_event_feeds)->Stop();
   // Wake the waiter if the server stopped on its own.
   pthread_kill(signal_waiter.native_handle(), SIGTERM);

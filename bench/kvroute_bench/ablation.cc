@@ -1,9 +1,13 @@
 #include "bench/kvroute_bench/ablation.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -14,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/kvroute_bench/child_process.h"
@@ -59,6 +64,60 @@ class ReplicaKiller {
   bool disarmed_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// A free TCP port on loopback: bound, read and released (the server started on it next is
+// the only taker the bench knows of).
+absl::StatusOr<uint16_t> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return absl::InternalError("binding a loopback port failed");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts redis-server on a free loopback port, without persistence, and waits until it
+// accepts connections; `url` receives its redis:// URL.
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartRedis(const std::string& bin,
+                                                         const std::string& log,
+                                                         std::chrono::milliseconds startup,
+                                                         std::string* url) {
+  static const std::regex kReady("Ready to accept connections");
+  std::string path = bin;
+  // A bare name is looked up on PATH, as a shell would.
+  if (bin.find('/') == std::string::npos) {
+    const char* env = std::getenv("PATH");
+    for (absl::string_view dir : absl::StrSplit(env != nullptr ? env : "/usr/bin", ':')) {
+      const std::string candidate = absl::StrCat(dir, "/", bin);
+      if (access(candidate.c_str(), X_OK) == 0) {
+        path = candidate;
+        break;
+      }
+    }
+  }
+  absl::StatusOr<uint16_t> port = FreeLoopbackPort();
+  if (!port.ok()) return port.status();
+  absl::StatusOr<std::unique_ptr<ChildProcess>> redis =
+      ChildProcess::Start({path, "--bind", "127.0.0.1", "--port", absl::StrCat(*port), "--save", "",
+                           "--appendonly", "no"},
+                          log);
+  if (!redis.ok()) return redis.status();
+  if (auto ready = (*redis)->WaitForLines(kReady, 1, startup); !ready.ok()) {
+    return absl::Status(ready.status().code(),
+                        absl::StrCat("redis-server (", bin, "): ", ready.status().message(),
+                                     "; see ", log, " (deploy/install-deps.sh installs it)"));
+  }
+  *url = absl::StrCat("redis://127.0.0.1:", *port);
+  return redis;
+}
 
 // The policy table says which modes the heavy threshold steers; `oracle` and unknown names
 // are not crossed.
@@ -152,8 +211,9 @@ std::string FleetExtrasDescription(const AblationOptions& options) {
                                           options.kv_pool_size_gib));
   }
   if (options.kvroute_replicas > 1) {
-    absl::StrAppend(&out, absl::StrFormat("; %d kvroute replicas, requests spread round robin",
-                                          options.kvroute_replicas));
+    absl::StrAppend(&out, absl::StrFormat("; %d kvroute replicas, requests spread round robin, "
+                                          "cluster store %s",
+                                          options.kvroute_replicas, options.cluster_store));
     if (options.kill_replica_at_s >= 0) {
       absl::StrAppend(&out, absl::StrFormat(", replica 0 killed %g s into each configuration",
                                             options.kill_replica_at_s));
@@ -205,10 +265,10 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
   for (const std::string& mode : modes) {
     if (ThresholdSensitive(mode) && !thresholds.empty()) {
       for (int64_t t : thresholds) {
-        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, "", "", ""});
+        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, "", "", "", ""});
       }
     } else {
-      out.push_back({mode, mode, default_threshold, "", "", ""});
+      out.push_back({mode, mode, default_threshold, "", "", "", ""});
     }
   }
   return out;
@@ -267,6 +327,10 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
       absl::StrAppend(&y, ", pool_replay: \"", config.kv_pool_events_replay, "\"");
     }
     absl::StrAppend(&y, "}\n");
+  }
+  // Every replica reads this one file: each names itself (hostname, pid, start time).
+  if (!config.cluster_store.empty()) {
+    absl::StrAppend(&y, "cluster: {store: \"", config.cluster_store, "\"}\n");
   }
   return y;
 }
@@ -348,6 +412,14 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     return absl::InvalidArgumentError(
         "--kvroute-replicas starts the bench's own kvroutes; with --targets, list each replica "
         "as a target of your balancer instead");
+  }
+  if (options.cluster_store != "none" && options.cluster_store != "redis") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cluster-store: expected none or redis, got '", options.cluster_store, "'"));
+  }
+  if (options.cluster_store == "redis" && options.kvroute_replicas < 2) {
+    return absl::InvalidArgumentError(
+        "--cluster-store redis shares state between replicas: add --kvroute-replicas 2 or more");
   }
   if (options.kill_replica_at_s >= 0 && options.kvroute_replicas < 2) {
     return absl::InvalidArgumentError(
@@ -513,6 +585,15 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (!options.profile.empty()) with_profile.profile = fs::absolute(options.profile).string();
     with_profile.kv_pool_events = pool_endpoint;
     with_profile.kv_pool_events_replay = pool_replay_endpoint;
+    // The replicas' shared store, started afresh per configuration.
+    std::unique_ptr<ChildProcess> store;
+    if (options.cluster_store == "redis") {
+      absl::StatusOr<std::unique_ptr<ChildProcess>> redis =
+          StartRedis(options.redis_server_bin, (dir / "redis.log").string(), startup,
+                     &with_profile.cluster_store);
+      if (!redis.ok()) return redis.status();
+      store = *std::move(redis);
+    }
     std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo,
                                              *router_keys);
     const int replicas = std::max(1, options.kvroute_replicas);
@@ -555,6 +636,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
     killer.Disarm();
     for (auto& proxy : proxies) proxy->Stop();  // flushes and closes the request logs
+    if (store != nullptr) store->Stop();
     (*sim)->Stop();
     if (result.ok()) {
       int64_t matched = 0;

@@ -38,6 +38,8 @@ struct AblationConfig {
   // The fleet-shared KV pool's event sockets kvroute follows; empty: none.
   std::string kv_pool_events;
   std::string kv_pool_events_replay;
+  // The cluster store the replicas share ("redis://127.0.0.1:PORT"); empty: none.
+  std::string cluster_store;
 };
 
 // Modes whose routing depends on the heavy threshold (the policy table's threshold_sensitive
@@ -81,6 +83,10 @@ struct AblationOptions {
   // Modelled seconds after a configuration's start at which replica 0 is killed (SIGKILL);
   // negative: never. Needs kvroute_replicas >= 2.
   double kill_replica_at_s = -1;
+  // What the replicas share state through: "none", or "redis" (the bench starts a
+  // redis-server on a free loopback port per configuration, `redis_server_bin`).
+  std::string cluster_store = "none";
+  std::string redis_server_bin = "redis-server";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
   std::vector<std::string> router_keys;

@@ -345,6 +345,14 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "and sends a refused or reset request to the next one")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  cmd->add_option("--cluster-store", abl.cluster_store,
+                  "what the replicas share state through: none, or redis (a redis-server "
+                  "started on a free loopback port per configuration)")
+      ->check(CLI::IsMember({"none", "redis"}))
+      ->capture_default_str();
+  cmd->add_option("--redis-server-bin", abl.redis_server_bin,
+                  "redis-server binary for --cluster-store redis")
+      ->capture_default_str();
   cmd->add_option("--kill-replica-at", abl.kill_replica_at_s,
                   "kill kvroute replica 0 (SIGKILL) this many modelled seconds into each "
                   "configuration (needs --kvroute-replicas 2 or more; negative: never)")

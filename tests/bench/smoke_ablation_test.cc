@@ -15,6 +15,8 @@
 namespace kvroute::bench {
 namespace {
 
+std::string ReadFile(const std::filesystem::path& p);
+
 using testing::BinaryPath;
 using testing::Executable;
 
@@ -112,6 +114,42 @@ TEST(SmokeAblationTest, ReplicasShareTheRequestsRoundRobin) {
   std::filesystem::remove_all(out);
 }
 
+// The replicas share their load through a redis-server the bench starts on a free loopback
+// port: every replica's config names it, and each publishes its load there.
+TEST(SmokeAblationTest, ReplicasShareThroughARedisTheBenchStarts) {
+  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
+  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
+  if (!Executable(kvroute) || !Executable(sim))
+    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_shared_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  AblationOptions o;
+  o.modes = {"baseline"};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  o.kvroute_replicas = 2;
+  o.cluster_store = "redis";
+  o.log_level = "info";
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.jobs_per_second = 1;
+  w.agentic.duration_s = 10;
+  w.agentic.max_jobs = 2;
+  w.agentic.turns = 2;
+  w.agentic.seed = 9;
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status() << " (deploy/install-deps.sh installs redis-server)";
+  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
+  const std::string yaml = ReadFile(out / "baseline" / "kvroute.yaml");
+  EXPECT_NE(yaml.find("cluster: {store: \"redis://127.0.0.1:"), std::string::npos) << yaml;
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = ReadFile(out / "baseline" / ("kvroute-" + std::to_string(i) + ".log"));
+    EXPECT_NE(log.find("cluster: replica"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(std::filesystem::exists(out / "baseline" / "redis.log"));
+  std::filesystem::remove_all(out);
+}
+
 TEST(SmokeAblationTest, KillingAReplicaNeedsAnother) {
   AblationOptions o;
   o.modes = {"baseline"};
@@ -119,6 +157,13 @@ TEST(SmokeAblationTest, KillingAReplicaNeedsAnother) {
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
   absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("--kvroute-replicas"), std::string::npos)
+      << report.status();
+  // A store shared by one replica shares nothing.
+  o.kill_replica_at_s = -1;
+  o.cluster_store = "redis";
+  report = RunAblation(o, w);
   ASSERT_FALSE(report.ok());
   EXPECT_NE(report.status().message().find("--kvroute-replicas"), std::string::npos)
       << report.status();

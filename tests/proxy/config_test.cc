@@ -1,5 +1,4 @@
 #include "proxy/config.h"
-#include "proxy/relay.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "proxy/relay.h"
 
 namespace kvroute::proxy {
 namespace {
@@ -116,8 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"wrong_type_backends", "backends: {name: a}", "backends: expected a list"},
         BadCase{"wrong_type_limits", "limits: 5\nbackends: [{name: a, url: http://h:1}]",
                 "limits: expected a map, got '5'"},
-        BadCase{"negative_threshold",
-                "heavy_threshold: -3\nbackends: [{name: a, url: http://h:1}]",
+        BadCase{"negative_threshold", "heavy_threshold: -3\nbackends: [{name: a, url: http://h:1}]",
                 "heavy_threshold: expected 'auto' or a positive token count, got '-3'"},
         BadCase{"bad_url_scheme", "backends: [{name: a, url: 'ftp://h:1'}]",
                 "backends[0].url: 'ftp://h:1' is not an http:// URL"},
@@ -146,9 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"zero_attempts",
                 "upstream: {max_attempts: 0}\nbackends: [{name: a, url: http://h:1}]",
                 "upstream.max_attempts: value 0 is out of range"},
-        BadCase{"ejection_cap_below_base",
-                "health: {ejection_s: 10, max_ejection_s: 5}\nbackends: [{name: a, url: http://h:1}]",
-                "health.max_ejection_s: must be at least health.ejection_s"},
+        BadCase{
+            "ejection_cap_below_base",
+            "health: {ejection_s: 10, max_ejection_s: 5}\nbackends: [{name: a, url: http://h:1}]",
+            "health.max_ejection_s: must be at least health.ejection_s"},
         BadCase{"first_token_cap_below_floor",
                 "upstream: {first_token_timeout_s: 60, first_token_timeout_max_s: 30}\n"
                 "backends: [{name: a, url: http://h:1}]",
@@ -156,9 +157,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"shed_unknown_key",
                 "router: {shed: {factor: 2}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.shed.factor: unknown key"},
-        BadCase{"shed_running_factor_below_one",
-                "router: {shed: {running_session_factor: 0.5}}\nbackends: [{name: a, url: http://h:1}]",
-                "router.shed.running_session_factor: value 0.5 is out of range"},
+        BadCase{
+            "shed_running_factor_below_one",
+            "router: {shed: {running_session_factor: 0.5}}\nbackends: [{name: a, url: http://h:1}]",
+            "router.shed.running_session_factor: value 0.5 is out of range"},
         BadCase{"retry_after_zero",
                 "limits: {retry_after_s: 0}\nbackends: [{name: a, url: http://h:1}]",
                 "limits.retry_after_s: value 0 is out of range"},
@@ -196,7 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"heavy_threshold_list",
                 "heavy_threshold: [1]\nbackends: [{name: a, url: http://h:1}]",
                 "heavy_threshold: expected 'auto' or a positive token count, got a list"},
-        BadCase{"heavy_threshold_zero", "heavy_threshold: 0\nbackends: [{name: a, url: http://h:1}]",
+        BadCase{"heavy_threshold_zero",
+                "heavy_threshold: 0\nbackends: [{name: a, url: http://h:1}]",
                 "heavy_threshold: expected 'auto' or a positive token count, got '0'"},
         BadCase{"unknown_gate",
                 "router: {offload_gate: maybe}\nbackends: [{name: a, url: http://h:1}]",
@@ -368,13 +371,12 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_DOUBLE_EQ(d->cluster.session_ttl_s, 600);
   EXPECT_EQ(d->cluster.max_pending_writes, 10000u);
   EXPECT_EQ(d->cluster.key_prefix, "kvroute");
-  const std::string pid_suffix = "-" + std::to_string(getpid());
-  ASSERT_GT(d->cluster.replica_id.size(), pid_suffix.size());
-  EXPECT_EQ(d->cluster.replica_id.substr(d->cluster.replica_id.size() - pid_suffix.size()),
-            pid_suffix);
-  absl::StatusOr<Config> e =
-      ParseConfig("cluster: {store: 'redis://store'}\nbackends: [{name: a, url: http://h:1}]",
-                  "test");
+  // "<host>-<pid>-<start>": a restarted process with the same pid is another replica.
+  const std::string pid_part = "-" + std::to_string(getpid()) + "-";
+  EXPECT_NE(d->cluster.replica_id.find(pid_part), std::string::npos) << d->cluster.replica_id;
+  EXPECT_NE(d->cluster.replica_id.back(), '-');
+  absl::StatusOr<Config> e = ParseConfig(
+      "cluster: {store: 'redis://store'}\nbackends: [{name: a, url: http://h:1}]", "test");
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->cluster.replica_id, d->cluster.replica_id);
 }
@@ -415,10 +417,10 @@ TEST(ConfigTest, PdSepPoolsFollowThePolicyRule) {
                           "{name: b, url: http://h:2}]",
                           "test")
                   .ok());
-  absl::StatusOr<Config> c =
-      ParseConfig("mode: pd_sep\nbackends: [{name: a, url: http://h:1, role: prefill}, "
-                  "{name: b, url: http://h:2, role: prefill}]",
-                  "test");
+  absl::StatusOr<Config> c = ParseConfig(
+      "mode: pd_sep\nbackends: [{name: a, url: http://h:1, role: prefill}, "
+      "{name: b, url: http://h:2, role: prefill}]",
+      "test");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("backends: mode pd_sep needs"),
             std::string::npos)
@@ -656,7 +658,8 @@ backends: [{name: a, url: http://h:1}]
   EXPECT_FALSE(o.heavy_threshold_auto);
   EXPECT_EQ(o.thresholds.heavy_threshold, 30000);
   const absl::Status st = ParseHeavyThreshold("--heavy-threshold", "big", &o);
-  EXPECT_EQ(st.message(), "--heavy-threshold: expected 'auto' or a positive token count, got 'big'");
+  EXPECT_EQ(st.message(),
+            "--heavy-threshold: expected 'auto' or a positive token count, got 'big'");
 }
 
 TEST(ConfigTest, ProfileFillsBelowExplicitKeysAndToleratesOtherKeys) {

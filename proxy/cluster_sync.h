@@ -1,0 +1,75 @@
+// proxy::ClusterSync: this kvroute replica's side of the cluster store
+// (cluster/store.h, docs/design.md "Several replicas: the cluster store"):
+// every cluster.sync_interval_s it publishes the router's own in-flight
+// load per backend and hands the other live replicas' summed load to the
+// router (Router::SetPeerLoad), so each replica places requests on the
+// fleet's whole load, not its share of it. Its state is on /metrics
+// (kvroute_cluster_*).
+//
+//   absl::StatusOr<std::unique_ptr<ClusterSync>> sync =
+//       ClusterSync::Start(config, server.router(), server.registry());
+//   ...
+//   (*sync)->Stop();   // also the destructor
+//
+// With `cluster.store: none` it starts nothing and the router sees no peer
+// load. While the store is unreachable the router keeps the peers' last
+// load until it is older than cluster.lease_s, then routes on its own
+// (fails open); the store's own log line says so, and
+// kvroute_cluster_store_up reads 0.
+//
+// Thread-safety: Start/Stop from the controlling thread; the loop runs on
+// its own thread; the metrics collector on any. `router` and `registry`
+// must outlive it.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "cluster/store.h"
+#include "proxy/config.h"
+#include "proxy/metrics.h"
+#include "router/router.h"
+
+namespace kvroute::proxy {
+
+class ClusterSync {
+ public:
+  // InvalidArgument naming `cluster.store` when the store cannot be set up
+  // (an unreachable store is not an error: the replica starts alone).
+  static absl::StatusOr<std::unique_ptr<ClusterSync>> Start(const Config& config,
+                                                            router::Router& router,
+                                                            metrics::Registry& registry);
+  // For tests: the same over a given store, with no thread of its own
+  // (drive it with SyncOnce).
+  static std::unique_ptr<ClusterSync> ForStore(std::shared_ptr<cluster::ClusterStore> store,
+                                               double lease_s, router::Router& router);
+  ~ClusterSync();
+  ClusterSync(const ClusterSync&) = delete;
+  ClusterSync& operator=(const ClusterSync&) = delete;
+
+  void Stop();
+  // One cycle: publish the router's load, apply the peers'. `now` judges
+  // the peers' view's age.
+  void SyncOnce(absl::Time now);
+  bool enabled() const { return store_ != nullptr; }
+
+ private:
+  ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s, double interval_s,
+              router::Router& router);
+  void Run();
+
+  // Shared with the metrics collector, which may outlive this object.
+  std::shared_ptr<cluster::ClusterStore> store_;
+  const double lease_s_;
+  const double interval_s_;
+  router::Router& router_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // guarded by mu_
+};
+
+}  // namespace kvroute::proxy
