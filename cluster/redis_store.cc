@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -216,6 +217,32 @@ absl::StatusOr<redisContext*> OpenConnection(const StoreAddress& a, absl::Durati
 // "requests:prefill_tokens:tokens:decoding_requests".
 std::string FormatLoad(const InstanceLoad& l) {
   return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens, ":", l.decoding_requests);
+}
+
+// The load hash's field for an instance's residents: a prefix no instance
+// name carries (backend names are printable), then the instance.
+constexpr absl::string_view kResidentsField = "\x1eresidents:";
+
+// One "<tokens> <session>" line per resident.
+std::string FormatResidents(const std::vector<std::pair<std::string, int64_t>>& residents) {
+  std::string out;
+  for (const auto& [session, tokens] : residents) {
+    if (session.find('\n') != std::string::npos) continue;
+    absl::StrAppend(&out, tokens, " ", session, "\n");
+  }
+  return out;
+}
+
+void ParseResidents(absl::string_view text, absl::flat_hash_map<std::string, int64_t>* into) {
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t space = line.find(' ');
+    int64_t tokens = 0;
+    if (space == absl::string_view::npos || !absl::SimpleAtoi(line.substr(0, space), &tokens)) {
+      continue;
+    }
+    int64_t& held = (*into)[std::string(line.substr(space + 1))];
+    held = std::max(held, tokens);
+  }
 }
 
 bool ParseLoad(absl::string_view text, InstanceLoad* l) {
@@ -590,6 +617,10 @@ absl::Status RedisStore::Flush(const WriteBatch& b) {
     for (const auto& [instance, load] : *b.load) {
       fields.push_back(instance);
       fields.push_back(FormatLoad(load));
+      if (!load.residents.empty()) {
+        fields.push_back(absl::StrCat(kResidentsField, instance));
+        fields.push_back(FormatResidents(load.residents));
+      }
     }
     replace_hash(load_key, std::move(fields));
   }
@@ -665,6 +696,10 @@ absl::Status RedisStore::Pull() {
     std::string id = ReplyText(out->element[i]);
     if (id != options_.replica_id) {
       ForEachField(out->element[i + 1], [&](std::string instance, absl::string_view text) {
+        if (absl::StartsWith(instance, kResidentsField)) {
+          ParseResidents(text, &view->residents[instance.substr(kResidentsField.size())]);
+          return;
+        }
         InstanceLoad l;
         if (!ParseLoad(text, &l)) return;
         InstanceLoad& sum = view->load[instance];

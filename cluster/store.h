@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +48,9 @@ struct InstanceLoad {
   int64_t prefill_tokens = 0;     // prefill tokens queued, not yet past the first token
   int64_t tokens = 0;             // in-flight tokens (prompt + expected output)
   int64_t decoding_requests = 0;  // of `requests`, those past their first token
+  // Sessions the replica's residency gate holds resident on the instance, with
+  // their KV footprints in tokens. Session ids with a newline are not shared.
+  std::vector<std::pair<std::string, int64_t>> residents = {};
 
   friend bool operator==(const InstanceLoad&, const InstanceLoad&) = default;
 };
@@ -61,6 +65,10 @@ struct PeerView {
   // The other live replicas' load, summed per instance (this replica's own
   // load is not in it: the router already holds it).
   LoadByInstance load;
+  // Per instance, the sessions the other live replicas hold resident there
+  // (session -> footprint tokens; a session several hold: the largest). The
+  // `residents` of `load` above stay empty.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int64_t>> residents;
   // Per instance, the mean of the rate factors every live replica (this one
   // included) published for it.
   RateByInstance rate_factors;

@@ -119,7 +119,8 @@ void ClusterSync::SyncOnce(absl::Time now) {
     publish[(*specs)[b].name] = {.requests = own[b].inflight_requests,
                                  .prefill_tokens = own[b].inflight_prefill_tokens,
                                  .tokens = own[b].inflight_tokens,
-                                 .decoding_requests = own[b].decoding_requests};
+                                 .decoding_requests = own[b].decoding_requests,
+                                 .residents = own[b].resident_sessions};
   }
   store_->PublishLoad(std::move(publish));
 
@@ -131,15 +132,20 @@ void ClusterSync::SyncOnce(absl::Time now) {
   if (!view->stale || now - view->synced_at <= absl::Seconds(lease_s_)) {
     peers.resize(specs->size());
     for (size_t b = 0; b < specs->size(); ++b) {
-      const auto it = view->load.find((*specs)[b].name);
-      if ((*specs)[b].retired || it == view->load.end()) continue;
-      peers[b] = {.inflight_requests = it->second.requests,
-                  .inflight_prefill_tokens = it->second.prefill_tokens,
-                  .decoding_requests = it->second.decoding_requests,
-                  .inflight_tokens = it->second.tokens};
+      if ((*specs)[b].retired) continue;
+      if (const auto it = view->load.find((*specs)[b].name); it != view->load.end()) {
+        router::PeerLoad& p = peers[b];
+        p.inflight_requests = it->second.requests;
+        p.inflight_prefill_tokens = it->second.prefill_tokens;
+        p.decoding_requests = it->second.decoding_requests;
+        p.inflight_tokens = it->second.tokens;
+      }
+      if (const auto it = view->residents.find((*specs)[b].name); it != view->residents.end()) {
+        peers[b].resident_sessions.assign(it->second.begin(), it->second.end());
+      }
     }
   }
-  router_.SetPeerLoad(std::move(peers));
+  router_.SetPeerLoad(std::move(peers), now);
 }
 
 }  // namespace kvroute::proxy

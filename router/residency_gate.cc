@@ -22,9 +22,28 @@ ResidencyGate::Instance& ResidencyGate::At(int backend) {
   return instances_[backend];
 }
 
-bool ResidencyGate::Fits(const Instance& in, int64_t footprint) const {
-  if (in.residents.empty()) return true;  // one session always gets in
+int64_t ResidencyGate::PeerTokens(const Instance& in) const {
+  if (in.peer_residents.empty()) return 0;
+  int64_t tokens = in.peer_tokens;
+  // A session resident both here and at a peer counts once, here.
+  for (const auto& [session, r] : in.residents) {
+    if (auto p = in.peer_residents.find(session); p != in.peer_residents.end()) {
+      tokens -= p->second;
+    }
+  }
+  return std::max<int64_t>(0, tokens);
+}
+
+bool ResidencyGate::FitsBesideOwn(const Instance& in, int64_t footprint) const {
+  if (in.residents.empty()) return true;
   return static_cast<double>(in.resident_tokens + footprint) <=
+         options_.fill * static_cast<double>(in.capacity_tokens);
+}
+
+bool ResidencyGate::Fits(const Instance& in, int64_t footprint) const {
+  const int64_t peers = PeerTokens(in);
+  if (in.residents.empty() && peers == 0) return true;  // one session always gets in
+  return static_cast<double>(in.resident_tokens + peers + footprint) <=
          options_.fill * static_cast<double>(in.capacity_tokens);
 }
 
@@ -111,18 +130,21 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     const bool timed_out = w->due <= now;
     // Its wait ran out: the residents that have had the most turns yield
     // until it fits (a yielding session's turn in flight runs on).
-    while (timed_out && !Fits(in, w->footprint)) {
-      auto most = std::max_element(in.residents.begin(), in.residents.end(),
-                                   [](const auto& x, const auto& y) {
-                                     return x.second.turns < y.second.turns;
-                                   });
+    // (Only this gate's own residents yield, until it fits beside them:
+    // other replicas' residents are theirs to move.)
+    while (timed_out && !in.residents.empty() && !FitsBesideOwn(in, w->footprint)) {
+      auto most = std::max_element(
+          in.residents.begin(), in.residents.end(),
+          [](const auto& x, const auto& y) { return x.second.turns < y.second.turns; });
       const std::string key = most->first;
       Evict(in, key);
       ++counters_.yielded_forced;
     }
     // One that does not fit lets those behind it that do go first
     // (backfilling keeps the pool full); its own wait stays bounded.
-    if (!Fits(in, w->footprint)) {
+    // (Past its bound it goes even when other replicas' residents fill the
+    // instance: this gate cannot make them yield.)
+    if (!timed_out && !Fits(in, w->footprint)) {
       ++w;
       continue;
     }
@@ -191,7 +213,10 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     return 0;
   }
   ExpireIdle(in, now);
-  if (!held || (in.waiting.empty() && Fits(in, footprint_tokens))) {
+  // A session another replica holds resident here: its next turn, which
+  // that replica's footprint already counts.
+  const bool resident_at_peer = in.peer_residents.contains(key);
+  if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens))) {
     Admit(backend, in, key, footprint_tokens);
     if (held) ++counters_.admitted_at_once;
     return 0;
@@ -336,6 +361,35 @@ size_t ResidencyGate::resident_sessions(int backend) const {
 
 int64_t ResidencyGate::resident_tokens(int backend) const {
   return backend < static_cast<int>(instances_.size()) ? instances_[backend].resident_tokens : 0;
+}
+
+int64_t ResidencyGate::peer_resident_tokens(int backend) const {
+  return backend < static_cast<int>(instances_.size()) ? PeerTokens(instances_[backend]) : 0;
+}
+
+std::vector<std::pair<std::string, int64_t>> ResidencyGate::Residents(int backend) const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (backend >= static_cast<int>(instances_.size())) return out;
+  out.reserve(instances_[backend].residents.size());
+  for (const auto& [session, r] : instances_[backend].residents) {
+    out.emplace_back(session, r.footprint);
+  }
+  return out;
+}
+
+void ResidencyGate::SetPeerResidents(int backend,
+                                     absl::flat_hash_map<std::string, int64_t> sessions,
+                                     absl::Time now, std::vector<uint64_t>* woken) {
+  if (backend < 0) return;
+  Instance& in = At(backend);
+  int64_t tokens = 0;
+  for (auto& [session, footprint] : sessions) {
+    footprint = std::max<int64_t>(0, footprint);
+    tokens += footprint;
+  }
+  in.peer_residents = std::move(sessions);
+  in.peer_tokens = tokens;
+  if (!in.waiting.empty()) AdmitWaiters(backend, now, woken);
 }
 
 }  // namespace kvroute::router

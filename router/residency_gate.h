@@ -70,6 +70,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -95,13 +96,13 @@ class ResidencyGate {
     uint64_t waited = 0;            // requests that had to wait
     uint64_t admitted_after_wait = 0;
     uint64_t admitted_by_timeout = 0;  // waited max_wait: others yielded to it
-    uint64_t moved = 0;  // admitted on another instance than the one routed to
-    uint64_t yielded = 0;         // residents that gave their place up after their quantum
-    uint64_t yielded_forced = 0;  // ... to a waiter past max_wait
-    uint64_t expired = 0;         // residents idle for the grace time or the window
-    uint64_t swapped_in = 0;   // turns admitted at once by swapping idle residents out
-                               // (a waiter admitted so counts as after_wait)
-    uint64_t swapped_out = 0;  // idle residents swapped out before the grace time
+    uint64_t moved = 0;                // admitted on another instance than the one routed to
+    uint64_t yielded = 0;              // residents that gave their place up after their quantum
+    uint64_t yielded_forced = 0;       // ... to a waiter past max_wait
+    uint64_t expired = 0;              // residents idle for the grace time or the window
+    uint64_t swapped_in = 0;           // turns admitted at once by swapping idle residents out
+                                       // (a waiter admitted so counts as after_wait)
+    uint64_t swapped_out = 0;          // idle residents swapped out before the grace time
   };
 
   explicit ResidencyGate(Options options);
@@ -170,10 +171,24 @@ class ResidencyGate {
   size_t resident_sessions(int backend) const;
   int64_t resident_tokens(int backend) const;
   // The KV `backend` must keep for its resident sessions as of the last
-  // Age/Tick: resident_tokens, or 0 with a zero window.
+  // Age/Tick: resident_tokens and the other replicas' (peer_resident_tokens),
+  // or 0 with a zero window.
   int64_t demand_tokens(int backend) const {
-    return options_.window > absl::ZeroDuration() ? resident_tokens(backend) : 0;
+    return options_.window > absl::ZeroDuration()
+               ? resident_tokens(backend) + peer_resident_tokens(backend)
+               : 0;
   }
+  // Several replicas: the sessions `backend` holds resident here (session,
+  // footprint), to publish; and those the other replicas hold there (the
+  // largest footprint any holds), which count against its fill beside this
+  // gate's own: a session resident here as well counts once. A session
+  // resident at a peer is admitted here at once, as a resident's next turn.
+  // After a change, AdmitWaiters runs for `backend` (waiters may fit now).
+  std::vector<std::pair<std::string, int64_t>> Residents(int backend) const;
+  void SetPeerResidents(int backend, absl::flat_hash_map<std::string, int64_t> sessions,
+                        absl::Time now, std::vector<uint64_t>* woken);
+  // The peers' resident tokens on `backend` not resident here too.
+  int64_t peer_resident_tokens(int backend) const;
   // Where `session` is resident and its footprint there; nullopt if nowhere.
   struct Residence {
     int backend = -1;
@@ -202,7 +217,11 @@ class ResidencyGate {
     int64_t capacity_tokens = 0;
     std::deque<Waiter> waiting;
     bool tiered = false;  // turns here carry a reload time: it has a host tier
+    // Other replicas' residents here, and the sum of their footprints.
+    absl::flat_hash_map<std::string, int64_t> peer_residents;
+    int64_t peer_tokens = 0;
   };
+  int64_t PeerTokens(const Instance& in) const;
 
   Instance& At(int backend);
   // Makes `session` resident on `backend` with one request in flight.
@@ -212,7 +231,10 @@ class ResidencyGate {
   // idle resident is kept in idle_, by when it went idle.
   void Activate(int backend, const std::string& session, Resident& r);
   void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
+  // Whether `footprint` fits beside the residents, this gate's and the
+  // other replicas'; FitsBesideOwn counts this gate's alone.
   bool Fits(const Instance& in, int64_t footprint) const;
+  bool FitsBesideOwn(const Instance& in, int64_t footprint) const;
   bool MovableWaiting() const;
   // Idle residents past the grace time leave (only while someone waits:
   // otherwise nothing needs their room and they may still come back).
@@ -243,7 +265,7 @@ class ResidencyGate {
   Options options_;
   std::vector<Instance> instances_;
   absl::flat_hash_map<std::string, int> home_;  // resident session -> backend
-  absl::flat_hash_map<uint64_t, int> moved_;     // woken waiter -> the instance that took it
+  absl::flat_hash_map<uint64_t, int> moved_;    // woken waiter -> the instance that took it
   // Idle residents, the longest idle first: (last_done, backend, session).
   std::set<std::tuple<absl::Time, int, std::string>> idle_;
   uint64_t next_waiter_ = 1;

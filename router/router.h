@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -144,6 +145,10 @@ struct PeerLoad {
   int64_t inflight_prefill_tokens = 0;
   int64_t decoding_requests = 0;
   int64_t inflight_tokens = 0;
+  // The sessions the residency gate holds resident on the backend (session,
+  // footprint tokens): from LocalLoad, this replica's; to SetPeerLoad, the
+  // others' (a session several hold: its largest footprint).
+  std::vector<std::pair<std::string, int64_t>> resident_sessions = {};
 };
 
 // The live sizing figures (Router::Sizing): the working set against the
@@ -297,8 +302,11 @@ class Router {
   // load, summed, per backend slot (missing slots: none), which every
   // routing decision adds to this replica's own until the next call
   // replaces it. BackendReport's load figures stay this replica's own.
+  // The others' resident sessions count against each instance's fill in
+  // the residency gate (ResidencyGate::SetPeerResidents); turns they free
+  // room for are woken as of `now`.
   virtual std::vector<PeerLoad> LocalLoad() const = 0;
-  virtual void SetPeerLoad(std::vector<PeerLoad> by_backend) = 0;
+  virtual void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) = 0;
 
   // Fleet-wide counters of the shadow index and the estimate.
   virtual RouterStats Stats() const = 0;

@@ -271,21 +271,34 @@ std::vector<PeerLoad> RouterImpl::LocalLoad() const {
     out[b] = {.inflight_requests = load.inflight_requests,
               .inflight_prefill_tokens = load.inflight_prefill_tokens,
               .decoding_requests = load.decoding_requests,
-              .inflight_tokens = load.inflight_tokens};
+              .inflight_tokens = load.inflight_tokens,
+              .resident_sessions = residency_.Residents(b)};
   }
   return out;
 }
 
-void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend) {
+void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
   // Negative figures (a store's arithmetic gone wrong) count as none.
-  for (PeerLoad& p : by_backend) {
+  std::vector<absl::flat_hash_map<std::string, int64_t>> residents(by_backend.size());
+  for (size_t b = 0; b < by_backend.size(); ++b) {
+    PeerLoad& p = by_backend[b];
     p.inflight_requests = std::max<int64_t>(0, p.inflight_requests);
     p.inflight_prefill_tokens = std::max<int64_t>(0, p.inflight_prefill_tokens);
     p.decoding_requests = std::max<int64_t>(0, p.decoding_requests);
     p.inflight_tokens = std::max<int64_t>(0, p.inflight_tokens);
+    for (auto& [session, tokens] : p.resident_sessions) {
+      int64_t& held = residents[b][session];
+      held = std::max(held, tokens);
+    }
+    p.resident_sessions.clear();  // the gate keeps them
   }
   absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> woken;
+  const int n = static_cast<int>(specs_->size());
+  residents.resize(std::max<size_t>(residents.size(), static_cast<size_t>(n)));
+  for (int b = 0; b < n; ++b) residency_.SetPeerResidents(b, std::move(residents[b]), now, &woken);
   peer_load_ = std::move(by_backend);
+  Wake(woken);
 }
 
 }  // namespace kvroute::router

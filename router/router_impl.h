@@ -106,7 +106,7 @@ class RouterImpl : public Router {
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
   std::vector<PeerLoad> LocalLoad() const override;
-  void SetPeerLoad(std::vector<PeerLoad> by_backend) override;
+  void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) override;
   RouterStats Stats() const override;
   KvSizingReport Sizing(absl::Time now) override;
   double BytesPerToken(const std::string& model) const override;

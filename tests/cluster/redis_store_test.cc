@@ -107,6 +107,28 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
   EXPECT_EQ(a->View()->load.at("gpu1").tokens, 31);
 }
 
+// The residency gates' residents travel with the load: per instance, the
+// other replicas' sessions, a session several hold at its largest footprint,
+// and the load figures unchanged by them.
+TEST_F(RedisStoreTest, ReplicasSeeEachOthersResidentSessions) {
+  auto a = Store("a");
+  auto b = Store("b");
+  auto c = Store("c");
+  a->PublishLoad({{"gpu0", {.requests = 1, .residents = {{"s1", 100}, {"s 2", 50}}}}});
+  b->PublishLoad({{"gpu0", {.requests = 2, .residents = {{"s1", 120}, {"bad\nid", 9}}}},
+                  {"gpu1", {.requests = 1, .residents = {{"s3", 70}}}}});
+  c->PublishLoad({{"gpu0", {.requests = 1, .residents = {{"mine", 10}}}}});
+  for (auto* s : {a.get(), b.get(), c.get()}) ASSERT_TRUE(s->SyncNow().ok());
+  ASSERT_TRUE(c->SyncNow().ok());
+  std::shared_ptr<const PeerView> v = c->View();
+  EXPECT_EQ(v->residents.at("gpu0"),
+            (absl::flat_hash_map<std::string, int64_t>{{"s1", 120}, {"s 2", 50}}));
+  EXPECT_EQ(v->residents.at("gpu1"), (absl::flat_hash_map<std::string, int64_t>{{"s3", 70}}));
+  EXPECT_EQ(v->load.at("gpu0").requests, 3);
+  EXPECT_TRUE(v->load.at("gpu0").residents.empty());
+  EXPECT_FALSE(v->load.contains("\x1eresidents:gpu0"));
+}
+
 TEST_F(RedisStoreTest, PerReplicaKeysExpireWithTheLease) {
   auto a = Store("a");
   a->PublishLoad({{"gpu0", {.requests = 1}}});

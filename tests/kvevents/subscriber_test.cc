@@ -427,8 +427,8 @@ class HoldingRouter : public router::Router {
   }
   std::vector<router::BackendReport> Report() const override { return inner_->Report(); }
   std::vector<router::PeerLoad> LocalLoad() const override { return inner_->LocalLoad(); }
-  void SetPeerLoad(std::vector<router::PeerLoad> by_backend) override {
-    inner_->SetPeerLoad(std::move(by_backend));
+  void SetPeerLoad(std::vector<router::PeerLoad> by_backend, absl::Time now) override {
+    inner_->SetPeerLoad(std::move(by_backend), now);
   }
   router::RouterStats Stats() const override { return inner_->Stats(); }
   router::KvSizingReport Sizing(absl::Time now) override { return inner_->Sizing(now); }

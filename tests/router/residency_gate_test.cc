@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace kvroute::router {
@@ -249,6 +252,42 @@ TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
   EXPECT_FALSE(g.Find("a").has_value());
   EXPECT_EQ(g.counters().swapped_out, 1u);
   EXPECT_EQ(g.counters().expired, 0u);
+}
+
+// Several replicas: the sessions other replicas hold resident on an
+// instance fill it as this gate's own do; a session resident both here and
+// there counts once; one resident at a peer goes at once (its next turn);
+// room the peers free wakes a waiter; one past its bound goes regardless.
+TEST(ResidencyGateTest, OtherReplicasResidentsFillTheInstance) {
+  ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/20));
+  std::vector<uint64_t> woken;
+  g.SetPeerResidents(0, {{"p1", 40}, {"p2", 30}}, At(0), &woken);
+  EXPECT_EQ(g.peer_resident_tokens(0), 70);
+  EXPECT_EQ(g.Enter(0, "a", 20, kCap, At(0), &woken), 0u);  // 70 + 20 <= 90
+  const uint64_t b = g.Enter(0, "b", 20, kCap, At(0), &woken);
+  EXPECT_NE(b, 0u) << "70 of the peers' + 20 + 20 > 90";
+  // p1's next turn comes here: it goes at once, and counts once.
+  EXPECT_EQ(g.Enter(0, "p1", 40, kCap, At(1), &woken), 0u);
+  EXPECT_EQ(g.resident_tokens(0), 60);
+  EXPECT_EQ(g.peer_resident_tokens(0), 30);
+  EXPECT_EQ(g.demand_tokens(0), 90);
+  // The peer that held p2 lets it go: b fits and is woken.
+  g.SetPeerResidents(0, {{"p1", 40}}, At(2), &woken);
+  EXPECT_THAT(woken, ElementsAre(b));
+  woken.clear();
+  // Peers fill the instance; a waiter past its bound still goes.
+  g.SetPeerResidents(0, {{"p1", 40}, {"q", 500}}, At(3), &woken);
+  const uint64_t c = g.Enter(0, "c", 10, kCap, At(3), &woken);
+  ASSERT_NE(c, 0u);
+  g.Tick(At(23), &woken);
+  EXPECT_THAT(woken, ElementsAre(c));
+  // Published: this gate's own residents.
+  std::vector<std::pair<std::string, int64_t>> mine = g.Residents(0);
+  std::sort(mine.begin(), mine.end());
+  EXPECT_THAT(mine, ElementsAre(std::pair<std::string, int64_t>{"a", 20},
+                                std::pair<std::string, int64_t>{"b", 20},
+                                std::pair<std::string, int64_t>{"c", 10},
+                                std::pair<std::string, int64_t>{"p1", 40}));
 }
 
 }  // namespace

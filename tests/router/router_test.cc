@@ -138,18 +138,20 @@ TEST(RouterTest, PeerLoadFromAnotherReplicaSteersPlacement) {
   EXPECT_EQ(a_load[0].inflight_requests + a_load[1].inflight_requests + a_load[2].inflight_requests,
             4);
   // A's four requests sit on 0, 1, 2, 0: B, told so, starts on 1.
-  b->SetPeerLoad(a_load);
+  b->SetPeerLoad(a_load, kT0);
   auto first = b->Route(Req("y"), kT0);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first->decision.decode_backend, 1);
   EXPECT_EQ(b->Report()[1].inflight_requests, 1) << "the report is B's own load";
   EXPECT_EQ(b->Report()[0].inflight_requests, 0);
   // Without peer load B would pick 0 again after one round.
-  b->SetPeerLoad({});
+  b->SetPeerLoad({}, kT0);
   auto second = b->Route(Req("y"), kT0);
   EXPECT_EQ(second->decision.decode_backend, 0);
   // Negative figures from a store count as none; a shorter list covers fewer slots.
-  b->SetPeerLoad({PeerLoad{.inflight_requests = -5}});
+  PeerLoad negative;
+  negative.inflight_requests = -5;
+  b->SetPeerLoad({negative}, kT0);
   auto third = b->Route(Req("y"), kT0);
   EXPECT_EQ(third->decision.decode_backend, 2);
 }
