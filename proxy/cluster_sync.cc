@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cluster/redis_store.h"
 #include "spdlog/spdlog.h"
 
@@ -52,7 +54,59 @@ void RenderClusterMetrics(const cluster::ClusterStore& store, const router::Rout
   }
 }
 
+// A session record in the store: "<instance>\t<last chunk hash>\t<prompt
+// chunks>\t<held tokens>\t<finished, Unix µs>".
+std::string FormatSession(const std::string& instance,
+                          const router::RequestFeatures::PeerSession& p) {
+  return absl::StrCat(instance, "\t", p.last_chunk_hash, "\t", p.prompt_chunks, "\t", p.held_tokens,
+                      "\t", absl::ToUnixMicros(p.finished));
+}
+
+bool ParseSession(absl::string_view text, std::string* instance,
+                  router::RequestFeatures::PeerSession* p) {
+  std::vector<absl::string_view> f = absl::StrSplit(text, '\t');
+  int64_t finished_us = 0;
+  if (f.size() != 5 || !absl::SimpleAtoi(f[1], &p->last_chunk_hash) ||
+      !absl::SimpleAtoi(f[2], &p->prompt_chunks) || !absl::SimpleAtoi(f[3], &p->held_tokens) ||
+      !absl::SimpleAtoi(f[4], &finished_us)) {
+    return false;
+  }
+  *instance = std::string(f[0]);
+  p->finished = absl::FromUnixMicros(finished_us);
+  return true;
+}
+
 }  // namespace
+
+std::optional<router::RequestFeatures::PeerSession> ClusterSync::ReadSession(
+    const std::string& session) {
+  if (store_ == nullptr || session.empty() || !store_->connected()) return std::nullopt;
+  absl::StatusOr<absl::flat_hash_map<std::string, std::string>> homes =
+      store_->ReadHomes({session});
+  if (!homes.ok()) return std::nullopt;
+  const auto it = homes->find(session);
+  if (it == homes->end()) return std::nullopt;
+  std::string instance;
+  router::RequestFeatures::PeerSession p;
+  if (!ParseSession(it->second, &instance, &p)) return std::nullopt;
+  const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
+  for (size_t b = 0; b < specs->size(); ++b) {
+    if (!(*specs)[b].retired && (*specs)[b].name == instance) {
+      p.backend = static_cast<int>(b);
+      return p;
+    }
+  }
+  return std::nullopt;  // an instance this replica does not route to
+}
+
+void ClusterSync::PublishSession(const std::string& session, absl::Time now) {
+  if (store_ == nullptr || session.empty()) return;
+  const std::optional<router::RequestFeatures::PeerSession> p = router_.SessionRecord(session, now);
+  if (!p) return;
+  const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
+  if (p->backend < 0 || p->backend >= static_cast<int>(specs->size())) return;
+  store_->PublishHome(session, FormatSession((*specs)[p->backend].name, *p));
+}
 
 ClusterSync::ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s,
                          double interval_s, router::Router& router)

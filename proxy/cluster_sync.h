@@ -26,6 +26,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -56,6 +58,15 @@ class ClusterSync {
   // the peers' view's age.
   void SyncOnce(absl::Time now);
   bool enabled() const { return store_ != nullptr; }
+
+  // Session records (a round-robin balancer sends a session's turns to
+  // different replicas): the record another replica left of `session`'s
+  // last completed turn, read from the store on the caller's thread (one
+  // round trip, bounded by cluster.op_timeout_s; nullopt at once while the
+  // store is unreachable, or when none is there); and this replica's record
+  // after a turn completes, queued for the next flush.
+  std::optional<router::RequestFeatures::PeerSession> ReadSession(const std::string& session);
+  void PublishSession(const std::string& session, absl::Time now);
 
  private:
   ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s, double interval_s,

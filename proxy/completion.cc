@@ -223,7 +223,12 @@ void Report(Completion& c, Attempt& a, int served_by, bool transferred, bool ok,
   o.cached_tokens = u.cached_tokens;
   o.completion_tokens = u.completion_tokens;
   o.kv_transferred = transferred;
-  c.state.router->OnComplete(*a.ticket, o, WallAt(Clock::now()));
+  const absl::Time now = WallAt(Clock::now());
+  c.state.router->OnComplete(*a.ticket, o, now);
+  if (ClusterSync* cluster = c.state.cluster.load(std::memory_order_acquire);
+      ok && cluster != nullptr && !c.features.session_id.empty()) {
+    cluster->PublishSession(c.features.session_id, now);
+  }
 }
 
 // Reads the request's features into `c` (the prompt's chunk hashes among
@@ -297,6 +302,12 @@ enum class Routed {
 // Asks the router where the attempt goes (avoiding the backends earlier
 // attempts failed on) and takes its decision.
 Routed RouteAttempt(Completion& c, int attempt, Attempt& a) {
+  // Another replica may have routed this session's last turn: its record
+  // (one store round trip) tells the router where that turn left its KV.
+  if (ClusterSync* cluster = c.state.cluster.load(std::memory_order_acquire);
+      attempt == 1 && cluster != nullptr && !c.features.session_id.empty()) {
+    c.features.peer_session = cluster->ReadSession(c.features.session_id);
+  }
   const auto td0 = Clock::now();
   a.ticket = c.state.router->Route(c.features, WallAt(td0));
   const auto td1 = Clock::now();
@@ -519,7 +530,7 @@ net::awaitable<bool> ServeCompletion(Session& s, ClientRequest& req, Endpoint en
     if (r.client_gone) co_return false;
     co_return co_await AnswerFailure(c);
   }
-  co_return r.completed && c.keep_alive && !c.state.draining.load();
+  co_return r.completed&& c.keep_alive && !c.state.draining.load();
 }
 
 }  // namespace kvroute::proxy

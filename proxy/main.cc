@@ -135,6 +135,7 @@ int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router,
     server.Wait();
     return kConfigError;
   }
+  if ((*cluster_sync)->enabled()) server.SetClusterSync(cluster_sync->get());
   std::cout << "kvroute: listening on " << config.listen_host << ":" << server.port() << std::endl;
   spdlog::info("mode {} heavy_threshold {}{} backends {}", config.router.mode,
                config.router.heavy_threshold_auto ? "auto, classes at " : "",
@@ -154,6 +155,7 @@ int Serve(const Config& config, std::unique_ptr<kvroute::router::Router> router,
     }
   });
   server.Wait();
+  server.SetClusterSync(nullptr);
   (*cluster_sync)->Stop();
   (*kv_event_feeds)->Stop();
   // Wake the waiter if the server stopped on its own.

@@ -48,7 +48,8 @@ Server::Server(Config config, std::unique_ptr<router::Router> router,
       [this](const HealthChange& c) { ApplyHealthChange(c, *router_, *metrics_, workers_); });
   state_->admission = std::make_unique<Admission>(config_.limits.max_inflight_requests,
                                                   config_.limits.max_queued_requests);
-  state_->residency = std::make_unique<residency::ResidencyWait>(*router_, residency::SystemClock());
+  state_->residency =
+      std::make_unique<residency::ResidencyWait>(*router_, residency::SystemClock());
   auto connector = transfer::MakeConnector(config_.transfer.connector);
   if (!connector.ok()) {
     // ParseConfig validated the name; reaching here is a broken invariant.
@@ -157,6 +158,10 @@ net::awaitable<void> Server::AcceptLoop() {
     net::co_spawn(
         w.ioc, [session]() { return session->Run(); }, net::detached);
   }
+}
+
+void Server::SetClusterSync(ClusterSync* sync) {
+  state_->cluster.store(sync, std::memory_order_release);
 }
 
 BackendHealth Server::health_of(int backend) const { return state_->health->Get(backend); }

@@ -39,6 +39,8 @@
 
 namespace kvroute::proxy {
 
+class ClusterSync;
+
 class BackendMonitor;
 struct SharedState;
 struct Worker;
@@ -77,6 +79,9 @@ class Server {
                               uint16_t default_bootstrap_port);
 
   router::Router& router() { return *router_; }
+  // The cluster store's session records for every connection (null: none);
+  // `sync` outlives the server's traffic.
+  void SetClusterSync(ClusterSync* sync);
   // A backend's active-check and circuit-breaker state.
   BackendHealth health_of(int backend) const;
   metrics::Registry& registry() { return registry_; }

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "proxy/admission.h"
+#include "proxy/cluster_sync.h"
 #include "proxy/config.h"
 #include "proxy/health.h"
 #include "proxy/metrics.h"
@@ -48,6 +49,9 @@ struct SharedState {
     offload_min_new_tokens = new_tokens;
     metrics->offload_min_new_tokens->Set({}, static_cast<double>(new_tokens));
   }
+  // Several replicas: the cluster store's session records (set once the
+  // store is up; null with `cluster.store: none`).
+  std::atomic<ClusterSync*> cluster{nullptr};
   std::unique_ptr<HealthTracker> health;
   std::unique_ptr<Admission> admission;
   // Agent sessions held back until their KV fits their instance.

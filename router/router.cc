@@ -87,6 +87,7 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
     return absl::ResourceExhaustedError(
         absl::StrCat("router: ", inflight_.size(), " requests in flight (max_inflight_requests)"));
   }
+  AdoptPeerSession(features, *ro.chain, now);
   BuildSnapshot(features, ro, now);
   if (absl::Status s = Decide(ro); !s.ok()) return s;
   const ShedVerdict verdict = JudgeShedding(features, ro);

@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -305,6 +306,10 @@ class Router {
   // The others' resident sessions count against each instance's fill in
   // the residency gate (ResidencyGate::SetPeerResidents); turns they free
   // room for are woken as of `now`.
+  // The session's last completed turn as this replica recorded it, to
+  // share (RequestFeatures::peer_session); nullopt when it has none.
+  virtual std::optional<RequestFeatures::PeerSession> SessionRecord(std::string_view session,
+                                                                    absl::Time now) = 0;
   virtual std::vector<PeerLoad> LocalLoad() const = 0;
   virtual void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) = 0;
 

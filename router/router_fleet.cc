@@ -301,4 +301,43 @@ void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
   Wake(woken);
 }
 
+// The peer's record proves its instance held the recorded prompt when that
+// turn ended: the shadow learns it as if this replica had served it, so the
+// estimate, the class and the placement see what the session's last turn
+// left, whichever replica routed it.
+void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
+                                  const std::vector<uint64_t>& chain, absl::Time now) {
+  if (!features.peer_session || features.session_id.empty()) return;
+  const RequestFeatures::PeerSession& p = *features.peer_session;
+  if (!Valid(p.backend) || (*specs_)[p.backend].retired || !state_[p.backend].healthy) return;
+  if (p.prompt_chunks <= 0 || static_cast<int64_t>(chain.size()) < p.prompt_chunks ||
+      chain[p.prompt_chunks - 1] != p.last_chunk_hash) {
+    return;  // this prompt does not continue the recorded one
+  }
+  // This replica's own record of a completed turn, if as new, stands.
+  if (const SessionTable::Info* mine = sessions_.Find(features.session_id, now);
+      mine != nullptr && mine->prompt_chunks > 0 && mine->last_finished >= p.finished) {
+    return;
+  }
+  sessions_.Assign(features.session_id, p.backend, now);
+  sessions_.RecordCompletion(features.session_id, p.backend, p.last_chunk_hash, p.prompt_chunks,
+                             p.held_tokens);
+  sessions_.Finish(features.session_id, p.finished);
+  index_.Insert(p.backend, absl::MakeConstSpan(chain).first(static_cast<size_t>(p.prompt_chunks)));
+}
+
+std::optional<RequestFeatures::PeerSession> RouterImpl::SessionRecord(std::string_view session,
+                                                                      absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  const SessionTable::Info* info = sessions_.Find(session, now);
+  if (info == nullptr || info->prompt_chunks <= 0 || info->last_finished == absl::InfinitePast()) {
+    return std::nullopt;
+  }
+  return RequestFeatures::PeerSession{.backend = info->backend,
+                                      .last_chunk_hash = info->last_chunk_hash,
+                                      .prompt_chunks = info->prompt_chunks,
+                                      .held_tokens = info->held_tokens,
+                                      .finished = info->last_finished};
+}
+
 }  // namespace kvroute::router

@@ -105,6 +105,8 @@ class RouterImpl : public Router {
   void SetHealthy(int backend, bool healthy) override;
   void UpdateEngineGauges(int backend, const EngineGauges& g) override;
   std::vector<BackendReport> Report() const override;
+  std::optional<RequestFeatures::PeerSession> SessionRecord(std::string_view session,
+                                                            absl::Time now) override;
   std::vector<PeerLoad> LocalLoad() const override;
   void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) override;
   RouterStats Stats() const override;
@@ -122,6 +124,9 @@ class RouterImpl : public Router {
   int64_t NominalCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes features.peer_session as this replica's own record when newer.
+  void AdoptPeerSession(const RequestFeatures& features, const std::vector<uint64_t>& chain,
+                        absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Host loads smaller than this since the last sample wait for more: 64 MiB
   // is about 40 blocks of a 30B model's KV, enough that the engine's timer
   // granularity and one load's fixed costs do not dominate.

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "classifier/request_class.h"
 
 namespace kvroute::router {
@@ -68,6 +69,19 @@ struct RequestFeatures {
   // evicted its last prompt), so a run separates what estimation costs from
   // what the policy costs.
   std::vector<int64_t> reference_cached_tokens;
+  // Several replicas: the session's last completed turn as another replica
+  // recorded it (Router::SessionRecord, through the cluster store). When it
+  // is newer than this replica's record and the prompt continues it, the
+  // router takes it as its own: the session's instance, and that instance
+  // holding the recorded prefix (the chain's first prompt_chunks chunks).
+  struct PeerSession {
+    int backend = -1;
+    uint64_t last_chunk_hash = 0;
+    int64_t prompt_chunks = 0;
+    int64_t held_tokens = 0;
+    absl::Time finished = absl::InfinitePast();
+  };
+  std::optional<PeerSession> peer_session;
 };
 
 // The router's answer for one request. Backend fields are indices into the

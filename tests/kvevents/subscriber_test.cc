@@ -426,6 +426,10 @@ class HoldingRouter : public router::Router {
     inner_->UpdateEngineGauges(b, g);
   }
   std::vector<router::BackendReport> Report() const override { return inner_->Report(); }
+  std::optional<router::RequestFeatures::PeerSession> SessionRecord(std::string_view session,
+                                                                    absl::Time now) override {
+    return inner_->SessionRecord(session, now);
+  }
   std::vector<router::PeerLoad> LocalLoad() const override { return inner_->LocalLoad(); }
   void SetPeerLoad(std::vector<router::PeerLoad> by_backend, absl::Time now) override {
     inner_->SetPeerLoad(std::move(by_backend), now);

@@ -5,6 +5,7 @@
 #include "proxy/cluster_sync.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,20 +24,25 @@ class MemoryStore : public cluster::ClusterStore {
  public:
   void PublishLoad(cluster::LoadByInstance load) override { published = std::move(load); }
   void PublishRates(cluster::RateByInstance) override {}
-  void PublishHome(std::string, std::string) override {}
+  void PublishHome(std::string session, std::string home) override { homes[session] = home; }
   absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHomes(
-      absl::Span<const std::string>) override {
-    return absl::UnavailableError("not in this test");
+      absl::Span<const std::string> sessions) override {
+    absl::flat_hash_map<std::string, std::string> out;
+    for (const std::string& s : sessions) {
+      if (auto it = homes.find(s); it != homes.end()) out[s] = it->second;
+    }
+    return out;
   }
   std::shared_ptr<const cluster::PeerView> View() const override { return view; }
   absl::StatusOr<bool> Reserve(absl::string_view, absl::string_view, int64_t, int64_t) override {
     return absl::UnavailableError("not in this test");
   }
   void Release(std::string, std::string) override {}
-  bool connected() const override { return !view->stale; }
+  bool connected() const override { return true; }
   cluster::ClusterStoreStats stats() const override { return {}; }
 
   cluster::LoadByInstance published;
+  absl::flat_hash_map<std::string, std::string> homes;
   std::shared_ptr<const cluster::PeerView> view = std::make_shared<cluster::PeerView>();
 };
 
@@ -99,6 +105,38 @@ TEST(ClusterSyncTest, AViewStaleForLongerThanALeaseIsDropped) {
   // Past it this replica routes on its own load: gpu0 has none of its own.
   sync->SyncOnce(kT0 + absl::Seconds(6));
   EXPECT_EQ(router->Route(Req(), kT0)->decision.decode_backend, 0);
+}
+
+// A session record written by one replica after its turn is read back by
+// another, by backend name, into the router's form.
+TEST(ClusterSyncTest, ASessionRecordTravelsBetweenReplicasByBackendName) {
+  auto store = std::make_shared<MemoryStore>();
+  std::unique_ptr<router::Router> a = LeastLoaded(3);
+  std::unique_ptr<router::Router> b = LeastLoaded(3);
+  auto sync_a = ClusterSync::ForStore(store, 5, *a);
+  auto sync_b = ClusterSync::ForStore(store, 5, *b);
+  router::RequestFeatures f = Req();
+  f.session_id = "s";
+  f.prompt_bytes = std::string(1024, 'p');
+  f.chunk_hashes = router::HashPromptChunks(f.prompt_bytes, 256);
+  absl::StatusOr<router::RouteTicket> t = a->Route(f, kT0);
+  ASSERT_TRUE(t.ok());
+  a->OnComplete(*t, {.ok = true, .prompt_tokens = 256, .completion_tokens = 10},
+                kT0 + absl::Seconds(1));
+  sync_a->PublishSession("s", kT0 + absl::Seconds(1));
+  ASSERT_TRUE(store->homes.contains("s"));
+  std::optional<router::RequestFeatures::PeerSession> read = sync_b->ReadSession("s");
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->backend, t->decision.decode_backend);
+  EXPECT_EQ(read->prompt_chunks, 4);
+  EXPECT_EQ(read->held_tokens, 266);
+  EXPECT_EQ(read->last_chunk_hash, f.chunk_hashes.back());
+  EXPECT_EQ(read->finished, kT0 + absl::Seconds(1));
+  EXPECT_FALSE(sync_b->ReadSession("unknown").has_value());
+  store->homes["bad"] = "gpu9\t1\t2\t3\t4";  // no such backend here
+  EXPECT_FALSE(sync_b->ReadSession("bad").has_value());
+  store->homes["worse"] = "not a record";
+  EXPECT_FALSE(sync_b->ReadSession("worse").has_value());
 }
 
 }  // namespace

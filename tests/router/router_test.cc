@@ -2,6 +2,7 @@
 // least_loaded end to end.
 #include "router/router.h"
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -154,6 +155,45 @@ TEST(RouterTest, PeerLoadFromAnotherReplicaSteersPlacement) {
   b->SetPeerLoad({negative}, kT0);
   auto third = b->Route(Req("y"), kT0);
   EXPECT_EQ(third->decision.decode_backend, 2);
+}
+
+// A session's turns reach different replicas: the record one replica left
+// of the last turn lets the next replica estimate and place as if it had
+// routed that turn itself; a record its prompt does not continue, or an
+// older one than its own, changes nothing.
+TEST(RouterTest, APeerSessionRecordCarriesTheSessionsPrefix) {
+  auto a = Make("baseline", 4);
+  auto b = Make("baseline", 4);
+  const std::string first(4096, 'p');
+  absl::StatusOr<RouteTicket> t1 = a->Route(Req(first, "s"), kT0);
+  ASSERT_TRUE(t1.ok());
+  const int home = t1->decision.decode_backend;
+  a->OnComplete(*t1, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 100},
+                kT0 + absl::Seconds(1));
+  std::optional<RequestFeatures::PeerSession> record =
+      a->SessionRecord("s", kT0 + absl::Seconds(1));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->backend, home);
+  EXPECT_EQ(record->prompt_chunks, 16);
+  EXPECT_EQ(record->held_tokens, 1124);
+
+  RequestFeatures next = Req(first + std::string(1024, 'q'), "s");
+  // Without the record B knows nothing of the session.
+  absl::StatusOr<RouteTicket> blind = b->Route(next, kT0 + absl::Seconds(2));
+  EXPECT_EQ(blind->decision.cached_tokens_est, 0);
+  b->OnComplete(*blind, {.ok = false}, kT0 + absl::Seconds(2));
+  // With it, B sends the turn home and counts what the home holds.
+  next.peer_session = record;
+  absl::StatusOr<RouteTicket> t2 = b->Route(next, kT0 + absl::Seconds(3));
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(t2->decision.decode_backend, home);
+  EXPECT_GE(t2->decision.cached_tokens_est, 1024);
+  // A prompt that does not continue the record learns nothing from it.
+  auto c = Make("baseline", 4);
+  RequestFeatures other = Req(std::string(8192, 'z'), "s");
+  other.peer_session = record;
+  absl::StatusOr<RouteTicket> t3 = c->Route(other, kT0 + absl::Seconds(3));
+  EXPECT_EQ(t3->decision.cached_tokens_est, 0);
 }
 
 TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
