@@ -245,6 +245,30 @@ TEST(HttpClientTest, StreamsChatAndReadsUsageAndHeaders) {
   EXPECT_EQ(server.last_session(), "job-1");
 }
 
+// Three 3-turn jobs, fast enough that the test needs no waiting.
+WorkloadSpec SmallAgenticWorkload() {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic = {.jobs_per_second = 50,
+               .duration_s = 0.1,
+               .turns = 3,
+               .tool_tokens = {700, 300},
+               .system_tokens = 200,
+               .task_tokens = 50,
+               .tool_time_s = 0.001,
+               .completion_tokens = 4,
+               .max_jobs = 3,
+               .seed = 5};
+  return w;
+}
+
+// A port that nothing listens on: bind one, learn it, close it.
+uint16_t DeadPort() {
+  net::io_context io;
+  tcp::acceptor a(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  return a.local_endpoint().port();
+}
+
 TEST(HttpClientTest, ReportsHttpErrorsAndConnectFailures) {
   FakeServer server;
   ChatCall call;
@@ -254,14 +278,7 @@ TEST(HttpClientTest, ReportsHttpErrorsAndConnectFailures) {
   EXPECT_EQ(out.http_status, 503);
   EXPECT_EQ(out.error, "http 503: overloaded");
 
-  // A port that nothing listens on: bind one, learn it, close it.
-  uint16_t dead_port;
-  {
-    net::io_context io;
-    tcp::acceptor a(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    dead_port = a.local_endpoint().port();
-  }
-  call.endpoint.port = dead_port;
+  call.endpoint.port = DeadPort();
   const ChatOutcome refused = RunCoroutine(StreamChat(call));
   EXPECT_EQ(refused.http_status, 0);
   EXPECT_NE(refused.error.find("connect"), std::string::npos);
@@ -277,18 +294,7 @@ TEST(HttpClientTest, GetReadsWholeBody) {
 
 TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
   FakeServer server;
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50,
-               .duration_s = 0.1,
-               .turns = 3,
-               .tool_tokens = {700, 300},
-               .system_tokens = 200,
-               .task_tokens = 50,
-               .tool_time_s = 0.001,
-               .completion_tokens = 4,
-               .max_jobs = 3,
-               .seed = 5};
+  WorkloadSpec w = SmallAgenticWorkload();
   const size_t planned = PlanAgenticJobs(w.agentic).size();
   ASSERT_GT(planned, 0u);
   ASSERT_TRUE(PrepareWorkload(w).ok());
@@ -384,45 +390,13 @@ TEST(RunnerTest, TraceReplayAgainstFakeServer) {
   EXPECT_GE(child->t_start, parent->t_start + parent->e2e);
 }
 
-// Three 3-turn jobs, fast enough that the test needs no waiting.
-WorkloadSpec SmallAgenticWorkload() {
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50,
-               .duration_s = 0.1,
-               .turns = 3,
-               .tool_tokens = {700, 300},
-               .system_tokens = 200,
-               .task_tokens = 50,
-               .tool_time_s = 0.001,
-               .completion_tokens = 4,
-               .max_jobs = 3,
-               .seed = 5};
-  return w;
-}
 
 // Router replicas behind the generator's round robin: one that refuses connections (a
 // killed replica) costs no request, each is sent again to the next replica.
 TEST(RunnerTest, ARefusingReplicaIsFailedOverToTheNext) {
   FakeServer a, b;
-  uint16_t dead_port;
-  {
-    net::io_context io;
-    tcp::acceptor dead(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    dead_port = dead.local_endpoint().port();
-  }
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic = {.jobs_per_second = 50,
-               .duration_s = 0.1,
-               .turns = 3,
-               .tool_tokens = {700, 300},
-               .system_tokens = 200,
-               .task_tokens = 50,
-               .tool_time_s = 0.001,
-               .completion_tokens = 4,
-               .max_jobs = 3,
-               .seed = 5};
+  const uint16_t dead_port = DeadPort();
+  WorkloadSpec w = SmallAgenticWorkload();
   const size_t planned = PlanAgenticJobs(w.agentic).size();
   ASSERT_TRUE(PrepareWorkload(w).ok());
   RunOptions o;

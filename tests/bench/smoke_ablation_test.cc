@@ -69,27 +69,40 @@ TEST(SmokeAblationTest, BaselineAndV2OnSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
-// Three kvroute replicas with the same config behind the generator's round robin: every
-// replica answers its share, writes its own request log, and the run joins all three.
-TEST(SmokeAblationTest, ReplicasShareTheRequestsRoundRobin) {
+// `o` set for baseline alone on the smoke fleet, writing under a fresh temporary
+// directory named from `tag`, which it returns; empty when the binaries are not built.
+std::filesystem::path BaselineOnTheSmokeFleet(const std::string& tag, AblationOptions& o) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
   const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
-  if (!Executable(kvroute) || !Executable(sim))
-    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  if (!Executable(kvroute) || !Executable(sim)) return {};
   const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / ("kvb_replicas_" + std::to_string(::getpid()));
+      std::filesystem::temp_directory_path() / (tag + std::to_string(::getpid()));
   std::filesystem::remove_all(out);
-  AblationOptions o;
   o.modes = {"baseline"};
   testing::UseSmokeFleet(o, kvroute, sim, out.string());
-  o.kvroute_replicas = 3;
+  return out;
+}
+
+// `jobs` agentic jobs of `turns` turns, arriving at 1 job/s.
+WorkloadSpec ShortJobs(int jobs, int turns) {
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
   w.agentic.jobs_per_second = 1;
   w.agentic.duration_s = 10;
-  w.agentic.max_jobs = 3;
-  w.agentic.turns = 3;
+  w.agentic.max_jobs = jobs;
+  w.agentic.turns = turns;
   w.agentic.seed = 9;
+  return w;
+}
+
+// Three kvroute replicas with the same config behind the generator's round robin: every
+// replica answers its share, writes its own request log, and the run joins all three.
+TEST(SmokeAblationTest, ReplicasShareTheRequestsRoundRobin) {
+  AblationOptions o;
+  const std::filesystem::path out = BaselineOnTheSmokeFleet("kvb_replicas_", o);
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  o.kvroute_replicas = 3;
+  WorkloadSpec w = ShortJobs(/*jobs=*/3, /*turns=*/3);
   absl::StatusOr<Report> report = RunAblation(o, w);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->runs.size(), 1u);
@@ -117,26 +130,13 @@ TEST(SmokeAblationTest, ReplicasShareTheRequestsRoundRobin) {
 // The replicas share their load through a redis-server the bench starts on a free loopback
 // port: every replica's config names it, and each publishes its load there.
 TEST(SmokeAblationTest, ReplicasShareThroughARedisTheBenchStarts) {
-  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
-  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
-  if (!Executable(kvroute) || !Executable(sim))
-    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
-  const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / ("kvb_shared_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(out);
   AblationOptions o;
-  o.modes = {"baseline"};
-  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  const std::filesystem::path out = BaselineOnTheSmokeFleet("kvb_shared_", o);
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
   o.kvroute_replicas = 2;
   o.cluster_store = "redis";
   o.log_level = "info";
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic.jobs_per_second = 1;
-  w.agentic.duration_s = 10;
-  w.agentic.max_jobs = 2;
-  w.agentic.turns = 2;
-  w.agentic.seed = 9;
+  WorkloadSpec w = ShortJobs(/*jobs=*/2, /*turns=*/2);
   absl::StatusOr<Report> report = RunAblation(o, w);
   ASSERT_TRUE(report.ok()) << report.status() << " (deploy/install-deps.sh installs redis-server)";
   for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
