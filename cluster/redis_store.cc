@@ -30,21 +30,26 @@ std::shared_ptr<spdlog::logger> Log() {
 }
 
 // Residency admission, atomic because Redis runs a script to completion.
-// KEYS[1]: the instance's reservations (reservation id -> "owner:tokens").
-// ARGV: lease key prefix ("kvroute:replica:"), owner, reservation id, tokens,
-// fill. Returns 1 admitted, 0 refused, -1 the owner's own lease is missing
-// (its entry would be dropped by the next caller, so it must not be made).
-// Entries whose owner's lease is gone are dropped on the way; an entry under
-// the same reservation id is replaced, so it does not count against itself.
+// KEYS[1]: the instance's reservations (reservation id ->
+// "owner:tokens:serial:reserved at, ms"). ARGV: lease key prefix
+// ("kvroute:replica:"), owner, reservation id, tokens, fill, serial, now
+// (ms), force ("1"). Returns {1 admitted, 0 refused, -1 the owner's own
+// lease is missing (its entry would be dropped by the next caller, so it
+// must not be made); the reserved tokens after; the entries evicted}.
+// Entries whose owner's lease is gone, or that do not parse, are dropped on
+// the way; an entry under the same reservation id is replaced, so it does
+// not count against itself. Forced, the others are evicted the least
+// recently reserved first until this one fits.
 constexpr char kReserveScript[] = R"lua(
 local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
 local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
-if redis.call('EXISTS', lease_prefix .. owner) == 0 then return -1 end
+if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0} end
 local entries = redis.call('HGETALL', KEYS[1])
 local alive = {[owner] = true}
 local sum = 0
+local others = {}
 for i = 1, #entries, 2 do
-  local who, held = string.match(entries[i + 1], '^(.*):(%d+)$')
+  local who, held, _, at = string.match(entries[i + 1], '^(.*):(%d+):(%d+):(%d+)$')
   if who == nil then
     redis.call('HDEL', KEYS[1], entries[i])
   else
@@ -55,23 +60,35 @@ for i = 1, #entries, 2 do
       redis.call('HDEL', KEYS[1], entries[i])
     elseif entries[i] ~= id then
       sum = sum + tonumber(held)
+      table.insert(others, {entries[i], tonumber(held), tonumber(at)})
     end
   end
 end
-if sum == 0 or sum + tokens <= fill then
-  redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens)
-  return 1
+local evicted = 0
+if sum > 0 and sum + tokens > fill then
+  if ARGV[8] ~= '1' then return {0, sum, 0} end
+  table.sort(others, function(x, y) return x[3] < y[3] end)
+  for _, o in ipairs(others) do
+    if sum + tokens <= fill then break end
+    redis.call('HDEL', KEYS[1], o[1])
+    sum = sum - o[2]
+    evicted = evicted + 1
+  end
 end
-return 0
+redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens .. ':' .. ARGV[6] .. ':' .. ARGV[7])
+return {1, sum + tokens, evicted}
 )lua";
 
-// Release: deletes the entry only if this replica owns it (another replica
-// may have taken the reservation id over since). KEYS[1]: the instance's
-// reservations; ARGV: owner, reservation id.
+// Release: deletes the entry only if this replica made it with this serial
+// (it may have reserved it again since, or another replica taken it over).
+// KEYS[1]: the instance's reservations; ARGV: owner, reservation id, serial.
 constexpr char kReleaseScript[] = R"lua(
 local v = redis.call('HGET', KEYS[1], ARGV[2])
-if v and string.match(v, '^(.*):%d+$') == ARGV[1] then
-  return redis.call('HDEL', KEYS[1], ARGV[2])
+if v then
+  local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+$')
+  if who == ARGV[1] and serial == ARGV[3] then
+    return redis.call('HDEL', KEYS[1], ARGV[2])
+  end
 end
 return 0
 )lua";
@@ -191,12 +208,15 @@ void RedisStore::PublishHome(std::string session_id, std::string instance) {
 void RedisStore::Release(std::string instance, std::string reservation_id) {
   absl::MutexLock lock(&mu_);
   std::pair<std::string, std::string> key(std::move(instance), std::move(reservation_id));
-  if (pending_releases_.contains(key)) return;
+  const auto held = held_.find(key);
+  if (held == held_.end()) return;  // never admitted here, or released already
+  const uint64_t serial = held->second;
+  held_.erase(held);
   if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
     ++stats_.writes_dropped;
     return;
   }
-  pending_releases_.insert(std::move(key));
+  pending_releases_[std::move(key)] = serial;
 }
 
 std::shared_ptr<const PeerView> RedisStore::View() const {
@@ -421,13 +441,13 @@ void RedisStore::ReturnWrites(WriteBatch b) {
     }
     pending_homes_.emplace(session, std::move(instance));
   }
-  for (const auto& release : b.releases) {
-    if (pending_releases_.contains(release)) continue;
+  for (auto& [key, serial] : b.releases) {
+    if (pending_releases_.contains(key)) continue;
     if (pending_homes_.size() + pending_releases_.size() >= options_.max_pending_writes) {
       ++stats_.writes_dropped;
       continue;
     }
-    pending_releases_.insert(release);
+    pending_releases_.emplace(key, serial);
   }
 }
 
@@ -484,8 +504,9 @@ absl::Status RedisStore::Flush(const WriteBatch& b) {
     absl::MutexLock lock(&mu_);
     release_sha = release_sha_;
   }
-  for (const auto& [instance, id] : b.releases) {
-    p.Add({"EVALSHA", release_sha, "1", Key("resv", instance), options_.replica_id, id});
+  for (const auto& [key, serial] : b.releases) {
+    p.Add({"EVALSHA", release_sha, "1", Key("resv", key.first), options_.replica_id, key.second,
+           absl::StrCat(serial)});
   }
   if (p.empty()) return absl::OkStatus();
   std::vector<Reply> replies;
@@ -652,16 +673,18 @@ void RedisStore::ReturnAdmission(AdmissionConnection c, bool healthy) {
   if (c.context != nullptr) redisFree(c.context);
 }
 
-absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,
-                                         absl::string_view reservation_id, int64_t tokens,
-                                         int64_t fill_tokens) {
+absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
+                                                absl::string_view reservation_id, int64_t tokens,
+                                                int64_t fill_tokens, bool force) {
   const absl::Time deadline = absl::Now() + op_timeout_;
-  auto outcome = [this](absl::StatusOr<bool> r) {
+  auto outcome = [this](absl::StatusOr<Reservation> r) {
     absl::MutexLock lock(&mu_);
     if (!r.ok()) {
       ++stats_.reserve_unavailable;
-    } else if (*r) {
+    } else if (r->admitted) {
       ++stats_.reserve_admitted;
+      if (r->evicted > 0) ++stats_.reserve_forced;
+      stats_.reserve_evicted += r->evicted;
     } else {
       ++stats_.reserve_refused;
     }
@@ -670,9 +693,11 @@ absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,
   absl::StatusOr<AdmissionConnection> conn = AcquireAdmission(deadline);
   if (!conn.ok()) return outcome(conn.status());
   std::string sha;
+  uint64_t serial = 0;
   {
     absl::MutexLock lock(&mu_);
     sha = reserve_sha_;
+    serial = ++next_serial_;
   }
   redisSetTimeout(conn->context, TimevalOf(deadline - absl::Now()));
   std::vector<std::string> args = {"EVALSHA",
@@ -683,7 +708,10 @@ absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,
                                    options_.replica_id,
                                    std::string(reservation_id),
                                    absl::StrCat(std::max<int64_t>(0, tokens)),
-                                   absl::StrCat(fill_tokens)};
+                                   absl::StrCat(fill_tokens),
+                                   absl::StrCat(serial),
+                                   absl::StrCat(absl::ToUnixMillis(absl::Now())),
+                                   force ? "1" : "0"};
   absl::StatusOr<Reply> r = Command(conn->context, args);
   if (r.ok() && (*r)->type == REDIS_REPLY_ERROR && ReplyText(r->get()).starts_with("NOSCRIPT")) {
     // The server restarted since SCRIPT LOAD; EVAL also caches it again.
@@ -694,15 +722,30 @@ absl::StatusOr<bool> RedisStore::Reserve(absl::string_view instance,
   ReturnAdmission(*conn, r.ok());
   if (!r.ok()) return outcome(r.status());
   const redisReply* reply = r->get();
-  if (reply->type != REDIS_REPLY_INTEGER) {
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+      reply->element[0]->type != REDIS_REPLY_INTEGER ||
+      reply->element[1]->type != REDIS_REPLY_INTEGER ||
+      reply->element[2]->type != REDIS_REPLY_INTEGER) {
     const std::string why = reply->type == REDIS_REPLY_ERROR ? ReplyText(reply) : "malformed reply";
     return outcome(absl::UnavailableError(absl::StrCat("cluster store: reserve: ", why)));
   }
-  if (reply->integer < 0) {
+  if (reply->element[0]->integer < 0) {
     return outcome(absl::UnavailableError(
         "cluster store: this replica's lease is not in the store yet; deciding on local state"));
   }
-  return outcome(reply->integer == 1);
+  Reservation out;
+  out.admitted = reply->element[0]->integer == 1;
+  out.reserved_tokens = reply->element[1]->integer;
+  out.evicted = reply->element[2]->integer;
+  if (out.admitted) {
+    absl::MutexLock lock(&mu_);
+    std::pair<std::string, std::string> key{std::string(instance), std::string(reservation_id)};
+    // A release queued before this reservation must not delete it: the
+    // serial it names is older.
+    held_[std::move(key)] = serial;
+    if (out.reserved_tokens > fill_tokens) ++stats_.reserve_over_fill;
+  }
+  return outcome(out);
 }
 
 absl::StatusOr<absl::flat_hash_map<std::string, std::string>> RedisStore::ReadHomes(

@@ -47,7 +47,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -78,8 +77,8 @@ class RedisStore final : public ClusterStore {
   absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHomes(
       absl::Span<const std::string> sessions) override;
   std::shared_ptr<const PeerView> View() const override;
-  absl::StatusOr<bool> Reserve(absl::string_view instance, absl::string_view reservation_id,
-                               int64_t tokens, int64_t fill_tokens) override;
+  absl::StatusOr<Reservation> Reserve(absl::string_view instance, absl::string_view reservation_id,
+                                      int64_t tokens, int64_t fill_tokens, bool force) override;
   void Release(std::string instance, std::string reservation_id) override;
   bool connected() const override;
   ClusterStoreStats stats() const override;
@@ -97,13 +96,16 @@ class RedisStore final : public ClusterStore {
     redisContext* context = nullptr;
     uint64_t generation = 0;
   };
+  // (instance, reservation id) -> the serial of this replica's last
+  // admitted Reserve of it.
+  using ReleaseMap = absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t>;
   // Writes taken off the queues for one flush.
   struct WriteBatch {
     bool lease = false;
     std::optional<LoadByInstance> load;
     std::optional<RateByInstance> rates;
     absl::flat_hash_map<std::string, std::string> homes;
-    absl::flat_hash_set<std::pair<std::string, std::string>> releases;
+    ReleaseMap releases;
   };
 
   RedisStore(ClusterOptions options, StoreAddress address);
@@ -165,7 +167,12 @@ class RedisStore final : public ClusterStore {
   bool load_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool rates_dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::string> pending_homes_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::pair<std::string, std::string>> pending_releases_ ABSL_GUARDED_BY(mu_);
+  ReleaseMap pending_releases_ ABSL_GUARDED_BY(mu_);
+  // This replica's admitted reservations, by the serial each was last made
+  // with: a Release names that serial, so it cannot delete a reservation
+  // made again after it was queued.
+  ReleaseMap held_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 0;
   // The scripts' SHA1s, as SCRIPT LOAD answered on the last connect.
   std::string reserve_sha_ ABSL_GUARDED_BY(mu_);
   std::string release_sha_ ABSL_GUARDED_BY(mu_);

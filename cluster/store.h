@@ -9,8 +9,10 @@
 //   store->PublishHome("session-17", "gpu0");
 //   std::shared_ptr<const PeerView> peers = store->View();   // never blocks
 //   ... peers->load["gpu0"]: the other live replicas' in-flight load on gpu0
-//   absl::StatusOr<bool> ok = store->Reserve("gpu0", "session-17", 52000, 180000);
-//   if (!ok.ok()) ...    // Unavailable: decide on local state (fail open)
+//   absl::StatusOr<Reservation> r =
+//       store->Reserve("gpu0", "session-17", 52000, 180000, /*force=*/false);
+//   if (!r.ok()) ...     // Unavailable: decide on local state (fail open)
+//   if (!r->admitted) ... // the instance is full across replicas: wait
 //   store->Release("gpu0", "session-17");
 //
 // What runs where: the Publish* calls and Release only queue their write
@@ -82,6 +84,15 @@ struct PeerView {
   bool stale = true;
 };
 
+// What Reserve decided.
+struct Reservation {
+  bool admitted = false;
+  // The instance's live reservations, every replica's, after the call.
+  int64_t reserved_tokens = 0;
+  // Other reservations a forced admission made yield.
+  int64_t evicted = 0;
+};
+
 // Counters for /metrics; monotonic except `connected`.
 struct ClusterStoreStats {
   bool connected = false;
@@ -89,8 +100,11 @@ struct ClusterStoreStats {
   uint64_t sync_failures = 0;   // cycles that failed (store unreachable or an error reply)
   uint64_t reconnects = 0;      // connections established after the first
   uint64_t writes_dropped = 0;  // new entries refused at max_pending_writes
-  uint64_t reserve_admitted = 0;
+  uint64_t reserve_admitted = 0;     // forced ones included
   uint64_t reserve_refused = 0;      // the instance's fill reached
+  uint64_t reserve_forced = 0;       // admitted by making others yield
+  uint64_t reserve_evicted = 0;      // reservations that yielded to forced ones
+  uint64_t reserve_over_fill = 0;    // admitted beyond the fill (one reservation larger than it)
   uint64_t reserve_unavailable = 0;  // store error or unreachable: caller failed open
 };
 
@@ -124,14 +138,20 @@ class ClusterStore {
   // replica plus `tokens` stay within `fill_tokens`, or none is live (so a
   // session larger than the fill still gets its turn, as the local residency
   // gate admits it). Reservations whose owner's lease has expired are dropped
-  // first. true: admitted (or already held by this replica); false: refused.
-  // One round trip on the caller's thread, bounded by op_timeout_s;
-  // Unavailable at once while the store is unreachable, and on any store
-  // error: the caller decides on local state.
-  virtual absl::StatusOr<bool> Reserve(absl::string_view instance, absl::string_view reservation_id,
-                                       int64_t tokens, int64_t fill_tokens) = 0;
+  // first; one already held under the same id (by any replica) is replaced,
+  // not counted against itself. `force` (a turn whose wait ran out) admits
+  // whatever the others hold: their reservations yield, the least recently
+  // reserved first, until this one fits, as a local waiter past its bound
+  // makes residents yield. One round trip on the caller's thread, bounded
+  // by op_timeout_s; Unavailable at once while the store is unreachable,
+  // and on any store error: the caller decides on local state.
+  virtual absl::StatusOr<Reservation> Reserve(absl::string_view instance,
+                                              absl::string_view reservation_id, int64_t tokens,
+                                              int64_t fill_tokens, bool force) = 0;
 
-  // Gives a reservation back. Queued; written by the next flush.
+  // Gives back this replica's reservation of `reservation_id` on `instance`
+  // as it last made it: one a later Reserve made again, or another replica
+  // took over, stays. Queued; written by the next flush.
   virtual void Release(std::string instance, std::string reservation_id) = 0;
 
   // Whether the last attempt to reach the store succeeded.

@@ -75,8 +75,21 @@ void ResidencyGate::Evict(Instance& in, const std::string& session) {
     idle_.erase({it->second.last_done, static_cast<int>(&in - instances_.data()), session});
   }
   in.resident_tokens -= it->second.footprint;
+  if (track_departures_) departed_.emplace_back(static_cast<int>(&in - instances_.data()), session);
   in.residents.erase(it);
   home_.erase(session);
+}
+
+std::vector<std::pair<int, std::string>> ResidencyGate::TakeDepartures() {
+  track_departures_ = true;
+  std::vector<std::pair<int, std::string>> out;
+  out.swap(departed_);
+  return out;
+}
+
+bool ResidencyGate::IsResident(int backend, std::string_view session) const {
+  const auto it = home_.find(absl::string_view(session.data(), session.size()));
+  return it != home_.end() && it->second == backend;
 }
 
 bool ResidencyGate::MovableWaiting() const {

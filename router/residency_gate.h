@@ -189,6 +189,13 @@ class ResidencyGate {
                         absl::Time now, std::vector<uint64_t>* woken);
   // The peers' resident tokens on `backend` not resident here too.
   int64_t peer_resident_tokens(int backend) const;
+  // Several replicas: the sessions that have left an instance's residents
+  // (ended, yielded, swapped out, moved) since the last call, in order, for
+  // the cluster store to release their reservations. Recorded only once
+  // this has been called (a single replica never drains them).
+  std::vector<std::pair<int, std::string>> TakeDepartures();
+  // Whether `session` is resident on `backend` now.
+  bool IsResident(int backend, std::string_view session) const;
   // Where `session` is resident and its footprint there; nullopt if nowhere.
   struct Residence {
     int backend = -1;
@@ -266,6 +273,9 @@ class ResidencyGate {
   std::vector<Instance> instances_;
   absl::flat_hash_map<std::string, int> home_;  // resident session -> backend
   absl::flat_hash_map<uint64_t, int> moved_;    // woken waiter -> the instance that took it
+  // Departures since TakeDepartures last ran, once it has (track_departures_).
+  std::vector<std::pair<int, std::string>> departed_;
+  bool track_departures_ = false;
   // Idle residents, the longest idle first: (last_done, backend, session).
   std::set<std::tuple<absl::Time, int, std::string>> idle_;
   uint64_t next_waiter_ = 1;

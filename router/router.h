@@ -252,6 +252,13 @@ class Router {
   struct Dispatched {
     Decision decision;
     int64_t cached_tokens_est = -1;
+    // A session turn the residency model holds (RouteTicket::residency_gated)
+    // and admitted: its footprint there and the fill of the instance it is
+    // resident on (ResidencyGate::Options::fill of its KV capacity), for an
+    // admission across replicas (cluster::ClusterStore::Reserve); 0 for
+    // every other request.
+    int64_t resident_footprint_tokens = 0;
+    int64_t resident_fill_tokens = 0;
   };
   virtual Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) = 0;
 
@@ -312,6 +319,11 @@ class Router {
                                                                     absl::Time now) = 0;
   virtual std::vector<PeerLoad> LocalLoad() const = 0;
   virtual void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) = 0;
+  // The sessions that left a backend's residents since the last call
+  // (backend slot, session), less those resident there again: the
+  // reservations to give back in the cluster store. Departures are kept
+  // only once this has been called.
+  virtual std::vector<std::pair<int, std::string>> TakeResidencyDepartures() = 0;
 
   // Fleet-wide counters of the shadow index and the estimate.
   virtual RouterStats Stats() const = 0;

@@ -301,6 +301,17 @@ void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
   Wake(woken);
 }
 
+std::vector<std::pair<int, std::string>> RouterImpl::TakeResidencyDepartures() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<int, std::string>> departed = residency_.TakeDepartures();
+  // A session that left and came back keeps its reservation.
+  std::erase_if(departed, [this](const std::pair<int, std::string>& d) {
+    mu_.AssertHeld();
+    return residency_.IsResident(d.first, d.second);
+  });
+  return departed;
+}
+
 // The peer's record proves its instance held the recorded prompt when that
 // turn ended: the shadow learns it as if this replica had served it, so the
 // estimate, the class and the placement see what the session's last turn

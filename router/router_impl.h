@@ -109,6 +109,7 @@ class RouterImpl : public Router {
                                                             absl::Time now) override;
   std::vector<PeerLoad> LocalLoad() const override;
   void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) override;
+  std::vector<std::pair<int, std::string>> TakeResidencyDepartures() override;
   RouterStats Stats() const override;
   KvSizingReport Sizing(absl::Time now) override;
   double BytesPerToken(const std::string& model) const override;

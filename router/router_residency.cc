@@ -135,12 +135,22 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
     LeaveResidency(r, /*footprint_tokens=*/0, now);
   }
   r.pin_deferred = false;
+  Dispatched go{r.decision, -1};
+  if (ticket.residency_gated && r.residency == Residency::kResident) {
+    const std::optional<ResidencyGate::Residence> at = residency_.Find(r.session);
+    go.resident_footprint_tokens =
+        at && at->backend == r.decision.decode_backend ? at->footprint_tokens
+                                                       : r.decision.footprint_tokens_est;
+    go.resident_fill_tokens = static_cast<int64_t>(
+        residency_.options().fill * static_cast<double>(r.decision.decode_capacity_tokens));
+  }
   // The estimate's evictions, and the prefill's time, are judged from here:
   // the engine gets it now.
   r.route_tick = index_.clock();
   r.routed_at = now;
   const int b = r.decision.decode_backend;
-  if (ledger_.epoch(b) != r.load.decode_epoch) return {r.decision, r.decision.cached_tokens_est};
+  go.cached_tokens_est = r.decision.cached_tokens_est;
+  if (ledger_.epoch(b) != r.load.decode_epoch) return go;
   // What the instance evicted of the prefix while the request was held; its
   // host tier, if it has one, may still hold it for a reload.
   index_.Match(r.chain, absl::MakeSpan(matched_));
@@ -156,7 +166,9 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
     r.decision.prefill_cached_tokens_est = r.decision.cached_tokens_est;
   }
   r.decode_pin = index_.PinRequest(b, r.chain, r.est_chunks_decode, r.footprint_chunks);
-  return {r.decision, r.decision.cached_tokens_est};
+  go.decision = r.decision;
+  go.cached_tokens_est = r.decision.cached_tokens_est;
+  return go;
 }
 
 bool RouterImpl::Retarget(InflightRequest& r, int backend, absl::Time now) {

@@ -55,9 +55,11 @@ class RedisStoreTest : public ::testing::Test {
   int64_t HeldTokens(const std::string& instance) const {
     const std::string all = server_.Query({"HVALS", "kvroute:resv:" + instance});
     int64_t sum = 0;
+    // Each value: "owner:tokens:serial:reserved at".
     for (absl::string_view v : absl::StrSplit(all, ',', absl::SkipEmpty())) {
+      std::vector<absl::string_view> f = absl::StrSplit(v, ':');
       int64_t tokens = 0;
-      EXPECT_TRUE(absl::SimpleAtoi(v.substr(v.rfind(':') + 1), &tokens)) << v;
+      EXPECT_TRUE(f.size() == 4 && absl::SimpleAtoi(f[1], &tokens)) << v;
       sum += tokens;
     }
     return sum;
@@ -149,26 +151,26 @@ TEST_F(RedisStoreTest, AReplicaWhoseLeaseIsGoneDisappearsWithItsReservations) {
   ASSERT_TRUE(a->SyncNow().ok());
   ASSERT_TRUE(b->SyncNow().ok());
   ASSERT_EQ(b->View()->live_replicas, (std::vector<std::string>{"a", "b"}));
-  absl::StatusOr<bool> held = a->Reserve("gpu0", "session-a", 60, 100);
+  absl::StatusOr<Reservation> held = a->Reserve("gpu0", "session-a", 60, 100, /*force=*/false);
   ASSERT_TRUE(held.ok()) << held.status();
-  EXPECT_TRUE(*held);
-  absl::StatusOr<bool> refused = b->Reserve("gpu0", "session-b", 60, 100);
+  EXPECT_TRUE(held->admitted);
+  absl::StatusOr<Reservation> refused = b->Reserve("gpu0", "session-b", 60, 100, /*force=*/false);
   ASSERT_TRUE(refused.ok()) << refused.status();
-  EXPECT_FALSE(*refused);
+  EXPECT_FALSE(refused->admitted);
 
   // The lease expiring, without the wait.
   ASSERT_EQ(server_.Query({"DEL", "kvroute:replica:a"}), "1");
   ASSERT_TRUE(b->SyncNow().ok());
   EXPECT_EQ(b->View()->live_replicas, (std::vector<std::string>{"b"}));
   EXPECT_FALSE(b->View()->load.contains("gpu0"));
-  absl::StatusOr<bool> admitted = b->Reserve("gpu0", "session-b", 60, 100);
+  absl::StatusOr<Reservation> admitted = b->Reserve("gpu0", "session-b", 60, 100, /*force=*/false);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
-  EXPECT_TRUE(*admitted);
+  EXPECT_TRUE(admitted->admitted);
   EXPECT_EQ(server_.Query({"HKEYS", "kvroute:resv:gpu0"}), "session-b");
 
   // Without its lease in the store a replica does not reserve (its entry
   // would not count for the others); it fails open until it renews.
-  absl::StatusOr<bool> leaseless = a->Reserve("gpu0", "session-c", 1, 100);
+  absl::StatusOr<Reservation> leaseless = a->Reserve("gpu0", "session-c", 1, 100, /*force=*/false);
   EXPECT_EQ(leaseless.status().code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(a->SyncNow().ok());
   ASSERT_TRUE(b->SyncNow().ok());
@@ -193,10 +195,10 @@ TEST_F(RedisStoreTest, ConcurrentReservationsNeverAdmitBeyondFill) {
         for (int i = 0; i < kPerThread; ++i) {
           const int64_t tokens = 10 + (i * 7 + t * 13) % 40;
           const std::string id = absl::StrCat(store == a.get() ? "a" : "b", "-", t, "-", i);
-          absl::StatusOr<bool> r = store->Reserve("gpu0", id, tokens, kFill);
+          absl::StatusOr<Reservation> r = store->Reserve("gpu0", id, tokens, kFill, /*force=*/false);
           if (!r.ok()) {
             ++errors;
-          } else if (*r) {
+          } else if (r->admitted) {
             ++admitted;
             admitted_tokens += tokens;
           }
@@ -220,10 +222,10 @@ TEST_F(RedisStoreTest, ReleaseFreesAndReservingAgainReplaces) {
   auto b = Store("b");
   ASSERT_TRUE(a->SyncNow().ok());
   ASSERT_TRUE(b->SyncNow().ok());
-  ASSERT_TRUE(*a->Reserve("gpu0", "s1", 70, 100));
-  EXPECT_FALSE(*b->Reserve("gpu0", "s2", 40, 100));
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 70, 100, false)->admitted);
+  EXPECT_FALSE(b->Reserve("gpu0", "s2", 40, 100, false)->admitted);
   // The same id again replaces its entry rather than counting twice.
-  EXPECT_TRUE(*a->Reserve("gpu0", "s1", 90, 100));
+  EXPECT_TRUE(a->Reserve("gpu0", "s1", 90, 100, false)->admitted);
   EXPECT_EQ(HeldTokens("gpu0"), 90);
 
   // Only the owner's release deletes an entry.
@@ -234,13 +236,74 @@ TEST_F(RedisStoreTest, ReleaseFreesAndReservingAgainReplaces) {
   EXPECT_EQ(HeldTokens("gpu0"), 90);  // queued, not yet written
   ASSERT_TRUE(a->SyncNow().ok());
   EXPECT_EQ(HeldTokens("gpu0"), 0);
-  EXPECT_TRUE(*b->Reserve("gpu0", "s2", 40, 100));
+  EXPECT_TRUE(b->Reserve("gpu0", "s2", 40, 100, false)->admitted);
 
   // Nothing held: a reservation above the fill still gets its turn.
   b->Release("gpu0", "s2");
   ASSERT_TRUE(b->SyncNow().ok());
-  EXPECT_TRUE(*a->Reserve("gpu0", "huge", 500, 100));
-  EXPECT_FALSE(*b->Reserve("gpu0", "small", 1, 100));
+  EXPECT_TRUE(a->Reserve("gpu0", "huge", 500, 100, false)->admitted);
+  EXPECT_FALSE(b->Reserve("gpu0", "small", 1, 100, false)->admitted);
+}
+
+TEST_F(RedisStoreTest, AForcedReservationMakesTheLeastRecentlyReservedYield) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  // Reserved in this order: "old" the least recently. Distinct milliseconds
+  // are set in the store rather than waited for.
+  ASSERT_TRUE(a->Reserve("gpu0", "old", 40, 100, false)->admitted);
+  ASSERT_TRUE(b->Reserve("gpu0", "mid", 30, 100, false)->admitted);
+  ASSERT_TRUE(a->Reserve("gpu0", "new", 20, 100, false)->admitted);
+  for (const auto& [id, at] : {std::pair{"old", "1000"}, {"mid", "2000"}, {"new", "3000"}}) {
+    const std::string v = server_.Query({"HGET", "kvroute:resv:gpu0", id});
+    const std::vector<std::string> f = absl::StrSplit(v, ':');
+    ASSERT_EQ(f.size(), 4u) << v;
+    ASSERT_EQ(server_.Query({"HSET", "kvroute:resv:gpu0", id,
+                             absl::StrCat(f[0], ":", f[1], ":", f[2], ":", at)}),
+              "0");
+  }
+
+  absl::StatusOr<Reservation> refused = b->Reserve("gpu0", "late", 50, 100, /*force=*/false);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE(refused->admitted);
+  EXPECT_EQ(refused->reserved_tokens, 90);
+
+  // 50 more needs 40 back: "old" alone yields.
+  absl::StatusOr<Reservation> forced = b->Reserve("gpu0", "late", 50, 100, /*force=*/true);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_TRUE(forced->admitted);
+  EXPECT_EQ(forced->evicted, 1);
+  EXPECT_EQ(forced->reserved_tokens, 100);
+  EXPECT_EQ(server_.Query({"HEXISTS", "kvroute:resv:gpu0", "old"}), "0");
+  EXPECT_EQ(HeldTokens("gpu0"), 100);
+  const ClusterStoreStats s = b->stats();
+  EXPECT_EQ(s.reserve_forced, 1u);
+  EXPECT_EQ(s.reserve_evicted, 1u);
+  EXPECT_EQ(s.reserve_refused, 1u);
+  EXPECT_EQ(s.reserve_over_fill, 0u);
+
+  // Forced past everything: only a reservation larger than the fill on its
+  // own goes beyond it, and is counted.
+  absl::StatusOr<Reservation> huge = a->Reserve("gpu0", "huge", 150, 100, /*force=*/true);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_TRUE(huge->admitted);
+  EXPECT_EQ(huge->reserved_tokens, 150);
+  EXPECT_EQ(a->stats().reserve_over_fill, 1u);
+}
+
+TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation) {
+  auto a = Store("a");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 30, 100, false)->admitted);
+  a->Release("gpu0", "s1");                                          // queued
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 40, 100, false)->admitted);  // the session is back
+  ASSERT_TRUE(a->SyncNow().ok());                                    // the release is written
+  EXPECT_EQ(HeldTokens("gpu0"), 40);
+  // Released after the second reservation, it goes.
+  a->Release("gpu0", "s1");
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_EQ(HeldTokens("gpu0"), 0);
 }
 
 TEST_F(RedisStoreTest, SessionHomesAreWrittenWithTheirTtlAndReadInABatch) {
@@ -269,12 +332,12 @@ TEST_F(RedisStoreTest, AStoreThatLeavesIsGoneAtThePeersNextPull) {
   auto b = Store("b");
   a->PublishLoad({{"gpu0", {.requests = 1}}});
   ASSERT_TRUE(a->SyncNow().ok());
-  ASSERT_TRUE(*a->Reserve("gpu0", "s1", 10, 100));
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 10, 100, false)->admitted);
   a.reset();
   ASSERT_TRUE(b->SyncNow().ok());
   EXPECT_EQ(b->View()->live_replicas, (std::vector<std::string>{"b"}));
   EXPECT_TRUE(b->View()->load.empty());
-  EXPECT_TRUE(*b->Reserve("gpu0", "s2", 100, 100));  // a's entry dropped
+  EXPECT_TRUE(b->Reserve("gpu0", "s2", 100, 100, false)->admitted);  // a's entry dropped
 }
 
 TEST_F(RedisStoreTest, AnUnreachableStoreBlocksNothing) {
@@ -287,6 +350,7 @@ TEST_F(RedisStoreTest, AnUnreachableStoreBlocksNothing) {
   ASSERT_TRUE(a->SyncNow().ok());
   ASSERT_TRUE(a->connected());
   ASSERT_EQ(a->View()->load.at("gpu0").requests, 2);
+  ASSERT_TRUE(a->Reserve("gpu0", "s9", 10, 100, false)->admitted);
 
   server_.Kill();
   EXPECT_FALSE(a->SyncNow().ok());
@@ -296,7 +360,7 @@ TEST_F(RedisStoreTest, AnUnreachableStoreBlocksNothing) {
   EXPECT_TRUE(view->stale);
   EXPECT_EQ(view->load.at("gpu0").requests, 2);
   // Admission and home reads fail open at once.
-  absl::StatusOr<bool> r = a->Reserve("gpu0", "s1", 10, 100);
+  absl::StatusOr<Reservation> r = a->Reserve("gpu0", "s1", 10, 100, /*force=*/false);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(a->ReadHomes({"s1"}).status().code(), absl::StatusCode::kUnavailable);
   // Writes queue up to the bound, then are dropped and counted.
@@ -307,6 +371,7 @@ TEST_F(RedisStoreTest, AnUnreachableStoreBlocksNothing) {
   const ClusterStoreStats s = a->stats();
   EXPECT_FALSE(s.connected);
   EXPECT_EQ(s.reserve_unavailable, 1u);
+  EXPECT_EQ(s.reserve_admitted, 1u);
   EXPECT_EQ(s.writes_dropped, 3u);  // s4, s5 and the release
   EXPECT_GE(s.sync_failures, 2u);
 }
@@ -340,9 +405,9 @@ TEST_F(RedisStoreTest, AReplicaRejoinsARestartedStoreAndRepublishes) {
             (InstanceLoad{.requests = 3, .prefill_tokens = 30, .tokens = 300}));
   EXPECT_DOUBLE_EQ(view->rate_factors.at("gpu0"), 2.0);
   // Admission works again on fresh connections (the old ones were closed).
-  absl::StatusOr<bool> r = b->Reserve("gpu0", "s2", 10, 100);
+  absl::StatusOr<Reservation> r = b->Reserve("gpu0", "s2", 10, 100, /*force=*/false);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(*r);
+  EXPECT_TRUE(r->admitted);
 }
 
 // The one test with the timer on: the I/O thread connects, writes and

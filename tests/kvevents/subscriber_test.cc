@@ -431,6 +431,9 @@ class HoldingRouter : public router::Router {
     return inner_->SessionRecord(session, now);
   }
   std::vector<router::PeerLoad> LocalLoad() const override { return inner_->LocalLoad(); }
+  std::vector<std::pair<int, std::string>> TakeResidencyDepartures() override {
+    return inner_->TakeResidencyDepartures();
+  }
   void SetPeerLoad(std::vector<router::PeerLoad> by_backend, absl::Time now) override {
     inner_->SetPeerLoad(std::move(by_backend), now);
   }
