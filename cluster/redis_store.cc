@@ -33,7 +33,9 @@ std::shared_ptr<spdlog::logger> Log() {
 // KEYS[1]: the instance's reservations (reservation id ->
 // "owner:tokens:serial:reserved at, ms"). ARGV: lease key prefix
 // ("kvroute:replica:"), owner, reservation id, tokens, fill, serial, now
-// (ms), force ("1"). Returns {1 admitted, 0 refused, -1 the owner's own
+// (ms), force ("1"), then (reservation id, serial) pairs of this owner's
+// releases queued for the instance, applied first as the release script
+// does. Returns {1 admitted, 0 refused, -1 the owner's own
 // lease is missing (its entry would be dropped by the next caller, so it
 // must not be made); the reserved tokens after; the entries evicted}.
 // Entries whose owner's lease is gone, or that do not parse, are dropped on
@@ -44,6 +46,13 @@ constexpr char kReserveScript[] = R"lua(
 local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
 local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
 if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0} end
+for i = 9, #ARGV - 1, 2 do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if v then
+    local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+$')
+    if who == owner and serial == ARGV[i + 1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
+  end
+end
 local entries = redis.call('HGETALL', KEYS[1])
 local alive = {[owner] = true}
 local sum = 0
@@ -694,10 +703,21 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   if (!conn.ok()) return outcome(conn.status());
   std::string sha;
   uint64_t serial = 0;
+  // This replica's releases queued for the instance go in the same script,
+  // first: a session swapped out to make room for this one frees it now,
+  // not at the next flush.
+  ReleaseMap releases;
   {
     absl::MutexLock lock(&mu_);
     sha = reserve_sha_;
     serial = ++next_serial_;
+    for (auto it = pending_releases_.begin(); it != pending_releases_.end();) {
+      if (it->first.first == instance) {
+        releases.insert(pending_releases_.extract(it++));
+      } else {
+        ++it;
+      }
+    }
   }
   redisSetTimeout(conn->context, TimevalOf(deadline - absl::Now()));
   std::vector<std::string> args = {"EVALSHA",
@@ -712,6 +732,10 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
                                    absl::StrCat(serial),
                                    absl::StrCat(absl::ToUnixMillis(absl::Now())),
                                    force ? "1" : "0"};
+  for (const auto& [key, release_serial] : releases) {
+    args.push_back(key.second);
+    args.push_back(absl::StrCat(release_serial));
+  }
   absl::StatusOr<Reply> r = Command(conn->context, args);
   if (r.ok() && (*r)->type == REDIS_REPLY_ERROR && ReplyText(r->get()).starts_with("NOSCRIPT")) {
     // The server restarted since SCRIPT LOAD; EVAL also caches it again.
@@ -720,16 +744,29 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
     r = Command(conn->context, args);
   }
   ReturnAdmission(*conn, r.ok());
-  if (!r.ok()) return outcome(r.status());
+  // The releases again for the next flush when the script may not have
+  // run: made twice, a release is a no-op.
+  auto requeue = [&] {
+    if (releases.empty()) return;
+    WriteBatch unwritten;
+    unwritten.releases = std::move(releases);
+    ReturnWrites(std::move(unwritten));
+  };
+  if (!r.ok()) {
+    requeue();
+    return outcome(r.status());
+  }
   const redisReply* reply = r->get();
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
       reply->element[0]->type != REDIS_REPLY_INTEGER ||
       reply->element[1]->type != REDIS_REPLY_INTEGER ||
       reply->element[2]->type != REDIS_REPLY_INTEGER) {
     const std::string why = reply->type == REDIS_REPLY_ERROR ? ReplyText(reply) : "malformed reply";
+    requeue();
     return outcome(absl::UnavailableError(absl::StrCat("cluster store: reserve: ", why)));
   }
   if (reply->element[0]->integer < 0) {
+    requeue();
     return outcome(absl::UnavailableError(
         "cluster store: this replica's lease is not in the store yet; deciding on local state"));
   }

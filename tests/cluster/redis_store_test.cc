@@ -306,6 +306,21 @@ TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation
   EXPECT_EQ(HeldTokens("gpu0"), 0);
 }
 
+TEST_F(RedisStoreTest, AReservationFirstAppliesTheReleasesQueuedForItsInstance) {
+  auto a = Store("a");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(a->Reserve("gpu0", "gone", 80, 100, false)->admitted);
+  ASSERT_TRUE(a->Reserve("gpu1", "other", 80, 100, false)->admitted);
+  a->Release("gpu0", "gone");
+  a->Release("gpu1", "other");
+  // No flush in between: the queued release of gpu0 makes the room.
+  ASSERT_TRUE(a->Reserve("gpu0", "next", 60, 100, false)->admitted);
+  EXPECT_EQ(HeldTokens("gpu0"), 60);
+  EXPECT_EQ(HeldTokens("gpu1"), 80);  // still queued
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_EQ(HeldTokens("gpu1"), 0);
+}
+
 TEST_F(RedisStoreTest, SessionHomesAreWrittenWithTheirTtlAndReadInABatch) {
   ClusterOptions o = Options("a");
   o.session_ttl_s = 30;
