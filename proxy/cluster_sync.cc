@@ -42,6 +42,26 @@ void RenderClusterMetrics(const cluster::ClusterStore& store, const router::Rout
   RenderCounter(out, "kvroute_cluster_writes_dropped_total",
                 "Writes to the cluster store dropped at cluster.max_pending_writes.",
                 static_cast<double>(s.writes_dropped));
+  absl::StrAppend(out,
+                  "# HELP kvroute_cluster_reservations_total Residency admissions asked of the "
+                  "cluster store, by what it answered: admitted (forced ones included), refused "
+                  "(the instance full across replicas), forced (others yielded to a turn whose "
+                  "wait ran out), unavailable (no answer: admitted on local state).\n"
+                  "# TYPE kvroute_cluster_reservations_total counter\n");
+  for (const auto& [outcome, n] : {std::pair{"admitted", s.reserve_admitted},
+                                   {"refused", s.reserve_refused},
+                                   {"forced", s.reserve_forced},
+                                   {"unavailable", s.reserve_unavailable}}) {
+    metrics::RenderSample(out, "kvroute_cluster_reservations_total", {{"outcome", outcome}},
+                          static_cast<double>(n));
+  }
+  RenderCounter(out, "kvroute_cluster_reservations_evicted_total",
+                "Reservations that yielded to a forced admission.",
+                static_cast<double>(s.reserve_evicted));
+  RenderCounter(out, "kvroute_cluster_admitted_over_fill_total",
+                "Admissions that left an instance's reservations, every replica's, beyond its "
+                "fill: a session larger than the fill alone; any other is a defect.",
+                static_cast<double>(s.reserve_over_fill));
   metrics::RenderGaugeHeader(out, "kvroute_cluster_peer_inflight_requests",
                              "Requests the other replicas have in flight on the backend, as of "
                              "the last sync.");
@@ -108,6 +128,29 @@ void ClusterSync::PublishSession(const std::string& session, absl::Time now) {
   store_->PublishHome(session, FormatSession((*specs)[p->backend].name, *p));
 }
 
+std::optional<cluster::Reservation> ClusterSync::Reserve(int backend, const std::string& session,
+                                                         int64_t footprint_tokens,
+                                                         int64_t fill_tokens, bool force) {
+  if (store_ == nullptr || session.empty() || !store_->connected()) return std::nullopt;
+  const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
+  if (backend < 0 || backend >= static_cast<int>(specs->size())) return std::nullopt;
+  ReleaseDepartures();
+  absl::StatusOr<cluster::Reservation> r =
+      store_->Reserve((*specs)[backend].name, session, footprint_tokens, fill_tokens, force);
+  if (!r.ok()) return std::nullopt;
+  return *r;
+}
+
+void ClusterSync::ReleaseDepartures() {
+  std::vector<std::pair<int, std::string>> departed = router_.TakeResidencyDepartures();
+  if (departed.empty()) return;
+  const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
+  for (auto& [backend, session] : departed) {
+    if (backend < 0 || backend >= static_cast<int>(specs->size())) continue;
+    store_->Release((*specs)[backend].name, std::move(session));
+  }
+}
+
 ClusterSync::ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s,
                          double interval_s, router::Router& router)
     : store_(std::move(store)), lease_s_(lease_s), interval_s_(interval_s), router_(router) {}
@@ -165,6 +208,7 @@ void ClusterSync::Run() {
 
 void ClusterSync::SyncOnce(absl::Time now) {
   if (store_ == nullptr) return;
+  ReleaseDepartures();
   const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
   const std::vector<router::PeerLoad> own = router_.LocalLoad();
   cluster::LoadByInstance publish;

@@ -68,10 +68,28 @@ class ClusterSync {
   std::optional<router::RequestFeatures::PeerSession> ReadSession(const std::string& session);
   void PublishSession(const std::string& session, absl::Time now);
 
+  // Residency admission across replicas: a session turn this replica's
+  // residency gate admitted on `backend` reserves its footprint there in
+  // the store, within `fill_tokens` of every replica's reservations
+  // (cluster::ClusterStore::Reserve; `force`: its wait ran out, others
+  // yield). The sessions that left this replica's residents since are
+  // given back first. One round trip on the caller's thread; nullopt at
+  // once while the store is unreachable or on a store error (the local
+  // admission stands: fail open).
+  std::optional<cluster::Reservation> Reserve(int backend, const std::string& session,
+                                              int64_t footprint_tokens, int64_t fill_tokens,
+                                              bool force);
+  // How long a refused turn waits before asking again: one sync interval,
+  // in which the peers' releases are written.
+  double retry_interval_s() const { return interval_s_; }
+
  private:
   ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s, double interval_s,
               router::Router& router);
   void Run();
+  // Queues the release of the reservations of the sessions that left this
+  // replica's residents (Router::TakeResidencyDepartures).
+  void ReleaseDepartures();
 
   // Shared with the metrics collector, which may outlive this object.
   std::shared_ptr<cluster::ClusterStore> store_;

@@ -364,6 +364,25 @@ net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
     co_return false;
   }
   TakeDispatch(c, a, go.dispatched);
+  // Several replicas: the room the gate gave it, made sure of across them.
+  ClusterSync* cluster = c.state.cluster.load(std::memory_order_acquire);
+  if (cluster == nullptr || !cluster->enabled() || go.dispatched.resident_fill_tokens <= 0) {
+    co_return true;
+  }
+  const absl::Duration bound = std::max(
+      absl::ZeroDuration(), c.cfg.router.residency.max_wait - absl::Seconds(go.waited_s));
+  const ClusterAdmission held =
+      co_await AwaitClusterAdmission(c.s, *cluster, go.dispatched, c.features.session_id, bound);
+  c.rec.cluster_admission = held.outcome;
+  c.rec.cluster_reserved_tokens = held.reserved_tokens;
+  c.rec.cluster_fill_tokens = held.fill_tokens;
+  c.rec.residency_wait_s += held.waited_s;
+  if (held.gone) {
+    c.leg = LegResult{};
+    c.leg.r.client_gone = true;
+    c.leg.r.error = "client disconnected";
+    co_return false;
+  }
   co_return true;
 }
 

@@ -85,6 +85,11 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Time("predicted_ttft_s", r.predicted_ttft_s);
   w.Time("predicted_transfer_s", r.predicted_transfer_s);
   w.Time("residency_wait_s", r.residency_wait_s);
+  if (!r.cluster_admission.empty()) {
+    w.Str("cluster_admission", r.cluster_admission);
+    w.Count("cluster_reserved_tokens", r.cluster_reserved_tokens);
+    w.Count("cluster_fill_tokens", r.cluster_fill_tokens);
+  }
   w.Str("outcome", r.outcome);
   if (!r.prompt.empty()) w.Str("prompt", r.prompt);
   return w.Done();

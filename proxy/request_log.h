@@ -55,6 +55,13 @@ struct RequestRecord {
   // Seconds the residency gate held the request back (router/residency_gate.h);
   // -1: not gated (no session, an offload, or the gate is off).
   double residency_wait_s = -1;
+  // Several replicas: the turn's reservation in the cluster store
+  // (proxy/residency_hold.h ClusterAdmission: "admitted", "waited",
+  // "forced", "unavailable"; empty: not asked), its instance's reserved
+  // tokens after it (every replica's) and fill; -1: not asked.
+  std::string cluster_admission;
+  int64_t cluster_reserved_tokens = -1;
+  int64_t cluster_fill_tokens = -1;
   // How the request ended: "ok" (served), "shed" (429 at admission: its
   // predicted TTFT was past its deadline, router/shed.h), "rejected" (refused
   // before routing: bad request, kvroute at its limits or draining, no

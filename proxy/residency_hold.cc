@@ -1,10 +1,14 @@
 #include "proxy/residency_hold.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+#include <tuple>
 #include <variant>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include "proxy/cluster_sync.h"
 #include "proxy/session.h"
 #include "proxy/shared_state.h"
 
@@ -51,6 +55,44 @@ net::awaitable<residency::ResidencyWait::Admitted> AwaitResidency(
   gone.gone = true;
   gone.waited_s = absl::ToDoubleSeconds(wait.clock().Now() - start);
   co_return gone;
+}
+
+net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& cluster,
+                                                       const router::Router::Dispatched& go,
+                                                       const std::string& session,
+                                                       absl::Duration bound) {
+  const residency::WaitClock& clock = s.state().residency->clock();
+  const absl::Time start = clock.Now();
+  const absl::Time deadline = start + bound;
+  ClusterAdmission out;
+  out.fill_tokens = go.resident_fill_tokens;
+  using namespace net::experimental::awaitable_operators;
+  for (bool waited = false;; waited = true) {
+    const absl::Time now = clock.Now();
+    const bool force = now >= deadline;
+    const std::optional<cluster::Reservation> r =
+        cluster.Reserve(go.decision.decode_backend, session, go.resident_footprint_tokens,
+                        go.resident_fill_tokens, force);
+    out.waited_s = absl::ToDoubleSeconds(clock.Now() - start);
+    if (!r) {
+      out.outcome = "unavailable";
+      co_return out;
+    }
+    if (r->admitted) {
+      out.outcome = force && r->evicted > 0 ? "forced" : waited ? "waited" : "admitted";
+      out.reserved_tokens = r->reserved_tokens;
+      co_return out;
+    }
+    const absl::Duration pause =
+        std::min(absl::Seconds(cluster.retry_interval_s()), deadline - now);
+    net::steady_timer timer(s.client().get_executor(), ToChrono(pause));
+    std::variant<std::tuple<boost::system::error_code>, std::monostate> first =
+        co_await (timer.async_wait(kUseTuple) || ClientLeft(s.client().socket()));
+    if (first.index() == 1) {
+      out.gone = true;
+      co_return out;
+    }
+  }
 }
 
 }  // namespace kvroute::proxy

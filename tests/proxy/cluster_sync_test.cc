@@ -34,15 +34,39 @@ class MemoryStore : public cluster::ClusterStore {
     return out;
   }
   std::shared_ptr<const cluster::PeerView> View() const override { return view; }
-  absl::StatusOr<bool> Reserve(absl::string_view, absl::string_view, int64_t, int64_t) override {
-    return absl::UnavailableError("not in this test");
+  // Admits what fits `fill_tokens` beside what is held, as the store's
+  // script does (forced: everything else yields).
+  absl::StatusOr<cluster::Reservation> Reserve(absl::string_view instance,
+                                               absl::string_view id, int64_t tokens,
+                                               int64_t fill_tokens, bool force) override {
+    if (!reachable) return absl::UnavailableError("unreachable");
+    auto& held = reserved[std::string(instance)];
+    int64_t others = 0;
+    for (const auto& [other, n] : held) others += other == id ? 0 : n;
+    cluster::Reservation r;
+    if (others > 0 && others + tokens > fill_tokens) {
+      if (!force) return cluster::Reservation{.admitted = false, .reserved_tokens = others};
+      r.evicted = static_cast<int64_t>(held.size()) - (held.contains(id) ? 1 : 0);
+      held.clear();
+      others = 0;
+    }
+    held[std::string(id)] = tokens;
+    r.admitted = true;
+    r.reserved_tokens = others + tokens;
+    return r;
   }
-  void Release(std::string, std::string) override {}
-  bool connected() const override { return true; }
+  void Release(std::string instance, std::string id) override {
+    released.emplace_back(instance, id);
+    reserved[instance].erase(id);
+  }
+  bool connected() const override { return reachable; }
   cluster::ClusterStoreStats stats() const override { return {}; }
 
   cluster::LoadByInstance published;
   absl::flat_hash_map<std::string, std::string> homes;
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int64_t>> reserved;
+  std::vector<std::pair<std::string, std::string>> released;
+  bool reachable = true;
   std::shared_ptr<const cluster::PeerView> view = std::make_shared<cluster::PeerView>();
 };
 
@@ -137,6 +161,68 @@ TEST(ClusterSyncTest, ASessionRecordTravelsBetweenReplicasByBackendName) {
   EXPECT_FALSE(sync_b->ReadSession("bad").has_value());
   store->homes["worse"] = "not a record";
   EXPECT_FALSE(sync_b->ReadSession("worse").has_value());
+}
+
+// A held session turn the residency gate admitted reserves its footprint,
+// within the instance's fill, under its instance's name; a session that has
+// left the gate's residents gives its reservation back at the next sync,
+// and one resident again keeps it.
+TEST(ClusterSyncTest, AnAdmittedTurnReservesItsRoomAndADepartureReleasesIt) {
+  auto store = std::make_shared<MemoryStore>();
+  router::Options o;
+  o.mode = "baseline";
+  o.default_capacity_tokens = 100000;
+  auto created = router::Router::Create(o, router::testing::LoopbackBackends(2));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<router::Router> router = *std::move(created);
+  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, *router);
+  sync->SyncOnce(kT0);  // departures are kept from the first sync on
+
+  router::RequestFeatures f = Req();
+  f.session_id = "s";
+  f.defer_kv_reservation = true;
+  f.prompt_bytes = std::string(4096, 'p');
+  f.chunk_hashes = router::HashPromptChunks(f.prompt_bytes, 256);
+  absl::StatusOr<router::RouteTicket> t = router->Route(f, kT0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->residency_gated);
+  ASSERT_EQ(t->residency_wait, 0u);  // nothing else resident: admitted at once
+  const router::Router::Dispatched go = router->Dispatch(*t, kT0);
+  ASSERT_GT(go.resident_footprint_tokens, 0);
+  EXPECT_EQ(go.resident_fill_tokens,
+            static_cast<int64_t>(o.residency.fill * 100000));
+  const std::string home = (*router->Backends())[go.decision.decode_backend].name;
+
+  std::optional<cluster::Reservation> r =
+      sync->Reserve(go.decision.decode_backend, "s", go.resident_footprint_tokens,
+                    go.resident_fill_tokens, /*force=*/false);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->admitted);
+  EXPECT_EQ(r->reserved_tokens, go.resident_footprint_tokens);
+  EXPECT_EQ(store->reserved[home].at("s"), go.resident_footprint_tokens);
+  // A peer's session that fills the instance is refused; forced, it makes
+  // this one yield.
+  EXPECT_FALSE(sync->Reserve(go.decision.decode_backend, "peer", go.resident_fill_tokens,
+                             go.resident_fill_tokens, false)
+                   ->admitted);
+  router->OnComplete(*t, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 10},
+                     kT0 + absl::Seconds(1));
+
+  // Still resident after its turn: nothing is released.
+  sync->SyncOnce(kT0 + absl::Seconds(2));
+  EXPECT_TRUE(store->released.empty());
+  // Idle past the resident window, it leaves its instance's residents, and
+  // its reservation goes at the next sync.
+  const absl::Time later = kT0 + o.session_resident_window + absl::Seconds(30);
+  router->TickResidency(later);
+  sync->SyncOnce(later);
+  EXPECT_EQ(store->released,
+            (std::vector<std::pair<std::string, std::string>>{{home, "s"}}));
+  EXPECT_FALSE(store->reserved[home].contains("s"));
+
+  // The store unreachable: no answer, the local admission stands.
+  store->reachable = false;
+  EXPECT_FALSE(sync->Reserve(go.decision.decode_backend, "s", 10, 100, false).has_value());
 }
 
 }  // namespace
