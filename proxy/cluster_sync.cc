@@ -212,8 +212,10 @@ void ClusterSync::SyncOnce(absl::Time now) {
   const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
   const std::vector<router::PeerLoad> own = router_.LocalLoad();
   cluster::LoadByInstance publish;
+  cluster::RateByInstance rates;
   for (size_t b = 0; b < specs->size() && b < own.size(); ++b) {
     if ((*specs)[b].retired) continue;
+    if (own[b].prefill_time_factor > 0) rates[(*specs)[b].name] = own[b].prefill_time_factor;
     publish[(*specs)[b].name] = {.requests = own[b].inflight_requests,
                                  .prefill_tokens = own[b].inflight_prefill_tokens,
                                  .tokens = own[b].inflight_tokens,
@@ -221,6 +223,7 @@ void ClusterSync::SyncOnce(absl::Time now) {
                                  .residents = own[b].resident_sessions};
   }
   store_->PublishLoad(std::move(publish));
+  store_->PublishRates(std::move(rates));
 
   // The peers' load, unless the store has been unreachable for longer than
   // a lease: their requests have ended or been retried since, and this
@@ -240,6 +243,10 @@ void ClusterSync::SyncOnce(absl::Time now) {
       }
       if (const auto it = view->residents.find((*specs)[b].name); it != view->residents.end()) {
         peers[b].resident_sessions.assign(it->second.begin(), it->second.end());
+      }
+      if (const auto it = view->rate_factors.find((*specs)[b].name);
+          it != view->rate_factors.end()) {
+        peers[b].prefill_time_factor = it->second;
       }
     }
   }

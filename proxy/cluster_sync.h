@@ -1,10 +1,12 @@
 // proxy::ClusterSync: this kvroute replica's side of the cluster store
 // (cluster/store.h, docs/design.md "Several replicas: the cluster store"):
 // every cluster.sync_interval_s it publishes the router's own in-flight
-// load and resident sessions per backend and hands the other live
-// replicas' to the router (Router::SetPeerLoad), so each replica places
-// requests on the fleet's whole load, not its share of it, and its
-// residency gate fills each instance with every replica's sessions. Its state is on /metrics
+// load, resident sessions and learned prefill time factors per backend and
+// hands the other live replicas' load and residents, and every replica's
+// factors merged, to the router (Router::SetPeerLoad), so each replica
+// places requests on the fleet's whole load, not its share of it, predicts
+// with what every replica learned, and its residency gate fills each
+// instance with every replica's sessions. Its state is on /metrics
 // (kvroute_cluster_*).
 //
 //   absl::StatusOr<std::unique_ptr<ClusterSync>> sync =

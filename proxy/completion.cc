@@ -374,6 +374,7 @@ net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
   const ClusterAdmission held =
       co_await AwaitClusterAdmission(c.s, *cluster, go.dispatched, c.features.session_id, bound);
   c.rec.cluster_admission = held.outcome;
+  c.rec.cluster_footprint_tokens = go.dispatched.resident_footprint_tokens;
   c.rec.cluster_reserved_tokens = held.reserved_tokens;
   c.rec.cluster_fill_tokens = held.fill_tokens;
   c.rec.residency_wait_s += held.waited_s;

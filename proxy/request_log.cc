@@ -87,6 +87,7 @@ std::string RequestRecordToJson(const RequestRecord& r) {
   w.Time("residency_wait_s", r.residency_wait_s);
   if (!r.cluster_admission.empty()) {
     w.Str("cluster_admission", r.cluster_admission);
+    w.Count("cluster_footprint_tokens", r.cluster_footprint_tokens);
     w.Count("cluster_reserved_tokens", r.cluster_reserved_tokens);
     w.Count("cluster_fill_tokens", r.cluster_fill_tokens);
   }

@@ -57,9 +57,11 @@ struct RequestRecord {
   double residency_wait_s = -1;
   // Several replicas: the turn's reservation in the cluster store
   // (proxy/residency_hold.h ClusterAdmission: "admitted", "waited",
-  // "forced", "unavailable"; empty: not asked), its instance's reserved
-  // tokens after it (every replica's) and fill; -1: not asked.
+  // "forced", "unavailable"; empty: not asked), the tokens it reserved, its
+  // instance's reserved tokens after it (every replica's) and fill; -1: not
+  // asked.
   std::string cluster_admission;
+  int64_t cluster_footprint_tokens = -1;
   int64_t cluster_reserved_tokens = -1;
   int64_t cluster_fill_tokens = -1;
   // How the request ended: "ok" (served), "shed" (429 at admission: its

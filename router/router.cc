@@ -190,6 +190,11 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     v.host_reload_tokens_est = 0;
     v.pool_reload_tokens_est = 0;
     v.prefill_time_factor = rates_.prefill_factor(b);
+    // Several replicas: the factor every replica learned of the instance,
+    // from all the traffic it sees, not this replica's share of it.
+    if (b < static_cast<int>(peer_load_.size()) && peer_load_[b].prefill_time_factor > 0) {
+      v.prefill_time_factor = peer_load_[b].prefill_time_factor;
+    }
     v.host_reload_time_factor = rates_.reload_factor(b);
   }
   if (options_.host_tier.aware && !reference) {

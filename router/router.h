@@ -150,6 +150,11 @@ struct PeerLoad {
   // footprint tokens): from LocalLoad, this replica's; to SetPeerLoad, the
   // others' (a session several hold: its largest footprint).
   std::vector<std::pair<std::string, int64_t>> resident_sessions = {};
+  // The backend's learned prefill time factor (router/rate_learner.h): from
+  // LocalLoad, this replica's, or 0 before its first sample; to SetPeerLoad,
+  // the fleet's (every live replica's with samples, merged), which this
+  // replica's predictions then use in place of its own; 0: none.
+  double prefill_time_factor = 0;
 };
 
 // The live sizing figures (Router::Sizing): the working set against the

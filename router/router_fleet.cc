@@ -1,6 +1,7 @@
 // The fleet side of RouterImpl (router/router_impl.h): backend slots,
 // health, engine gauges and KV events, capacities and reports.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <utility>
 
@@ -272,7 +273,8 @@ std::vector<PeerLoad> RouterImpl::LocalLoad() const {
               .inflight_prefill_tokens = load.inflight_prefill_tokens,
               .decoding_requests = load.decoding_requests,
               .inflight_tokens = load.inflight_tokens,
-              .resident_sessions = residency_.Residents(b)};
+              .resident_sessions = residency_.Residents(b),
+              .prefill_time_factor = rates_.prefill_samples(b) > 0 ? rates_.prefill_factor(b) : 0};
   }
   return out;
 }
@@ -286,6 +288,9 @@ void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
     p.inflight_prefill_tokens = std::max<int64_t>(0, p.inflight_prefill_tokens);
     p.decoding_requests = std::max<int64_t>(0, p.decoding_requests);
     p.inflight_tokens = std::max<int64_t>(0, p.inflight_tokens);
+    if (!(p.prefill_time_factor > 0) || !std::isfinite(p.prefill_time_factor)) {
+      p.prefill_time_factor = 0;
+    }
     for (auto& [session, tokens] : p.resident_sessions) {
       int64_t& held = residents[b][session];
       held = std::max(held, tokens);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -32,23 +33,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Kills a child after a delay, from its own thread, unless disarmed first.
-class ReplicaKiller {
+// Runs faults on a schedule, from its own thread, each `after_wall_s` into the run, until
+// disarmed: the ones not yet due then never run.
+class FaultTimer {
  public:
-  ReplicaKiller() = default;
-  ReplicaKiller(const ReplicaKiller&) = delete;
-  ReplicaKiller& operator=(const ReplicaKiller&) = delete;
-  ~ReplicaKiller() { Disarm(); }
+  FaultTimer() = default;
+  FaultTimer(const FaultTimer&) = delete;
+  FaultTimer& operator=(const FaultTimer&) = delete;
+  ~FaultTimer() { Disarm(); }
 
-  void Arm(ChildProcess* child, double after_wall_s, std::string name) {
-    thread_ = std::thread([this, child, after_wall_s, name = std::move(name)] {
-      absl::MutexLock lock(&mu_);
-      const bool disarmed =
-          mu_.AwaitWithTimeout(absl::Condition(&disarmed_), absl::Seconds(after_wall_s));
-      if (disarmed) return;
-      child->Kill();
-      spdlog::info("[{}] killed kvroute replica 0 (pid {}) {} s into the run", name, child->pid(),
-                   after_wall_s);
+  // Faults in the order they are due.
+  void Arm(std::vector<std::pair<double, std::function<void()>>> faults) {
+    if (faults.empty()) return;
+    thread_ = std::thread([this, faults = std::move(faults)] {
+      const absl::Time start = absl::Now();
+      for (const auto& [after_wall_s, fault] : faults) {
+        {
+          absl::MutexLock lock(&mu_);
+          const absl::Duration left = start + absl::Seconds(after_wall_s) - absl::Now();
+          if (mu_.AwaitWithTimeout(absl::Condition(&disarmed_), left)) return;
+        }
+        fault();
+      }
     });
   }
   void Disarm() {
@@ -84,12 +90,12 @@ absl::StatusOr<uint16_t> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// Starts redis-server on a free loopback port, without persistence, and waits until it
-// accepts connections; `url` receives its redis:// URL.
+// Starts redis-server on loopback `port` (0: a free one), without persistence, and waits
+// until it accepts connections; `url` receives its redis:// URL.
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartRedis(const std::string& bin,
                                                          const std::string& log,
                                                          std::chrono::milliseconds startup,
-                                                         std::string* url) {
+                                                         uint16_t port, std::string* url) {
   static const std::regex kReady("Ready to accept connections");
   std::string path = bin;
   // A bare name is looked up on PATH, as a shell would.
@@ -103,10 +109,13 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartRedis(const std::string& bin,
       }
     }
   }
-  absl::StatusOr<uint16_t> port = FreeLoopbackPort();
-  if (!port.ok()) return port.status();
+  if (port == 0) {
+    absl::StatusOr<uint16_t> free = FreeLoopbackPort();
+    if (!free.ok()) return free.status();
+    port = *free;
+  }
   absl::StatusOr<std::unique_ptr<ChildProcess>> redis =
-      ChildProcess::Start({path, "--bind", "127.0.0.1", "--port", absl::StrCat(*port), "--save", "",
+      ChildProcess::Start({path, "--bind", "127.0.0.1", "--port", absl::StrCat(port), "--save", "",
                            "--appendonly", "no"},
                           log);
   if (!redis.ok()) return redis.status();
@@ -115,7 +124,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartRedis(const std::string& bin,
                         absl::StrCat("redis-server (", bin, "): ", ready.status().message(),
                                      "; see ", log, " (deploy/install-deps.sh installs it)"));
   }
-  *url = absl::StrCat("redis://127.0.0.1:", *port);
+  *url = absl::StrCat("redis://127.0.0.1:", port);
   return redis;
 }
 
@@ -218,6 +227,11 @@ std::string FleetExtrasDescription(const AblationOptions& options) {
       absl::StrAppend(&out, absl::StrFormat(", replica 0 killed %g s into each configuration",
                                             options.kill_replica_at_s));
     }
+    if (options.kill_store_at_s >= 0) {
+      absl::StrAppend(&out, absl::StrFormat(", the store killed %g s into each configuration and "
+                                            "started again, empty, %g s later",
+                                            options.kill_store_at_s, options.store_down_s));
+    }
   }
   return out;
 }
@@ -252,6 +266,13 @@ int64_t MergeRequestLog(const std::string& path, RunResult& run) {
     if (const boost::json::value* c = o.if_contains("class");
         r.klass.empty() && c != nullptr && c->is_string()) {
       r.klass = std::string(c->as_string());
+    }
+    if (const boost::json::value* c = o.if_contains("cluster_admission");
+        c != nullptr && c->is_string()) {
+      r.cluster_admission = std::string(c->as_string());
+      r.cluster_footprint_tokens = static_cast<int64_t>(JsonNumber(o, "cluster_footprint_tokens"));
+      r.cluster_reserved_tokens = static_cast<int64_t>(JsonNumber(o, "cluster_reserved_tokens"));
+      r.cluster_fill_tokens = static_cast<int64_t>(JsonNumber(o, "cluster_fill_tokens"));
     }
     ++matched;
   }
@@ -420,6 +441,12 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
   if (options.cluster_store == "redis" && options.kvroute_replicas < 2) {
     return absl::InvalidArgumentError(
         "--cluster-store redis shares state between replicas: add --kvroute-replicas 2 or more");
+  }
+  if (options.kill_store_at_s >= 0 && options.cluster_store != "redis") {
+    return absl::InvalidArgumentError("--kill-store-at needs --cluster-store redis");
+  }
+  if (options.kill_store_at_s >= 0 && !(options.store_down_s >= 0)) {
+    return absl::InvalidArgumentError("--store-down-for: expected seconds >= 0");
   }
   if (options.kill_replica_at_s >= 0 && options.kvroute_replicas < 2) {
     return absl::InvalidArgumentError(
@@ -590,7 +617,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (options.cluster_store == "redis") {
       absl::StatusOr<std::unique_ptr<ChildProcess>> redis =
           StartRedis(options.redis_server_bin, (dir / "redis.log").string(), startup,
-                     &with_profile.cluster_store);
+                     /*port=*/0, &with_profile.cluster_store);
       if (!redis.ok()) return redis.status();
       store = *std::move(redis);
     }
@@ -628,15 +655,53 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     }
     ro.target = ro.replicas.front();
     if (replicas == 1) ro.replicas.clear();
-    // The replica killed mid-run, as a crash: the clients fail over to the next one.
-    ReplicaKiller killer;
+    // Faults mid-run: a replica killed, as a crash (the clients fail over to the next
+    // one); the store killed and started again, empty, on its port after store_down_s.
+    std::vector<std::pair<double, std::function<void()>>> faults;
     if (replicas > 1 && options.kill_replica_at_s >= 0) {
-      killer.Arm(proxies.front().get(), options.kill_replica_at_s * ro.time_scale, config.name);
+      faults.emplace_back(options.kill_replica_at_s * ro.time_scale, [&] {
+        proxies.front()->Kill();
+        spdlog::info("[{}] killed kvroute replica 0 (pid {}) {} s into the run", config.name,
+                     proxies.front()->pid(), options.kill_replica_at_s * ro.time_scale);
+      });
     }
+    std::unique_ptr<ChildProcess> store_again;  // written by the fault thread until Disarm
+    if (store != nullptr && options.kill_store_at_s >= 0) {
+      faults.emplace_back(options.kill_store_at_s * ro.time_scale, [&] {
+        store->Kill();
+        spdlog::info("[{}] killed the cluster store {} s into the run", config.name,
+                     options.kill_store_at_s * ro.time_scale);
+      });
+      faults.emplace_back((options.kill_store_at_s + options.store_down_s) * ro.time_scale, [&] {
+        uint32_t port = 0;
+        std::string url;
+        const std::string& was = with_profile.cluster_store;
+        if (!absl::SimpleAtoi(was.substr(was.rfind(':') + 1), &port) || port == 0 || port > 65535) {
+          spdlog::error("[{}] no port in the cluster store's URL {}", config.name, was);
+          return;
+        }
+        absl::StatusOr<std::unique_ptr<ChildProcess>> again =
+            StartRedis(options.redis_server_bin, (dir / "redis.log").string(), startup,
+                       static_cast<uint16_t>(port), &url);
+        if (!again.ok()) {
+          spdlog::error("[{}] the cluster store did not start again: {}", config.name,
+                        again.status().ToString());
+          return;
+        }
+        store_again = *std::move(again);
+        spdlog::info("[{}] the cluster store is back (empty) {} s into the run", config.name,
+                     (options.kill_store_at_s + options.store_down_s) * ro.time_scale);
+      });
+    }
+    std::sort(faults.begin(), faults.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    FaultTimer fault_timer;
+    fault_timer.Arm(std::move(faults));
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
-    killer.Disarm();
+    fault_timer.Disarm();
     for (auto& proxy : proxies) proxy->Stop();  // flushes and closes the request logs
     if (store != nullptr) store->Stop();
+    if (store_again != nullptr) store_again->Stop();
     (*sim)->Stop();
     if (result.ok()) {
       int64_t matched = 0;
@@ -658,6 +723,26 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
             "[{}] {} replicas: {} requests failed over; failed on replica 0 or after failing "
             "over: {} after the response began, {} before",
             config.name, replicas, failed_over, lost_streaming, lost_before);
+        if (store != nullptr) {
+          // What the store's outage cost, and the residency admissions across replicas as
+          // the replicas' request logs tell them.
+          int64_t failed = 0, asked = 0, beyond_fill = 0;
+          absl::flat_hash_map<std::string, int64_t> by_outcome;
+          for (const RequestRecord& q : result->requests) {
+            failed += !q.ok() && q.outcome() != RequestOutcome::kShed ? 1 : 0;
+            if (q.cluster_admission.empty()) continue;
+            ++asked;
+            ++by_outcome[q.cluster_admission];
+            beyond_fill += q.cluster_reserved_tokens > q.cluster_fill_tokens &&
+                           q.cluster_reserved_tokens > q.cluster_footprint_tokens;
+          }
+          spdlog::info(
+              "[{}] cluster store: {} requests failed (shed ones aside); {} residency admissions "
+              "across replicas ({} admitted, {} after waiting, {} forced, {} without the store), "
+              "{} left an instance beyond its fill",
+              config.name, failed, asked, by_outcome["admitted"], by_outcome["waited"],
+              by_outcome["forced"], by_outcome["unavailable"], beyond_fill);
+        }
       }
     }
     if (absl::Status s = finish_run(std::move(result)); !s.ok()) return s;

@@ -86,6 +86,11 @@ struct AblationOptions {
   // What the replicas share state through: "none", or "redis" (the bench starts a
   // redis-server on a free loopback port per configuration, `redis_server_bin`).
   std::string cluster_store = "none";
+  // Modelled seconds after a configuration's start at which the cluster store is killed
+  // (SIGKILL), and how long it stays down before it starts again, empty, on its port;
+  // negative: never. Needs cluster_store "redis".
+  double kill_store_at_s = -1;
+  double store_down_s = 20;
   std::string redis_server_bin = "redis-server";
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.

@@ -353,6 +353,15 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
   cmd->add_option("--redis-server-bin", abl.redis_server_bin,
                   "redis-server binary for --cluster-store redis")
       ->capture_default_str();
+  cmd->add_option("--kill-store-at", abl.kill_store_at_s,
+                  "kill the cluster store (SIGKILL) this many modelled seconds into each "
+                  "configuration; it starts again, empty, on its port --store-down-for seconds "
+                  "later (needs --cluster-store redis; negative: never)")
+      ->capture_default_str();
+  cmd->add_option("--store-down-for", abl.store_down_s,
+                  "modelled seconds the cluster store stays down after --kill-store-at")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--kill-replica-at", abl.kill_replica_at_s,
                   "kill kvroute replica 0 (SIGKILL) this many modelled seconds into each "
                   "configuration (needs --kvroute-replicas 2 or more; negative: never)")

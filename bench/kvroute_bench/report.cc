@@ -126,6 +126,35 @@ json::object SummaryJson(const RunSummary& s) {
   return o;
 }
 
+// Several replicas sharing a store: their residency admissions by outcome, from the
+// replicas' request logs, and the check that none left its instance beyond its fill
+// (reserved tokens after it, every replica's, above the fill and above its own).
+// Empty without any.
+json::object ClusterAdmissionsJson(const RunResult& r) {
+  json::object by_outcome;
+  int64_t asked = 0, over_fill = 0;
+  double peak_fill = 0;
+  for (const RequestRecord& q : r.requests) {
+    if (q.cluster_admission.empty()) continue;
+    ++asked;
+    json::value& n = by_outcome[q.cluster_admission];
+    n = (n.is_int64() ? n.as_int64() : 0) + 1;
+    if (q.cluster_reserved_tokens < 0 || q.cluster_fill_tokens <= 0) continue;
+    peak_fill = std::max(peak_fill, static_cast<double>(q.cluster_reserved_tokens) /
+                                        static_cast<double>(q.cluster_fill_tokens));
+    // A session larger than the fill on its own is admitted alone, as one replica does.
+    if (q.cluster_reserved_tokens > q.cluster_fill_tokens &&
+        q.cluster_reserved_tokens > q.cluster_footprint_tokens) {
+      ++over_fill;
+    }
+  }
+  if (asked == 0) return {};
+  return json::object{{"asked", asked},
+                      {"by_outcome", std::move(by_outcome)},
+                      {"beyond_fill", over_fill},
+                      {"peak_reserved_of_fill", peak_fill}};
+}
+
 const ClassSummary* FindClass(const RunSummary& s, std::string_view klass) {
   for (const ClassSummary& c : s.classes) {
     if (c.klass == klass) return &c;
@@ -464,9 +493,16 @@ json::value ReportJson(const Report& report) {
                                   {"gaps", q.gaps},
                                   {"compute_floor_s", q.compute_floor_s},
                                   {"replica", q.replica},
-                                  {"failovers", q.failovers}});
+                                  {"failovers", q.failovers},
+                                  {"cluster_admission", q.cluster_admission},
+                                  {"cluster_footprint_tokens", q.cluster_footprint_tokens},
+                                  {"cluster_reserved_tokens", q.cluster_reserved_tokens},
+                                  {"cluster_fill_tokens", q.cluster_fill_tokens}});
     }
     o["requests"] = std::move(reqs);
+    if (const json::object cluster = ClusterAdmissionsJson(r); !cluster.empty()) {
+      o["cluster_admissions"] = cluster;
+    }
     // Inter-token gaps (wall seconds) as sparse [bucket, count] pairs of LogHistogram.
     json::object itl;
     for (const auto& [klass, h] : r.itl_by_class) {

@@ -139,7 +139,20 @@ TEST(SmokeAblationTest, ReplicasShareThroughARedisTheBenchStarts) {
   WorkloadSpec w = ShortJobs(/*jobs=*/2, /*turns=*/2);
   absl::StatusOr<Report> report = RunAblation(o, w);
   ASSERT_TRUE(report.ok()) << report.status() << " (deploy/install-deps.sh installs redis-server)";
-  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
+  int admissions = 0;
+  for (const RequestRecord& r : report->runs[0].requests) {
+    EXPECT_TRUE(r.ok()) << r.error;
+    // Session turns the residency gate admitted reserve their room in the store, within
+    // the fill (a session larger than the fill only alone).
+    if (r.cluster_admission.empty() || r.cluster_admission == "unavailable") continue;
+    ++admissions;
+    EXPECT_GT(r.cluster_footprint_tokens, 0);
+    EXPECT_GT(r.cluster_fill_tokens, 0);
+    EXPECT_TRUE(r.cluster_reserved_tokens <= r.cluster_fill_tokens ||
+                r.cluster_reserved_tokens == r.cluster_footprint_tokens)
+        << r.cluster_reserved_tokens << " reserved, fill " << r.cluster_fill_tokens;
+  }
+  EXPECT_GT(admissions, 0) << "no session turn reserved its room in the store";
   const std::string yaml = ReadFile(out / "baseline" / "kvroute.yaml");
   EXPECT_NE(yaml.find("cluster: {store: \"redis://127.0.0.1:"), std::string::npos) << yaml;
   for (int i = 0; i < 2; ++i) {
@@ -167,6 +180,40 @@ TEST(SmokeAblationTest, KillingAReplicaNeedsAnother) {
   ASSERT_FALSE(report.ok());
   EXPECT_NE(report.status().message().find("--kvroute-replicas"), std::string::npos)
       << report.status();
+  // Nor can a store that is not there be killed.
+  o.cluster_store = "none";
+  o.kill_store_at_s = 3;
+  report = RunAblation(o, w);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("--cluster-store redis"), std::string::npos)
+      << report.status();
+}
+
+// The store killed mid-run and started again, empty, on its port: the replicas route on
+// their own state meanwhile (no request fails because of it) and rejoin it.
+TEST(SmokeAblationTest, AStoreKilledMidRunCostsNoRequest) {
+  AblationOptions o;
+  const std::filesystem::path out = BaselineOnTheSmokeFleet("kvb_store_kill_", o);
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  o.kvroute_replicas = 2;
+  o.cluster_store = "redis";
+  o.kill_store_at_s = 1;
+  o.store_down_s = 2;
+  o.log_level = "info";
+  WorkloadSpec w = ShortJobs(/*jobs=*/3, /*turns=*/3);
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status() << " (deploy/install-deps.sh installs redis-server)";
+  ASSERT_EQ(report->runs[0].requests.size(), 9u);
+  for (const RequestRecord& r : report->runs[0].requests) EXPECT_TRUE(r.ok()) << r.error;
+  // Two "Ready to accept connections": the store started again on the same port.
+  const std::string log = ReadFile(out / "baseline" / "redis.log");
+  size_t starts = 0;
+  for (size_t at = log.find("Ready to accept"); at != std::string::npos;
+       at = log.find("Ready to accept", at + 1)) {
+    ++starts;
+  }
+  EXPECT_EQ(starts, 2u) << log;
+  std::filesystem::remove_all(out);
 }
 
 std::string ReadFile(const std::filesystem::path& p) {

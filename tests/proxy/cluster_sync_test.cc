@@ -23,7 +23,7 @@ const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 class MemoryStore : public cluster::ClusterStore {
  public:
   void PublishLoad(cluster::LoadByInstance load) override { published = std::move(load); }
-  void PublishRates(cluster::RateByInstance) override {}
+  void PublishRates(cluster::RateByInstance r) override { rates = std::move(r); }
   void PublishHome(std::string session, std::string home) override { homes[session] = home; }
   absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHomes(
       absl::Span<const std::string> sessions) override {
@@ -63,6 +63,7 @@ class MemoryStore : public cluster::ClusterStore {
   cluster::ClusterStoreStats stats() const override { return {}; }
 
   cluster::LoadByInstance published;
+  cluster::RateByInstance rates;
   absl::flat_hash_map<std::string, std::string> homes;
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int64_t>> reserved;
   std::vector<std::pair<std::string, std::string>> released;
@@ -223,6 +224,49 @@ TEST(ClusterSyncTest, AnAdmittedTurnReservesItsRoomAndADepartureReleasesIt) {
   // The store unreachable: no answer, the local admission stands.
   store->reachable = false;
   EXPECT_FALSE(sync->Reserve(go.decision.decode_backend, "s", 10, 100, false).has_value());
+}
+
+// The factors this replica learned go out by backend name; the fleet's
+// merged factors come back into its predictions.
+TEST(ClusterSyncTest, LearnedRatesGoOutByNameAndTheFleetsComeBack) {
+  auto store = std::make_shared<MemoryStore>();
+  router::Options o = router::testing::PlacementTestOptions();
+  o.mode = "baseline";
+  o.offload_cost_known = true;
+  auto created = router::Router::Create(o, router::testing::LoopbackBackends(2));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<router::Router> router = *std::move(created);
+  const std::string gpu1 = (*router->Backends())[1].name;
+  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, *router);
+
+  // One cold 10,000-token stream on gpu1 (1 s modelled) takes 2 s.
+  router::RequestFeatures f = Req();
+  f.stream = true;
+  f.avoid_backends = {0};
+  f.prompt_bytes = std::string(40000, 'c');
+  f.chunk_hashes = router::HashPromptChunks(f.prompt_bytes, 256);
+  absl::StatusOr<router::RouteTicket> t = router->Route(f, kT0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->decision.decode_backend, 1);
+  router->OnFirstToken(*t, kT0 + absl::Seconds(2));
+  router->OnComplete(*t, {.ok = true, .served_by = 1}, kT0 + absl::Seconds(2));
+  sync->SyncOnce(kT0 + absl::Seconds(3));
+  ASSERT_TRUE(store->rates.contains(gpu1));
+  EXPECT_GT(store->rates.at(gpu1), 1.0);
+  EXPECT_EQ(store->rates.size(), 1u);  // gpu0 has learned nothing
+
+  auto view = std::make_shared<cluster::PeerView>();
+  view->rate_factors[gpu1] = 4.0;
+  view->synced_at = kT0 + absl::Seconds(3);
+  view->stale = false;
+  store->view = view;
+  sync->SyncOnce(kT0 + absl::Seconds(3));
+  router::RequestFeatures next = f;
+  next.prompt_bytes = std::string(40000, 'd');
+  next.chunk_hashes = router::HashPromptChunks(next.prompt_bytes, 256);
+  absl::StatusOr<router::RouteTicket> u = router->Route(next, kT0 + absl::Seconds(4));
+  ASSERT_TRUE(u.ok());
+  EXPECT_NEAR(u->decision.predicted_ttft_s, 4.0, 1e-6);
 }
 
 }  // namespace

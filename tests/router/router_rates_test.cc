@@ -126,6 +126,38 @@ TEST(RouterRatesTest, LearnsASlowInstanceFromFirstTokens) {
   EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
 }
 
+// Several replicas: a replica publishes the factors it has learned (none
+// before its first sample), and predicts with the fleet's merged factor the
+// cluster store hands back, in place of its own, until a view without one.
+TEST(RouterRatesTest, PredictsWithThePeersMergedFactor) {
+  auto r = Make(RatesOptions("baseline"));
+  absl::Time now = kT0;
+  EXPECT_EQ(r->LocalLoad()[1].prefill_time_factor, 0);  // nothing learned yet
+  for (int i = 0; i < 30; ++i) {
+    RequestFeatures f = Req(i, 10000);
+    f.avoid_backends = {0};
+    RouteAndServe(*r, f, 2.0, now);
+  }
+  EXPECT_NEAR(r->LocalLoad()[1].prefill_time_factor, 2.0, 0.02);
+  EXPECT_EQ(r->LocalLoad()[0].prefill_time_factor, 0);
+
+  std::vector<PeerLoad> fleet(2);
+  fleet[1].prefill_time_factor = 3.0;  // the replicas' factors, merged
+  r->SetPeerLoad(fleet, now);
+  RequestFeatures next = Req(100, 10000);
+  next.avoid_backends = {0};
+  absl::StatusOr<RouteTicket> shared = r->Route(next, now);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_NEAR(shared->decision.predicted_ttft_s, 3.0, 1e-9);
+  r->OnComplete(*shared, {.ok = false}, now);
+  // The own factor is unchanged; a view without one falls back to it.
+  EXPECT_NEAR(PrefillFactor(*r, 1), 2.0, 0.02);
+  r->SetPeerLoad({}, now);
+  RequestFeatures again = Req(101, 10000);
+  again.avoid_backends = {0};
+  EXPECT_NEAR(r->Route(again, now)->decision.predicted_ttft_s, PrefillFactor(*r, 1), 1e-9);
+}
+
 // v1_cost decides MEDIUM requests by the placement cost under
 // heavy_threshold auto. On an idle fleet both instances tie and the first
 // wins, until it has been learned to be twice as slow.
