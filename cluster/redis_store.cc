@@ -35,17 +35,20 @@ std::shared_ptr<spdlog::logger> Log() {
 // ("kvroute:replica:"), owner, reservation id, tokens, fill, serial, now
 // (ms), force ("1"), then (reservation id, serial) pairs of this owner's
 // releases queued for the instance, applied first as the release script
-// does. Returns {1 admitted, 0 refused, -1 the owner's own
-// lease is missing (its entry would be dropped by the next caller, so it
-// must not be made); the reserved tokens after; the entries evicted}.
+// does. Returns {1 admitted, 0 refused, -1 the owner's own lease is missing
+// (its entry would be dropped by the next caller, so it must not be made);
+// the reserved tokens after; the entries evicted; 1 if a live entry was held
+// under the id already}.
 // Entries whose owner's lease is gone, or that do not parse, are dropped on
 // the way; an entry under the same reservation id is replaced, so it does
-// not count against itself. Forced, the others are evicted the least
-// recently reserved first until this one fits.
+// not count against itself, and is admitted whatever the others hold: it is
+// a resident session's next turn, which the local gate admits at once too
+// (its footprint grows with its context). Forced, the others are evicted the
+// least recently reserved first until this one fits.
 constexpr char kReserveScript[] = R"lua(
 local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
 local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
-if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0} end
+if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0, 0} end
 for i = 9, #ARGV - 1, 2 do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v then
@@ -57,8 +60,9 @@ local entries = redis.call('HGETALL', KEYS[1])
 local alive = {[owner] = true}
 local sum = 0
 local others = {}
+local held = 0
 for i = 1, #entries, 2 do
-  local who, held, _, at = string.match(entries[i + 1], '^(.*):(%d+):(%d+):(%d+)$')
+  local who, n, _, at = string.match(entries[i + 1], '^(.*):(%d+):(%d+):(%d+)$')
   if who == nil then
     redis.call('HDEL', KEYS[1], entries[i])
   else
@@ -68,14 +72,16 @@ for i = 1, #entries, 2 do
     if not alive[who] then
       redis.call('HDEL', KEYS[1], entries[i])
     elseif entries[i] ~= id then
-      sum = sum + tonumber(held)
-      table.insert(others, {entries[i], tonumber(held), tonumber(at)})
+      sum = sum + tonumber(n)
+      table.insert(others, {entries[i], tonumber(n), tonumber(at)})
+    else
+      held = 1
     end
   end
 end
 local evicted = 0
-if sum > 0 and sum + tokens > fill then
-  if ARGV[8] ~= '1' then return {0, sum, 0} end
+if held == 0 and sum > 0 and sum + tokens > fill then
+  if ARGV[8] ~= '1' then return {0, sum, 0, 0} end
   table.sort(others, function(x, y) return x[3] < y[3] end)
   for _, o in ipairs(others) do
     if sum + tokens <= fill then break end
@@ -85,7 +91,7 @@ if sum > 0 and sum + tokens > fill then
   end
 end
 redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens .. ':' .. ARGV[6] .. ':' .. ARGV[7])
-return {1, sum + tokens, evicted}
+return {1, sum + tokens, evicted, held}
 )lua";
 
 // Release: deletes the entry only if this replica made it with this serial
@@ -757,10 +763,14 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
     return outcome(r.status());
   }
   const redisReply* reply = r->get();
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-      reply->element[0]->type != REDIS_REPLY_INTEGER ||
-      reply->element[1]->type != REDIS_REPLY_INTEGER ||
-      reply->element[2]->type != REDIS_REPLY_INTEGER) {
+  const auto integers = [](const redisReply* a) {
+    if (a->type != REDIS_REPLY_ARRAY || a->elements != 4) return false;
+    for (size_t i = 0; i < a->elements; ++i) {
+      if (a->element[i]->type != REDIS_REPLY_INTEGER) return false;
+    }
+    return true;
+  };
+  if (!integers(reply)) {
     const std::string why = reply->type == REDIS_REPLY_ERROR ? ReplyText(reply) : "malformed reply";
     requeue();
     return outcome(absl::UnavailableError(absl::StrCat("cluster store: reserve: ", why)));
@@ -774,13 +784,16 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   out.admitted = reply->element[0]->integer == 1;
   out.reserved_tokens = reply->element[1]->integer;
   out.evicted = reply->element[2]->integer;
+  out.continued = reply->element[3]->integer == 1;
   if (out.admitted) {
     absl::MutexLock lock(&mu_);
     std::pair<std::string, std::string> key{std::string(instance), std::string(reservation_id)};
     // A release queued before this reservation must not delete it: the
     // serial it names is older.
     held_[std::move(key)] = serial;
-    if (out.reserved_tokens > fill_tokens) ++stats_.reserve_over_fill;
+    if (!out.continued && out.reserved_tokens > fill_tokens && out.reserved_tokens > tokens) {
+      ++stats_.reserve_over_fill;
+    }
   }
   return outcome(out);
 }

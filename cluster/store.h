@@ -91,6 +91,10 @@ struct Reservation {
   int64_t reserved_tokens = 0;
   // Other reservations a forced admission made yield.
   int64_t evicted = 0;
+  // A live reservation was held under the id already (by any replica): a
+  // resident session's next turn, admitted whatever the others hold, as the
+  // local gate admits it, its footprint replaced by this one.
+  bool continued = false;
 };
 
 // Counters for /metrics; monotonic except `connected`.
@@ -104,7 +108,8 @@ struct ClusterStoreStats {
   uint64_t reserve_refused = 0;      // the instance's fill reached
   uint64_t reserve_forced = 0;       // admitted by making others yield
   uint64_t reserve_evicted = 0;      // reservations that yielded to forced ones
-  uint64_t reserve_over_fill = 0;    // admitted beyond the fill (one reservation larger than it)
+  uint64_t reserve_over_fill = 0;    // new admissions beyond the fill, a lone one larger than it
+                                     // aside (a resident's growing footprint is no admission)
   uint64_t reserve_unavailable = 0;  // store error or unreachable: caller failed open
 };
 
@@ -138,8 +143,9 @@ class ClusterStore {
   // replica plus `tokens` stay within `fill_tokens`, or none is live (so a
   // session larger than the fill still gets its turn, as the local residency
   // gate admits it). Reservations whose owner's lease has expired are dropped
-  // first; one already held under the same id (by any replica) is replaced,
-  // not counted against itself. `force` (a turn whose wait ran out) admits
+  // first; one already held under the same id (by any replica) is a resident
+  // session's next turn: replaced, not counted against itself, and admitted
+  // whatever the others hold (Reservation::continued). `force` (a turn whose wait ran out) admits
   // whatever the others hold: their reservations yield, the least recently
   // reserved first, until this one fits, as a local waiter past its bound
   // makes residents yield. One round trip on the caller's thread, bounded

@@ -59,8 +59,9 @@ void RenderClusterMetrics(const cluster::ClusterStore& store, const router::Rout
                 "Reservations that yielded to a forced admission.",
                 static_cast<double>(s.reserve_evicted));
   RenderCounter(out, "kvroute_cluster_admitted_over_fill_total",
-                "Admissions that left an instance's reservations, every replica's, beyond its "
-                "fill: a session larger than the fill alone; any other is a defect.",
+                "New admissions that left an instance's reservations, every replica's, beyond "
+                "its fill beside others' (a session larger than the fill on its own, or a "
+                "resident's growing context, is none): 0 unless something is wrong.",
                 static_cast<double>(s.reserve_over_fill));
   metrics::RenderGaugeHeader(out, "kvroute_cluster_peer_inflight_requests",
                              "Requests the other replicas have in flight on the backend, as of "
@@ -180,8 +181,10 @@ absl::StatusOr<std::unique_ptr<ClusterSync>> ClusterSync::Start(const Config& co
 }
 
 std::unique_ptr<ClusterSync> ClusterSync::ForStore(std::shared_ptr<cluster::ClusterStore> store,
-                                                   double lease_s, router::Router& router) {
-  return std::unique_ptr<ClusterSync>(new ClusterSync(std::move(store), lease_s, 0, router));
+                                                   double lease_s, router::Router& router,
+                                                   double interval_s) {
+  return std::unique_ptr<ClusterSync>(
+      new ClusterSync(std::move(store), lease_s, interval_s, router));
 }
 
 ClusterSync::~ClusterSync() { Stop(); }

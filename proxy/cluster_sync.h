@@ -48,9 +48,10 @@ class ClusterSync {
                                                             router::Router& router,
                                                             metrics::Registry& registry);
   // For tests: the same over a given store, with no thread of its own
-  // (drive it with SyncOnce).
+  // (drive it with SyncOnce); `interval_s` is retry_interval_s().
   static std::unique_ptr<ClusterSync> ForStore(std::shared_ptr<cluster::ClusterStore> store,
-                                               double lease_s, router::Router& router);
+                                               double lease_s, router::Router& router,
+                                               double interval_s = 0.01);
   ~ClusterSync();
   ClusterSync(const ClusterSync&) = delete;
   ClusterSync& operator=(const ClusterSync&) = delete;

@@ -56,8 +56,8 @@ struct RequestRecord {
   // -1: not gated (no session, an offload, or the gate is off).
   double residency_wait_s = -1;
   // Several replicas: the turn's reservation in the cluster store
-  // (proxy/residency_hold.h ClusterAdmission: "admitted", "waited",
-  // "forced", "unavailable"; empty: not asked), the tokens it reserved, its
+  // (proxy/residency_hold.h ClusterAdmission: "resident", "admitted",
+  // "waited", "forced", "unavailable"; empty: not asked), the tokens it reserved, its
   // instance's reserved tokens after it (every replica's) and fill; -1: not
   // asked.
   std::string cluster_admission;

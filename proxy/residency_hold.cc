@@ -79,7 +79,10 @@ net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& 
       co_return out;
     }
     if (r->admitted) {
-      out.outcome = force && r->evicted > 0 ? "forced" : waited ? "waited" : "admitted";
+      out.outcome = r->continued            ? "resident"
+                    : force && r->evicted > 0 ? "forced"
+                    : waited                  ? "waited"
+                                              : "admitted";
       out.reserved_tokens = r->reserved_tokens;
       co_return out;
     }

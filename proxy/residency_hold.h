@@ -27,6 +27,7 @@ net::awaitable<residency::ResidencyWait::Admitted> AwaitResidency(Session& s,
 
 // What the cluster store said of an admitted turn.
 struct ClusterAdmission {
+  // "resident" (the session held its reservation already: its next turn),
   // "admitted" (it fitted), "waited" (it fitted after waiting for room),
   // "forced" (its wait ran out: others' reservations yielded),
   // "unavailable" (no store answer: the local admission stands).

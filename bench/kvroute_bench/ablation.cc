@@ -733,15 +733,16 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
             if (q.cluster_admission.empty()) continue;
             ++asked;
             ++by_outcome[q.cluster_admission];
-            beyond_fill += q.cluster_reserved_tokens > q.cluster_fill_tokens &&
+            beyond_fill += q.cluster_admission != "resident" &&
+                           q.cluster_reserved_tokens > q.cluster_fill_tokens &&
                            q.cluster_reserved_tokens > q.cluster_footprint_tokens;
           }
           spdlog::info(
               "[{}] cluster store: {} requests failed (shed ones aside); {} residency admissions "
-              "across replicas ({} admitted, {} after waiting, {} forced, {} without the store), "
-              "{} left an instance beyond its fill",
-              config.name, failed, asked, by_outcome["admitted"], by_outcome["waited"],
-              by_outcome["forced"], by_outcome["unavailable"], beyond_fill);
+              "across replicas ({} resident sessions' next turns, {} admitted, {} after "
+              "waiting, {} forced, {} without the store), {} left an instance beyond its fill",
+              config.name, failed, asked, by_outcome["resident"], by_outcome["admitted"],
+              by_outcome["waited"], by_outcome["forced"], by_outcome["unavailable"], beyond_fill);
         }
       }
     }

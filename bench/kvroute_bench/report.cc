@@ -142,8 +142,9 @@ json::object ClusterAdmissionsJson(const RunResult& r) {
     if (q.cluster_reserved_tokens < 0 || q.cluster_fill_tokens <= 0) continue;
     peak_fill = std::max(peak_fill, static_cast<double>(q.cluster_reserved_tokens) /
                                         static_cast<double>(q.cluster_fill_tokens));
-    // A session larger than the fill on its own is admitted alone, as one replica does.
-    if (q.cluster_reserved_tokens > q.cluster_fill_tokens &&
+    // A session larger than the fill on its own is admitted alone, as one replica does; a
+    // resident session's next turn is no admission (its footprint grows with its context).
+    if (q.cluster_admission != "resident" && q.cluster_reserved_tokens > q.cluster_fill_tokens &&
         q.cluster_reserved_tokens > q.cluster_footprint_tokens) {
       ++over_fill;
     }

@@ -227,6 +227,28 @@ TEST_F(RedisStoreTest, ReleaseFreesAndReservingAgainReplaces) {
   // The same id again replaces its entry rather than counting twice.
   EXPECT_TRUE(a->Reserve("gpu0", "s1", 90, 100, false)->admitted);
   EXPECT_EQ(HeldTokens("gpu0"), 90);
+  // b's session, admitted beside it, grows past the fill: its next turn is a
+  // resident's, admitted whatever the others hold, and no new admission
+  // beyond the fill.
+  a->Release("gpu0", "s1");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 60, 100, false)->admitted);
+  ASSERT_TRUE(b->Reserve("gpu0", "s2", 40, 100, false)->admitted);
+  absl::StatusOr<Reservation> grown = b->Reserve("gpu0", "s2", 55, 100, /*force=*/false);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_TRUE(grown->admitted);
+  EXPECT_TRUE(grown->continued);
+  EXPECT_EQ(grown->reserved_tokens, 115);
+  EXPECT_EQ(b->stats().reserve_over_fill, 0u);
+  // The session's next turn through another replica is its too.
+  absl::StatusOr<Reservation> moved = a->Reserve("gpu0", "s2", 56, 100, /*force=*/false);
+  EXPECT_TRUE(moved->admitted && moved->continued);
+  EXPECT_EQ(HeldTokens("gpu0"), 116);
+  a->Release("gpu0", "s1");
+  a->Release("gpu0", "s2");
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_EQ(HeldTokens("gpu0"), 0);
+  ASSERT_TRUE(a->Reserve("gpu0", "s1", 90, 100, false)->admitted);
 
   // Only the owner's release deletes an entry.
   b->Release("gpu0", "s1");
@@ -284,12 +306,13 @@ TEST_F(RedisStoreTest, AForcedReservationMakesTheLeastRecentlyReservedYield) {
   EXPECT_EQ(s.reserve_over_fill, 0u);
 
   // Forced past everything: only a reservation larger than the fill on its
-  // own goes beyond it, and is counted.
+  // own goes beyond it, alone, which is no admission beyond the fill.
   absl::StatusOr<Reservation> huge = a->Reserve("gpu0", "huge", 150, 100, /*force=*/true);
   ASSERT_TRUE(huge.ok()) << huge.status();
   EXPECT_TRUE(huge->admitted);
   EXPECT_EQ(huge->reserved_tokens, 150);
-  EXPECT_EQ(a->stats().reserve_over_fill, 1u);
+  EXPECT_EQ(huge->evicted, 3);  // mid, new and late
+  EXPECT_EQ(a->stats().reserve_over_fill, 0u);
 }
 
 TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation) {

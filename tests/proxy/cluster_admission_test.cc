@@ -1,0 +1,174 @@
+// A session turn's residency admission across replicas, served in-process:
+// kvroute's server on port 0 in front of a FakeUpstream, its ClusterSync over
+// a store whose answers the test holds (the other replicas' residents fill
+// the instance until the test frees it). The Redis store's own admission is
+// tested in tests/cluster/; the router's half in cluster_sync_test.cc.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "proxy/cluster_sync.h"
+#include "tests/proxy/proxy_harness.h"
+
+namespace kvroute::proxy {
+namespace {
+
+using kvroute::testing::FakeUpstream;
+using kvroute::testing::RequestOnce;
+
+const char kStreamBody[] =
+    R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hello there"}]})";
+
+// Refuses every reservation while `full` (the others' residents fill the
+// instance) unless forced, which makes one of theirs yield.
+class HeldStore : public cluster::ClusterStore {
+ public:
+  void PublishLoad(cluster::LoadByInstance) override {}
+  void PublishRates(cluster::RateByInstance) override {}
+  void PublishHome(std::string, std::string) override {}
+  absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHomes(
+      absl::Span<const std::string>) override {
+    return absl::flat_hash_map<std::string, std::string>{};
+  }
+  std::shared_ptr<const cluster::PeerView> View() const override { return view_; }
+  absl::StatusOr<cluster::Reservation> Reserve(absl::string_view instance, absl::string_view id,
+                                               int64_t tokens, int64_t fill_tokens,
+                                               bool force) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cluster::Reservation r;
+    if (full_ && !force) {
+      ++refused_;
+      changed_.notify_all();
+      r.reserved_tokens = fill_tokens;
+      return r;
+    }
+    r.admitted = true;
+    r.evicted = full_ ? 1 : 0;
+    r.reserved_tokens = tokens;
+    full_ = false;
+    admitted_[std::string(instance)] = std::string(id);
+    return r;
+  }
+  void Release(std::string, std::string) override {}
+  bool connected() const override { return true; }
+  cluster::ClusterStoreStats stats() const override { return {}; }
+
+  void SetFull(bool full) {
+    std::lock_guard<std::mutex> lock(mu_);
+    full_ = full;
+  }
+  // Waits until a reservation has been refused; false after `guard` (a test
+  // failure, not a wait for time to pass).
+  bool AwaitRefusal(std::chrono::seconds guard) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, guard, [this] { return refused_ > 0; });
+  }
+  std::string AdmittedOn(const std::string& instance) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = admitted_.find(instance);
+    return it == admitted_.end() ? "" : it->second;
+  }
+
+ private:
+  std::shared_ptr<const cluster::PeerView> view_ = std::make_shared<cluster::PeerView>();
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool full_ = true;
+  int refused_ = 0;
+  absl::flat_hash_map<std::string, std::string> admitted_;
+};
+
+FakeUpstream::Handler OneStream() {
+  return [](const auto&, auto& s) {
+    FakeUpstream::WriteSseHeader(s);
+    FakeUpstream::WriteChunk(s, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n");
+    FakeUpstream::WriteChunk(
+        s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1,"
+           "\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
+    FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
+    FakeUpstream::WriteLastChunk(s);
+    return true;
+  };
+}
+
+std::string LogPath(const char* tag) {
+  return (std::filesystem::temp_directory_path() /
+          (std::string(tag) + std::to_string(getpid()) + ".jsonl"))
+      .string();
+}
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The local gate admits the turn (nothing is resident here), the store
+// refuses it (the other replicas fill the instance): it waits, asking again
+// every retry interval, and goes once they free room.
+TEST(ClusterAdmissionTest, ATurnRefusedAcrossReplicasWaitsForRoomThenGoes) {
+  FakeUpstream up(OneStream());
+  Config c = harness::TestConfig({up.port()});
+  c.router.mode = "baseline";
+  c.request_log = LogPath("kvroute_cluster_wait_");
+  std::filesystem::remove(c.request_log);
+  auto server = harness::StartServer(c);
+  auto store = std::make_shared<HeldStore>();
+  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, server->router());
+  server->SetClusterSync(sync.get());
+
+  auto answer = std::async(std::launch::async, [&] {
+    return RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
+                       {{"X-Session-Id", "job-1"}});
+  });
+  ASSERT_TRUE(store->AwaitRefusal(std::chrono::seconds(30)));
+  EXPECT_EQ(up.requests(), 0) << "sent while the instance was full across replicas";
+  store->SetFull(false);
+  EXPECT_EQ(answer.get().result_int(), 200);
+  EXPECT_EQ(up.requests(), 1);
+  EXPECT_EQ(store->AdmittedOn("gpu0"), "job-1");
+  server->SetClusterSync(nullptr);
+  server->Shutdown();
+  server->Wait();
+  const std::string line = FirstLine(c.request_log);
+  EXPECT_NE(line.find("\"cluster_admission\":\"waited\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"cluster_fill_tokens\":"), std::string::npos) << line;
+  std::filesystem::remove(c.request_log);
+}
+
+// A turn with no wait left (residency.max_wait_s 0) asks with force: the
+// others' reservations yield and it goes at once.
+TEST(ClusterAdmissionTest, ATurnWithNoWaitLeftIsForced) {
+  FakeUpstream up(OneStream());
+  Config c = harness::TestConfig({up.port()});
+  c.router.mode = "baseline";
+  c.router.residency.max_wait = absl::ZeroDuration();
+  c.request_log = LogPath("kvroute_cluster_force_");
+  std::filesystem::remove(c.request_log);
+  auto server = harness::StartServer(c);
+  auto store = std::make_shared<HeldStore>();
+  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, server->router());
+  server->SetClusterSync(sync.get());
+  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
+                         {{"X-Session-Id", "job-2"}});
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(store->AdmittedOn("gpu0"), "job-2");
+  server->SetClusterSync(nullptr);
+  server->Shutdown();
+  server->Wait();
+  const std::string line = FirstLine(c.request_log);
+  EXPECT_NE(line.find("\"cluster_admission\":\"forced\""), std::string::npos) << line;
+  std::filesystem::remove(c.request_log);
+}
+
+}  // namespace
+}  // namespace kvroute::proxy
