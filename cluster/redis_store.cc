@@ -585,6 +585,7 @@ absl::Status RedisStore::Pull() {
         sum.prefill_tokens += l.prefill_tokens;
         sum.tokens += l.tokens;
         sum.decoding_requests += l.decoding_requests;
+        sum.waiting += l.waiting;
       });
     }
     ForEachField(out->element[i + 2], [&](std::string instance, absl::string_view text) {

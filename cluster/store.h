@@ -50,6 +50,10 @@ struct InstanceLoad {
   int64_t prefill_tokens = 0;     // prefill tokens queued, not yet past the first token
   int64_t tokens = 0;             // in-flight tokens (prompt + expected output)
   int64_t decoding_requests = 0;  // of `requests`, those past their first token
+  // Session turns waiting for room on the instance across replicas (refused
+  // by Reserve, asking again): while any does, every replica's gate lets
+  // its idle residents go as one gate does for its own waiters.
+  int64_t waiting = 0;
   // Sessions the replica's residency gate holds resident on the instance, with
   // their KV footprints in tokens. Session ids with a newline are not shared.
   std::vector<std::pair<std::string, int64_t>> residents = {};

@@ -10,7 +10,8 @@
 namespace kvroute::cluster {
 
 std::string FormatLoad(const InstanceLoad& l) {
-  return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens, ":", l.decoding_requests);
+  return absl::StrCat(l.requests, ":", l.prefill_tokens, ":", l.tokens, ":", l.decoding_requests,
+                      ":", l.waiting);
 }
 
 std::string FormatResidents(const std::vector<std::pair<std::string, int64_t>>& residents) {
@@ -36,9 +37,9 @@ void ParseResidents(absl::string_view text, absl::flat_hash_map<std::string, int
 
 bool ParseLoad(absl::string_view text, InstanceLoad* l) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
-  return parts.size() == 4 && absl::SimpleAtoi(parts[0], &l->requests) &&
+  return parts.size() == 5 && absl::SimpleAtoi(parts[0], &l->requests) &&
          absl::SimpleAtoi(parts[1], &l->prefill_tokens) && absl::SimpleAtoi(parts[2], &l->tokens) &&
-         absl::SimpleAtoi(parts[3], &l->decoding_requests);
+         absl::SimpleAtoi(parts[3], &l->decoding_requests) && absl::SimpleAtoi(parts[4], &l->waiting);
 }
 
 std::string FormatRate(double r) {

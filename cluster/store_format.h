@@ -18,7 +18,7 @@
 
 namespace kvroute::cluster {
 
-// "requests:prefill_tokens:tokens:decoding_requests"; ParseLoad is false on
+// "requests:prefill_tokens:tokens:decoding_requests:waiting"; ParseLoad is false on
 // anything else.
 std::string FormatLoad(const InstanceLoad& l);
 bool ParseLoad(absl::string_view text, InstanceLoad* l);

@@ -142,6 +142,18 @@ std::optional<cluster::Reservation> ClusterSync::Reserve(int backend, const std:
   return *r;
 }
 
+void ClusterSync::BeginWaiting(int backend) {
+  absl::MutexLock lock(&waiting_mu_);
+  ++waiting_[backend];
+}
+
+void ClusterSync::EndWaiting(int backend) {
+  absl::MutexLock lock(&waiting_mu_);
+  if (auto it = waiting_.find(backend); it != waiting_.end() && --it->second <= 0) {
+    waiting_.erase(it);
+  }
+}
+
 void ClusterSync::ReleaseDepartures() {
   std::vector<std::pair<int, std::string>> departed = router_.TakeResidencyDepartures();
   if (departed.empty()) return;
@@ -214,6 +226,15 @@ void ClusterSync::SyncOnce(absl::Time now) {
   ReleaseDepartures();
   const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
   const std::vector<router::PeerLoad> own = router_.LocalLoad();
+  absl::flat_hash_map<int, int64_t> own_waiting;
+  {
+    absl::MutexLock lock(&waiting_mu_);
+    own_waiting = waiting_;
+  }
+  auto waiting_on = [&own_waiting](size_t b) {
+    const auto it = own_waiting.find(static_cast<int>(b));
+    return it == own_waiting.end() ? int64_t{0} : it->second;
+  };
   cluster::LoadByInstance publish;
   cluster::RateByInstance rates;
   for (size_t b = 0; b < specs->size() && b < own.size(); ++b) {
@@ -223,6 +244,7 @@ void ClusterSync::SyncOnce(absl::Time now) {
                                  .prefill_tokens = own[b].inflight_prefill_tokens,
                                  .tokens = own[b].inflight_tokens,
                                  .decoding_requests = own[b].decoding_requests,
+                                 .waiting = waiting_on(b),
                                  .residents = own[b].resident_sessions};
   }
   store_->PublishLoad(std::move(publish));
@@ -243,7 +265,9 @@ void ClusterSync::SyncOnce(absl::Time now) {
         p.inflight_prefill_tokens = it->second.prefill_tokens;
         p.decoding_requests = it->second.decoding_requests;
         p.inflight_tokens = it->second.tokens;
+        p.waiting_turns = it->second.waiting;
       }
+      peers[b].waiting_turns += waiting_on(b);
       if (const auto it = view->residents.find((*specs)[b].name); it != view->residents.end()) {
         peers[b].resident_sessions.assign(it->second.begin(), it->second.end());
       }
@@ -254,6 +278,9 @@ void ClusterSync::SyncOnce(absl::Time now) {
     }
   }
   router_.SetPeerLoad(std::move(peers), now);
+  // The gate frees room for turns waiting across replicas on this clock,
+  // not only when a turn of this replica's enters or ends.
+  router_.TickResidency(now);
 }
 
 }  // namespace kvroute::proxy

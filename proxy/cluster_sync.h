@@ -32,7 +32,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cluster/store.h"
 #include "proxy/config.h"
 #include "proxy/metrics.h"
@@ -85,6 +88,11 @@ class ClusterSync {
   // How long a refused turn waits before asking again: one sync interval,
   // in which the peers' releases are written.
   double retry_interval_s() const { return interval_s_; }
+  // A turn the store refused waits for room on `backend` from Begin to End
+  // (AwaitClusterAdmission): published with the load, so every replica's
+  // gate frees room there as it does for its own waiters.
+  void BeginWaiting(int backend);
+  void EndWaiting(int backend);
 
  private:
   ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s, double interval_s,
@@ -103,6 +111,9 @@ class ClusterSync {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_
+  // This replica's refused turns waiting, by backend slot.
+  absl::Mutex waiting_mu_;
+  absl::flat_hash_map<int, int64_t> waiting_ ABSL_GUARDED_BY(waiting_mu_);
 };
 
 }  // namespace kvroute::proxy

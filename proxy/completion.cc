@@ -351,34 +351,29 @@ void TakeDispatch(Completion& c, const Attempt& a, const router::Router::Dispatc
 
 // A co-located turn of an agent session waits while the router holds it
 // until its KV fits its instance (router/residency_gate.h,
-// proxy/residency_hold.h), then is dispatched. False: its client left while
-// it was held, and nothing is sent.
+// proxy/residency_hold.h), then is dispatched; with several replicas it then
+// reserves that room across them, which may wait too. False: its client
+// left while it was held, and nothing is sent.
 net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
   const residency::ResidencyWait::Admitted go = co_await AwaitResidency(c.s, *a.ticket);
   c.rec.residency_wait_s = go.waited_s;
-  c.state.metrics->residency_wait->Observe({}, c.rec.residency_wait_s);
-  if (go.gone) {
-    c.leg = LegResult{};
-    c.leg.r.client_gone = true;
-    c.leg.r.error = "client disconnected";
-    co_return false;
-  }
-  TakeDispatch(c, a, go.dispatched);
-  // Several replicas: the room the gate gave it, made sure of across them.
+  bool gone = go.gone;
   ClusterSync* cluster = c.state.cluster.load(std::memory_order_acquire);
-  if (cluster == nullptr || !cluster->enabled() || go.dispatched.resident_fill_tokens <= 0) {
-    co_return true;
+  if (!gone) TakeDispatch(c, a, go.dispatched);
+  if (!gone && cluster != nullptr && cluster->enabled() && go.dispatched.resident_fill_tokens > 0) {
+    const absl::Duration bound = std::max(
+        absl::ZeroDuration(), c.cfg.router.residency.max_wait - absl::Seconds(go.waited_s));
+    const ClusterAdmission held =
+        co_await AwaitClusterAdmission(c.s, *cluster, go.dispatched, c.features.session_id, bound);
+    c.rec.cluster_admission = held.outcome;
+    c.rec.cluster_footprint_tokens = go.dispatched.resident_footprint_tokens;
+    c.rec.cluster_reserved_tokens = held.reserved_tokens;
+    c.rec.cluster_fill_tokens = held.fill_tokens;
+    c.rec.residency_wait_s += held.waited_s;
+    gone = held.gone;
   }
-  const absl::Duration bound = std::max(
-      absl::ZeroDuration(), c.cfg.router.residency.max_wait - absl::Seconds(go.waited_s));
-  const ClusterAdmission held =
-      co_await AwaitClusterAdmission(c.s, *cluster, go.dispatched, c.features.session_id, bound);
-  c.rec.cluster_admission = held.outcome;
-  c.rec.cluster_footprint_tokens = go.dispatched.resident_footprint_tokens;
-  c.rec.cluster_reserved_tokens = held.reserved_tokens;
-  c.rec.cluster_fill_tokens = held.fill_tokens;
-  c.rec.residency_wait_s += held.waited_s;
-  if (held.gone) {
+  c.state.metrics->residency_wait->Observe({}, c.rec.residency_wait_s);
+  if (gone) {
     c.leg = LegResult{};
     c.leg.r.client_gone = true;
     c.leg.r.error = "client disconnected";

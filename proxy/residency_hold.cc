@@ -66,13 +66,22 @@ net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& 
   const absl::Time deadline = start + bound;
   ClusterAdmission out;
   out.fill_tokens = go.resident_fill_tokens;
+  const int backend = go.decision.decode_backend;
+  // Counted as waiting from its first refusal until it returns.
+  struct Waiting {
+    ClusterSync& cluster;
+    int backend;
+    bool counted = false;
+    ~Waiting() {
+      if (counted) cluster.EndWaiting(backend);
+    }
+  } waiting{cluster, backend};
   using namespace net::experimental::awaitable_operators;
   for (bool waited = false;; waited = true) {
     const absl::Time now = clock.Now();
     const bool force = now >= deadline;
-    const std::optional<cluster::Reservation> r =
-        cluster.Reserve(go.decision.decode_backend, session, go.resident_footprint_tokens,
-                        go.resident_fill_tokens, force);
+    const std::optional<cluster::Reservation> r = cluster.Reserve(
+        backend, session, go.resident_footprint_tokens, go.resident_fill_tokens, force);
     out.waited_s = absl::ToDoubleSeconds(clock.Now() - start);
     if (!r) {
       out.outcome = "unavailable";
@@ -85,6 +94,10 @@ net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& 
                                               : "admitted";
       out.reserved_tokens = r->reserved_tokens;
       co_return out;
+    }
+    if (!waiting.counted) {
+      cluster.BeginWaiting(backend);
+      waiting.counted = true;
     }
     const absl::Duration pause =
         std::min(absl::Seconds(cluster.retry_interval_s()), deadline - now);

@@ -102,7 +102,7 @@ bool ResidencyGate::MovableWaiting() const {
 }
 
 void ResidencyGate::ExpireIdle(Instance& in, absl::Time now) {
-  if (in.waiting.empty() && !MovableWaiting()) return;
+  if (!Contended(in) && !MovableWaiting()) return;
   std::vector<std::string> gone;
   for (const auto& [session, r] : in.residents) {
     if (r.active == 0 && r.last_done + IdleLimit(in) <= now) gone.push_back(session);
@@ -301,7 +301,7 @@ void ResidencyGate::Leave(int backend, std::string_view session, int64_t footpri
     in.resident_tokens += footprint_tokens - r.footprint;
     r.footprint = footprint_tokens;
   }
-  if (r.active == 0 && !in.waiting.empty() && r.turns >= options_.quantum_turns) {
+  if (r.active == 0 && Contended(in) && r.turns >= options_.quantum_turns) {
     const std::string key = it->first;  // Evict erases the map's own copy
     Evict(in, key);
     ++counters_.yielded;
@@ -330,6 +330,10 @@ std::optional<ResidencyGate::Residence> ResidencyGate::Find(std::string_view ses
 
 void ResidencyGate::Tick(absl::Time now, std::vector<uint64_t>* woken) {
   Age(now);
+  // Room for the turns other replicas hold (they reserve it in the store).
+  for (Instance& in : instances_) {
+    if (in.peer_waiting > 0) ExpireIdle(in, now);
+  }
   if (waiting() == 0) return;
   for (int b = 0; b < static_cast<int>(instances_.size()); ++b) AdmitWaiters(b, now, woken);
 }
@@ -353,7 +357,7 @@ std::optional<absl::Time> ResidencyGate::NextEvent() const {
   };
   const bool movable = MovableWaiting();
   for (const Instance& in : instances_) {
-    if (in.waiting.empty() && !movable) continue;
+    if (!Contended(in) && !movable) continue;
     for (const Waiter& w : in.waiting) consider(w.due);
     for (const auto& [session, r] : in.residents) {
       if (r.active == 0) consider(r.last_done + IdleLimit(in));
@@ -392,9 +396,11 @@ std::vector<std::pair<std::string, int64_t>> ResidencyGate::Residents(int backen
 
 void ResidencyGate::SetPeerResidents(int backend,
                                      absl::flat_hash_map<std::string, int64_t> sessions,
-                                     absl::Time now, std::vector<uint64_t>* woken) {
+                                     int64_t waiting_turns, absl::Time now,
+                                     std::vector<uint64_t>* woken) {
   if (backend < 0) return;
   Instance& in = At(backend);
+  in.peer_waiting = std::max<int64_t>(0, waiting_turns);
   int64_t tokens = 0;
   for (auto& [session, footprint] : sessions) {
     footprint = std::max<int64_t>(0, footprint);

@@ -183,10 +183,15 @@ class ResidencyGate {
   // largest footprint any holds), which count against its fill beside this
   // gate's own: a session resident here as well counts once. A session
   // resident at a peer is admitted here at once, as a resident's next turn.
+  // `waiting_turns` turns wait for room on `backend` elsewhere (the other
+  // replicas', and this replica's refused by the cluster store): while any
+  // does, the instance is contended as if they waited here, so its idle
+  // residents leave after the grace time and its residents yield after their
+  // quantum (Leave, Tick), freeing room across replicas.
   // After a change, AdmitWaiters runs for `backend` (waiters may fit now).
   std::vector<std::pair<std::string, int64_t>> Residents(int backend) const;
   void SetPeerResidents(int backend, absl::flat_hash_map<std::string, int64_t> sessions,
-                        absl::Time now, std::vector<uint64_t>* woken);
+                        int64_t waiting_turns, absl::Time now, std::vector<uint64_t>* woken);
   // The peers' resident tokens on `backend` not resident here too.
   int64_t peer_resident_tokens(int backend) const;
   // Several replicas: the sessions that have left an instance's residents
@@ -227,7 +232,10 @@ class ResidencyGate {
     // Other replicas' residents here, and the sum of their footprints.
     absl::flat_hash_map<std::string, int64_t> peer_residents;
     int64_t peer_tokens = 0;
+    int64_t peer_waiting = 0;  // turns waiting for room here elsewhere
   };
+  // Someone waits for room on the instance, here or across replicas.
+  static bool Contended(const Instance& in) { return !in.waiting.empty() || in.peer_waiting > 0; }
   int64_t PeerTokens(const Instance& in) const;
 
   Instance& At(int backend);

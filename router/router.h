@@ -155,6 +155,10 @@ struct PeerLoad {
   // the fleet's (every live replica's with samples, merged), which this
   // replica's predictions then use in place of its own; 0: none.
   double prefill_time_factor = 0;
+  // To SetPeerLoad: session turns waiting for room on the backend across
+  // replicas (ResidencyGate::SetPeerResidents); from LocalLoad: 0 (the
+  // proxy counts its turns the cluster store refused).
+  int64_t waiting_turns = 0;
 };
 
 // The live sizing figures (Router::Sizing): the working set against the

@@ -282,6 +282,7 @@ std::vector<PeerLoad> RouterImpl::LocalLoad() const {
 void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
   // Negative figures (a store's arithmetic gone wrong) count as none.
   std::vector<absl::flat_hash_map<std::string, int64_t>> residents(by_backend.size());
+  std::vector<int64_t> waiting(by_backend.size());
   for (size_t b = 0; b < by_backend.size(); ++b) {
     PeerLoad& p = by_backend[b];
     p.inflight_requests = std::max<int64_t>(0, p.inflight_requests);
@@ -296,12 +297,16 @@ void RouterImpl::SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) {
       held = std::max(held, tokens);
     }
     p.resident_sessions.clear();  // the gate keeps them
+    waiting[b] = std::max<int64_t>(0, p.waiting_turns);
   }
   absl::MutexLock lock(&mu_);
   std::vector<uint64_t> woken;
   const int n = static_cast<int>(specs_->size());
   residents.resize(std::max<size_t>(residents.size(), static_cast<size_t>(n)));
-  for (int b = 0; b < n; ++b) residency_.SetPeerResidents(b, std::move(residents[b]), now, &woken);
+  waiting.resize(residents.size());
+  for (int b = 0; b < n; ++b) {
+    residency_.SetPeerResidents(b, std::move(residents[b]), waiting[b], now, &woken);
+  }
   peer_load_ = std::move(by_backend);
   Wake(woken);
 }

@@ -75,8 +75,8 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
   a->PublishLoad(
       {{"gpu0", {.requests = 1, .prefill_tokens = 100, .tokens = 1000, .decoding_requests = 1}}});
   b->PublishLoad({{"gpu0", {.requests = 2, .prefill_tokens = 200, .tokens = 2000}},
-                  {"gpu1", {.requests = 5, .prefill_tokens = 0, .tokens = 700}}});
-  c->PublishLoad({{"gpu1", {.requests = 1, .prefill_tokens = 10, .tokens = 30}}});
+                  {"gpu1", {.requests = 5, .prefill_tokens = 0, .tokens = 700, .waiting = 2}}});
+  c->PublishLoad({{"gpu1", {.requests = 1, .prefill_tokens = 10, .tokens = 30, .waiting = 1}}});
   a->PublishRates({{"gpu0", 1.0}});
   b->PublishRates({{"gpu0", 2.0}, {"gpu1", 0.5}});
   for (auto* s : {a.get(), b.get(), c.get()}) ASSERT_TRUE(s->SyncNow().ok());
@@ -89,7 +89,7 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
       seen_by_c->load.at("gpu0"),
       (InstanceLoad{.requests = 3, .prefill_tokens = 300, .tokens = 3000, .decoding_requests = 1}));
   EXPECT_EQ(seen_by_c->load.at("gpu1"),
-            (InstanceLoad{.requests = 5, .prefill_tokens = 0, .tokens = 700}));  // not c's own
+            (InstanceLoad{.requests = 5, .prefill_tokens = 0, .tokens = 700, .waiting = 2}));  // not c's own
   EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu0"), 1.5);
   EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu1"), 0.5);
 
@@ -98,7 +98,7 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
   EXPECT_EQ(seen_by_a->load.at("gpu0"),
             (InstanceLoad{.requests = 2, .prefill_tokens = 200, .tokens = 2000}));
   EXPECT_EQ(seen_by_a->load.at("gpu1"),
-            (InstanceLoad{.requests = 6, .prefill_tokens = 10, .tokens = 730}));
+            (InstanceLoad{.requests = 6, .prefill_tokens = 10, .tokens = 730, .waiting = 3}));
   EXPECT_EQ(a->stats().syncs, 2u);
 
   // A new load replaces the old one whole: gpu0 goes from b's figures.

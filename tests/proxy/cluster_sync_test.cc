@@ -112,6 +112,15 @@ TEST(ClusterSyncTest, PublishesOwnLoadByNameAndAppliesThePeers) {
   // gpu0 has one (this replica's), gpu1 three (the peers'): gpu0 again.
   absl::StatusOr<router::RouteTicket> next = router->Route(Req(), kT0);
   EXPECT_EQ(next->decision.decode_backend, 0);
+
+  // A turn the store refused waits for room on gpu1: published until it ends.
+  sync->BeginWaiting(1);
+  sync->SyncOnce(kT0);
+  EXPECT_EQ(store->published[gpu1].waiting, 1);
+  EXPECT_EQ(store->published[gpu0].waiting, 0);
+  sync->EndWaiting(1);
+  sync->SyncOnce(kT0);
+  EXPECT_EQ(store->published[gpu1].waiting, 0);
 }
 
 TEST(ClusterSyncTest, AViewStaleForLongerThanALeaseIsDropped) {

@@ -261,7 +261,7 @@ TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
 TEST(ResidencyGateTest, OtherReplicasResidentsFillTheInstance) {
   ResidencyGate g(Opts(/*quantum=*/100, /*grace_s=*/10, /*max_wait_s=*/20));
   std::vector<uint64_t> woken;
-  g.SetPeerResidents(0, {{"p1", 40}, {"p2", 30}}, At(0), &woken);
+  g.SetPeerResidents(0, {{"p1", 40}, {"p2", 30}}, /*waiting_turns=*/0, At(0), &woken);
   EXPECT_EQ(g.peer_resident_tokens(0), 70);
   EXPECT_EQ(g.Enter(0, "a", 20, kCap, At(0), &woken), 0u);  // 70 + 20 <= 90
   const uint64_t b = g.Enter(0, "b", 20, kCap, At(0), &woken);
@@ -272,11 +272,11 @@ TEST(ResidencyGateTest, OtherReplicasResidentsFillTheInstance) {
   EXPECT_EQ(g.peer_resident_tokens(0), 30);
   EXPECT_EQ(g.demand_tokens(0), 90);
   // The peer that held p2 lets it go: b fits and is woken.
-  g.SetPeerResidents(0, {{"p1", 40}}, At(2), &woken);
+  g.SetPeerResidents(0, {{"p1", 40}}, /*waiting_turns=*/0, At(2), &woken);
   EXPECT_THAT(woken, ElementsAre(b));
   woken.clear();
   // Peers fill the instance; a waiter past its bound still goes.
-  g.SetPeerResidents(0, {{"p1", 40}, {"q", 500}}, At(3), &woken);
+  g.SetPeerResidents(0, {{"p1", 40}, {"q", 500}}, /*waiting_turns=*/0, At(3), &woken);
   const uint64_t c = g.Enter(0, "c", 10, kCap, At(3), &woken);
   ASSERT_NE(c, 0u);
   g.Tick(At(23), &woken);
@@ -288,6 +288,40 @@ TEST(ResidencyGateTest, OtherReplicasResidentsFillTheInstance) {
                                 std::pair<std::string, int64_t>{"b", 20},
                                 std::pair<std::string, int64_t>{"c", 10},
                                 std::pair<std::string, int64_t>{"p1", 40}));
+}
+
+// Several replicas: turns waiting for room on an instance elsewhere (the
+// other replicas', or this one's the cluster store refused) contend for it
+// here too: an idle resident leaves after the grace time (on Tick, which
+// departs it for the store to release), and a resident that has had its
+// quantum yields when its turn ends. Uncontended, both stay.
+TEST(ResidencyGateTest, TurnsWaitingAtOtherReplicasFreeRoomHere) {
+  ResidencyGate g(Opts(/*quantum=*/2, /*grace_s=*/10, /*max_wait_s=*/100));
+  std::vector<uint64_t> woken;
+  EXPECT_EQ(g.Enter(0, "idle", 30, kCap, At(0), &woken), 0u);
+  g.Leave(0, "idle", 30, At(1), &woken);
+  EXPECT_EQ(g.Enter(0, "busy", 30, kCap, At(0), &woken), 0u);
+  g.Leave(0, "busy", 30, At(1), &woken);
+  EXPECT_EQ(g.Enter(0, "busy", 30, kCap, At(2), &woken), 0u);
+  g.TakeDepartures();  // the cluster store's side keeps departures from here on
+  // Nobody waits: past the grace time the idle one stays.
+  g.Tick(At(20), &woken);
+  EXPECT_TRUE(g.Find("idle").has_value());
+  EXPECT_FALSE(g.NextEvent().has_value());
+
+  g.SetPeerResidents(0, {}, /*waiting_turns=*/1, At(20), &woken);
+  EXPECT_EQ(g.NextEvent(), At(11)) << "the idle resident's grace time";
+  g.Tick(At(20), &woken);
+  EXPECT_FALSE(g.Find("idle").has_value());
+  EXPECT_EQ(g.counters().expired, 1u);
+  // busy's second turn since it became resident ends: its quantum is up.
+  g.Leave(0, "busy", 30, At(21), &woken);
+  EXPECT_FALSE(g.Find("busy").has_value());
+  EXPECT_EQ(g.counters().yielded, 1u);
+  EXPECT_THAT(g.TakeDepartures(),
+              ElementsAre(std::pair<int, std::string>{0, "idle"},
+                          std::pair<int, std::string>{0, "busy"}));
+  EXPECT_TRUE(g.TakeDepartures().empty());
 }
 
 }  // namespace
