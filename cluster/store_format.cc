@@ -39,7 +39,8 @@ bool ParseLoad(absl::string_view text, InstanceLoad* l) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   return parts.size() == 5 && absl::SimpleAtoi(parts[0], &l->requests) &&
          absl::SimpleAtoi(parts[1], &l->prefill_tokens) && absl::SimpleAtoi(parts[2], &l->tokens) &&
-         absl::SimpleAtoi(parts[3], &l->decoding_requests) && absl::SimpleAtoi(parts[4], &l->waiting);
+         absl::SimpleAtoi(parts[3], &l->decoding_requests) &&
+         absl::SimpleAtoi(parts[4], &l->waiting);
 }
 
 std::string FormatRate(double r) {

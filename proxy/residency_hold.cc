@@ -88,7 +88,7 @@ net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& 
       co_return out;
     }
     if (r->admitted) {
-      out.outcome = r->continued            ? "resident"
+      out.outcome = r->continued              ? "resident"
                     : force && r->evicted > 0 ? "forced"
                     : waited                  ? "waited"
                                               : "admitted";

@@ -138,9 +138,9 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
   Dispatched go{r.decision, -1};
   if (ticket.residency_gated && r.residency == Residency::kResident) {
     const std::optional<ResidencyGate::Residence> at = residency_.Find(r.session);
-    go.resident_footprint_tokens =
-        at && at->backend == r.decision.decode_backend ? at->footprint_tokens
-                                                       : r.decision.footprint_tokens_est;
+    go.resident_footprint_tokens = at && at->backend == r.decision.decode_backend
+                                       ? at->footprint_tokens
+                                       : r.decision.footprint_tokens_est;
     go.resident_fill_tokens = static_cast<int64_t>(
         residency_.options().fill * static_cast<double>(r.decision.decode_capacity_tokens));
   }

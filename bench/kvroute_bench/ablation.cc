@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstdlib>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 

@@ -90,9 +90,9 @@ struct RequestRecord {
   int replica = -1;
   int failovers = 0;
   // With a cluster store, from the answering replica's request log: its residency
-  // admission across replicas ("resident", "admitted", "waited", "forced", "unavailable"; empty: none
-  // asked), the tokens it reserved, its instance's reserved tokens after it (every
-  // replica's) and the fill.
+  // admission across replicas ("resident", "admitted", "waited", "forced", "unavailable"; empty:
+  // none asked), the tokens it reserved, its instance's reserved tokens after it (every replica's)
+  // and the fill.
   std::string cluster_admission;
   int64_t cluster_footprint_tokens = -1;
   int64_t cluster_reserved_tokens = -1;

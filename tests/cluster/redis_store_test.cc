@@ -89,7 +89,8 @@ TEST_F(RedisStoreTest, ReplicasSeeEachOthersLoadSummedAndRatesMerged) {
       seen_by_c->load.at("gpu0"),
       (InstanceLoad{.requests = 3, .prefill_tokens = 300, .tokens = 3000, .decoding_requests = 1}));
   EXPECT_EQ(seen_by_c->load.at("gpu1"),
-            (InstanceLoad{.requests = 5, .prefill_tokens = 0, .tokens = 700, .waiting = 2}));  // not c's own
+            (InstanceLoad{
+                .requests = 5, .prefill_tokens = 0, .tokens = 700, .waiting = 2}));  // not c's own
   EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu0"), 1.5);
   EXPECT_DOUBLE_EQ(seen_by_c->rate_factors.at("gpu1"), 0.5);
 
@@ -195,7 +196,8 @@ TEST_F(RedisStoreTest, ConcurrentReservationsNeverAdmitBeyondFill) {
         for (int i = 0; i < kPerThread; ++i) {
           const int64_t tokens = 10 + (i * 7 + t * 13) % 40;
           const std::string id = absl::StrCat(store == a.get() ? "a" : "b", "-", t, "-", i);
-          absl::StatusOr<Reservation> r = store->Reserve("gpu0", id, tokens, kFill, /*force=*/false);
+          absl::StatusOr<Reservation> r =
+              store->Reserve("gpu0", id, tokens, kFill, /*force=*/false);
           if (!r.ok()) {
             ++errors;
           } else if (r->admitted) {
@@ -319,9 +321,9 @@ TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation
   auto a = Store("a");
   ASSERT_TRUE(a->SyncNow().ok());
   ASSERT_TRUE(a->Reserve("gpu0", "s1", 30, 100, false)->admitted);
-  a->Release("gpu0", "s1");                                          // queued
+  a->Release("gpu0", "s1");                                         // queued
   ASSERT_TRUE(a->Reserve("gpu0", "s1", 40, 100, false)->admitted);  // the session is back
-  ASSERT_TRUE(a->SyncNow().ok());                                    // the release is written
+  ASSERT_TRUE(a->SyncNow().ok());                                   // the release is written
   EXPECT_EQ(HeldTokens("gpu0"), 40);
   // Released after the second reservation, it goes.
   a->Release("gpu0", "s1");

@@ -311,15 +311,14 @@ TEST(DeployDashboards, GrafanaDashboardUsesRealMetricNames) {
   EXPECT_GE(queries, 20);
   for (const std::string& n : used) EXPECT_TRUE(KvrouteFamilies().count(n)) << "unknown metric " << n;
   // What the issue asks the dashboard to show.
-  for (const char* want : {"kvroute_time_to_first_byte_seconds", "kvroute_time_per_output_token_seconds",
-                           "kvroute_backend_inflight_prefill_tokens", "kvroute_backend_kv_usage",
-                           "kvroute_cached_tokens_estimated_total", "kvroute_cached_tokens_actual_total",
-                           "kvroute_offloads_total", "kvroute_transfer_seconds",
-                           "kvroute_kv_working_set_tokens", "kvroute_kv_retention_seconds",
-                           "kvroute_cluster_store_up", "kvroute_cluster_live_replicas",
-                           "kvroute_cluster_sync_failures_total",
-                           "kvroute_cluster_peer_inflight_requests",
-                           "kvroute_cluster_reservations_total"}) {
+  for (const char* want :
+       {"kvroute_time_to_first_byte_seconds", "kvroute_time_per_output_token_seconds",
+        "kvroute_backend_inflight_prefill_tokens", "kvroute_backend_kv_usage",
+        "kvroute_cached_tokens_estimated_total", "kvroute_cached_tokens_actual_total",
+        "kvroute_offloads_total", "kvroute_transfer_seconds", "kvroute_kv_working_set_tokens",
+        "kvroute_kv_retention_seconds", "kvroute_cluster_store_up", "kvroute_cluster_live_replicas",
+        "kvroute_cluster_sync_failures_total", "kvroute_cluster_peer_inflight_requests",
+        "kvroute_cluster_reservations_total"}) {
     EXPECT_TRUE(used.count(want)) << "dashboard lacks " << want;
   }
 }

@@ -89,10 +89,12 @@ class HeldStore : public cluster::ClusterStore {
 FakeUpstream::Handler OneStream() {
   return [](const auto&, auto& s) {
     FakeUpstream::WriteSseHeader(s);
-    FakeUpstream::WriteChunk(s, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n");
     FakeUpstream::WriteChunk(
-        s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1,"
-           "\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
+        s, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n");
+    FakeUpstream::WriteChunk(
+        s,
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
     FakeUpstream::WriteChunk(s, "data: [DONE]\n\n");
     FakeUpstream::WriteLastChunk(s);
     return true;

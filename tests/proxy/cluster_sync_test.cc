@@ -36,9 +36,9 @@ class MemoryStore : public cluster::ClusterStore {
   std::shared_ptr<const cluster::PeerView> View() const override { return view; }
   // Admits what fits `fill_tokens` beside what is held, as the store's
   // script does (forced: everything else yields).
-  absl::StatusOr<cluster::Reservation> Reserve(absl::string_view instance,
-                                               absl::string_view id, int64_t tokens,
-                                               int64_t fill_tokens, bool force) override {
+  absl::StatusOr<cluster::Reservation> Reserve(absl::string_view instance, absl::string_view id,
+                                               int64_t tokens, int64_t fill_tokens,
+                                               bool force) override {
     if (!reachable) return absl::UnavailableError("unreachable");
     auto& held = reserved[std::string(instance)];
     int64_t others = 0;
@@ -199,8 +199,7 @@ TEST(ClusterSyncTest, AnAdmittedTurnReservesItsRoomAndADepartureReleasesIt) {
   ASSERT_EQ(t->residency_wait, 0u);  // nothing else resident: admitted at once
   const router::Router::Dispatched go = router->Dispatch(*t, kT0);
   ASSERT_GT(go.resident_footprint_tokens, 0);
-  EXPECT_EQ(go.resident_fill_tokens,
-            static_cast<int64_t>(o.residency.fill * 100000));
+  EXPECT_EQ(go.resident_fill_tokens, static_cast<int64_t>(o.residency.fill * 100000));
   const std::string home = (*router->Backends())[go.decision.decode_backend].name;
 
   std::optional<cluster::Reservation> r =
@@ -226,8 +225,7 @@ TEST(ClusterSyncTest, AnAdmittedTurnReservesItsRoomAndADepartureReleasesIt) {
   const absl::Time later = kT0 + o.session_resident_window + absl::Seconds(30);
   router->TickResidency(later);
   sync->SyncOnce(later);
-  EXPECT_EQ(store->released,
-            (std::vector<std::pair<std::string, std::string>>{{home, "s"}}));
+  EXPECT_EQ(store->released, (std::vector<std::pair<std::string, std::string>>{{home, "s"}}));
   EXPECT_FALSE(store->reserved[home].contains("s"));
 
   // The store unreachable: no answer, the local admission stands.

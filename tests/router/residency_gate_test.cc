@@ -318,9 +318,8 @@ TEST(ResidencyGateTest, TurnsWaitingAtOtherReplicasFreeRoomHere) {
   g.Leave(0, "busy", 30, At(21), &woken);
   EXPECT_FALSE(g.Find("busy").has_value());
   EXPECT_EQ(g.counters().yielded, 1u);
-  EXPECT_THAT(g.TakeDepartures(),
-              ElementsAre(std::pair<int, std::string>{0, "idle"},
-                          std::pair<int, std::string>{0, "busy"}));
+  EXPECT_THAT(g.TakeDepartures(), ElementsAre(std::pair<int, std::string>{0, "idle"},
+                                              std::pair<int, std::string>{0, "busy"}));
   EXPECT_TRUE(g.TakeDepartures().empty());
 }
 
