@@ -136,6 +136,8 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
     host_block_size = stats_.host_block_size > 0 ? stats_.host_block_size : block_size;
   }
   SubscriberStats delta;
+  const absl::Time at =
+      batch->ts > 0 ? absl::UnixEpoch() + absl::Seconds(batch->ts) : absl::InfinitePast();
   std::vector<router::EngineKvEvent> effects;
   effects.reserve(batch->events.size());
   for (const KvCacheEvent& e : batch->events) {
@@ -162,17 +164,19 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
         if (host) delta.host_block_size = tier_block_size;
         ++delta.stored_events;
         delta.stored_blocks += blocks;
-        effects.push_back({router::EngineKvEvent::Kind::kStored, blocks * tier_block_size, host});
+        effects.push_back(
+            {router::EngineKvEvent::Kind::kStored, blocks * tier_block_size, host, at});
         if (!host) delta.block_size = tier_block_size;
         break;
       case EventKind::kBlockRemoved:
         ++delta.removed_events;
         delta.removed_blocks += blocks;
-        effects.push_back({router::EngineKvEvent::Kind::kRemoved, blocks * tier_block_size, host});
+        effects.push_back(
+            {router::EngineKvEvent::Kind::kRemoved, blocks * tier_block_size, host, at});
         break;
       case EventKind::kAllBlocksCleared:
         ++delta.cleared_events;
-        effects.push_back({router::EngineKvEvent::Kind::kCleared, 0});
+        effects.push_back({router::EngineKvEvent::Kind::kCleared, 0, false, at});
         break;
     }
   }

@@ -57,6 +57,7 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       pool_matched_(1) {
   absl::MutexLock lock(&mu_);
   rates_.Resize(static_cast<int>(backends.size()));
+  evictions_.Resize(static_cast<int>(backends.size()));
   specs_ = std::make_shared<const std::vector<BackendSpec>>(std::move(backends));
   ApplyCapacities();
 }

@@ -67,6 +67,7 @@ int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEv
   if (backend == kPoolBackend) return feedback_.ApplyPoolKvEvents(events, ratios_.FleetWide());
   if (!Valid(backend) || (*specs_)[backend].retired) return 0;
   RecordStoredEvents(events);
+  evictions_.Apply(backend, events);
   return feedback_.ApplyEngineKvEvents(backend, events, ratios_.FleetWide());
 }
 
@@ -178,6 +179,7 @@ absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends
   index_.AddInstances(n - index_.num_instances());
   host_index_.AddInstances(n - host_index_.num_instances());
   rates_.Resize(n);
+  evictions_.Resize(n);
   state_.resize(n);
   ledger_.Resize(n);
   feedback_.Resize(n);
@@ -344,7 +346,18 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
   sessions_.RecordCompletion(features.session_id, p.backend, p.last_chunk_hash, p.prompt_chunks,
                              p.held_tokens);
   sessions_.Finish(features.session_id, p.finished);
-  index_.Insert(p.backend, absl::MakeConstSpan(chain).first(static_cast<size_t>(p.prompt_chunks)));
+  // What the engine still holds of it: its events since the record's turn
+  // ended may show the prefix evicted, tail first.
+  int64_t chunks = p.prompt_chunks;
+  if (const int64_t left = evictions_.Surviving(p.backend, p.finished, p.held_tokens); left >= 0) {
+    const double bytes_per_chunk = static_cast<double>(options_.chunk_bytes);
+    const double bpt = ratios_.For(features.model);
+    chunks = std::min<int64_t>(chunks, static_cast<int64_t>(static_cast<double>(left) * bpt /
+                                                            bytes_per_chunk));
+  }
+  if (chunks > 0) {
+    index_.Insert(p.backend, absl::MakeConstSpan(chain).first(static_cast<size_t>(chunks)));
+  }
 }
 
 std::optional<RequestFeatures::PeerSession> RouterImpl::SessionRecord(std::string_view session,

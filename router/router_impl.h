@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "router/bytes_per_token.h"
+#include "router/eviction_history.h"
 #include "router/live_sizing.h"
 #include "router/load_ledger.h"
 #include "router/policies/placement_cost.h"
@@ -185,6 +186,8 @@ class RouterImpl : public Router {
   ShadowIndex host_index_ ABSL_GUARDED_BY(mu_);  // the engines' host tiers
   ShadowIndex pool_index_ ABSL_GUARDED_BY(mu_);  // the fleet-shared pool: instance 0
   ShadowFeedback feedback_ ABSL_GUARDED_BY(mu_);
+  // The engines' timed KV events, to age the prefixes peers' records name.
+  EvictionHistory evictions_ ABSL_GUARDED_BY(mu_);
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
   // Other replicas' load by backend slot (SetPeerLoad); shorter: none.
   std::vector<PeerLoad> peer_load_ ABSL_GUARDED_BY(mu_);

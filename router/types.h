@@ -151,6 +151,9 @@ struct EngineKvEvent {
   // The engine's host-memory tier (`medium: "CPU"`, vLLM's CPU offloading),
   // not its GPU prefix cache.
   bool host = false;
+  // The engine's time for its batch (KVEventBatch `ts`); InfinitePast:
+  // unknown.
+  absl::Time at = absl::InfinitePast();
 };
 
 // The backend id of the fleet-shared KV pool's event feed (Mooncake Store,

@@ -34,7 +34,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // Runs faults on a schedule, from its own thread, each `after_wall_s` into the run, until
-// disarmed: the ones not yet due then never run.
+// disarmed: the ones not yet due then never run; then `at_disarm` runs on the same thread.
+// The thread lives until disarmed, since a child a fault starts (the store started again) is
+// bound to it: ChildProcess's PR_SET_PDEATHSIG signals the child when the thread that forked
+// it exits, so `at_disarm` stops such children first.
 class FaultTimer {
  public:
   FaultTimer() = default;
@@ -43,18 +46,26 @@ class FaultTimer {
   ~FaultTimer() { Disarm(); }
 
   // Faults in the order they are due.
-  void Arm(std::vector<std::pair<double, std::function<void()>>> faults) {
+  void Arm(std::vector<std::pair<double, std::function<void()>>> faults,
+           std::function<void()> at_disarm) {
     if (faults.empty()) return;
-    thread_ = std::thread([this, faults = std::move(faults)] {
+    thread_ = std::thread([this, faults = std::move(faults), at_disarm = std::move(at_disarm)] {
       const absl::Time start = absl::Now();
       for (const auto& [after_wall_s, fault] : faults) {
+        bool disarmed = false;
         {
           absl::MutexLock lock(&mu_);
           const absl::Duration left = start + absl::Seconds(after_wall_s) - absl::Now();
-          if (mu_.AwaitWithTimeout(absl::Condition(&disarmed_), left)) return;
+          disarmed = mu_.AwaitWithTimeout(absl::Condition(&disarmed_), left);
         }
+        if (disarmed) break;
         fault();
       }
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(&disarmed_));
+      }
+      at_disarm();
     });
   }
   void Disarm() {
@@ -696,12 +707,13 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     std::sort(faults.begin(), faults.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     FaultTimer fault_timer;
-    fault_timer.Arm(std::move(faults));
+    fault_timer.Arm(std::move(faults), [&] {
+      if (store_again != nullptr) store_again->Stop();
+    });
     absl::StatusOr<RunResult> result = RunWorkload(ro, workload);
     fault_timer.Disarm();
     for (auto& proxy : proxies) proxy->Stop();  // flushes and closes the request logs
     if (store != nullptr) store->Stop();
-    if (store_again != nullptr) store_again->Stop();
     (*sim)->Stop();
     if (result.ok()) {
       int64_t matched = 0;

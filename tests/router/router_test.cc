@@ -196,6 +196,45 @@ TEST(RouterTest, APeerSessionRecordCarriesTheSessionsPrefix) {
   EXPECT_EQ(t3->decision.cached_tokens_est, 0);
 }
 
+// The engine's timed KV events since the record's turn ended age what it
+// names: evicted since, the prefix is not credited; removals that took only
+// what was cached beside it leave it whole.
+TEST(RouterTest, APeerRecordOfAPrefixTheEngineEvictedSinceIsNotCredited) {
+  auto a = Make("baseline", 4);
+  const std::string first(4096, 'p');
+  absl::StatusOr<RouteTicket> t1 = a->Route(Req(first, "s"), kT0);
+  ASSERT_TRUE(t1.ok());
+  const int home = t1->decision.decode_backend;
+  a->OnComplete(*t1, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 100},
+                kT0 + absl::Seconds(1));
+  const std::optional<RequestFeatures::PeerSession> record =
+      a->SessionRecord("s", kT0 + absl::Seconds(1));
+  ASSERT_TRUE(record.has_value());
+  using Kind = EngineKvEvent::Kind;
+  RequestFeatures next = Req(first + std::string(1024, 'q'), "s");
+  next.peer_session = record;
+
+  // 5,000 tokens cached at its end, the session's 1,124 among them; 3,000
+  // removed since: all older than it.
+  auto b = Make("baseline", 4);
+  b->ApplyEngineKvEvents(home, std::vector<EngineKvEvent>{{Kind::kStored, 5000, false, kT0}});
+  b->ApplyEngineKvEvents(
+      home, std::vector<EngineKvEvent>{{Kind::kRemoved, 3000, false, kT0 + absl::Seconds(2)}});
+  absl::StatusOr<RouteTicket> kept = b->Route(next, kT0 + absl::Seconds(3));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->decision.decode_backend, home);
+  EXPECT_GE(kept->decision.cached_tokens_est, 1024);
+
+  // 5,000 removed since: past the 3,876 beside it, the session went too.
+  auto c = Make("baseline", 4);
+  c->ApplyEngineKvEvents(home, std::vector<EngineKvEvent>{{Kind::kStored, 5000, false, kT0}});
+  c->ApplyEngineKvEvents(
+      home, std::vector<EngineKvEvent>{{Kind::kRemoved, 5000, false, kT0 + absl::Seconds(2)}});
+  absl::StatusOr<RouteTicket> gone = c->Route(next, kT0 + absl::Seconds(3));
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->decision.cached_tokens_est, 0);
+}
+
 TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
   auto r = Make("least_loaded", 2);
   auto a = r->Route(Req("x"), kT0);
