@@ -36,7 +36,8 @@ FUZZ_SECONDS=${KVROUTE_FUZZ_SECONDS:-60}
 # the cluster store (its I/O thread and the admission pool against racing callers).
 TSAN_TESTS=(proxy_server_test proxy_hostile_test proxy_health_test proxy_metrics_test
             residency_wait_test kvroute_sim_integration_test sim_wire_test router_test
-            kvevents_test sim_kv_events_test kvroute_kv_events_sim_test cluster_store_test)
+            kvevents_test sim_kv_events_test kvroute_kv_events_sim_test cluster_store_test
+            proxy_cluster_sync_test)
 
 CLANG_CONFIG=(
   -G Ninja
