@@ -101,75 +101,76 @@ FakeUpstream::Handler OneStream() {
   };
 }
 
-std::string LogPath(const char* tag) {
-  return (std::filesystem::temp_directory_path() /
-          (std::string(tag) + std::to_string(getpid()) + ".jsonl"))
-      .string();
-}
+// One kvroute replica (baseline, which holds sessions) in front of one fake
+// engine, its ClusterSync over a HeldStore, writing a request log; Finish
+// stops it and returns the log's first line.
+class Replica {
+ public:
+  explicit Replica(absl::Duration max_wait) : up_(OneStream()) {
+    Config c = harness::TestConfig({up_.port()});
+    c.router.mode = "baseline";
+    c.router.residency.max_wait = max_wait;
+    c.request_log = (std::filesystem::temp_directory_path() /
+                     ("kvroute_cluster_admission_" + std::to_string(getpid()) + ".jsonl"))
+                        .string();
+    std::filesystem::remove(c.request_log);
+    log_ = c.request_log;
+    server_ = harness::StartServer(c);
+    sync_ = ClusterSync::ForStore(store_, /*lease_s=*/5, server_->router());
+    server_->SetClusterSync(sync_.get());
+  }
 
-std::string FirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
+  http::response<http::string_body> Turn(const std::string& session) {
+    return RequestOnce(server_->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
+                       {{"X-Session-Id", session}});
+  }
+  HeldStore& store() { return *store_; }
+  int engine_requests() const { return up_.requests(); }
+
+  std::string Finish() {
+    server_->SetClusterSync(nullptr);
+    server_->Shutdown();
+    server_->Wait();
+    std::ifstream in(log_);
+    std::string line;
+    std::getline(in, line);
+    std::filesystem::remove(log_);
+    return line;
+  }
+
+ private:
+  FakeUpstream up_;
+  std::string log_;
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<HeldStore> store_ = std::make_shared<HeldStore>();
+  std::unique_ptr<ClusterSync> sync_;
+};
 
 // The local gate admits the turn (nothing is resident here), the store
 // refuses it (the other replicas fill the instance): it waits, asking again
 // every retry interval, and goes once they free room.
 TEST(ClusterAdmissionTest, ATurnRefusedAcrossReplicasWaitsForRoomThenGoes) {
-  FakeUpstream up(OneStream());
-  Config c = harness::TestConfig({up.port()});
-  c.router.mode = "baseline";
-  c.request_log = LogPath("kvroute_cluster_wait_");
-  std::filesystem::remove(c.request_log);
-  auto server = harness::StartServer(c);
-  auto store = std::make_shared<HeldStore>();
-  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, server->router());
-  server->SetClusterSync(sync.get());
-
-  auto answer = std::async(std::launch::async, [&] {
-    return RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
-                       {{"X-Session-Id", "job-1"}});
-  });
-  ASSERT_TRUE(store->AwaitRefusal(std::chrono::seconds(30)));
-  EXPECT_EQ(up.requests(), 0) << "sent while the instance was full across replicas";
-  store->SetFull(false);
+  Replica replica(absl::Seconds(120));
+  auto answer = std::async(std::launch::async, [&] { return replica.Turn("job-1"); });
+  ASSERT_TRUE(replica.store().AwaitRefusal(std::chrono::seconds(30)));
+  EXPECT_EQ(replica.engine_requests(), 0) << "sent while the instance was full across replicas";
+  replica.store().SetFull(false);
   EXPECT_EQ(answer.get().result_int(), 200);
-  EXPECT_EQ(up.requests(), 1);
-  EXPECT_EQ(store->AdmittedOn("gpu0"), "job-1");
-  server->SetClusterSync(nullptr);
-  server->Shutdown();
-  server->Wait();
-  const std::string line = FirstLine(c.request_log);
+  EXPECT_EQ(replica.engine_requests(), 1);
+  EXPECT_EQ(replica.store().AdmittedOn("gpu0"), "job-1");
+  const std::string line = replica.Finish();
   EXPECT_NE(line.find("\"cluster_admission\":\"waited\""), std::string::npos) << line;
   EXPECT_NE(line.find("\"cluster_fill_tokens\":"), std::string::npos) << line;
-  std::filesystem::remove(c.request_log);
 }
 
 // A turn with no wait left (residency.max_wait_s 0) asks with force: the
 // others' reservations yield and it goes at once.
 TEST(ClusterAdmissionTest, ATurnWithNoWaitLeftIsForced) {
-  FakeUpstream up(OneStream());
-  Config c = harness::TestConfig({up.port()});
-  c.router.mode = "baseline";
-  c.router.residency.max_wait = absl::ZeroDuration();
-  c.request_log = LogPath("kvroute_cluster_force_");
-  std::filesystem::remove(c.request_log);
-  auto server = harness::StartServer(c);
-  auto store = std::make_shared<HeldStore>();
-  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, server->router());
-  server->SetClusterSync(sync.get());
-  auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", kStreamBody,
-                         {{"X-Session-Id", "job-2"}});
-  EXPECT_EQ(res.result_int(), 200);
-  EXPECT_EQ(store->AdmittedOn("gpu0"), "job-2");
-  server->SetClusterSync(nullptr);
-  server->Shutdown();
-  server->Wait();
-  const std::string line = FirstLine(c.request_log);
+  Replica replica(absl::ZeroDuration());
+  EXPECT_EQ(replica.Turn("job-2").result_int(), 200);
+  EXPECT_EQ(replica.store().AdmittedOn("gpu0"), "job-2");
+  const std::string line = replica.Finish();
   EXPECT_NE(line.find("\"cluster_admission\":\"forced\""), std::string::npos) << line;
-  std::filesystem::remove(c.request_log);
 }
 
 }  // namespace

@@ -161,19 +161,24 @@ TEST(RouterTest, PeerLoadFromAnotherReplicaSteersPlacement) {
 // of the last turn lets the next replica estimate and place as if it had
 // routed that turn itself; a record its prompt does not continue, or an
 // older one than its own, changes nothing.
-TEST(RouterTest, APeerSessionRecordCarriesTheSessionsPrefix) {
+// Session "s"'s first turn, `first` (1,024 tokens and 100 of answer),
+// routed by one replica at kT0 and completed a second later: that replica's
+// record of it.
+std::optional<RequestFeatures::PeerSession> FirstTurnRecord(const std::string& first) {
   auto a = Make("baseline", 4);
-  auto b = Make("baseline", 4);
-  const std::string first(4096, 'p');
   absl::StatusOr<RouteTicket> t1 = a->Route(Req(first, "s"), kT0);
-  ASSERT_TRUE(t1.ok());
-  const int home = t1->decision.decode_backend;
+  if (!t1.ok()) return std::nullopt;
   a->OnComplete(*t1, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 100},
                 kT0 + absl::Seconds(1));
-  std::optional<RequestFeatures::PeerSession> record =
-      a->SessionRecord("s", kT0 + absl::Seconds(1));
+  return a->SessionRecord("s", kT0 + absl::Seconds(1));
+}
+
+TEST(RouterTest, APeerSessionRecordCarriesTheSessionsPrefix) {
+  auto b = Make("baseline", 4);
+  const std::string first(4096, 'p');
+  std::optional<RequestFeatures::PeerSession> record = FirstTurnRecord(first);
   ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->backend, home);
+  const int home = record->backend;
   EXPECT_EQ(record->prompt_chunks, 16);
   EXPECT_EQ(record->held_tokens, 1124);
 
@@ -200,16 +205,10 @@ TEST(RouterTest, APeerSessionRecordCarriesTheSessionsPrefix) {
 // names: evicted since, the prefix is not credited; removals that took only
 // what was cached beside it leave it whole.
 TEST(RouterTest, APeerRecordOfAPrefixTheEngineEvictedSinceIsNotCredited) {
-  auto a = Make("baseline", 4);
   const std::string first(4096, 'p');
-  absl::StatusOr<RouteTicket> t1 = a->Route(Req(first, "s"), kT0);
-  ASSERT_TRUE(t1.ok());
-  const int home = t1->decision.decode_backend;
-  a->OnComplete(*t1, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 100},
-                kT0 + absl::Seconds(1));
-  const std::optional<RequestFeatures::PeerSession> record =
-      a->SessionRecord("s", kT0 + absl::Seconds(1));
+  const std::optional<RequestFeatures::PeerSession> record = FirstTurnRecord(first);
   ASSERT_TRUE(record.has_value());
+  const int home = record->backend;
   using Kind = EngineKvEvent::Kind;
   RequestFeatures next = Req(first + std::string(1024, 'q'), "s");
   next.peer_session = record;
