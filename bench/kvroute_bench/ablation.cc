@@ -749,12 +749,17 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
                            q.cluster_reserved_tokens > q.cluster_fill_tokens &&
                            q.cluster_reserved_tokens > q.cluster_footprint_tokens;
           }
+          // By value: looking an outcome up must not move the others' counts under the log.
+          auto count = [&by_outcome](const char* outcome) {
+            const auto it = by_outcome.find(outcome);
+            return it == by_outcome.end() ? int64_t{0} : it->second;
+          };
           spdlog::info(
               "[{}] cluster store: {} requests failed (shed ones aside); {} residency admissions "
               "across replicas ({} resident sessions' next turns, {} admitted, {} after "
               "waiting, {} forced, {} without the store), {} left an instance beyond its fill",
-              config.name, failed, asked, by_outcome["resident"], by_outcome["admitted"],
-              by_outcome["waited"], by_outcome["forced"], by_outcome["unavailable"], beyond_fill);
+              config.name, failed, asked, count("resident"), count("admitted"), count("waited"),
+              count("forced"), count("unavailable"), beyond_fill);
         }
       }
     }
