@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/kvroute_bench/child_process.h"
+#include "bench/kvroute_bench/cluster_admissions.h"
 #include "proxy/config.h"
 #include "router/policy_registry.h"
 #include "router/router.h"
@@ -738,28 +739,17 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
         if (store != nullptr) {
           // What the store's outage cost, and the residency admissions across replicas as
           // the replicas' request logs tell them.
-          int64_t failed = 0, asked = 0, beyond_fill = 0;
-          absl::flat_hash_map<std::string, int64_t> by_outcome;
+          int64_t failed = 0;
           for (const RequestRecord& q : result->requests) {
             failed += !q.ok() && q.outcome() != RequestOutcome::kShed ? 1 : 0;
-            if (q.cluster_admission.empty()) continue;
-            ++asked;
-            ++by_outcome[q.cluster_admission];
-            beyond_fill += q.cluster_admission != "resident" &&
-                           q.cluster_reserved_tokens > q.cluster_fill_tokens &&
-                           q.cluster_reserved_tokens > q.cluster_footprint_tokens;
           }
-          // By value: looking an outcome up must not move the others' counts under the log.
-          auto count = [&by_outcome](const char* outcome) {
-            const auto it = by_outcome.find(outcome);
-            return it == by_outcome.end() ? int64_t{0} : it->second;
-          };
+          const ClusterAdmissions a = CountClusterAdmissions(*result);
           spdlog::info(
               "[{}] cluster store: {} requests failed (shed ones aside); {} residency admissions "
               "across replicas ({} resident sessions' next turns, {} admitted, {} after "
               "waiting, {} forced, {} without the store), {} left an instance beyond its fill",
-              config.name, failed, asked, count("resident"), count("admitted"), count("waited"),
-              count("forced"), count("unavailable"), beyond_fill);
+              config.name, failed, a.asked, a.count("resident"), a.count("admitted"),
+              a.count("waited"), a.count("forced"), a.count("unavailable"), a.beyond_fill);
         }
       }
     }

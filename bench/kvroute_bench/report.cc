@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/cluster_admissions.h"
 #include "bench/kvroute_bench/prompt_sources.h"
 #include "bench/kvroute_bench/report_accuracy.h"
 #include "bench/kvroute_bench/svg_chart.h"
@@ -126,34 +127,17 @@ json::object SummaryJson(const RunSummary& s) {
   return o;
 }
 
-// Several replicas sharing a store: their residency admissions by outcome, from the
-// replicas' request logs, and the check that none left its instance beyond its fill
-// (reserved tokens after it, every replica's, above the fill and above its own).
+// Several replicas sharing a store: their residency admissions (cluster_admissions.h).
 // Empty without any.
 json::object ClusterAdmissionsJson(const RunResult& r) {
+  const ClusterAdmissions a = CountClusterAdmissions(r);
+  if (a.asked == 0) return {};
   json::object by_outcome;
-  int64_t asked = 0, over_fill = 0;
-  double peak_fill = 0;
-  for (const RequestRecord& q : r.requests) {
-    if (q.cluster_admission.empty()) continue;
-    ++asked;
-    json::value& n = by_outcome[q.cluster_admission];
-    n = (n.is_int64() ? n.as_int64() : 0) + 1;
-    if (q.cluster_reserved_tokens < 0 || q.cluster_fill_tokens <= 0) continue;
-    peak_fill = std::max(peak_fill, static_cast<double>(q.cluster_reserved_tokens) /
-                                        static_cast<double>(q.cluster_fill_tokens));
-    // A session larger than the fill on its own is admitted alone, as one replica does; a
-    // resident session's next turn is no admission (its footprint grows with its context).
-    if (q.cluster_admission != "resident" && q.cluster_reserved_tokens > q.cluster_fill_tokens &&
-        q.cluster_reserved_tokens > q.cluster_footprint_tokens) {
-      ++over_fill;
-    }
-  }
-  if (asked == 0) return {};
-  return json::object{{"asked", asked},
+  for (const auto& [outcome, n] : a.by_outcome) by_outcome[outcome] = n;
+  return json::object{{"asked", a.asked},
                       {"by_outcome", std::move(by_outcome)},
-                      {"beyond_fill", over_fill},
-                      {"peak_reserved_of_fill", peak_fill}};
+                      {"beyond_fill", a.beyond_fill},
+                      {"peak_reserved_of_fill", a.peak_reserved_of_fill}};
 }
 
 const ClassSummary* FindClass(const RunSummary& s, std::string_view klass) {
