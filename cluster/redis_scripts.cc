@@ -4,25 +4,33 @@ namespace kvroute::cluster {
 
 // Residency admission, atomic because Redis runs a script to completion.
 // KEYS[1]: the instance's reservations (reservation id ->
-// "owner:tokens:serial:reserved at, ms"). ARGV: lease key prefix
-// ("kvroute:replica:"), owner, reservation id, tokens, fill, serial, now
-// (ms), force ("1"), then (reservation id, serial) pairs of this owner's
-// releases queued for the instance, applied first as the release script
-// does. Returns {1 admitted, 0 refused, -1 the owner's own lease is missing
-// (its entry would be dropped by the next caller, so it must not be made);
-// the reserved tokens after; the entries evicted; 1 if a live entry was held
-// under the id already}.
+// "owner:tokens:serial:reserved at, ms"); KEYS[2]: the turns waiting for
+// room on it (reservation id -> "owner:tokens:first refused at, ms:place
+// kept until, ms"). ARGV: lease key prefix ("kvroute:replica:"), owner,
+// reservation id, tokens, fill, serial, now (ms), force ("1"), how long a
+// refused turn's place is kept (ms), then (reservation id, serial) pairs of
+// this owner's releases queued for the instance, applied first as the
+// release script does. Returns {1 admitted, 0 refused, -1 the owner's own
+// lease is missing (its entry would be dropped by the next caller, so it
+// must not be made); the reserved tokens after; the entries evicted; 1 if a
+// live entry was held under the id already; the tokens of the turns waiting
+// ahead of it}.
 // Entries whose owner's lease is gone, or that do not parse, are dropped on
-// the way; an entry under the same reservation id is replaced, so it does
-// not count against itself, and is admitted whatever the others hold: it is
-// a resident session's next turn, which the local gate admits at once too
-// (its footprint grows with its context). Forced, the others are evicted the
-// least recently reserved first until this one fits.
+// the way, and waiting turns that stopped asking; an entry under the same
+// reservation id is replaced, so it does not count against itself, and is
+// admitted whatever the others hold: it is a resident session's next turn,
+// which the local gate admits at once too (its footprint grows with its
+// context). A new one goes first come, first served, as in one gate: it is
+// admitted only if it fits beside the turns that were refused before it
+// (their place kept while they ask again), else it takes its place behind
+// them. Forced, the others are evicted the least recently reserved first
+// until this one fits.
 const char kReserveScript[] = R"lua(
 local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
 local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
-if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0, 0} end
-for i = 9, #ARGV - 1, 2 do
+local now, keep = tonumber(ARGV[7]), tonumber(ARGV[9])
+if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0, 0, 0} end
+for i = 10, #ARGV - 1, 2 do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v then
     local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+$')
@@ -52,9 +60,33 @@ for i = 1, #entries, 2 do
     end
   end
 end
+local since, ahead = now, 0
+if held == 0 then
+  local waiting = redis.call('HGETALL', KEYS[2])
+  local live = {}
+  for i = 1, #waiting, 2 do
+    local who, n, first, kept = string.match(waiting[i + 1], '^(.*):(%d+):(%d+):(%d+)$')
+    if who ~= nil and alive[who] == nil then
+      alive[who] = redis.call('EXISTS', lease_prefix .. who) == 1
+    end
+    if who == nil or tonumber(kept) < now or not alive[who] then
+      redis.call('HDEL', KEYS[2], waiting[i])
+    elseif waiting[i] == id then
+      since = tonumber(first)
+    else
+      table.insert(live, {waiting[i], tonumber(n), tonumber(first)})
+    end
+  end
+  for _, w in ipairs(live) do
+    if w[3] < since or (w[3] == since and w[1] < id) then ahead = ahead + w[2] end
+  end
+end
 local evicted = 0
-if held == 0 and sum > 0 and sum + tokens > fill then
-  if ARGV[8] ~= '1' then return {0, sum, 0, 0} end
+if held == 0 and ((sum > 0 and sum + tokens > fill) or (ahead > 0 and sum + ahead + tokens > fill)) then
+  if ARGV[8] ~= '1' then
+    redis.call('HSET', KEYS[2], id, owner .. ':' .. tokens .. ':' .. since .. ':' .. (now + keep))
+    return {0, sum, 0, 0, ahead}
+  end
   table.sort(others, function(x, y) return x[3] < y[3] end)
   for _, o in ipairs(others) do
     if sum + tokens <= fill then break end
@@ -63,8 +95,9 @@ if held == 0 and sum > 0 and sum + tokens > fill then
     evicted = evicted + 1
   end
 end
+redis.call('HDEL', KEYS[2], id)
 redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens .. ':' .. ARGV[6] .. ':' .. ARGV[7])
-return {1, sum + tokens, evicted, held}
+return {1, sum + tokens, evicted, held, ahead}
 )lua";
 
 // Release: deletes the entry only if this replica made it with this serial

@@ -627,8 +627,9 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   redisSetTimeout(conn->context, TimevalOf(deadline - absl::Now()));
   std::vector<std::string> args = {"EVALSHA",
                                    sha,
-                                   "1",
+                                   "2",
                                    Key("resv", instance),
+                                   Key("wait", instance),
                                    absl::StrCat(options_.key_prefix, ":replica:"),
                                    options_.replica_id,
                                    std::string(reservation_id),
@@ -636,7 +637,8 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
                                    absl::StrCat(fill_tokens),
                                    absl::StrCat(serial),
                                    absl::StrCat(absl::ToUnixMillis(absl::Now())),
-                                   force ? "1" : "0"};
+                                   force ? "1" : "0",
+                                   absl::StrCat(absl::ToInt64Milliseconds(WaitingPlaceKept()))};
   for (const auto& [key, release_serial] : releases) {
     args.push_back(key.second);
     args.push_back(absl::StrCat(release_serial));
@@ -663,7 +665,7 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   }
   const redisReply* reply = r->get();
   const auto integers = [](const redisReply* a) {
-    if (a->type != REDIS_REPLY_ARRAY || a->elements != 4) return false;
+    if (a->type != REDIS_REPLY_ARRAY || a->elements != 5) return false;
     for (size_t i = 0; i < a->elements; ++i) {
       if (a->element[i]->type != REDIS_REPLY_INTEGER) return false;
     }
@@ -684,6 +686,7 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   out.reserved_tokens = reply->element[1]->integer;
   out.evicted = reply->element[2]->integer;
   out.continued = reply->element[3]->integer == 1;
+  out.waiting_ahead_tokens = reply->element[4]->integer;
   if (out.admitted) {
     absl::MutexLock lock(&mu_);
     std::pair<std::string, std::string> key{std::string(instance), std::string(reservation_id)};

@@ -34,6 +34,7 @@
 // must not run concurrently with other calls.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -131,6 +132,13 @@ class RedisStore final : public ClusterStore {
 
   // Key names.
   std::string Key(absl::string_view kind, absl::string_view name) const;
+  // How long a refused reservation keeps its place in the instance's queue
+  // after it last asked: ten of its callers' retries at the sync interval,
+  // at least a second, so a busy replica's late retry does not lose it and
+  // a turn whose client left blocks the others no longer than that.
+  absl::Duration WaitingPlaceKept() const {
+    return std::max(absl::Seconds(1), 10 * sync_interval_);
+  }
 
   const ClusterOptions options_;
   const StoreAddress address_;

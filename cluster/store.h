@@ -99,6 +99,10 @@ struct Reservation {
   // resident session's next turn, admitted whatever the others hold, as the
   // local gate admits it, its footprint replaced by this one.
   bool continued = false;
+  // The tokens of the turns refused before this one that wait for room on
+  // the instance, still asking: a new reservation is admitted only if they
+  // fit beside it.
+  int64_t waiting_ahead_tokens = 0;
 };
 
 // Counters for /metrics; monotonic except `connected`.
@@ -149,10 +153,14 @@ class ClusterStore {
   // gate admits it). Reservations whose owner's lease has expired are dropped
   // first; one already held under the same id (by any replica) is a resident
   // session's next turn: replaced, not counted against itself, and admitted
-  // whatever the others hold (Reservation::continued). `force` (a turn whose wait ran out) admits
-  // whatever the others hold: their reservations yield, the least recently
-  // reserved first, until this one fits, as a local waiter past its bound
-  // makes residents yield. One round trip on the caller's thread, bounded
+  // whatever the others hold (Reservation::continued). New reservations go
+  // first come, first served across replicas, as in one gate: a refused one
+  // keeps its place while it asks again (RedisStore: at least every
+  // max(1 s, 10 sync intervals)), and a later one is admitted only if it
+  // fits beside those waiting ahead. `force` (a turn whose wait ran out)
+  // admits whatever the others hold: their reservations yield, the least
+  // recently reserved first, until this one fits, as a local waiter past its
+  // bound makes residents yield. One round trip on the caller's thread, bounded
   // by op_timeout_s; Unavailable at once while the store is unreachable,
   // and on any store error: the caller decides on local state.
   virtual absl::StatusOr<Reservation> Reserve(absl::string_view instance,

@@ -26,7 +26,9 @@
 #
 # Needs what deploy/install-deps.sh installs (cmake, ninja, g++, python3).
 # Environment: BUILD_DIR [build-pgo], TRAIN_REQUESTS [3000], CHECK_REQUESTS [300]
-# (sent through the final build, which must answer them as the instrumented one did), PGO [1].
+# (sent through the final build, which must answer them as the instrumented one did), PGO [1],
+# SIM_BIN [built here]: a kvroute-sim already built (deploy/ci-stages.sh passes the test
+# build's), which only serves the training and need not be built again.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +37,7 @@ case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$repo/$BUILD_DIR" ;; esac
 TRAIN_REQUESTS="${TRAIN_REQUESTS:-3000}"
 CHECK_REQUESTS="${CHECK_REQUESTS:-300}"
 PGO="${PGO:-1}"
+SIM_BIN="${SIM_BIN:-}"
 profile="$BUILD_DIR/pgo-profile"
 
 configure() {  # configure "" | generate | use
@@ -54,7 +57,12 @@ fi
 rm -rf "$profile"
 echo "build-release: 1/3 instrumented build in $BUILD_DIR"
 configure generate
-cmake --build "$BUILD_DIR" --target kvroute kvroute-sim > "$BUILD_DIR/build-generate.log"
+if [[ -n "$SIM_BIN" && -x "$SIM_BIN" ]]; then
+  cmake --build "$BUILD_DIR" --target kvroute > "$BUILD_DIR/build-generate.log"
+else
+  cmake --build "$BUILD_DIR" --target kvroute kvroute-sim > "$BUILD_DIR/build-generate.log"
+  SIM_BIN="$BUILD_DIR/sim/kvroute-sim"
+fi
 
 PIDS=()
 cleanup() {
@@ -82,7 +90,7 @@ exercise() {  # exercise bin requests dir
   local bin="$1" requests="$2" dir="$3" spid kpid port
   rm -rf "$dir"
   mkdir -p "$dir"
-  "$BUILD_DIR/sim/kvroute-sim" --instances 2 --base-port 0 --time-scale 0 --log-level warn \
+  "$SIM_BIN" --instances 2 --base-port 0 --time-scale 0 --log-level warn \
     > "$dir/sim.log" 2>&1 &
   spid=$!
   PIDS+=("$spid")

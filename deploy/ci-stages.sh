@@ -98,7 +98,10 @@ stage_fuzz() {
 }
 
 stage_release() {
-  BUILD_DIR=build-pgo bash deploy/build-release.sh
+  # The training's simulator from the test build (deploy/test.sh), when there is one.
+  local sim=build/sim/kvroute-sim
+  [ -x "$sim" ] || sim=
+  BUILD_DIR=build-pgo SIM_BIN=${sim:+$ROOT/$sim} bash deploy/build-release.sh
 }
 
 stages=("$@")

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <iterator>
+#include <limits>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -196,8 +197,9 @@ bool KvEventSubscriber::Apply(std::string_view payload) {
   return true;
 }
 
-void KvEventSubscriber::Replay(int64_t from, int64_t until) {
-  if (!sockets_->replay) return;
+int64_t KvEventSubscriber::Replay(int64_t from, int64_t until, uint64_t SubscriberStats::*counted) {
+  if (!sockets_->replay) return -1;
+  int64_t applied = -1;
   zmq::socket_t& replay = sockets_->replay;
   zmq::multipart_t request;
   request.add(zmq::message_t());  // the empty delimiter a REQ socket would send
@@ -230,8 +232,9 @@ void KvEventSubscriber::Replay(int64_t from, int64_t until) {
     if (seq < from || seq >= until) continue;
     if (Apply(View(frames[2]))) {
       std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.replayed_batches;
+      ++(stats_.*counted);
       stats_.last_seq = seq;
+      applied = seq;
     }
     from = seq + 1;
   }
@@ -240,12 +243,29 @@ void KvEventSubscriber::Replay(int64_t from, int64_t until) {
                 absl::FormatDuration(options_.replay_timeout));
     sockets_->OpenReplay(options_);
   }
+  return applied;
 }
 
 void KvEventSubscriber::Run() {
   zmq::socket_t& sub = sockets_->sub;
   std::vector<zmq::message_t> frames;
   int64_t last_seq = -1;
+  // The last batch the start's replay applied, until a live batch passes it.
+  int64_t replayed_to = -1;
+  try {
+    // Everything the engine buffers, oldest first: the SUB socket, connected
+    // already, queues the live stream meanwhile.
+    replayed_to = last_seq =
+        Replay(0, std::numeric_limits<int64_t>::max(), &SubscriberStats::start_replayed_batches);
+    if (replayed_to >= 0) {
+      Log()->info("backend {}: replayed the engine's buffered event batches up to {}", backend_,
+                  replayed_to);
+    }
+  } catch (const zmq::error_t&) {
+    // Stop() (ETERM) or a signal cut the replay short: the loop below ends
+    // on the former; after the latter a gap's replay asks again.
+  }
+  Notify();
   for (bool running = true; running;) try {
     for (;;) {
       frames.clear();
@@ -260,6 +280,15 @@ void KvEventSubscriber::Run() {
         continue;
       }
       const int64_t seq = ReadSeq(frames[1]);
+      if (replayed_to >= 0 && seq <= replayed_to) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.duplicate_batches;
+        }
+        Notify();
+        continue;
+      }
+      replayed_to = -1;
       if (last_seq >= 0 && seq <= last_seq) {
         // Numbering starts again at 0 when the engine restarts, and a
         // restarted engine's prefix cache is empty.
@@ -276,7 +305,7 @@ void KvEventSubscriber::Run() {
           stats_.missed_batches += static_cast<uint64_t>(seq - last_seq - 1);
         }
         Log()->info("backend {}: missed event batches {}..{}", backend_, last_seq + 1, seq - 1);
-        Replay(last_seq + 1, seq);
+        Replay(last_seq + 1, seq, &SubscriberStats::replayed_batches);
       }
       Apply(View(frames[2]));
       last_seq = seq;

@@ -14,6 +14,12 @@
 // One thread per subscriber owns its sockets: a SUB socket connected to the
 // engine's PUB endpoint and, when a replay endpoint is configured, a DEALER
 // socket that asks the engine's ROUTER for the batches a sequence gap lost.
+// With a replay endpoint the thread first asks for everything the engine
+// still buffers (vLLM keeps its last `buffer_steps` batches), so a kvroute
+// that starts after the engine (a replica started late, or restarted) knows
+// what it cached and removed before: the history that ages prefixes other
+// replicas saw freed (router/eviction_history.h). Live batches that replay
+// already applied are skipped.
 // The thread receives, checks the sequence number, decodes, and applies the
 // batch through Router::ApplyEngineKvEvents (a short lock); nothing runs on
 // kvroute's request path. ZeroMQ reconnects on its own when the engine goes
@@ -71,6 +77,8 @@ struct SubscriberStats {
   uint64_t gaps = 0;              // sequence gaps seen
   uint64_t missed_batches = 0;    // batches inside those gaps
   uint64_t replayed_batches = 0;  // of those, recovered through the replay socket
+  uint64_t start_replayed_batches = 0;  // the engine's buffer, replayed at start
+  uint64_t duplicate_batches = 0;       // live batches the start's replay had applied
   uint64_t publisher_restarts = 0;  // sequence went back: shadow cleared
   uint64_t decode_errors = 0;
   int64_t evicted_chunks = 0;     // shadow chunks the removals evicted
@@ -106,8 +114,10 @@ class KvEventSubscriber {
   void Run();
   // Applies one message's payload; false when it does not decode.
   bool Apply(std::string_view payload);
-  // Asks the replay socket for [from, until) and applies what comes back.
-  void Replay(int64_t from, int64_t until);
+  // Asks the replay socket for [from, until) and applies what comes back,
+  // counting each batch in `counted`; returns the last sequence number
+  // applied, -1 when none was.
+  int64_t Replay(int64_t from, int64_t until, uint64_t SubscriberStats::*counted);
   void Notify();
 
   router::Router& router_;

@@ -371,6 +371,9 @@ net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
     c.rec.cluster_fill_tokens = held.fill_tokens;
     c.rec.residency_wait_s += held.waited_s;
     gone = held.gone;
+    // Its TTFT, which teaches the prefill rate, counts from here, not from
+    // before the store's answer.
+    if (!gone) c.state.router->Sent(*a.ticket, WallAt(Clock::now()));
   }
   c.state.metrics->residency_wait->Observe({}, c.rec.residency_wait_s);
   if (gone) {

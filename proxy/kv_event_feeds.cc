@@ -52,6 +52,12 @@ void RenderEventCounters(const std::vector<kvevents::SubscriberStats>& stats,
       {"kvroute_kv_events_replayed_batches_total",
        "Missed batches recovered from the engine's replay socket.", nullptr,
        {{"", [](const kvevents::SubscriberStats& s) { return double(s.replayed_batches); }}}},
+      {"kvroute_kv_events_start_replayed_batches_total",
+       "Batches the engine still buffered when the subscription started, replayed first.",
+       nullptr,
+       {{"", [](const kvevents::SubscriberStats& s) {
+          return double(s.start_replayed_batches);
+        }}}},
       {"kvroute_kv_events_resets_total", "Shadow resets, by cause.", "cause",
        {{"all_blocks_cleared",
          [](const kvevents::SubscriberStats& s) { return double(s.cleared_events); }},

@@ -270,6 +270,11 @@ class Router {
     int64_t resident_fill_tokens = 0;
   };
   virtual Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) = 0;
+  // A dispatched request that waited after Dispatch (its reservation across
+  // replicas, proxy/residency_hold.h) is sent only at `now`: its realised
+  // TTFT counts from here, so the wait does not teach the instance's prefill
+  // time factor. A no-op once its first token came or it completed.
+  virtual void Sent(const RouteTicket& ticket, absl::Time now) = 0;
 
   // The residency model (router/residency_gate.h). `woken` is called, under
   // the router's lock (it must not call the router), with the residency_wait

@@ -92,6 +92,7 @@ class RouterImpl : public Router {
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
   Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) override;
+  void Sent(const RouteTicket& ticket, absl::Time now) override;
   void SetResidencyListener(ResidencyListener woken) override;
   bool Held(const RouteTicket& ticket) const override;
   void TickResidency(absl::Time now) override;

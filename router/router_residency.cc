@@ -121,6 +121,13 @@ void RouterImpl::LeaveResidency(InflightRequest& r, int64_t footprint_tokens, ab
   Wake(woken);
 }
 
+void RouterImpl::Sent(const RouteTicket& ticket, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(ticket.id);
+  if (it == inflight_.end() || it->second.first_token) return;
+  it->second.routed_at = now;
+}
+
 Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = inflight_.find(ticket.id);

@@ -317,6 +317,76 @@ TEST_F(RedisStoreTest, AForcedReservationMakesTheLeastRecentlyReservedYield) {
   EXPECT_EQ(a->stats().reserve_over_fill, 0u);
 }
 
+// Refused turns keep their place, first come first served across replicas:
+// a later one that would fit alone waits while it does not fit beside those
+// ahead of it, and goes as soon as it does.
+TEST_F(RedisStoreTest, RefusedTurnsGoInTheOrderTheyFirstAsked) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_TRUE(a->Reserve("gpu0", "resident", 80, 100, false)->admitted);
+  absl::StatusOr<Reservation> first = b->Reserve("gpu0", "first", 60, 100, false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->admitted);
+  EXPECT_EQ(first->waiting_ahead_tokens, 0);
+  absl::StatusOr<Reservation> second = a->Reserve("gpu0", "second", 30, 100, false);
+  EXPECT_FALSE(second->admitted);
+  EXPECT_EQ(second->waiting_ahead_tokens, 60);
+
+  // The resident's footprint shrinks to 30: "second" would fit alone (60)
+  // but not beside "first" (120), which fits (90) and goes.
+  ASSERT_TRUE(a->Reserve("gpu0", "resident", 30, 100, false)->continued);
+  second = a->Reserve("gpu0", "second", 30, 100, false);
+  EXPECT_FALSE(second->admitted);
+  EXPECT_EQ(second->waiting_ahead_tokens, 60);
+  first = b->Reserve("gpu0", "first", 60, 100, false);
+  EXPECT_TRUE(first->admitted);
+  EXPECT_EQ(first->reserved_tokens, 90);
+  // A newcomer queues behind "second", which asks again and has its place.
+  EXPECT_FALSE(b->Reserve("gpu0", "third", 5, 100, false)->admitted);
+  a->Release("gpu0", "resident");
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_EQ(b->Reserve("gpu0", "third", 5, 100, false)->admitted, true)
+      << "room for 'second' (30) and 'third' (5) beside 60";
+  second = a->Reserve("gpu0", "second", 30, 100, false);
+  EXPECT_TRUE(second->admitted);
+  EXPECT_EQ(second->waiting_ahead_tokens, 0);
+  EXPECT_EQ(HeldTokens("gpu0"), 95);
+  EXPECT_EQ(server_.Query({"HLEN", "kvroute:wait:gpu0"}), "0");
+}
+
+// A waiting turn keeps its place only while it asks again (or while its
+// replica lives): one whose client left stops blocking the others.
+TEST_F(RedisStoreTest, AWaitingTurnThatStopsAskingLosesItsPlace) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  ASSERT_TRUE(a->Reserve("gpu0", "resident", 80, 100, false)->admitted);
+  EXPECT_FALSE(b->Reserve("gpu0", "left", 90, 100, false)->admitted);
+  EXPECT_FALSE(a->Reserve("gpu0", "dead", 50, 100, false)->admitted);
+  a->Release("gpu0", "resident");
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_FALSE(b->Reserve("gpu0", "next", 40, 100, false)->admitted) << "90 + 50 wait ahead";
+  // "left" last asked long ago (set in the store rather than waited for).
+  const std::string v = server_.Query({"HGET", "kvroute:wait:gpu0", "left"});
+  const std::vector<std::string> f = absl::StrSplit(v, ':');
+  ASSERT_EQ(f.size(), 4u) << v;
+  ASSERT_EQ(server_.Query({"HSET", "kvroute:wait:gpu0", "left",
+                           absl::StrCat(f[0], ":", f[1], ":", f[2], ":1000")}),
+            "0");
+  absl::StatusOr<Reservation> next = b->Reserve("gpu0", "next", 40, 100, false);
+  EXPECT_TRUE(next->admitted) << "50 waits ahead now: room for both";
+  EXPECT_EQ(next->waiting_ahead_tokens, 50);
+  // "dead"'s replica loses its lease: its waiting turn goes with it.
+  ASSERT_EQ(server_.Query({"DEL", "kvroute:replica:a"}), "1");
+  next = b->Reserve("gpu0", "after", 60, 100, false);
+  EXPECT_TRUE(next->admitted);
+  EXPECT_EQ(next->waiting_ahead_tokens, 0);
+  EXPECT_EQ(server_.Query({"HLEN", "kvroute:wait:gpu0"}), "0");
+}
+
 TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation) {
   auto a = Store("a");
   ASSERT_TRUE(a->SyncNow().ok());

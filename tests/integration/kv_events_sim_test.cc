@@ -168,5 +168,36 @@ TEST(KvEventsSim, EvictionsUnderPressureReachTheShadow) {
             std::string::npos);
 }
 
+// A kvroute that subscribes after its engines served traffic (a replica
+// started late) replays what they buffered: with no new traffic its count of
+// each engine's cached tokens is already exact, its removals included.
+TEST(KvEventsSim, ALateSubscriptionReplaysTheEnginesBuffer) {
+  FleetHarness h(2, "round_robin", {}, TinyEngine, [](sim::FleetOptions& fo) {
+    fo.kv_events_port = 0;
+    fo.kv_events_replay_port = 0;
+  });
+  for (uint64_t seed = 0; seed < 12; ++seed) Ask(h, Text(1200, 200 + seed));
+  std::unique_ptr<proxy::KvEventFeeds> feeds = Subscribe(h, /*replay=*/true);
+  for (int i = 0; i < 2; ++i) WaitApplied(h, *feeds, i);
+
+  const std::vector<router::BackendReport> report = h.server().router().Report();
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("instance " + std::to_string(i));
+    const kvevents::SubscriberStats st = feeds->subscriber(i).stats();
+    const sim::InstanceGauges g = h.fleet().gauges(i);
+    // Replayed at start, but for batches the instance's publisher thread had
+    // not yet sent then (they come live, or as a gap's replay).
+    EXPECT_GT(st.start_replayed_batches, 0u);
+    EXPECT_EQ(st.batches, g.kv_event_batches);
+    EXPECT_EQ(st.gaps, 0u);
+    EXPECT_GT(st.removed_blocks, 0u);
+    EXPECT_EQ(static_cast<int64_t>(st.stored_blocks - st.removed_blocks), g.num_cached_blocks);
+    EXPECT_EQ(report[static_cast<size_t>(i)].engine_cached_tokens, g.num_cached_blocks * 16);
+  }
+  const auto metrics = RequestOnce(h.server().port(), http::verb::get, "/metrics", "");
+  EXPECT_NE(metrics.body().find("kvroute_kv_events_start_replayed_batches_total{backend=\"gpu0\"}"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvroute::testing

@@ -291,6 +291,7 @@ TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {
   FakeEngine engine(/*with_replay=*/true);
   KvEventSubscriber sub(*router, 0, Options(engine));
   ASSERT_TRUE(sub.Start().ok());
+  EXPECT_EQ(engine.ServeReplay({}), 0) << "the start's replay, of an empty buffer";
   const int64_t seq = SyncUp(engine, sub, 0);
 
   std::map<int64_t, std::string> buffer = {
@@ -306,6 +307,7 @@ TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {
   EXPECT_EQ(st.gaps, 1u);
   EXPECT_EQ(st.missed_batches, 3u);
   EXPECT_EQ(st.replayed_batches, 3u);
+  EXPECT_EQ(st.start_replayed_batches, 0u);
   EXPECT_EQ(st.stored_blocks, 11u);
   EXPECT_EQ(st.removed_blocks, 12u);
   EXPECT_EQ(st.evicted_chunks, 3);
@@ -313,6 +315,44 @@ TEST(KvEventSubscriber, GapIsReplayedInOrderFromTheReplaySocket) {
   EXPECT_EQ(Backend(report, 0).shadow_chunks, 17);
   // 10 blocks stored, 12 removed (the count stops at 0), 1 stored.
   EXPECT_EQ(Backend(report, 0).engine_cached_tokens, 16);
+}
+
+// A subscription that starts after its engine (a replica started late)
+// first applies what the engine still buffers, from sequence number 0; the
+// live stream's batches that replay covered are not applied again, nor
+// taken for an engine restart.
+TEST(KvEventSubscriber, AtStartTheEnginesBufferIsReplayedFirst) {
+  auto router = MakeRouter();
+  Serve(*router, 0, 10);
+  FakeEngine engine(/*with_replay=*/true);
+  KvEventSubscriber sub(*router, 0, Options(engine));
+  ASSERT_TRUE(sub.Start().ok());
+  const std::map<int64_t, std::string> buffer = {
+      {0, Batch({Stored(10)})}, {1, Batch({Removed(4)})}, {2, Batch({Stored(1)})}};
+  EXPECT_EQ(engine.ServeReplay(buffer), 0);
+  ASSERT_TRUE(sub.WaitFor([](const SubscriberStats& s) { return s.last_seq == 2; }, kWait));
+  SubscriberStats st = sub.stats();
+  EXPECT_EQ(st.start_replayed_batches, 3u);
+  EXPECT_EQ(st.replayed_batches, 0u);
+  EXPECT_EQ(st.evicted_chunks, 1);
+
+  // Batch 2 again, live (sent until the subscription is up), then batch 3.
+  bool seen = false;
+  for (int attempt = 0; attempt < 400 && !seen; ++attempt) {
+    engine.Send(2, Batch({Stored(1)}));
+    seen = sub.WaitFor([](const SubscriberStats& s) { return s.duplicate_batches > 0; },
+                       absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(seen);
+  engine.Send(3, Batch({Stored(2)}));
+  ASSERT_TRUE(sub.WaitFor([](const SubscriberStats& s) { return s.last_seq == 3; }, kWait));
+  st = sub.stats();
+  EXPECT_EQ(st.stored_blocks, 13u);
+  EXPECT_EQ(st.gaps, 0u);
+  EXPECT_EQ(st.publisher_restarts, 0u);
+  const auto report = router->Report();
+  EXPECT_EQ(Backend(report, 0).shadow_chunks, 9);
+  EXPECT_EQ(Backend(report, 0).engine_cached_tokens, (10 - 4 + 1 + 2) * 16);
 }
 
 TEST(KvEventSubscriber, GapWithoutReplaySocketIsCounted) {
@@ -398,6 +438,7 @@ class HoldingRouter : public router::Router {
   void OnFirstToken(const router::RouteTicket& t, absl::Time now) override {
     inner_->OnFirstToken(t, now);
   }
+  void Sent(const router::RouteTicket& t, absl::Time now) override { inner_->Sent(t, now); }
   Dispatched Dispatch(const router::RouteTicket& t, absl::Time now) override {
     return inner_->Dispatch(t, now);
   }

@@ -126,6 +126,30 @@ TEST(RouterRatesTest, LearnsASlowInstanceFromFirstTokens) {
   EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
 }
 
+// A turn that waited after routing (for its reservation across replicas)
+// and is sent only then (Router::Sent) counts its TTFT from there: an
+// instance that serves 10,000 cold tokens in the predicted 1 s keeps its
+// factor 1 however long the waits were.
+TEST(RouterRatesTest, AWaitBeforeSendingTeachesNothing) {
+  auto r = Make(RatesOptions("baseline"));
+  absl::Time now = kT0;
+  for (int i = 0; i < 30; ++i) {
+    RequestFeatures f = Req(i, 10000);
+    f.avoid_backends = {0};
+    absl::StatusOr<RouteTicket> t = r->Route(f, now);
+    ASSERT_TRUE(t.ok()) << t.status();
+    now += absl::Seconds(3);  // the store refused it meanwhile
+    r->Sent(*t, now);
+    now += absl::Seconds(1);
+    r->OnFirstToken(*t, now);
+    r->Sent(*t, now + absl::Seconds(5));  // after its first token: nothing
+    r->OnComplete(*t, {.ok = true, .served_by = 1}, now);
+    now += absl::Seconds(1);
+  }
+  EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
+  EXPECT_NEAR(PrefillFactor(*r, 1), 1.0, 1e-6);
+}
+
 // Several replicas: a replica publishes the factors it has learned (none
 // before its first sample), and predicts with the fleet's merged factor the
 // cluster store hands back, in place of its own, until a view without one.
