@@ -8,7 +8,8 @@ void EvictionHistory::Resize(int backends) {
   if (backends > static_cast<int>(engines_.size())) engines_.resize(backends);
 }
 
-void EvictionHistory::Apply(int backend, absl::Span<const EngineKvEvent> events) {
+void EvictionHistory::Apply(int backend, absl::Span<const EngineKvEvent> events,
+                            int64_t in_use_tokens) {
   if (backend < 0 || backend >= static_cast<int>(engines_.size())) return;
   Engine& e = engines_[backend];
   absl::Time at = absl::InfinitePast();
@@ -35,7 +36,8 @@ void EvictionHistory::Apply(int backend, absl::Span<const EngineKvEvent> events)
   // have come before it (never too young).
   if (at == absl::InfinitePast()) return;
   if (!e.samples.empty() && at < e.samples.back().at + kSpacing) return;
-  e.samples.push_back({at, e.removed, e.cached});
+  const int64_t evictable = std::max<int64_t>(0, e.cached - std::max<int64_t>(0, in_use_tokens));
+  e.samples.push_back({at, e.removed, evictable});
   if (e.samples.size() > kMaxSamples) e.samples.pop_front();
 }
 
@@ -49,8 +51,9 @@ int64_t EvictionHistory::Surviving(int backend, absl::Time freed_at, int64_t hel
                              [](absl::Time t, const Sample& s) { return t < s.at; });
   const Sample& then = it == e.samples.begin() ? *it : *std::prev(it);
   const int64_t removed_since = e.removed - then.removed;
-  // What the engine cached beside the prefix then, all of it older.
-  const int64_t older = std::max<int64_t>(0, then.cached - held_tokens);
+  // What the engine held cached and free beside the prefix then, all of it
+  // ahead of the prefix in the free queue.
+  const int64_t older = std::max<int64_t>(0, then.evictable - held_tokens);
   const int64_t evicted = std::clamp<int64_t>(removed_since - older, 0, held_tokens);
   return held_tokens - evicted;
 }

@@ -67,7 +67,11 @@ int64_t RouterImpl::ApplyEngineKvEvents(int backend, absl::Span<const EngineKvEv
   if (backend == kPoolBackend) return feedback_.ApplyPoolKvEvents(events, ratios_.FleetWide());
   if (!Valid(backend) || (*specs_)[backend].retired) return 0;
   RecordStoredEvents(events);
-  evictions_.Apply(backend, events);
+  const EngineGauges& g = state_[backend].gauges;
+  const int64_t in_use = g.kv_cache_usage_perc > 0 && g.capacity_tokens > 0
+                             ? static_cast<int64_t>(g.kv_cache_usage_perc * g.capacity_tokens)
+                             : 0;
+  evictions_.Apply(backend, events, in_use);
   return feedback_.ApplyEngineKvEvents(backend, events, ratios_.FleetWide());
 }
 
@@ -337,9 +341,22 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
       chain[p.prompt_chunks - 1] != p.last_chunk_hash) {
     return;  // this prompt does not continue the recorded one
   }
-  // This replica's own record of a completed turn, if as new, stands.
+  // This replica's own record of a completed turn, if as new, stands, aged
+  // like a peer's: its shadow orders the session by this replica's traffic
+  // alone, so the engine's removals, applied to it oldest first, took other
+  // sessions (their turns since went through the other replicas) in place
+  // of this one.
   if (const SessionTable::Info* mine = sessions_.Find(features.session_id, now);
       mine != nullptr && mine->prompt_chunks > 0 && mine->last_finished >= p.finished) {
+    if (Valid(mine->backend) && static_cast<int64_t>(chain.size()) >= mine->prompt_chunks &&
+        chain[mine->prompt_chunks - 1] == mine->last_chunk_hash) {
+      const int64_t chunks =
+          SurvivingChunks(mine->backend, mine->prompt_chunks, mine->last_finished,
+                          mine->held_tokens, features.model);
+      index_.Forget(mine->backend, absl::MakeConstSpan(chain).subspan(
+                                       static_cast<size_t>(chunks),
+                                       static_cast<size_t>(mine->prompt_chunks - chunks)));
+    }
     return;
   }
   sessions_.Assign(features.session_id, p.backend, now);
@@ -347,17 +364,27 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
                              p.held_tokens);
   sessions_.Finish(features.session_id, p.finished);
   // What the engine still holds of it: its events since the record's turn
-  // ended may show the prefix evicted, tail first.
-  int64_t chunks = p.prompt_chunks;
-  if (const int64_t left = evictions_.Surviving(p.backend, p.finished, p.held_tokens); left >= 0) {
-    const double bytes_per_chunk = static_cast<double>(options_.chunk_bytes);
-    const double bpt = ratios_.For(features.model);
-    chunks = std::min<int64_t>(chunks, static_cast<int64_t>(static_cast<double>(left) * bpt /
-                                                            bytes_per_chunk));
-  }
-  if (chunks > 0) {
-    index_.Insert(p.backend, absl::MakeConstSpan(chain).first(static_cast<size_t>(chunks)));
-  }
+  // ended may show the prefix evicted, tail first; what this replica's
+  // shadow held beyond that goes.
+  const int64_t chunks =
+      SurvivingChunks(p.backend, p.prompt_chunks, p.finished, p.held_tokens, features.model);
+  const absl::Span<const uint64_t> recorded =
+      absl::MakeConstSpan(chain).first(static_cast<size_t>(p.prompt_chunks));
+  if (chunks > 0) index_.Insert(p.backend, recorded.first(static_cast<size_t>(chunks)));
+  index_.Forget(p.backend, recorded.subspan(static_cast<size_t>(chunks)));
+}
+
+// Of a prompt of `prompt_chunks` chunks whose turn ended on `backend` at
+// `finished` holding `held_tokens`, the leading chunks the engine's events
+// say it still holds (all when they say nothing).
+int64_t RouterImpl::SurvivingChunks(int backend, int64_t prompt_chunks, absl::Time finished,
+                                    int64_t held_tokens, const std::string& model) const {
+  const int64_t left = evictions_.Surviving(backend, finished, held_tokens);
+  if (left < 0) return prompt_chunks;
+  const double bytes_per_chunk = static_cast<double>(options_.chunk_bytes);
+  const double bpt = ratios_.For(model);
+  return std::clamp<int64_t>(
+      static_cast<int64_t>(static_cast<double>(left) * bpt / bytes_per_chunk), 0, prompt_chunks);
 }
 
 std::optional<RequestFeatures::PeerSession> RouterImpl::SessionRecord(std::string_view session,

@@ -130,6 +130,9 @@ class RouterImpl : public Router {
   // Takes features.peer_session as this replica's own record when newer.
   void AdoptPeerSession(const RequestFeatures& features, const std::vector<uint64_t>& chain,
                         absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t SurvivingChunks(int backend, int64_t prompt_chunks, absl::Time finished,
+                          int64_t held_tokens, const std::string& model) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Host loads smaller than this since the last sample wait for more: 64 MiB
   // is about 40 blocks of a 30B model's KV, enough that the engine's timer
   // granularity and one load's fixed costs do not dominate.

@@ -233,6 +233,23 @@ int64_t ShadowIndex::EvictThrough(int instance, uint64_t tick) {
   return dropped;
 }
 
+int64_t ShadowIndex::Forget(int instance, absl::Span<const uint64_t> chunks) {
+  Lru& lru = lrus_[instance];
+  int64_t dropped = 0;
+  for (const uint64_t hash : chunks) {
+    auto it = lru.slot.find(hash);
+    if (it == lru.slot.end() || lru.nodes[it->second].pins > 0) continue;
+    const uint32_t n = it->second;
+    Unlink(lru, n);
+    lru.slot.erase(it);
+    lru.free.push_back(n);
+    --lru.size;
+    RemoveHolder(hash, instance);
+    ++dropped;
+  }
+  return dropped;
+}
+
 void ShadowIndex::Clear(int instance) {
   Lru& lru = lrus_[instance];
   for (const auto& [hash, node] : lru.slot) RemoveHolder(hash, instance);

@@ -127,6 +127,10 @@ class ShadowIndex {
   // (the engine proved it evicted an entry of that age, and its LRU is
   // monotone). Returns how many were dropped.
   int64_t EvictThrough(int instance, uint64_t tick);
+  // Drops the free entries of `chunks` on `instance` (the engine's events
+  // show that prefix evicted there); pinned ones stay. Returns how many were
+  // dropped.
+  int64_t Forget(int instance, absl::Span<const uint64_t> chunks);
   // Drops every entry and reservation of `instance` (the engine restarted
   // or dropped its whole cache); pins taken before are void.
   void Clear(int instance);

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "bench/kvroute_bench/child_process.h"
 #include "bench/kvroute_bench/cluster_admissions.h"
+#include "cluster/options.h"
 #include "proxy/config.h"
 #include "router/policy_registry.h"
 #include "router/router.h"
@@ -361,9 +362,13 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
     }
     absl::StrAppend(&y, "}\n");
   }
-  // Every replica reads this one file: each names itself (hostname, pid, start time).
+  // Every replica reads this one file: each names itself (hostname, pid, start time). The
+  // replicas' view of each other is as old in modelled time as a real fleet's: the sync interval
+  // is scaled too, down to 10 ms of wall time.
   if (!config.cluster_store.empty()) {
-    absl::StrAppend(&y, "cluster: {store: \"", config.cluster_store, "\"}\n");
+    const double sync_s = std::max(0.01, cluster::ClusterOptions().sync_interval_s * time_scale);
+    absl::StrAppend(&y, "cluster: {store: \"", config.cluster_store,
+                    "\", sync_interval_s: ", sync_s, "}\n");
   }
   return y;
 }

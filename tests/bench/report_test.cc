@@ -292,6 +292,16 @@ TEST(AblationConfigTest, ScalesTheConfigToTheSimulatedFleet) {
   EXPECT_EQ(parsed->upstream.first_token_timeout, absl::Seconds(30));
   EXPECT_EQ(parsed->upstream.first_token_timeout_max, absl::Seconds(360));
   EXPECT_EQ(parsed->monitor.hung_after, absl::Seconds(12));
+
+  // Replicas sharing a store see each other as often, in modelled time, as
+  // a real fleet's do.
+  AblationConfig shared = c[0];
+  shared.cluster_store = "redis://127.0.0.1:6390/0";
+  parsed = proxy::ParseConfig(
+      KvrouteConfigYaml(shared, {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, slo), "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->cluster.store, "redis://127.0.0.1:6390/0");
+  EXPECT_NEAR(parsed->cluster.sync_interval_s, 0.01, 1e-12);
 }
 
 // --router settings land under router: and reach kvroute's loader; malformed

@@ -25,13 +25,13 @@ TEST(EvictionHistoryTest, APrefixGoesOnceRemovalsPassWhatWasCachedBesideIt) {
   EXPECT_EQ(h.Surviving(0, At(1), 1000), -1) << "no event yet";
   // 10,000 tokens cached, the session's 1,000 among them, freed at 1 s: the
   // other 9,000 are older and go first.
-  h.Apply(0, std::vector{Stored(10000, 0)});
+  h.Apply(0, std::vector{Stored(10000, 0)}, 0);
   EXPECT_EQ(h.Surviving(0, At(1), 1000), 1000);
-  h.Apply(0, std::vector{Removed(5000, 2)});
+  h.Apply(0, std::vector{Removed(5000, 2)}, 0);
   EXPECT_EQ(h.Surviving(0, At(1), 1000), 1000);
-  h.Apply(0, std::vector{Removed(4500, 3)});
+  h.Apply(0, std::vector{Removed(4500, 3)}, 0);
   EXPECT_EQ(h.Surviving(0, At(1), 1000), 500) << "its tail went";
-  h.Apply(0, std::vector{Removed(2000, 4)});
+  h.Apply(0, std::vector{Removed(2000, 4)}, 0);
   EXPECT_EQ(h.Surviving(0, At(1), 1000), 0);
   // A prefix freed after those removals has nothing removed since.
   EXPECT_EQ(h.Surviving(0, At(5), 300), 300);
@@ -42,30 +42,46 @@ TEST(EvictionHistoryTest, APrefixGoesOnceRemovalsPassWhatWasCachedBesideIt) {
   EXPECT_EQ(h.Surviving(7, At(1), 1000), -1);
 }
 
+// Blocks running requests hold are not in the free queue: freed later, they
+// queue behind the prefix, so only the cached blocks free at F are ahead.
+TEST(EvictionHistoryTest, BlocksInUseAreNotAheadOfAFreedPrefix) {
+  EvictionHistory h;
+  h.Resize(1);
+  // 10,000 cached, 6,000 of them held by running requests: 4,000 free, the
+  // session's 1,000 among them, so 3,000 ahead of it.
+  h.Apply(0, std::vector{Stored(10000, 0)}, 6000);
+  h.Apply(0, std::vector{Removed(3500, 2)}, 6000);
+  EXPECT_EQ(h.Surviving(0, At(1), 1000), 500);
+  // More in use than cached (the gauge is a scrape behind): nothing ahead.
+  h.Apply(0, std::vector{Stored(100, 3)}, 20000);
+  h.Apply(0, std::vector{Removed(50, 4)}, 20000);
+  EXPECT_EQ(h.Surviving(0, At(3.5), 100), 50);
+}
+
 TEST(EvictionHistoryTest, UntimedAndHostEventsAreNotRecordedAndAClearTakesAll) {
   EvictionHistory h;
   h.Resize(1);
-  h.Apply(0, std::vector{EngineKvEvent{EngineKvEvent::Kind::kStored, 500, false}});
+  h.Apply(0, std::vector{EngineKvEvent{EngineKvEvent::Kind::kStored, 500, false}}, 0);
   EXPECT_EQ(h.Surviving(0, At(0), 100), -1);
   EngineKvEvent host = Removed(100000, 0);
   host.host = true;
-  h.Apply(0, std::vector{Stored(1000, 0), host});
+  h.Apply(0, std::vector{Stored(1000, 0), host}, 0);
   EXPECT_EQ(h.Surviving(0, At(0), 200), 200);
-  h.Apply(0, std::vector{EngineKvEvent{EngineKvEvent::Kind::kCleared, 0, false, At(5)}});
+  h.Apply(0, std::vector{EngineKvEvent{EngineKvEvent::Kind::kCleared, 0, false, At(5)}}, 0);
   EXPECT_EQ(h.Surviving(0, At(1), 200), 0);
 }
 
 TEST(EvictionHistoryTest, BatchesWithinTheSpacingShareASample) {
   EvictionHistory h;
   h.Resize(1);
-  h.Apply(0, std::vector{Stored(1000, 0)});
+  h.Apply(0, std::vector{Stored(1000, 0)}, 0);
   // 10 ms later: counted, not sampled, so a prefix freed between the two
   // batches is aged from the first, by the second one's removal too.
-  h.Apply(0, std::vector{Removed(950, 0.01)});
+  h.Apply(0, std::vector{Removed(950, 0.01)}, 0);
   EXPECT_EQ(h.Surviving(0, At(0.005), 100), 50);
   // A batch past the spacing is a sample of its own.
-  h.Apply(0, std::vector{Stored(100, 1)});
-  h.Apply(0, std::vector{Removed(100, 2)});
+  h.Apply(0, std::vector{Stored(100, 1)}, 0);
+  h.Apply(0, std::vector{Removed(100, 2)}, 0);
   EXPECT_EQ(h.Surviving(0, At(1.5), 100), 50);
 }
 

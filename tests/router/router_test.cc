@@ -234,6 +234,47 @@ TEST(RouterTest, APeerRecordOfAPrefixTheEngineEvictedSinceIsNotCredited) {
   EXPECT_EQ(gone->decision.cached_tokens_est, 0);
 }
 
+// A replica's own record of a session's last turn is aged the same way: its
+// shadow orders entries by its own traffic alone, so the engine's removals,
+// taken oldest first there, may have taken other prompts in its place.
+TEST(RouterTest, AReplicasOwnRecordIsAgedByTheEnginesEventsToo) {
+  using Kind = EngineKvEvent::Kind;
+  const std::string first(4096, 'p');
+  // Ten other prompts served first (the oldest entries of the shadow), then
+  // the session's first turn; 5,000 tokens cached when it ended, its 1,124
+  // among them, then 5,000 removed: the session's went too, while the
+  // shadow's oldest entries, the ten other prompts', took the removals.
+  // Returns the replica's record of the turn.
+  auto serve = [&](Router& r) {
+    for (char c = 'a'; c < 'k'; ++c) {
+      absl::StatusOr<RouteTicket> t = r.Route(Req(std::string(4096, c)), kT0);
+      EXPECT_TRUE(t.ok());
+      r.OnComplete(*t, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 1}, kT0);
+    }
+    absl::StatusOr<RouteTicket> t1 = r.Route(Req(first, "s"), kT0);
+    EXPECT_TRUE(t1.ok());
+    r.OnComplete(*t1, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 100},
+                 kT0 + absl::Seconds(1));
+    r.ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 5000, false, kT0}});
+    r.ApplyEngineKvEvents(
+        0, std::vector<EngineKvEvent>{{Kind::kRemoved, 5000, false, kT0 + absl::Seconds(2)}});
+    return r.SessionRecord("s", kT0 + absl::Seconds(1));
+  };
+  RequestFeatures next = Req(first + std::string(1024, 'q'), "s");
+  auto alone = Make("baseline", 1);
+  serve(*alone);
+  absl::StatusOr<RouteTicket> shadow_only = alone->Route(next, kT0 + absl::Seconds(3));
+  ASSERT_TRUE(shadow_only.ok());
+  EXPECT_GE(shadow_only->decision.cached_tokens_est, 1024) << "the shadow alone credits it";
+  // With the store's record (its own), the replica ages it and forgets it.
+  auto a = Make("baseline", 1);
+  next.peer_session = serve(*a);
+  ASSERT_TRUE(next.peer_session.has_value());
+  absl::StatusOr<RouteTicket> aged = a->Route(next, kT0 + absl::Seconds(3));
+  ASSERT_TRUE(aged.ok());
+  EXPECT_EQ(aged->decision.cached_tokens_est, 0);
+}
+
 TEST(RouterTest, EjectionReleasesInflightLoadOnce) {
   auto r = Make("least_loaded", 2);
   auto a = r->Route(Req("x"), kT0);
