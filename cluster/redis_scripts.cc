@@ -4,7 +4,8 @@ namespace kvroute::cluster {
 
 // Residency admission, atomic because Redis runs a script to completion.
 // KEYS[1]: the instance's reservations (reservation id ->
-// "owner:tokens:serial:reserved at, ms"); KEYS[2]: the turns waiting for
+// "owner:tokens:serial:reserved at, ms:turns", turns: the reservations made
+// under the id since it was new, this one included); KEYS[2]: the turns waiting for
 // room on it (reservation id -> "owner:tokens:first refused at, ms:place
 // kept until, ms"). ARGV: lease key prefix ("kvroute:replica:"), owner,
 // reservation id, tokens, fill, serial, now (ms), force ("1"), how long a
@@ -14,7 +15,9 @@ namespace kvroute::cluster {
 // lease is missing (its entry would be dropped by the next caller, so it
 // must not be made); the reserved tokens after; the entries evicted; 1 if a
 // live entry was held under the id already; the tokens of the turns waiting
-// ahead of it}.
+// ahead of it; the turns reserved under the id before this one since it was
+// new (0 for a new one): a resident session's turns across replicas, which
+// its residency quantum counts}.
 // Entries whose owner's lease is gone, or that do not parse, are dropped on
 // the way, and waiting turns that stopped asking; an entry under the same
 // reservation id is replaced, so it does not count against itself, and is
@@ -29,11 +32,11 @@ const char kReserveScript[] = R"lua(
 local lease_prefix, owner, id = ARGV[1], ARGV[2], ARGV[3]
 local tokens, fill = tonumber(ARGV[4]), tonumber(ARGV[5])
 local now, keep = tonumber(ARGV[7]), tonumber(ARGV[9])
-if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0, 0, 0} end
+if redis.call('EXISTS', lease_prefix .. owner) == 0 then return {-1, 0, 0, 0, 0, 0} end
 for i = 10, #ARGV - 1, 2 do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v then
-    local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+$')
+    local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+:%d+$')
     if who == owner and serial == ARGV[i + 1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
   end
 end
@@ -41,9 +44,9 @@ local entries = redis.call('HGETALL', KEYS[1])
 local alive = {[owner] = true}
 local sum = 0
 local others = {}
-local held = 0
+local held, turns = 0, 0
 for i = 1, #entries, 2 do
-  local who, n, _, at = string.match(entries[i + 1], '^(.*):(%d+):(%d+):(%d+)$')
+  local who, n, _, at, t = string.match(entries[i + 1], '^(.*):(%d+):(%d+):(%d+):(%d+)$')
   if who == nil then
     redis.call('HDEL', KEYS[1], entries[i])
   else
@@ -56,7 +59,7 @@ for i = 1, #entries, 2 do
       sum = sum + tonumber(n)
       table.insert(others, {entries[i], tonumber(n), tonumber(at)})
     else
-      held = 1
+      held, turns = 1, tonumber(t)
     end
   end
 end
@@ -85,7 +88,7 @@ local evicted = 0
 if held == 0 and ((sum > 0 and sum + tokens > fill) or (ahead > 0 and sum + ahead + tokens > fill)) then
   if ARGV[8] ~= '1' then
     redis.call('HSET', KEYS[2], id, owner .. ':' .. tokens .. ':' .. since .. ':' .. (now + keep))
-    return {0, sum, 0, 0, ahead}
+    return {0, sum, 0, 0, ahead, 0}
   end
   table.sort(others, function(x, y) return x[3] < y[3] end)
   for _, o in ipairs(others) do
@@ -96,8 +99,9 @@ if held == 0 and ((sum > 0 and sum + tokens > fill) or (ahead > 0 and sum + ahea
   end
 end
 redis.call('HDEL', KEYS[2], id)
-redis.call('HSET', KEYS[1], id, owner .. ':' .. tokens .. ':' .. ARGV[6] .. ':' .. ARGV[7])
-return {1, sum + tokens, evicted, held, ahead}
+redis.call('HSET', KEYS[1], id,
+  owner .. ':' .. tokens .. ':' .. ARGV[6] .. ':' .. ARGV[7] .. ':' .. (turns + 1))
+return {1, sum + tokens, evicted, held, ahead, turns}
 )lua";
 
 // Release: deletes the entry only if this replica made it with this serial
@@ -106,7 +110,7 @@ return {1, sum + tokens, evicted, held, ahead}
 const char kReleaseScript[] = R"lua(
 local v = redis.call('HGET', KEYS[1], ARGV[2])
 if v then
-  local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+$')
+  local who, _, serial = string.match(v, '^(.*):(%d+):(%d+):%d+:%d+$')
   if who == ARGV[1] and serial == ARGV[3] then
     return redis.call('HDEL', KEYS[1], ARGV[2])
   end

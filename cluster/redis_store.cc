@@ -665,7 +665,7 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   }
   const redisReply* reply = r->get();
   const auto integers = [](const redisReply* a) {
-    if (a->type != REDIS_REPLY_ARRAY || a->elements != 5) return false;
+    if (a->type != REDIS_REPLY_ARRAY || a->elements != 6) return false;
     for (size_t i = 0; i < a->elements; ++i) {
       if (a->element[i]->type != REDIS_REPLY_INTEGER) return false;
     }
@@ -687,6 +687,7 @@ absl::StatusOr<Reservation> RedisStore::Reserve(absl::string_view instance,
   out.evicted = reply->element[2]->integer;
   out.continued = reply->element[3]->integer == 1;
   out.waiting_ahead_tokens = reply->element[4]->integer;
+  out.turns_before = reply->element[5]->integer;
   if (out.admitted) {
     absl::MutexLock lock(&mu_);
     std::pair<std::string, std::string> key{std::string(instance), std::string(reservation_id)};

@@ -103,6 +103,10 @@ struct Reservation {
   // the instance, still asking: a new reservation is admitted only if they
   // fit beside it.
   int64_t waiting_ahead_tokens = 0;
+  // A continued reservation: the turns reserved under the id before this
+  // one, through any replica, since it was new (0 for a new one). The
+  // residency quantum counts a session's turns across replicas with it.
+  int64_t turns_before = 0;
 };
 
 // Counters for /metrics; monotonic except `connected`.

@@ -372,8 +372,9 @@ net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
     c.rec.residency_wait_s += held.waited_s;
     gone = held.gone;
     // Its TTFT, which teaches the prefill rate, counts from here, not from
-    // before the store's answer.
-    if (!gone) c.state.router->Sent(*a.ticket, WallAt(Clock::now()));
+    // before the store's answer; its session's residency quantum counts its
+    // turns through every replica.
+    if (!gone) c.state.router->Sent(*a.ticket, WallAt(Clock::now()), held.resident_turns);
   }
   c.state.metrics->residency_wait->Observe({}, c.rec.residency_wait_s);
   if (gone) {

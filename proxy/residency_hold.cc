@@ -93,6 +93,7 @@ net::awaitable<ClusterAdmission> AwaitClusterAdmission(Session& s, ClusterSync& 
                     : waited                  ? "waited"
                                               : "admitted";
       out.reserved_tokens = r->reserved_tokens;
+      out.resident_turns = r->turns_before;
       co_return out;
     }
     if (!waiting.counted) {

@@ -35,6 +35,9 @@ struct ClusterAdmission {
   int64_t reserved_tokens = -1;  // the instance's reservations after it, every replica's
   int64_t fill_tokens = -1;
   double waited_s = 0;
+  // The turns its session ran resident there before it, through every
+  // replica (cluster::Reservation::turns_before); -1: no store answer.
+  int64_t resident_turns = -1;
   bool gone = false;  // its client left while it waited
 };
 

@@ -1,6 +1,7 @@
 #include "router/residency_gate.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/string_view.h"
 
@@ -85,6 +86,14 @@ std::vector<std::pair<int, std::string>> ResidencyGate::TakeDepartures() {
   std::vector<std::pair<int, std::string>> out;
   out.swap(departed_);
   return out;
+}
+
+void ResidencyGate::SetTurns(int backend, std::string_view session, int64_t turns) {
+  if (backend < 0 || backend >= static_cast<int>(instances_.size()) || turns < 0) return;
+  Instance& in = instances_[backend];
+  auto it = in.residents.find(absl::string_view(session.data(), session.size()));
+  if (it == in.residents.end()) return;
+  it->second.turns = static_cast<int>(std::min<int64_t>(turns, std::numeric_limits<int>::max()));
 }
 
 bool ResidencyGate::IsResident(int backend, std::string_view session) const {

@@ -199,6 +199,13 @@ class ResidencyGate {
   // the cluster store to release their reservations. Recorded only once
   // this has been called (a single replica never drains them).
   std::vector<std::pair<int, std::string>> TakeDepartures();
+  // Several replicas: `session`, resident on `backend` here, has run `turns`
+  // turns there since it became resident, through every replica (the
+  // cluster store counts them; this gate sees only the turns routed
+  // through it, a replica's share). Its quantum counts from them, so a
+  // session yields after as many turns as one gate would let it run. A
+  // no-op for a session not resident there.
+  void SetTurns(int backend, std::string_view session, int64_t turns);
   // Whether `session` is resident on `backend` now.
   bool IsResident(int backend, std::string_view session) const;
   // Where `session` is resident and its footprint there; nullopt if nowhere.

@@ -273,8 +273,12 @@ class Router {
   // A dispatched request that waited after Dispatch (its reservation across
   // replicas, proxy/residency_hold.h) is sent only at `now`: its realised
   // TTFT counts from here, so the wait does not teach the instance's prefill
-  // time factor. A no-op once its first token came or it completed.
-  virtual void Sent(const RouteTicket& ticket, absl::Time now) = 0;
+  // time factor. `resident_turns` (>= 0): the turns its session has run
+  // resident on the instance through every replica, as the cluster store
+  // counts them (cluster::Reservation::turns_before), which the residency
+  // quantum then counts from, as one gate would; -1: unknown. A no-op once
+  // its first token came or it completed.
+  virtual void Sent(const RouteTicket& ticket, absl::Time now, int64_t resident_turns) = 0;
 
   // The residency model (router/residency_gate.h). `woken` is called, under
   // the router's lock (it must not call the router), with the residency_wait

@@ -350,12 +350,9 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
       mine != nullptr && mine->prompt_chunks > 0 && mine->last_finished >= p.finished) {
     if (Valid(mine->backend) && static_cast<int64_t>(chain.size()) >= mine->prompt_chunks &&
         chain[mine->prompt_chunks - 1] == mine->last_chunk_hash) {
-      const int64_t chunks =
-          SurvivingChunks(mine->backend, mine->prompt_chunks, mine->last_finished,
-                          mine->held_tokens, features.model);
-      index_.Forget(mine->backend, absl::MakeConstSpan(chain).subspan(
-                                       static_cast<size_t>(chunks),
-                                       static_cast<size_t>(mine->prompt_chunks - chunks)));
+      AgeSessionRecord(mine->backend,
+                       absl::MakeConstSpan(chain).first(static_cast<size_t>(mine->prompt_chunks)),
+                       mine->last_finished, mine->held_tokens, features.model, /*learn=*/false);
     }
     return;
   }
@@ -363,28 +360,27 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
   sessions_.RecordCompletion(features.session_id, p.backend, p.last_chunk_hash, p.prompt_chunks,
                              p.held_tokens);
   sessions_.Finish(features.session_id, p.finished);
-  // What the engine still holds of it: its events since the record's turn
-  // ended may show the prefix evicted, tail first; what this replica's
-  // shadow held beyond that goes.
-  const int64_t chunks =
-      SurvivingChunks(p.backend, p.prompt_chunks, p.finished, p.held_tokens, features.model);
-  const absl::Span<const uint64_t> recorded =
-      absl::MakeConstSpan(chain).first(static_cast<size_t>(p.prompt_chunks));
-  if (chunks > 0) index_.Insert(p.backend, recorded.first(static_cast<size_t>(chunks)));
-  index_.Forget(p.backend, recorded.subspan(static_cast<size_t>(chunks)));
+  AgeSessionRecord(p.backend,
+                   absl::MakeConstSpan(chain).first(static_cast<size_t>(p.prompt_chunks)),
+                   p.finished, p.held_tokens, features.model, /*learn=*/true);
 }
 
-// Of a prompt of `prompt_chunks` chunks whose turn ended on `backend` at
-// `finished` holding `held_tokens`, the leading chunks the engine's events
-// say it still holds (all when they say nothing).
-int64_t RouterImpl::SurvivingChunks(int backend, int64_t prompt_chunks, absl::Time finished,
-                                    int64_t held_tokens, const std::string& model) const {
-  const int64_t left = evictions_.Surviving(backend, finished, held_tokens);
-  if (left < 0) return prompt_chunks;
-  const double bytes_per_chunk = static_cast<double>(options_.chunk_bytes);
-  const double bpt = ratios_.For(model);
-  return std::clamp<int64_t>(
-      static_cast<int64_t>(static_cast<double>(left) * bpt / bytes_per_chunk), 0, prompt_chunks);
+// What the engine still holds of the record's prompt: its events since the
+// turn ended may show it evicted, tail first (all of it survives when they
+// say nothing).
+void RouterImpl::AgeSessionRecord(int backend, absl::Span<const uint64_t> recorded,
+                                  absl::Time finished, int64_t held_tokens,
+                                  const std::string& model, bool learn) {
+  const int64_t prompt_chunks = static_cast<int64_t>(recorded.size());
+  int64_t chunks = prompt_chunks;
+  if (const int64_t left = evictions_.Surviving(backend, finished, held_tokens); left >= 0) {
+    const double bytes_per_chunk = static_cast<double>(options_.chunk_bytes);
+    chunks = std::clamp<int64_t>(
+        static_cast<int64_t>(static_cast<double>(left) * ratios_.For(model) / bytes_per_chunk), 0,
+        prompt_chunks);
+  }
+  if (learn && chunks > 0) index_.Insert(backend, recorded.first(static_cast<size_t>(chunks)));
+  index_.Forget(backend, recorded.subspan(static_cast<size_t>(chunks)));
 }
 
 std::optional<RequestFeatures::PeerSession> RouterImpl::SessionRecord(std::string_view session,

@@ -92,7 +92,7 @@ class RouterImpl : public Router {
 
   absl::StatusOr<RouteTicket> Route(const RequestFeatures& features, absl::Time now) override;
   Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) override;
-  void Sent(const RouteTicket& ticket, absl::Time now) override;
+  void Sent(const RouteTicket& ticket, absl::Time now, int64_t resident_turns) override;
   void SetResidencyListener(ResidencyListener woken) override;
   bool Held(const RouteTicket& ticket) const override;
   void TickResidency(absl::Time now) override;
@@ -130,8 +130,12 @@ class RouterImpl : public Router {
   // Takes features.peer_session as this replica's own record when newer.
   void AdoptPeerSession(const RequestFeatures& features, const std::vector<uint64_t>& chain,
                         absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t SurvivingChunks(int backend, int64_t prompt_chunks, absl::Time finished,
-                          int64_t held_tokens, const std::string& model) const
+  // Ages a session record's prompt (`recorded`, whose turn ended on
+  // `backend` at `finished` holding `held_tokens`) by the engine's events
+  // since: the shadow keeps (learns, with `learn`) the head the engine still
+  // holds and forgets the tail beyond it.
+  void AgeSessionRecord(int backend, absl::Span<const uint64_t> recorded, absl::Time finished,
+                        int64_t held_tokens, const std::string& model, bool learn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Host loads smaller than this since the last sample wait for more: 64 MiB
   // is about 40 blocks of a 30B model's KV, enough that the engine's timer

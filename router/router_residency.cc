@@ -121,11 +121,15 @@ void RouterImpl::LeaveResidency(InflightRequest& r, int64_t footprint_tokens, ab
   Wake(woken);
 }
 
-void RouterImpl::Sent(const RouteTicket& ticket, absl::Time now) {
+void RouterImpl::Sent(const RouteTicket& ticket, absl::Time now, int64_t resident_turns) {
   absl::MutexLock lock(&mu_);
   auto it = inflight_.find(ticket.id);
   if (it == inflight_.end() || it->second.first_token) return;
-  it->second.routed_at = now;
+  InflightRequest& r = it->second;
+  r.routed_at = now;
+  if (resident_turns >= 0 && r.residency == Residency::kResident) {
+    residency_.SetTurns(r.resident_on, r.session, resident_turns);
+  }
 }
 
 Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time now) {

@@ -111,16 +111,18 @@ void ShadowIndex::RemoveHolder(uint64_t hash, int instance) {
   holders_.erase(it);
 }
 
-void ShadowIndex::EvictOldest(int instance) {
+void ShadowIndex::Drop(int instance, uint32_t n) {
   Lru& lru = lrus_[instance];
-  const uint32_t n = lru.oldest;
-  if (n == kNil) return;
   const uint64_t hash = lru.nodes[n].hash;
   Unlink(lru, n);
   lru.slot.erase(hash);
   lru.free.push_back(n);
   --lru.size;
   RemoveHolder(hash, instance);
+}
+
+void ShadowIndex::EvictOldest(int instance) {
+  if (lrus_[instance].oldest != kNil) Drop(instance, lrus_[instance].oldest);
 }
 
 void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
@@ -239,12 +241,7 @@ int64_t ShadowIndex::Forget(int instance, absl::Span<const uint64_t> chunks) {
   for (const uint64_t hash : chunks) {
     auto it = lru.slot.find(hash);
     if (it == lru.slot.end() || lru.nodes[it->second].pins > 0) continue;
-    const uint32_t n = it->second;
-    Unlink(lru, n);
-    lru.slot.erase(it);
-    lru.free.push_back(n);
-    --lru.size;
-    RemoveHolder(hash, instance);
+    Drop(instance, it->second);
     ++dropped;
   }
   return dropped;

@@ -177,6 +177,8 @@ class ShadowIndex {
 
   void Unlink(Lru& lru, uint32_t n);
   void PushNewest(Lru& lru, uint32_t n);
+  // Removes node `n` (unpinned) of `instance`'s pool from the index.
+  void Drop(int instance, uint32_t n);
   void EvictOldest(int instance);
   // Evicts free entries until they fit beside the pinned and reserved ones,
   // crediting each eviction against the engine's reports while it makes them.

@@ -55,11 +55,11 @@ class RedisStoreTest : public ::testing::Test {
   int64_t HeldTokens(const std::string& instance) const {
     const std::string all = server_.Query({"HVALS", "kvroute:resv:" + instance});
     int64_t sum = 0;
-    // Each value: "owner:tokens:serial:reserved at".
+    // Each value: "owner:tokens:serial:reserved at:turns".
     for (absl::string_view v : absl::StrSplit(all, ',', absl::SkipEmpty())) {
       std::vector<absl::string_view> f = absl::StrSplit(v, ':');
       int64_t tokens = 0;
-      EXPECT_TRUE(f.size() == 4 && absl::SimpleAtoi(f[1], &tokens)) << v;
+      EXPECT_TRUE(f.size() == 5 && absl::SimpleAtoi(f[1], &tokens)) << v;
       sum += tokens;
     }
     return sum;
@@ -282,9 +282,9 @@ TEST_F(RedisStoreTest, AForcedReservationMakesTheLeastRecentlyReservedYield) {
   for (const auto& [id, at] : {std::pair{"old", "1000"}, {"mid", "2000"}, {"new", "3000"}}) {
     const std::string v = server_.Query({"HGET", "kvroute:resv:gpu0", id});
     const std::vector<std::string> f = absl::StrSplit(v, ':');
-    ASSERT_EQ(f.size(), 4u) << v;
+    ASSERT_EQ(f.size(), 5u) << v;
     ASSERT_EQ(server_.Query({"HSET", "kvroute:resv:gpu0", id,
-                             absl::StrCat(f[0], ":", f[1], ":", f[2], ":", at)}),
+                             absl::StrCat(f[0], ":", f[1], ":", f[2], ":", at, ":", f[4])}),
               "0");
   }
 
@@ -399,6 +399,33 @@ TEST_F(RedisStoreTest, AReleaseQueuedBeforeReservingAgainLeavesTheNewReservation
   a->Release("gpu0", "s1");
   ASSERT_TRUE(a->SyncNow().ok());
   EXPECT_EQ(HeldTokens("gpu0"), 0);
+}
+
+TEST_F(RedisStoreTest, AResidentsTurnsAreCountedAcrossReplicasUntilItLeaves) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  absl::StatusOr<Reservation> first = a->Reserve("gpu0", "s", 30, 100, false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->continued);
+  EXPECT_EQ(first->turns_before, 0);
+  // Its next turns through either replica count on.
+  EXPECT_EQ(b->Reserve("gpu0", "s", 32, 100, false)->turns_before, 1);
+  EXPECT_EQ(a->Reserve("gpu0", "s", 34, 100, false)->turns_before, 2);
+  absl::StatusOr<Reservation> third = b->Reserve("gpu0", "s", 36, 100, false);
+  EXPECT_TRUE(third->continued);
+  EXPECT_EQ(third->turns_before, 3);
+  // Released (it yielded), its next reservation is new again.
+  b->Release("gpu0", "s");
+  ASSERT_TRUE(b->SyncNow().ok());
+  absl::StatusOr<Reservation> again = a->Reserve("gpu0", "s", 38, 100, false);
+  EXPECT_FALSE(again->continued);
+  EXPECT_EQ(again->turns_before, 0);
+  // A refused turn has run none there.
+  absl::StatusOr<Reservation> refused = b->Reserve("gpu0", "other", 90, 100, false);
+  EXPECT_FALSE(refused->admitted);
+  EXPECT_EQ(refused->turns_before, 0);
 }
 
 TEST_F(RedisStoreTest, AReservationFirstAppliesTheReleasesQueuedForItsInstance) {

@@ -438,7 +438,9 @@ class HoldingRouter : public router::Router {
   void OnFirstToken(const router::RouteTicket& t, absl::Time now) override {
     inner_->OnFirstToken(t, now);
   }
-  void Sent(const router::RouteTicket& t, absl::Time now) override { inner_->Sent(t, now); }
+  void Sent(const router::RouteTicket& t, absl::Time now, int64_t turns) override {
+    inner_->Sent(t, now, turns);
+  }
   Dispatched Dispatch(const router::RouteTicket& t, absl::Time now) override {
     return inner_->Dispatch(t, now);
   }

@@ -233,6 +233,50 @@ TEST(ClusterSyncTest, AnAdmittedTurnReservesItsRoomAndADepartureReleasesIt) {
   EXPECT_FALSE(sync->Reserve(go.decision.decode_backend, "s", 10, 100, false).has_value());
 }
 
+// The store's count of a resident session's turns (through every replica)
+// reaches the gate with Router::Sent: with turns waiting for the instance,
+// the session yields when its quantum is up counted so, not after a
+// quantum of turns through this replica alone, and its reservation goes.
+TEST(ClusterSyncTest, TheStoresTurnCountEndsAResidentsQuantum) {
+  auto store = std::make_shared<MemoryStore>();
+  router::Options o;
+  o.mode = "baseline";
+  o.default_capacity_tokens = 100000;
+  auto created = router::Router::Create(o, router::testing::LoopbackBackends(2));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<router::Router> router = *std::move(created);
+  auto sync = ClusterSync::ForStore(store, /*lease_s=*/5, *router);
+  sync->SyncOnce(kT0);
+
+  router::RequestFeatures f = Req();
+  f.session_id = "s";
+  f.defer_kv_reservation = true;
+  f.prompt_bytes = std::string(4096, 'p');
+  f.chunk_hashes = router::HashPromptChunks(f.prompt_bytes, 256);
+  // One turn, sent with `turns` counted before it; true if the session
+  // left the instance's residents when it ended.
+  const auto turn = [&](int64_t turns, absl::Time at) {
+    absl::StatusOr<router::RouteTicket> t = router->Route(f, at);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return false;
+    EXPECT_EQ(t->residency_wait, 0u);
+    const router::Router::Dispatched go = router->Dispatch(*t, at);
+    const int b = go.decision.decode_backend;
+    // Another replica's turn waits for room there.
+    std::vector<router::PeerLoad> peers(2);
+    peers[b].waiting_turns = 1;
+    router->SetPeerLoad(peers, at);
+    router->Sent(*t, at, turns);
+    router->OnComplete(*t, {.ok = true, .prompt_tokens = 1024, .completion_tokens = 10},
+                       at + absl::Seconds(1));
+    return router->TakeResidencyDepartures().size() == 1;
+  };
+  EXPECT_FALSE(turn(-1, kT0)) << "its first turn here: a quantum is far off";
+  EXPECT_FALSE(turn(o.residency.quantum_turns - 2, kT0 + absl::Seconds(2)));
+  EXPECT_TRUE(turn(o.residency.quantum_turns - 1, kT0 + absl::Seconds(4)))
+      << "the store counted the turns through other replicas: this one ends its quantum";
+}
+
 // The factors this replica learned go out by backend name; the fleet's
 // merged factors come back into its predictions.
 TEST(ClusterSyncTest, LearnedRatesGoOutByNameAndTheFleetsComeBack) {

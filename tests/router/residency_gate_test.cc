@@ -323,5 +323,29 @@ TEST(ResidencyGateTest, TurnsWaitingAtOtherReplicasFreeRoomHere) {
   EXPECT_TRUE(g.TakeDepartures().empty());
 }
 
+TEST(ResidencyGateTest, ASessionsTurnsThroughOtherReplicasCountTowardsItsQuantum) {
+  ResidencyGate g(Opts(/*quantum=*/3, /*grace_s=*/1000, /*max_wait_s=*/1000));
+  std::vector<uint64_t> woken;
+  // Resident at a peer: its turn through this replica goes at once.
+  g.SetPeerResidents(0, {{"s", 60}}, /*waiting_turns=*/1, At(0), &woken);
+  EXPECT_EQ(g.Enter(0, "s", 60, kCap, At(0), &woken), 0u);
+  // The store counted two turns of it before this one, through the others:
+  // this one is its third, and the instance is contended, so it yields.
+  g.SetTurns(0, "s", 2);
+  g.Leave(0, "s", 60, At(1), &woken);
+  EXPECT_FALSE(g.Find("s").has_value());
+  EXPECT_EQ(g.counters().yielded, 1u);
+
+  // Without the store's count it would have run its quantum here alone.
+  g.SetPeerResidents(0, {{"t", 60}}, /*waiting_turns=*/1, At(2), &woken);
+  EXPECT_EQ(g.Enter(0, "t", 60, kCap, At(2), &woken), 0u);
+  g.Leave(0, "t", 60, At(3), &woken);
+  EXPECT_TRUE(g.Find("t").has_value());
+  // A count for a session not resident here changes nothing.
+  g.SetTurns(0, "nobody", 5);
+  g.SetTurns(7, "t", 5);
+  EXPECT_EQ(g.resident_sessions(0), 1u);
+}
+
 }  // namespace
 }  // namespace kvroute::router

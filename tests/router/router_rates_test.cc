@@ -139,10 +139,10 @@ TEST(RouterRatesTest, AWaitBeforeSendingTeachesNothing) {
     absl::StatusOr<RouteTicket> t = r->Route(f, now);
     ASSERT_TRUE(t.ok()) << t.status();
     now += absl::Seconds(3);  // the store refused it meanwhile
-    r->Sent(*t, now);
+    r->Sent(*t, now, -1);
     now += absl::Seconds(1);
     r->OnFirstToken(*t, now);
-    r->Sent(*t, now + absl::Seconds(5));  // after its first token: nothing
+    r->Sent(*t, now + absl::Seconds(5), -1);  // after its first token: nothing
     r->OnComplete(*t, {.ok = true, .served_by = 1}, now);
     now += absl::Seconds(1);
   }
