@@ -306,11 +306,11 @@ std::optional<ApiError> ReadToolChoice(const json::value& tc, const json::array*
   call.name = chosen->at("name").as_string();
   call.arguments = ArgumentsForSchema(chosen->if_contains("input_schema"));
   call.required = t == "any";
-  out->forced_tool = std::move(call);
   (*chat)["tool_choice"] =
       t == "any" ? json::value("required")
                  : json::value(json::object{{"type", "function"},
                                             {"function", json::object{{"name", call.name}}}});
+  out->forced_tool = std::move(call);
   return std::nullopt;
 }
 

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/anthropic_api.h"
 #include "sim/fleet.h"
 #include "tests/sim/http_client.h"
 
@@ -269,6 +270,27 @@ TEST_F(AgentApiTest, MessagesForcedToolUseAndToolResultTurn) {
   EXPECT_EQ(tool_events[2].data.at("delta").at("type"), "input_json_delta");
   EXPECT_EQ(json::parse(tool_events[2].data.at("delta").at("partial_json").as_string()).at("cmd"),
             "sim");
+}
+
+// A tool named in tool_choice becomes the chat request's named function choice, as vLLM's
+// conversion makes it.
+TEST(ConvertAnthropicRequestTest, ANamedToolChoiceNamesItsFunction) {
+  json::object body = MessagesBody(false);
+  body["tools"] = json::array{BashTool()};
+  body["tool_choice"] = json::object{{"type", "tool"}, {"name", "bash"}};
+  AnthropicRequest out;
+  ASSERT_FALSE(ConvertAnthropicRequest(json::serialize(body), &out).has_value());
+  const json::value chat = json::parse(out.chat_body);
+  EXPECT_EQ(chat.at("tool_choice"),
+            (json::object{{"type", "function"}, {"function", json::object{{"name", "bash"}}}}));
+  ASSERT_TRUE(out.forced_tool.has_value());
+  EXPECT_EQ(out.forced_tool->name, "bash");
+  EXPECT_FALSE(out.forced_tool->required);
+
+  body["tool_choice"] = json::object{{"type", "any"}};
+  ASSERT_FALSE(ConvertAnthropicRequest(json::serialize(body), &out).has_value());
+  EXPECT_EQ(json::parse(out.chat_body).at("tool_choice"), "required");
+  EXPECT_TRUE(out.forced_tool->required);
 }
 
 TEST_F(AgentApiTest, MessagesErrorShapes) {
