@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(const ClusterOpti
     return absl::InvalidArgumentError("cluster.store: 'none' names no store to connect to");
   }
   std::unique_ptr<RedisStore> store(new RedisStore(options, *std::move(address)));
+  // The logger (and spdlog's registry, on first use) is made before the I/O
+  // thread that logs through it, not raced for by it.
+  Log();
   store->io_thread_ = std::thread([s = store.get()] { s->RunIoThread(); });
   return store;
 }

@@ -90,6 +90,10 @@ absl::Status KvEventSubscriber::Start() {
   }
   sockets_ = std::move(sockets);
   started_ = true;
+  // The logger (and spdlog's registry, on first use) is made here, before
+  // the thread that logs through it: made there, it would race with this
+  // thread's own first use of spdlog.
+  Log();
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
