@@ -90,6 +90,16 @@ bool IsHostLoad(const wire::PrometheusSample& s) {
   return it != s.labels.end() && absl::EqualsIgnoreCase(it->second, "CPU_to_GPU");
 }
 
+// A series of vLLM's MooncakeStoreConnector metrics that counts successful
+// loads from the store (MooncakeStorePromMetrics labels each Mooncake RPC:
+// operation="load_get", status="ok").
+bool IsPoolLoad(const wire::PrometheusSample& s) {
+  const auto op = s.labels.find("operation");
+  const auto status = s.labels.find("status");
+  return op != s.labels.end() && op->second == "load_get" && status != s.labels.end() &&
+         status->second == "ok";
+}
+
 }  // namespace
 
 router::EngineGauges ParseEngineMetrics(std::string_view text) {
@@ -119,6 +129,13 @@ router::EngineGauges ParseEngineMetrics(std::string_view text) {
                IsHostLoad(s)) {
       double& total = s.name == "vllm:kv_offload_total_bytes_total" ? g.host_load_bytes_total
                                                                     : g.host_load_seconds_total;
+      total = std::max(0.0, total) + s.value;
+    } else if ((s.name == "vllm:mooncake_store_operation_bytes_total" ||
+                s.name == "vllm:mooncake_store_operation_time_seconds_sum") &&
+               IsPoolLoad(s)) {
+      double& total = s.name == "vllm:mooncake_store_operation_bytes_total"
+                          ? g.pool_load_bytes_total
+                          : g.pool_load_seconds_total;
       total = std::max(0.0, total) + s.value;
     } else if (s.name == "vllm:cache_config_info") {
       block_size = label(s, "block_size");

@@ -145,6 +145,10 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
          "Learned engine-timed host tier load seconds / the seconds at "
          "router.host_load_bytes_per_second (1 until learned).",
          [](const router::BackendReport& b) { return b.host_reload_time_factor; }},
+        {"kvroute_pool_reload_time_factor",
+         "Learned engine-timed fleet-shared pool load seconds / the seconds at "
+         "router.pool_load_bytes_per_second (1 until learned).",
+         [](const router::BackendReport& b) { return b.pool_reload_time_factor; }},
     };
     for (const G& g : kFactors) render(g);
     const router::RouterStats stats = r->Stats();

@@ -49,6 +49,9 @@ struct BackendSnapshot {
   // Of those, the tokens only the fleet-shared pool holds (beyond the GPU and
   // host hits): they come over the instance's NIC before the prefill.
   int64_t pool_reload_tokens_est = 0;
+  // Its loads from the pool against the pool's configured bandwidth, learned
+  // the same way.
+  double pool_reload_time_factor = 1;
   // This instance's prefill times against the cost model's rates, as learned
   // from its realised TTFTs (router/rate_learner.h); 1 = as the profile says.
   double prefill_time_factor = 1;

@@ -21,6 +21,7 @@ void RateLearner::Resize(int backends) {
   pairs_ = std::move(pairs);
   prefill_.resize(static_cast<size_t>(backends));
   reload_.resize(static_cast<size_t>(backends));
+  pool_reload_.resize(static_cast<size_t>(backends));
   n_ = backends;
   if (!table_.empty()) RebuildTable();
 }
@@ -61,6 +62,11 @@ void RateLearner::ObserveReload(int backend, double realised_s, double modelled_
   Update(reload_[backend], LogSample(realised_s, modelled_s));
 }
 
+void RateLearner::ObservePoolReload(int backend, double realised_s, double modelled_s) {
+  if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
+  Update(pool_reload_[backend], LogSample(realised_s, modelled_s));
+}
+
 double RateLearner::prefill_factor(int backend) const {
   if (backend < 0 || backend >= n_) return 1;
   return std::exp(prefill_[backend].log_factor);
@@ -90,6 +96,16 @@ double RateLearner::reload_factor(int backend) const {
 int64_t RateLearner::reload_samples(int backend) const {
   if (backend < 0 || backend >= n_) return 0;
   return reload_[backend].samples;
+}
+
+double RateLearner::pool_reload_factor(int backend) const {
+  if (backend < 0 || backend >= n_) return 1;
+  return std::exp(pool_reload_[backend].log_factor);
+}
+
+int64_t RateLearner::pool_reload_samples(int backend) const {
+  if (backend < 0 || backend >= n_) return 0;
+  return pool_reload_[backend].samples;
 }
 
 double RateLearner::fleet_transfer_factor() const { return std::exp(fleet_transfer_.log_factor); }

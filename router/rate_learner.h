@@ -7,9 +7,11 @@
 //   learner.ObservePrefill(b, realised_ttft_s, modelled_ttft_s);
 //   learner.ObserveTransfer(a, b, realised_transfer_s, modelled_transfer_s);
 //   learner.ObserveReload(b, realised_load_s, modelled_load_s);
+//   learner.ObservePoolReload(b, realised_load_s, modelled_load_s);
 //   snapshot.backends[b].prefill_time_factor = learner.prefill_factor(b);
 //   snapshot.transfer_time_factors = learner.transfer_table();
 //   snapshot.backends[b].host_reload_time_factor = learner.reload_factor(b);
+//   snapshot.backends[b].pool_reload_time_factor = learner.pool_reload_factor(b);
 //
 // Factors are absolute: realised seconds over the seconds the profile's rates
 // predict (a "modelled" figure never includes a learned factor). Each factor
@@ -25,7 +27,9 @@
 //   - reload factor h_i, per instance: its host tier's loads (host -> GPU),
 //     the seconds the engine measured for the bytes it loaded against those
 //     bytes at the configured host link bandwidth. Concurrent loads share
-//     the link, so h_i is the per-load slowdown a reload meets there.
+//     the link, so h_i is the per-load slowdown a reload meets there;
+//   - pool reload factor p_i, per instance: the same for its loads from the
+//     fleet-shared pool over its NIC, against the configured pool bandwidth.
 // Memory: n factors and n x n pairs for n backend slots (at most
 // kMaxBackends); the slots only grow.
 //
@@ -52,6 +56,7 @@ class RateLearner {
   void ObservePrefill(int backend, double realised_s, double modelled_s);
   void ObserveTransfer(int prefill, int decode, double realised_s, double modelled_s);
   void ObserveReload(int backend, double realised_s, double modelled_s);
+  void ObservePoolReload(int backend, double realised_s, double modelled_s);
 
   double prefill_factor(int backend) const;
   int64_t prefill_samples(int backend) const;
@@ -60,6 +65,8 @@ class RateLearner {
   double fleet_transfer_factor() const;
   double reload_factor(int backend) const;
   int64_t reload_samples(int backend) const;
+  double pool_reload_factor(int backend) const;
+  int64_t pool_reload_samples(int backend) const;
   // Every pair's factor, row-major [prefill x size() + decode]; empty until
   // the first transfer sample (every pair is then 1), as
   // FleetSnapshot::transfer_time_factors takes it.
@@ -82,6 +89,7 @@ class RateLearner {
   int n_ = 0;
   std::vector<Factor> prefill_;  // per backend
   std::vector<Factor> reload_;   // per backend
+  std::vector<Factor> pool_reload_;  // per backend
   std::vector<Factor> pairs_;    // n_ x n_, row-major
   Factor fleet_transfer_;
   std::vector<double> table_;

@@ -197,6 +197,7 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
       v.prefill_time_factor = peer_load_[b].prefill_time_factor;
     }
     v.host_reload_time_factor = rates_.reload_factor(b);
+    v.pool_reload_time_factor = rates_.pool_reload_factor(b);
   }
   if (options_.host_tier.aware && !reference) {
     AddHostTierHits(chain, fleet, bpt);

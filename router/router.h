@@ -87,6 +87,8 @@ struct BackendReport {
   // link's configured bandwidth) and its samples.
   double host_reload_time_factor = 1;
   int64_t host_reload_samples = 0;
+  double pool_reload_time_factor = 1;
+  int64_t pool_reload_samples = 0;
 };
 
 // The learned transfer time factor of one (prefill, decode) pair.
@@ -136,6 +138,12 @@ struct EngineGauges {
   // published). Their growth teaches the host reload factor.
   double host_load_bytes_total = -1;
   double host_load_seconds_total = -1;
+  // Its loads from a fleet-shared pool, vLLM's MooncakeStoreConnector
+  // vllm:mooncake_store_operation_bytes_total and the sum of
+  // vllm:mooncake_store_operation_time_seconds with operation load_get
+  // (-1: not published). Their growth teaches the pool reload factor.
+  double pool_load_bytes_total = -1;
+  double pool_load_seconds_total = -1;
 };
 
 // The load one or more other kvroute replicas carry on one backend, as a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,7 +92,7 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
   }
   if (capacity_changed) ApplyCapacity(backend);
   ApplyHostCapacity(backend);
-  LearnHostReload(backend, s);
+  LearnReloads(backend, s);
 }
 
 // An engine whose metrics give its host tier's size has that tier in the
@@ -107,28 +108,44 @@ void RouterImpl::ApplyHostCapacity(int backend) {
   feedback_.ApplyHostCapacity(backend, tokens, ratios_.FleetWide());
 }
 
-// The loads the engine timed since the last sample teach its reload factor:
-// their seconds against their bytes at the configured host link bandwidth.
-// Samples wait until enough bytes have moved for the ratio to mean
-// something; a counter that went back (the engine restarted) starts over.
-void RouterImpl::LearnHostReload(int backend, BackendState& s) {
-  const double bytes = s.gauges.host_load_bytes_total;
-  const double seconds = s.gauges.host_load_seconds_total;
-  if (bytes < 0 || seconds < 0) return;
-  if (s.host_load_bytes_seen < 0 || bytes < s.host_load_bytes_seen ||
-      seconds < s.host_load_seconds_seen) {
-    s.host_load_bytes_seen = bytes;
-    s.host_load_seconds_seen = seconds;
-    return;
+namespace {
+
+// The loads the engine timed since the last sample, as (seconds, bytes),
+// once enough bytes have moved for the ratio to mean something; a counter
+// that went back (the engine restarted) starts over.
+std::optional<std::pair<double, double>> TakeLoads(BackendState::LoadsSeen& seen, double bytes,
+                                                   double seconds, double min_bytes) {
+  if (bytes < 0 || seconds < 0) return std::nullopt;
+  if (seen.bytes < 0 || bytes < seen.bytes || seconds < seen.seconds) {
+    seen = {bytes, seconds};
+    return std::nullopt;
   }
-  const double moved = bytes - s.host_load_bytes_seen;
-  if (moved < kMinReloadSampleBytes) return;
-  if (options_.rate_learning.enabled && options_.host_tier.load_bytes_per_second > 0) {
-    rates_.ObserveReload(backend, seconds - s.host_load_seconds_seen,
-                         moved / options_.host_tier.load_bytes_per_second);
+  const double moved = bytes - seen.bytes;
+  if (moved < min_bytes) return std::nullopt;
+  const std::pair<double, double> sample{seconds - seen.seconds, moved};
+  seen = {bytes, seconds};
+  return sample;
+}
+
+}  // namespace
+
+// Each tier's loads teach its reload factor: their seconds against their
+// bytes at the configured bandwidth of the host link, or of the NIC for the
+// fleet-shared pool.
+void RouterImpl::LearnReloads(int backend, BackendState& s) {
+  const bool learn = options_.rate_learning.enabled;
+  const double host_bw = options_.host_tier.load_bytes_per_second;
+  if (auto loads = TakeLoads(s.host_loads_seen, s.gauges.host_load_bytes_total,
+                             s.gauges.host_load_seconds_total, kMinReloadSampleBytes);
+      loads && learn && host_bw > 0) {
+    rates_.ObserveReload(backend, loads->first, loads->second / host_bw);
   }
-  s.host_load_bytes_seen = bytes;
-  s.host_load_seconds_seen = seconds;
+  const double pool_bw = options_.host_tier.pool_load_bytes_per_second;
+  if (auto loads = TakeLoads(s.pool_loads_seen, s.gauges.pool_load_bytes_total,
+                             s.gauges.pool_load_seconds_total, kMinReloadSampleBytes);
+      loads && learn && pool_bw > 0) {
+    rates_.ObservePoolReload(backend, loads->first, loads->second / pool_bw);
+  }
 }
 
 absl::Status RouterImpl::UpdateBackends(const std::vector<BackendSpec>& backends) {
@@ -235,6 +252,8 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.prefill_time_samples = rates_.prefill_samples(b);
     r.host_reload_time_factor = rates_.reload_factor(b);
     r.host_reload_samples = rates_.reload_samples(b);
+    r.pool_reload_time_factor = rates_.pool_reload_factor(b);
+    r.pool_reload_samples = rates_.pool_reload_samples(b);
     out.push_back(std::move(r));
   }
   return out;

@@ -40,9 +40,14 @@ namespace kvroute::router {
 struct BackendState {
   bool healthy = true;
   EngineGauges gauges;
-  // The host load counters at the last sample taken from them.
-  double host_load_bytes_seen = -1;
-  double host_load_seconds_seen = -1;
+  // One tier's load counters (bytes, seconds) at the last sample taken
+  // from them.
+  struct LoadsSeen {
+    double bytes = -1;
+    double seconds = -1;
+  };
+  LoadsSeen host_loads_seen;
+  LoadsSeen pool_loads_seen;
 };
 
 // Where a routed request stands in the residency model.
@@ -137,11 +142,12 @@ class RouterImpl : public Router {
   void AgeSessionRecord(int backend, absl::Span<const uint64_t> recorded, absl::Time finished,
                         int64_t held_tokens, const std::string& model, bool learn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Host loads smaller than this since the last sample wait for more: 64 MiB
-  // is about 40 blocks of a 30B model's KV, enough that the engine's timer
+  // Loads smaller than this since the last sample wait for more: 64 MiB is
+  // about 40 blocks of a 30B model's KV, enough that the engine's timer
   // granularity and one load's fixed costs do not dominate.
   static constexpr double kMinReloadSampleBytes = 64.0 * 1024 * 1024;
-  void LearnHostReload(int backend, BackendState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine's host tier and pool loads teach their reload factors.
+  void LearnReloads(int backend, BackendState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacities() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ChunksToTokens(int64_t chunks, double bytes_per_token) const;
   int64_t TokensToChunks(int64_t tokens, double bytes_per_token) const;

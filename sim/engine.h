@@ -175,11 +175,15 @@ struct EngineCounters {
   uint64_t prompt_tokens_pool_loaded = 0;
 };
 
-// One instance's traffic with the fleet-shared pool, each direction over its NIC.
+// One instance's traffic with the fleet-shared pool, each direction over its NIC, and one
+// duration observation per transfer (vLLM's MooncakeStorePromMetrics times each operation).
 struct PoolTransferStats {
+  PoolTransferStats();
+  void Record(double transfer_bytes, double transfer_seconds);
   uint64_t transfers = 0;
   double bytes = 0;
   double seconds = 0;
+  Histogram duration_seconds;
 };
 
 // The copies of one direction between GPU and host memory, as vLLM's OffloadPromMetrics

@@ -31,7 +31,22 @@ double PoolDescriptorTime(const EngineConfig& c, int64_t blocks) {
   return c.link.per_descriptor_s * static_cast<double>(blocks) * c.num_layers * 2;
 }
 
+// vLLM's MooncakeStorePromMetrics buckets for vllm:mooncake_store_operation_time_seconds
+// (vllm/backends/distributed/kv_transfer/kv_connector/v1/mooncake/store/metrics.py).
+std::vector<double> PoolOperationSecondsBuckets() {
+  return {1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0};
+}
+
 }  // namespace
+
+PoolTransferStats::PoolTransferStats() : duration_seconds(PoolOperationSecondsBuckets()) {}
+
+void PoolTransferStats::Record(double transfer_bytes, double transfer_seconds) {
+  ++transfers;
+  bytes += transfer_bytes;
+  seconds += transfer_seconds;
+  duration_seconds.Observe(transfer_seconds);
+}
 
 int64_t Engine::LookupPool(std::span<const BlockHash> hashes, int64_t max_blocks,
                            int64_t gpu_hit_blocks) const {
@@ -71,9 +86,8 @@ void Engine::CompletePoolLoads() {
     it = pool_loading_.erase(it);
     config_.kv_pool->CompleteLoad(r->pool_keys);
     r->pool_keys.clear();
-    ++pool_load_stats_.transfers;
-    pool_load_stats_.bytes += static_cast<double>(r->pool_hit_tokens) * config_.kv_bytes_per_token;
-    pool_load_stats_.seconds += r->pull.finish - r->pool_load_start;
+    pool_load_stats_.Record(static_cast<double>(r->pool_hit_tokens) * config_.kv_bytes_per_token,
+                            r->pull.finish - r->pool_load_start);
     // The hit stops at the prompt's last whole block before its last token, so the loaded
     // tokens never complete the prompt: the rest is computed as usual.
     r->num_computed += r->pool_hit_tokens;
@@ -149,10 +163,9 @@ void Engine::LandPoolStores(double t) {
     }
     config_.kv_pool->CompleteStore(it->keys);
     blocks_.Release(it->pinned);
-    ++pool_store_stats_.transfers;
-    pool_store_stats_.bytes +=
-        static_cast<double>(it->keys.size()) * config_.block_size * config_.kv_bytes_per_token;
-    pool_store_stats_.seconds += it->send.finish - it->submitted;
+    pool_store_stats_.Record(
+        static_cast<double>(it->keys.size()) * config_.block_size * config_.kv_bytes_per_token,
+        it->send.finish - it->submitted);
     it = pool_stores_.erase(it);
   }
 }

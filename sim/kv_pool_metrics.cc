@@ -3,6 +3,8 @@
 #include <absl/strings/str_cat.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "sim/metrics.h"
 #include "wire/prometheus_text.h"
@@ -40,6 +42,34 @@ void AppendKvPoolMetrics(const Engine& engine, const std::string& labels, std::s
   series("kvroute_sim_pool_store_seconds_total", "counter",
          "Simulator: modelled seconds from the end of each put's step to its last byte.",
          stores.seconds);
+  // vLLM's MooncakeStoreConnector reports the same traffic per Mooncake RPC
+  // (MooncakeStorePromMetrics): load_get for the loads, save_put for the puts.
+  const std::pair<const char*, const PoolTransferStats*> operations[] = {{"load_get", &loads},
+                                                                         {"save_put", &stores}};
+  auto each = [&](const char* name, const char* type, const char* help, auto render) {
+    kvroute::wire::AppendHelpAndType(&out, name, type, help);
+    for (const auto& [operation, stats] : operations) {
+      if (stats->transfers == 0) continue;
+      render(absl::StrCat(labels, ",operation=\"", operation, "\",status=\"ok\""), *stats);
+    }
+  };
+  each("vllm:mooncake_store_operation_time_seconds", "histogram",
+       "Histogram of Mooncake store communication time.",
+       [&](const std::string& l, const PoolTransferStats& t) {
+         t.duration_seconds.Render("vllm:mooncake_store_operation_time_seconds", l, out);
+       });
+  each("vllm:mooncake_store_operation_total", "counter",
+       "Number of Mooncake store communication operations.",
+       [&](const std::string& l, const PoolTransferStats& t) {
+         absl::StrAppend(&out, "vllm:mooncake_store_operation_total{", l, "} ",
+                         PromValue(static_cast<double>(t.transfers)), "\n");
+       });
+  each("vllm:mooncake_store_operation_bytes_total", "counter",
+       "Number of bytes transferred by Mooncake store operations.",
+       [&](const std::string& l, const PoolTransferStats& t) {
+         absl::StrAppend(&out, "vllm:mooncake_store_operation_bytes_total{", l, "} ",
+                         PromValue(t.bytes), "\n");
+       });
   const KvPoolStats s = pool->stats();
   series("kvroute_sim_pool_blocks", "gauge",
          "Simulator: blocks of the fleet-shared KV pool (the same on every instance).",

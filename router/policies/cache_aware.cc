@@ -29,7 +29,8 @@ double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestCl
   return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
          host_reload_weight_ * b.host_reload_time_factor *
              static_cast<double>(b.host_reload_tokens_est) +
-         pool_reload_weight_ * static_cast<double>(b.pool_reload_tokens_est) +
+         pool_reload_weight_ * b.pool_reload_time_factor *
+             static_cast<double>(b.pool_reload_tokens_est) +
          weights_.prefill_queue_weight * static_cast<double>(b.inflight_prefill_tokens) +
          weights_.decode_tokens_weight * static_cast<double>(b.inflight_tokens) +
          weights_.waiting_penalty_tokens *

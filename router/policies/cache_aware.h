@@ -22,7 +22,9 @@
 //                                    holds: KV bytes per token x prefill rate
 //                                    / host link bandwidth, Options::host_tier)
 //          + pool_weight x pool_reload_i  (the same for the fleet-shared pool,
-//                                    over the instance's NIC)
+//                                    over the instance's NIC; each reload
+//                                    term times the instance's learned
+//                                    reload factor for that tier)
 //
 // and picks the lowest cost (ties: lowest index). Because cache hit and load
 // are in one unit, a hit of H tokens is worth exactly H tokens of queued

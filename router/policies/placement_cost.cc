@@ -77,7 +77,7 @@ double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const Placemen
   // And what only the fleet-shared pool holds, over the instance's NIC.
   if (b.pool_reload_tokens_est > 0 && p.pool_load_bytes_per_second > 0) {
     s += static_cast<double>(b.pool_reload_tokens_est) * p.rates.kv_bytes_per_token /
-         p.pool_load_bytes_per_second;
+         p.pool_load_bytes_per_second * b.pool_reload_time_factor;
   }
   return s;
 }

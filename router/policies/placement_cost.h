@@ -137,7 +137,9 @@ double PrefillSeconds(int64_t new_tokens, int64_t cached_tokens,
 double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rates);
 // R: seconds to reload what only `backend`'s host tier holds of the prompt
 // (BackendSnapshot::host_reload_tokens_est), at the host link's bandwidth
-// and the instance's learned reload factor; 0 when nothing is reloaded.
+// and the instance's learned reload factor, and what only the fleet-shared
+// pool holds, at the pool's bandwidth and the instance's learned pool
+// reload factor; 0 when nothing is reloaded.
 double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p);
 // f_i from the snapshot (1 when unset).
 double PrefillTimeFactor(const FleetSnapshot& fleet, int backend);

@@ -292,6 +292,33 @@ TEST(EngineMetricsTest, ParsesHostTierLoadCounters) {
   EXPECT_EQ(none.host_load_seconds_total, -1);
 }
 
+// vLLM's MooncakeStoreConnector series: only successful load_get operations
+// count, summed over ranks.
+TEST(EngineMetricsTest, ParsesPoolLoadCounters) {
+  const char* text =
+      "vllm:mooncake_store_operation_bytes_total{engine=\"0\",operation=\"load_get\","
+      "status=\"ok\"} 2e9\n"
+      "vllm:mooncake_store_operation_bytes_total{engine=\"1\",operation=\"load_get\","
+      "status=\"ok\"} 1e9\n"
+      "vllm:mooncake_store_operation_bytes_total{engine=\"0\",operation=\"load_get\","
+      "status=\"error\"} 5e9\n"
+      "vllm:mooncake_store_operation_bytes_total{engine=\"0\",operation=\"save_put\","
+      "status=\"ok\"} 9e9\n"
+      "vllm:mooncake_store_operation_time_seconds_sum{engine=\"0\",operation=\"load_get\","
+      "status=\"ok\"} 0.1\n"
+      "vllm:mooncake_store_operation_time_seconds_sum{engine=\"1\",operation=\"load_get\","
+      "status=\"ok\"} 0.05\n"
+      "vllm:mooncake_store_operation_time_seconds_count{engine=\"0\",operation=\"load_get\","
+      "status=\"ok\"} 4\n";
+  router::EngineGauges g = ParseEngineMetrics(text);
+  EXPECT_DOUBLE_EQ(g.pool_load_bytes_total, 3e9);
+  EXPECT_DOUBLE_EQ(g.pool_load_seconds_total, 0.15);
+  EXPECT_EQ(g.host_load_bytes_total, -1);
+  router::EngineGauges none = ParseEngineMetrics("vllm:num_requests_running 1\n");
+  EXPECT_EQ(none.pool_load_bytes_total, -1);
+  EXPECT_EQ(none.pool_load_seconds_total, -1);
+}
+
 TEST(EngineMetricsTest, OlderGaugeNameAndMissingInfo) {
   router::EngineGauges g = ParseEngineMetrics("vllm:gpu_cache_usage_perc{a=\"b\"} 0.5\n");
   EXPECT_DOUBLE_EQ(g.kv_cache_usage_perc, 0.5);

@@ -288,6 +288,20 @@ TEST(PlacementCostTest, APoolHitIsReloadedAtThePoolsBandwidth) {
               1e-12);
 }
 
+TEST(PlacementCostTest, ThePoolReloadFactorScalesOnlyThePoolsPart) {
+  PlacementParams p = Params();
+  p.pool_load_bytes_per_second = 20e9;
+  FleetSnapshot f = Fleet(1, 20000);
+  SetCached(f, {12000});
+  f.backends[0].host_reload_tokens_est = 2000;
+  f.backends[0].pool_reload_tokens_est = 8000;
+  const double host_s = 2000 * p.rates.kv_bytes_per_token / p.host_load_bytes_per_second;
+  const double pool_s = 8000 * p.rates.kv_bytes_per_token / 20e9;
+  EXPECT_NEAR(HostReloadSeconds(f, 0, p), host_s + pool_s, 1e-12);
+  f.backends[0].pool_reload_time_factor = 3;
+  EXPECT_NEAR(HostReloadSeconds(f, 0, p), host_s + 3 * pool_s, 1e-12);
+}
+
 TEST(PlacementCostTest, FactorsFromTheSnapshot) {
   auto f = Fleet(2, 1000);
   EXPECT_EQ(PrefillTimeFactor(f, 1), 1.0);

@@ -72,6 +72,22 @@ TEST(RateLearnerTest, LearnsAReloadFactorApartFromThePrefillFactor) {
   EXPECT_EQ(l.reload_factor(2), 1.0);
 }
 
+// The pool reload factor is its own too: pool loads at a third of the
+// configured bandwidth teach 3 there and leave the host reload factor at 1.
+TEST(RateLearnerTest, LearnsAPoolReloadFactorApartFromTheHostOne) {
+  RateLearner l = Learner(2);
+  for (int i = 0; i < 30; ++i) l.ObservePoolReload(0, 0.3, 0.1);
+  EXPECT_NEAR(l.pool_reload_factor(0), 3.0, 0.03);
+  EXPECT_EQ(l.pool_reload_samples(0), 30);
+  EXPECT_EQ(l.reload_factor(0), 1.0);
+  EXPECT_EQ(l.reload_samples(0), 0);
+  EXPECT_EQ(l.pool_reload_factor(1), 1.0);
+  l.ObservePoolReload(1, 1.0, 0.0);  // nothing modelled
+  l.ObservePoolReload(7, 1.0, 1.0);  // no such backend
+  EXPECT_EQ(l.pool_reload_samples(1), 0);
+  EXPECT_EQ(l.pool_reload_factor(7), 1.0);
+}
+
 TEST(RateLearnerTest, IgnoresSamplesItCannotUse) {
   RateLearner l = Learner(2);
   l.ObservePrefill(0, 1.0, 0.0);   // nothing predicted

@@ -125,10 +125,21 @@ TEST(KvPoolWireTest, APromptOneInstanceComputedIsLoadedByTheOther) {
     EXPECT_THAT(m, HasSubstr(family));
   }
   EXPECT_THAT(m, HasSubstr("source=\"external_kv_transfer\"} " + std::to_string(expected)));
+  // vLLM's MooncakeStoreConnector series for the same load (operation load_get).
+  EXPECT_THAT(m, HasSubstr("# TYPE vllm:mooncake_store_operation_time_seconds histogram"));
+  EXPECT_THAT(m, HasSubstr("operation=\"load_get\",status=\"ok\""));
+  EXPECT_EQ(MetricValue(m, "vllm:mooncake_store_operation_bytes_total"), expected * 98304.0);
+  EXPECT_EQ(MetricValue(m, "vllm:mooncake_store_operation_total"), 1);
+  EXPECT_EQ(MetricValue(m, "vllm:mooncake_store_operation_time_seconds_count"), 1);
+  EXPECT_EQ(MetricValue(m, "vllm:mooncake_store_operation_time_seconds_sum"),
+            MetricValue(m, "kvroute_sim_pool_load_seconds_total"));
   EXPECT_THAT(m, Not(HasSubstr("kv_offload")));
   // Instance 0 put the prompt's blocks.
   const std::string m0 = Get(ports[0], "/metrics").body;
   EXPECT_EQ(MetricValue(m0, "kvroute_sim_pool_store_bytes_total"), n / 16 * 16 * 98304.0);
+  EXPECT_THAT(m0, HasSubstr("operation=\"save_put\",status=\"ok\""));
+  EXPECT_THAT(m0, Not(HasSubstr("load_get")));
+  EXPECT_EQ(MetricValue(m0, "vllm:mooncake_store_operation_bytes_total"), n / 16 * 16 * 98304.0);
 }
 
 TEST(KvPoolWireTest, OffAddsNoSeries) {
