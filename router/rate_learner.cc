@@ -39,8 +39,7 @@ void RateLearner::Update(Factor& f, double log_sample) const {
 }
 
 void RateLearner::ObservePrefill(int backend, double realised_s, double modelled_s) {
-  if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
-  Update(prefill_[backend], LogSample(realised_s, modelled_s));
+  ObservePerBackend(prefill_, backend, realised_s, modelled_s);
 }
 
 void RateLearner::ObserveTransfer(int prefill, int decode, double realised_s, double modelled_s) {
@@ -58,24 +57,32 @@ void RateLearner::ObserveTransfer(int prefill, int decode, double realised_s, do
 }
 
 void RateLearner::ObserveReload(int backend, double realised_s, double modelled_s) {
-  if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
-  Update(reload_[backend], LogSample(realised_s, modelled_s));
+  ObservePerBackend(reload_, backend, realised_s, modelled_s);
 }
 
 void RateLearner::ObservePoolReload(int backend, double realised_s, double modelled_s) {
+  ObservePerBackend(pool_reload_, backend, realised_s, modelled_s);
+}
+
+void RateLearner::ObservePerBackend(std::vector<Factor>& factors, int backend, double realised_s,
+                                    double modelled_s) const {
   if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
-  Update(pool_reload_[backend], LogSample(realised_s, modelled_s));
+  Update(factors[backend], LogSample(realised_s, modelled_s));
 }
 
-double RateLearner::prefill_factor(int backend) const {
+double RateLearner::FactorOf(const std::vector<Factor>& factors, int backend) const {
   if (backend < 0 || backend >= n_) return 1;
-  return std::exp(prefill_[backend].log_factor);
+  return std::exp(factors[backend].log_factor);
 }
 
-int64_t RateLearner::prefill_samples(int backend) const {
+int64_t RateLearner::SamplesOf(const std::vector<Factor>& factors, int backend) const {
   if (backend < 0 || backend >= n_) return 0;
-  return prefill_[backend].samples;
+  return factors[backend].samples;
 }
+
+double RateLearner::prefill_factor(int backend) const { return FactorOf(prefill_, backend); }
+
+int64_t RateLearner::prefill_samples(int backend) const { return SamplesOf(prefill_, backend); }
 
 double RateLearner::transfer_factor(int prefill, int decode) const {
   if (prefill < 0 || prefill >= n_ || decode < 0 || decode >= n_) return fleet_transfer_factor();
@@ -88,24 +95,16 @@ int64_t RateLearner::transfer_samples(int prefill, int decode) const {
   return pairs_[static_cast<size_t>(prefill) * n_ + decode].samples;
 }
 
-double RateLearner::reload_factor(int backend) const {
-  if (backend < 0 || backend >= n_) return 1;
-  return std::exp(reload_[backend].log_factor);
-}
+double RateLearner::reload_factor(int backend) const { return FactorOf(reload_, backend); }
 
-int64_t RateLearner::reload_samples(int backend) const {
-  if (backend < 0 || backend >= n_) return 0;
-  return reload_[backend].samples;
-}
+int64_t RateLearner::reload_samples(int backend) const { return SamplesOf(reload_, backend); }
 
 double RateLearner::pool_reload_factor(int backend) const {
-  if (backend < 0 || backend >= n_) return 1;
-  return std::exp(pool_reload_[backend].log_factor);
+  return FactorOf(pool_reload_, backend);
 }
 
 int64_t RateLearner::pool_reload_samples(int backend) const {
-  if (backend < 0 || backend >= n_) return 0;
-  return pool_reload_[backend].samples;
+  return SamplesOf(pool_reload_, backend);
 }
 
 double RateLearner::fleet_transfer_factor() const { return std::exp(fleet_transfer_.log_factor); }

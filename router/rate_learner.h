@@ -82,6 +82,12 @@ class RateLearner {
   // The clamped log of one sample's ratio.
   double LogSample(double realised_s, double modelled_s) const;
   void Update(Factor& f, double log_sample) const;
+  // One sample for a per-backend factor, and such a factor and its samples
+  // (1 and 0 out of range).
+  void ObservePerBackend(std::vector<Factor>& factors, int backend, double realised_s,
+                         double modelled_s) const;
+  double FactorOf(const std::vector<Factor>& factors, int backend) const;
+  int64_t SamplesOf(const std::vector<Factor>& factors, int backend) const;
   void RebuildTable();
 
   double alpha_;
