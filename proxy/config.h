@@ -163,8 +163,8 @@ struct Config {
   // Wall seconds per profile second (`profile_time_scale`): 1 for real
   // engines, kvroute-sim's --time-scale for a simulated fleet. The cost
   // model's time figures (router.offload_cost, from the profile or its keys)
-  // are scaled by it, so the router predicts, learns and weighs its SLOs in
-  // wall seconds.
+  // and the KV tiers' reload bandwidths and timings are scaled by it, so the
+  // router predicts, learns and weighs its SLOs in wall seconds.
   double profile_time_scale = 1;
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8000;

@@ -141,8 +141,9 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
 }
 
 // The offload cost model from its defaults, then the profile, then the
-// `router.offload_cost` keys, its times then scaled to wall seconds by
-// `time_scale` (profile_time_scale). With `offload_gate: cost` the figures
+// `router.offload_cost` keys, its times (and the KV tiers' reload
+// bandwidths) then scaled to wall seconds by `time_scale`
+// (profile_time_scale). With `offload_gate: cost` the figures
 // that decide it (KV bytes per token, link bandwidth, prefill rate) must
 // come from the profile or the keys: the defaults describe one model on one
 // GPU, not this fleet. A prefill rate from either makes the model this
@@ -193,6 +194,11 @@ absl::Status FillOffloadCost(const OffloadCostKeys& keys, const ProfileFigures& 
   p.link_bytes_per_second /= time_scale;
   p.transfer_overhead_seconds *= time_scale;
   p.attention_s_per_token_pair *= time_scale;
+  // The tiers' reloads likewise: their bandwidths, and the engines' timings
+  // of them, which a simulated fleet reports in modelled seconds.
+  o->host_tier.load_bytes_per_second /= time_scale;
+  o->host_tier.pool_load_bytes_per_second /= time_scale;
+  o->host_tier.engine_time_scale = time_scale;
   return absl::OkStatus();
 }
 

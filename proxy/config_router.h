@@ -25,8 +25,9 @@ struct OffloadCostKeys {
 absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKeys* cost);
 
 // The offload cost model from its defaults, then the profile, then the
-// `router.offload_cost` keys, its times then scaled to wall seconds by
-// `time_scale` (profile_time_scale). With `offload_gate: cost` the figures
+// `router.offload_cost` keys, its times (and the KV tiers' reload
+// bandwidths) then scaled to wall seconds by `time_scale`
+// (profile_time_scale). With `offload_gate: cost` the figures
 // that decide it (KV bytes per token, link bandwidth, prefill rate) must
 // come from the profile or the keys: the defaults describe one model on one
 // GPU, not this fleet. A prefill rate from either makes the model this

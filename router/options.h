@@ -171,6 +171,12 @@ struct Options {
     // Transfer Engine moves 87 GB/s over 4 x 200 Gb/s, ~22 GB/s each).
     // tier_aware: false turns the pool's hits off too.
     double pool_load_bytes_per_second = 22e9;
+    // Wall seconds per second of the engines' own load timings
+    // (EngineGauges::host_load_seconds_total, pool_load_seconds_total): 1
+    // for real engines; a simulated fleet running at profile_time_scale
+    // reports modelled seconds, so its timings are scaled by that, as the
+    // bandwidths above are scaled to wall seconds.
+    double engine_time_scale = 1;
   };
   HostTier host_tier;
 

@@ -129,22 +129,23 @@ std::optional<std::pair<double, double>> TakeLoads(BackendState::LoadsSeen& seen
 
 }  // namespace
 
-// Each tier's loads teach its reload factor: their seconds against their
-// bytes at the configured bandwidth of the host link, or of the NIC for the
-// fleet-shared pool.
+// Each tier's loads teach its reload factor: their seconds, in wall
+// seconds, against their bytes at the configured bandwidth of the host link,
+// or of the NIC for the fleet-shared pool.
 void RouterImpl::LearnReloads(int backend, BackendState& s) {
   const bool learn = options_.rate_learning.enabled;
+  const double to_wall = options_.host_tier.engine_time_scale;
   const double host_bw = options_.host_tier.load_bytes_per_second;
   if (auto loads = TakeLoads(s.host_loads_seen, s.gauges.host_load_bytes_total,
                              s.gauges.host_load_seconds_total, kMinReloadSampleBytes);
       loads && learn && host_bw > 0) {
-    rates_.ObserveReload(backend, loads->first, loads->second / host_bw);
+    rates_.ObserveReload(backend, loads->first * to_wall, loads->second / host_bw);
   }
   const double pool_bw = options_.host_tier.pool_load_bytes_per_second;
   if (auto loads = TakeLoads(s.pool_loads_seen, s.gauges.pool_load_bytes_total,
                              s.gauges.pool_load_seconds_total, kMinReloadSampleBytes);
       loads && learn && pool_bw > 0) {
-    rates_.ObservePoolReload(backend, loads->first, loads->second / pool_bw);
+    rates_.ObservePoolReload(backend, loads->first * to_wall, loads->second / pool_bw);
   }
 }
 

@@ -311,6 +311,22 @@ TEST(ConfigTest, TheHostTierKeys) {
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->router.host_tier.aware);
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
+  EXPECT_EQ(d->router.host_tier.engine_time_scale, 1);
+}
+
+// A fleet modelled ten times faster than real reloads ten times faster too:
+// the tiers' bandwidths scale as the prefill rate does, and the engines'
+// load timings (modelled seconds) convert to wall seconds.
+TEST(ConfigTest, TheTimeScaleScalesTheTiersReloads) {
+  absl::StatusOr<Config> c = ParseConfig(
+      "profile_time_scale: 0.1\n"
+      "router: {host_load_bytes_per_second: 25e9, pool_load_bytes_per_second: 20e9}\n"
+      "backends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->router.host_tier.load_bytes_per_second, 250e9);
+  EXPECT_DOUBLE_EQ(c->router.host_tier.pool_load_bytes_per_second, 200e9);
+  EXPECT_DOUBLE_EQ(c->router.host_tier.engine_time_scale, 0.1);
 }
 
 TEST(ConfigTest, ThePoolKeys) {

@@ -321,6 +321,38 @@ TEST(RouterKvEvents, EngineTimedPoolLoadsTeachThePoolReloadFactor) {
   EXPECT_EQ(r->Report()[0].pool_reload_samples, 30);
 }
 
+// A fleet modelled at a tenth of real time times its loads in modelled
+// seconds against wall-second bandwidths: the factor compares them in wall
+// seconds, so loads at the scaled bandwidth teach a factor of 1.
+TEST(RouterKvEvents, EngineTimingsAreScaledToWallSeconds) {
+  Options o;
+  o.chunk_bytes = kChunk;
+  o.host_tier.load_bytes_per_second = 500e9;
+  o.host_tier.pool_load_bytes_per_second = 220e9;
+  o.host_tier.engine_time_scale = 0.1;
+  std::vector<BackendSpec> specs{
+      {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 100000}};
+  std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+  EngineGauges g;
+  g.host_load_bytes_total = 0;
+  g.host_load_seconds_total = 0;
+  g.pool_load_bytes_total = 0;
+  g.pool_load_seconds_total = 0;
+  r->UpdateEngineGauges(0, g);
+  // 10 GB: 0.2 modelled seconds over the host link at 50 GB/s, 0.02 wall
+  // seconds at 500 GB/s; 11 GB over the pool's 22 GB/s takes 1 modelled
+  // second, twice its bytes' time.
+  for (int i = 1; i <= 30; ++i) {
+    g.host_load_bytes_total = i * 10e9;
+    g.host_load_seconds_total = i * 0.2;
+    g.pool_load_bytes_total = i * 11e9;
+    g.pool_load_seconds_total = i * 1.0;
+    r->UpdateEngineGauges(0, g);
+  }
+  EXPECT_NEAR(r->Report()[0].host_reload_time_factor, 1.0, 0.01);
+  EXPECT_NEAR(r->Report()[0].pool_reload_time_factor, 2.0, 0.02);
+}
+
 TEST(RouterKvEvents, ThePoolMakesAPrefixCachedOnEveryInstanceUntilItsRemovals) {
   for (const bool aware : {true, false}) {
     Options o;
