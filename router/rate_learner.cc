@@ -65,7 +65,7 @@ void RateLearner::ObservePoolReload(int backend, double realised_s, double model
 }
 
 void RateLearner::ObservePerBackend(std::vector<Factor>& factors, int backend, double realised_s,
-                                    double modelled_s) const {
+                                    double modelled_s) {
   if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
   Update(factors[backend], LogSample(realised_s, modelled_s));
 }

@@ -85,7 +85,7 @@ class RateLearner {
   // One sample for a per-backend factor, and such a factor and its samples
   // (1 and 0 out of range).
   void ObservePerBackend(std::vector<Factor>& factors, int backend, double realised_s,
-                         double modelled_s) const;
+                         double modelled_s);
   double FactorOf(const std::vector<Factor>& factors, int backend) const;
   int64_t SamplesOf(const std::vector<Factor>& factors, int backend) const;
   void RebuildTable();
