@@ -41,11 +41,11 @@ bool ResidencyGate::FitsBesideOwn(const Instance& in, int64_t footprint) const {
          options_.fill * static_cast<double>(in.capacity_tokens);
 }
 
-bool ResidencyGate::Fits(const Instance& in, int64_t footprint) const {
+bool ResidencyGate::Fits(const Instance& in, int64_t footprint, int64_t capacity) const {
   const int64_t peers = PeerTokens(in);
   if (in.residents.empty() && peers == 0) return true;  // one session always gets in
   return static_cast<double>(in.resident_tokens + peers + footprint) <=
-         options_.fill * static_cast<double>(in.capacity_tokens);
+         options_.fill * static_cast<double>(capacity);
 }
 
 void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
@@ -238,12 +238,17 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   // A session another replica holds resident here: its next turn, which
   // that replica's footprint already counts.
   const bool resident_at_peer = in.peer_residents.contains(key);
-  if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens))) {
+  // A cold turn prefills its whole footprint into the GPU: at once only
+  // within the GPU's room, even where a tier keeps the residents.
+  const int64_t room = turn.movable && turn.gpu_capacity_tokens > 0
+                           ? std::min(turn.capacity_tokens, turn.gpu_capacity_tokens)
+                           : turn.capacity_tokens;
+  if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens, room))) {
     Admit(backend, in, key, footprint_tokens);
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
-  if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, now)) {
+  if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, room, now)) {
     Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
@@ -269,18 +274,19 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   return id;
 }
 
-bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint, absl::Time now) {
+bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint, int64_t capacity,
+                           absl::Time now) {
   const absl::Time idle_since = now - swap_after();
   int64_t kept_tokens = 0;
   for (const auto& [session, r] : in.residents) {
     if (r.active > 0 || r.last_done > idle_since) kept_tokens += r.footprint;
   }
   const bool room = kept_tokens == 0 || static_cast<double>(kept_tokens + footprint) <=
-                                            options_.fill * static_cast<double>(in.capacity_tokens);
+                                            options_.fill * static_cast<double>(capacity);
   if (!room) return false;
   // idle_ is ordered by when each went idle: the longest idle first.
   for (auto it = idle_.begin();
-       it != idle_.end() && std::get<0>(*it) <= idle_since && !Fits(in, footprint);) {
+       it != idle_.end() && std::get<0>(*it) <= idle_since && !Fits(in, footprint, capacity);) {
     const auto [since, b, session] = *it++;
     if (b != backend) continue;
     Evict(in, session);

@@ -46,10 +46,19 @@
 // A session that moves to another instance leaves the first one's residents.
 // On an instance with a host-memory KV tier a session's KV is not lost when
 // its GPU blocks go: the engine wrote it through to host memory and reloads
-// it in well under a second. There an idle resident that has been idle
-// longer than sessions take to come back (twice the mean gap between a
-// resident's turns, learned; at most `grace`) is swapped out for a turn
-// that does not fit, rather than held until `grace`: when the turn enters,
+// it in well under a second. When the router knows the tier's size it gives
+// that as the instance's capacity (Turn::capacity_tokens: the KV that keeps
+// the residents without a recompute), so the gate fills the tier and the
+// engine swaps sessions between it and the GPU. A cold turn there (its
+// prefix nowhere on the instance: `movable`) is different: its prefill
+// writes its whole footprint into the GPU, so it goes at once only within
+// the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
+// waiter within the tier's room, for the next turn to end there or for
+// another instance's room. Whatever the capacity, an
+// idle resident there that has been idle longer than sessions take to come
+// back (twice the mean gap between a resident's turns, learned; at most
+// `grace`) is swapped out for a turn that does not fit, rather than held
+// until `grace`: when the turn enters,
 // if its own reload (`reload_s`: what only that tier holds of its prefix;
 // 0 when nothing is reloaded) is shorter than the wait turns meet here (the
 // mean of the waits the gate has seen, `grace` before the first), and for
@@ -110,7 +119,12 @@ class ResidencyGate {
   // One turn asking to go to an instance.
   struct Turn {
     int64_t footprint_tokens = 0;  // its KV there: prompt + expected output
-    int64_t capacity_tokens = 0;   // the instance's KV pool
+    // The KV that keeps the instance's residents without a recompute: its
+    // GPU pool, or a larger tier that holds what the GPU holds.
+    int64_t capacity_tokens = 0;
+    // With such a tier, the GPU pool (0: capacity_tokens): a `movable`
+    // (cold) turn goes at once only within its room.
+    int64_t gpu_capacity_tokens = 0;
     // The longest it may wait; zero or more than Options::max_wait:
     // Options::max_wait.
     absl::Duration max_wait = absl::ZeroDuration();
@@ -254,8 +268,12 @@ class ResidencyGate {
   void Activate(int backend, const std::string& session, Resident& r);
   void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
   // Whether `footprint` fits beside the residents, this gate's and the
-  // other replicas'; FitsBesideOwn counts this gate's alone.
-  bool Fits(const Instance& in, int64_t footprint) const;
+  // other replicas', within the instance's capacity (or `capacity`);
+  // FitsBesideOwn counts this gate's alone.
+  bool Fits(const Instance& in, int64_t footprint) const {
+    return Fits(in, footprint, in.capacity_tokens);
+  }
+  bool Fits(const Instance& in, int64_t footprint, int64_t capacity) const;
   bool FitsBesideOwn(const Instance& in, int64_t footprint) const;
   bool MovableWaiting() const;
   // Idle residents past the grace time leave (only while someone waits:
@@ -277,9 +295,9 @@ class ResidencyGate {
     return in.tiered ? swap_after() : options_.grace;
   }
   // Swaps `backend`'s residents idle for swap_after() out, the longest idle
-  // first, until `footprint` fits; false (and nothing changes) when the
-  // others alone leave it no room.
-  bool SwapIn(int backend, Instance& in, int64_t footprint, absl::Time now);
+  // first, until `footprint` fits within `capacity`; false (and nothing
+  // changes) when the others alone leave it no room.
+  bool SwapIn(int backend, Instance& in, int64_t footprint, int64_t capacity, absl::Time now);
   // Fills `backend`'s free room with movable waiters of other instances, the
   // earliest due first.
   void AdmitMovable(int backend, absl::Time now, std::vector<uint64_t>* woken);

@@ -28,6 +28,28 @@ int64_t RouterImpl::NominalCapacityTokens(int b) const {
   return std::max<int64_t>(1, options_.default_capacity_tokens);
 }
 
+int64_t RouterImpl::HostTierTokens(int b) const {
+  const double kv_bytes_per_token =
+      options_.offload_cost_known ? options_.offload_cost.kv_bytes_per_token : 0;
+  const double bytes = state_[b].gauges.host_capacity_bytes;
+  return kv_bytes_per_token > 0 && bytes > 0 ? static_cast<int64_t>(bytes / kv_bytes_per_token) : 0;
+}
+
+int64_t RouterImpl::ResidentCapacityTokens(int b) const {
+  const int64_t gpu = NominalCapacityTokens(b);
+  if (!options_.host_tier.aware) return gpu;
+  // The fleet-shared pool holds what every instance stored, for every
+  // instance: until it evicts, all of it (no bound); then each instance
+  // keeps its share of what it holds.
+  int64_t pool_share = 0;
+  if (feedback_.HasPool()) {
+    pool_share = feedback_.pool_evicts()
+                     ? feedback_.pool_cached_tokens() / std::max<int64_t>(1, specs_->size())
+                     : kUnboundedResidentTokens;
+  }
+  return std::max({gpu, HostTierTokens(b), pool_share});
+}
+
 void RouterImpl::ApplyCapacity(int b) {
   feedback_.ApplyCapacity(b, NominalCapacityTokens(b), ratios_.FleetWide());
 }
@@ -100,12 +122,7 @@ void RouterImpl::UpdateEngineGauges(int backend, const EngineGauges& g) {
 // the model's KV bytes per token, known when the time model describes the
 // fleet (a profile or router.offload_cost).
 void RouterImpl::ApplyHostCapacity(int backend) {
-  const double kv_bytes_per_token =
-      options_.offload_cost_known ? options_.offload_cost.kv_bytes_per_token : 0;
-  const double bytes = state_[backend].gauges.host_capacity_bytes;
-  const int64_t tokens =
-      kv_bytes_per_token > 0 && bytes > 0 ? static_cast<int64_t>(bytes / kv_bytes_per_token) : 0;
-  feedback_.ApplyHostCapacity(backend, tokens, ratios_.FleetWide());
+  feedback_.ApplyHostCapacity(backend, HostTierTokens(backend), ratios_.FleetWide());
 }
 
 namespace {

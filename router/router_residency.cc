@@ -18,6 +18,9 @@ void RouterImpl::EnterResidency(InflightRequest& r, const RouteTicket& ticket, b
   if (r.session.empty()) return;
   const Decision& d = r.decision;
   ResidencyGate::Turn turn{d.footprint_tokens_est, d.decode_capacity_tokens};
+  if (const int64_t gpu = NominalCapacityTokens(d.decode_backend); gpu < turn.capacity_tokens) {
+    turn.gpu_capacity_tokens = gpu;
+  }
   turn.hold = hold;
   if (ticket.shed.deadline_s > 0 && d.predicted_ttft_s > 0) {
     turn.max_wait = absl::Seconds(std::max(0.001, ticket.shed.deadline_s - d.predicted_ttft_s));
@@ -196,7 +199,7 @@ bool RouterImpl::Retarget(InflightRequest& r, int backend, absl::Time now) {
   d.cached_tokens_est =
       std::min(d.prompt_tokens_est, ChunksToTokens(matched_[backend], r.bytes_per_token));
   d.prefill_cached_tokens_est = d.cached_tokens_est;
-  d.decode_capacity_tokens = NominalCapacityTokens(backend);
+  d.decode_capacity_tokens = ResidentCapacityTokens(backend);
   // The prediction was for the other instance: none is learned from this one.
   d.predicted_ttft_s = -1;
   r.est_chunks_decode = matched_[backend];

@@ -108,6 +108,7 @@ int64_t ShadowFeedback::ApplyPoolKvEvents(absl::Span<const EngineKvEvent> events
       case EngineKvEvent::Kind::kCleared:
         pool_index_.Clear(0);
         pool_cached_tokens_ = 0;
+        pool_evicts_ = false;
         pool_evict_carry_tokens_ = 0;
         break;
       case EngineKvEvent::Kind::kStored:
@@ -115,6 +116,7 @@ int64_t ShadowFeedback::ApplyPoolKvEvents(absl::Span<const EngineKvEvent> events
         break;
       case EngineKvEvent::Kind::kRemoved:
         pool_cached_tokens_ = std::max<int64_t>(pool_cached_tokens_ - e.tokens, 0);
+        pool_evicts_ = true;
         evicted +=
             EvictRemoved(pool_index_, 0, e.tokens, tokens_per_chunk, &pool_evict_carry_tokens_);
         break;

@@ -106,6 +106,9 @@ class ShadowFeedback {
   // the tokens they say it holds (stored minus removed; -1 before).
   bool HasPool() const { return pool_cached_tokens_ >= 0; }
   int64_t pool_cached_tokens() const { return pool_cached_tokens_; }
+  // Whether the pool has removed KV since it was revealed or cleared: it
+  // evicts only when full, so until then it holds everything stored to it.
+  bool pool_evicts() const { return pool_evicts_; }
   // Applies the pool's events in order: the first reveals the pool (its
   // shadow is then sized by the pool's removals alone), removals trim its
   // shadow least recently used first, a clear empties it. Returns the
@@ -137,6 +140,7 @@ class ShadowFeedback {
   ShadowIndex& pool_index_;
   std::vector<Backend> backends_;
   int64_t pool_cached_tokens_ = -1;
+  bool pool_evicts_ = false;
   double pool_evict_carry_tokens_ = 0;
 };
 

@@ -110,8 +110,10 @@ struct Decision {
   // interval the handoff measures as its transfer time.
   double predicted_transfer_s = -1;
   // The request's KV on its decode backend (prompt + expected output) and
-  // that backend's KV pool, in tokens, for the residency gate
-  // (residency_gate.h).
+  // the KV that backend keeps its resident sessions in, in tokens, for the
+  // residency gate (residency_gate.h): its pool, or its host tier or share
+  // of the fleet-shared pool when the router prices the tiers and they are
+  // larger (BackendSnapshot::resident_capacity_tokens).
   int64_t footprint_tokens_est = 0;
   int64_t decode_capacity_tokens = 0;
 };

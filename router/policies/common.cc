@@ -64,11 +64,11 @@ int64_t AdmissionShortfall(const FleetSnapshot& fleet, int backend) {
 int64_t EvictedResident(const FleetSnapshot& fleet, int backend) {
   const BackendSnapshot& b = fleet.backends[backend];
   if (b.kv_capacity_tokens <= 0) return 0;
+  const int64_t capacity = std::max(b.kv_capacity_tokens, b.resident_capacity_tokens);
   const int64_t held = backend == fleet.session_backend ? 0 : b.cached_tokens_est;
   const int64_t added = std::max<int64_t>(0, fleet.footprint_tokens_est - held);
-  const int64_t before = std::max<int64_t>(0, b.resident_tokens - b.kv_capacity_tokens);
-  const int64_t after =
-      std::max<int64_t>(0, b.resident_tokens + added - b.kv_capacity_tokens);
+  const int64_t before = std::max<int64_t>(0, b.resident_tokens - capacity);
+  const int64_t after = std::max<int64_t>(0, b.resident_tokens + added - capacity);
   return after - before;
 }
 

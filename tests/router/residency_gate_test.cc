@@ -166,6 +166,32 @@ ResidencyGate::Turn Reloadable(int64_t footprint, double reload_s) {
   return t;
 }
 
+// A tier that keeps the residents is the instance's capacity: a turn whose
+// prefix the tier holds goes within it, past the GPU pool. A cold turn goes
+// at once only within the GPU's room; else it waits, and the next turn to
+// end there lets it in within the tier's room.
+TEST(ResidencyGateTest, ATierIsTheRoomOfWarmTurnsAndTheGpuOfColdOnes) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  auto tiered = [](int64_t footprint, bool movable) {
+    ResidencyGate::Turn t{footprint, /*capacity_tokens=*/3 * kCap};
+    t.gpu_capacity_tokens = kCap;
+    t.movable = movable;
+    t.reload_s = 0.1;
+    return t;
+  };
+  EXPECT_EQ(g.Enter(0, "a", tiered(60, /*movable=*/true), At(0), &woken), 0u);
+  EXPECT_EQ(g.Enter(0, "b", tiered(60, /*movable=*/false), At(0), &woken), 0u);
+  EXPECT_EQ(g.resident_tokens(0), 120) << "past the GPU pool, within the tier";
+  const uint64_t c = g.Enter(0, "c", tiered(60, /*movable=*/true), At(1), &woken);
+  EXPECT_NE(c, 0u) << "a cold turn needs the GPU's room";
+  EXPECT_EQ(g.counters().swapped_in, 0u) << "nobody idle to swap out";
+  g.Leave(0, "a", 60, At(2), &woken);
+  EXPECT_THAT(woken, ElementsAre(c));
+  EXPECT_EQ(g.resident_tokens(0), 180);
+  EXPECT_EQ(g.counters().admitted_after_wait, 1u);
+}
+
 // On an instance with a host tier, a turn whose reload beats the wait goes
 // at once when residents have been idle longer than sessions take to come
 // back (swap_after: 2 x the reuse gap, at most grace; grace before any gap

@@ -297,6 +297,97 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
   }
 }
 
+// A host tier whose size the engine reports keeps the residents: a session
+// swapped out of the GPU comes back by a reload, so the gate fills that tier,
+// not the GPU pool. A session whose prefix only the tier holds is admitted
+// at once beside one that fills the GPU and has just finished its turn (no
+// swap-out); without tier pricing it waits for room. A cold session still
+// needs the GPU's room: it waits.
+TEST(RouterKvEvents, AReportedHostTierIsTheResidentsRoom) {
+  for (const bool aware : {true, false}) {
+    Options o;
+    o.mode = "baseline";
+    o.chunk_bytes = kChunk;
+    o.host_tier.aware = aware;
+    o.default_output_tokens = 16;
+    o.offload_cost.kv_bytes_per_token = 1000;
+    o.offload_cost_known = true;
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    EngineGauges g;
+    g.capacity_tokens = 1000;
+    g.host_capacity_bytes = 4000 * 1000;  // 4,000 tokens
+    r->UpdateEngineGauges(0, g);
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+    auto turn = [&](char fill, const char* session, absl::Time now) {
+      RequestFeatures f = Prompt(fill, 12);  // 768 tokens
+      f.session_id = session;
+      f.defer_kv_reservation = true;
+      absl::StatusOr<RouteTicket> t = r->Route(f, now);
+      EXPECT_TRUE(t.ok()) << t.status();
+      return *t;
+    };
+    const absl::Time t0 = absl::UnixEpoch();
+    RouteTicket b = turn('b', "b", t0);
+    ASSERT_EQ(b.residency_wait, 0u);
+    EXPECT_EQ(b.decision.decode_capacity_tokens, aware ? 4000 : 1000) << "aware=" << aware;
+    r->Dispatch(b, t0);
+    r->OnComplete(b, {.ok = true, .served_by = 0}, t0);
+    // b's session leaves the gate after the idle window; a's fills the GPU.
+    const absl::Time later = t0 + absl::Seconds(100);
+    RouteTicket a = turn('a', "a", later);
+    ASSERT_EQ(a.residency_wait, 0u);
+    r->Dispatch(a, later);
+    r->OnComplete(a, {.ok = true, .served_by = 0}, later);
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
+    // a finished a second ago: it stays resident, and b reloads beside it.
+    RouteTicket next = turn('b', "b", later + absl::Seconds(1));
+    EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
+    EXPECT_EQ(next.residency_wait == 0, aware) << "aware=" << aware;
+    EXPECT_EQ(r->ResidencyCounters().swapped_out, 0u);
+    // A new session's cold turn does not fit the GPU beside them: it waits.
+    RouteTicket cold = turn('c', "c", later + absl::Seconds(2));
+    EXPECT_NE(cold.residency_wait, 0u) << "aware=" << aware;
+    EXPECT_EQ(r->ResidencyWaiting(), aware ? 1u : 2u);
+  }
+}
+
+// Behind a fleet-shared pool each instance keeps its residents in the pool:
+// a session swapped out comes back from it by a reload. Until the pool
+// evicts it holds everything stored to it (no bound); then each instance
+// has its share of what the pool's events say it holds, when that is more
+// than its GPU pool.
+TEST(RouterKvEvents, ThePoolsShareIsTheResidentsRoom) {
+  for (const bool aware : {true, false}) {
+    Options o;
+    o.chunk_bytes = kChunk;
+    o.mode = "baseline";
+    o.host_tier.aware = aware;
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000},
+        {.name = "gpu1", .host = "h", .port = 2, .capacity_tokens = 1000}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    RequestFeatures f = Prompt('a', 4);
+    f.session_id = "a";
+    auto capacity = [&] {
+      absl::StatusOr<RouteTicket> t = r->Route(f, absl::UnixEpoch());
+      EXPECT_TRUE(t.ok()) << t.status();
+      r->OnComplete(*t, Outcome{}, absl::UnixEpoch());
+      return t->decision.decode_capacity_tokens;
+    };
+    EXPECT_EQ(capacity(), 1000) << "no pool yet";
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kStored, 1600}});
+    EXPECT_EQ(capacity(), aware ? int64_t{1} << 50 : 1000) << "aware=" << aware;
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kRemoved, 100}});
+    EXPECT_EQ(capacity(), 1000) << "a share of 750 is less than the GPU pool";
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kStored, 4500}});
+    EXPECT_EQ(capacity(), aware ? 3000 : 1000) << "aware=" << aware;
+    r->ApplyEngineKvEvents(kPoolBackend, std::vector<EngineKvEvent>{{Kind::kCleared, 0}});
+    EXPECT_EQ(capacity(), aware ? int64_t{1} << 50 : 1000) << "a cleared pool is empty, not full";
+  }
+}
+
 // The engine's timed pool loads teach the instance's pool reload factor,
 // apart from its host tier's.
 TEST(RouterKvEvents, EngineTimedPoolLoadsTeachThePoolReloadFactor) {
