@@ -251,49 +251,65 @@ TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
   EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
 }
 
-// The residency gate on an instance with a host tier: a session's turn
-// whose prefix only the host tier still holds is not held while a long idle
-// resident fills the instance: the resident is swapped out and the turn
-// reloads. Without tier pricing the same turn waits for room.
-TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
-  for (const bool aware : {true, false}) {
+// One 1,000-token instance with a host tier (its size reported when
+// `host_tokens` > 0): session b's turn at t0; once b has left the gate, a's
+// turn fills the GPU and ends at `later`, and the GPU evicts b's prefix,
+// which the tier keeps.
+struct HostTierScene {
+  HostTierScene(bool aware, int64_t host_tokens) {
     Options o;
     o.mode = "baseline";
     o.chunk_bytes = kChunk;
     o.host_tier.aware = aware;
     o.default_output_tokens = 16;
+    o.offload_cost.kv_bytes_per_token = 1000;
+    o.offload_cost_known = true;
     std::vector<BackendSpec> specs{
         {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
-    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    r = *Router::Create(o, std::move(specs));
+    EngineGauges g;
+    g.capacity_tokens = 1000;
+    g.host_capacity_bytes = static_cast<double>(host_tokens) * 1000;
+    r->UpdateEngineGauges(0, g);
     r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
-    auto turn = [&](char fill, const char* session, absl::Time now) {
-      RequestFeatures f = Prompt(fill, 12);  // 768 tokens
-      f.session_id = session;
-      f.defer_kv_reservation = true;
-      absl::StatusOr<RouteTicket> t = r->Route(f, now);
-      EXPECT_TRUE(t.ok()) << t.status();
-      return *t;
-    };
     const absl::Time t0 = absl::UnixEpoch();
-    RouteTicket b = turn('b', "b", t0);
-    ASSERT_EQ(b.residency_wait, 0u);
-    r->Dispatch(b, t0);
-    r->OnComplete(b, {.ok = true, .served_by = 0}, t0);
-    // b's session leaves the gate after the idle window; a's fills the pool.
-    const absl::Time later = t0 + absl::Seconds(100);
-    RouteTicket a = turn('a', "a", later);
-    ASSERT_EQ(a.residency_wait, 0u);
+    first = Turn('b', "b", t0);
+    EXPECT_EQ(first.residency_wait, 0u);
+    r->Dispatch(first, t0);
+    r->OnComplete(first, {.ok = true, .served_by = 0}, t0);
+    RouteTicket a = Turn('a', "a", later);
+    EXPECT_EQ(a.residency_wait, 0u);
     r->Dispatch(a, later);
     r->OnComplete(a, {.ok = true, .served_by = 0}, later);
-    // The GPU evicts b's 12 chunks (the least recently used); its host tier keeps them.
     r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
+  }
+  RouteTicket Turn(char fill, const char* session, absl::Time now) {
+    RequestFeatures f = Prompt(fill, 12);  // 768 tokens
+    f.session_id = session;
+    f.defer_kv_reservation = true;
+    absl::StatusOr<RouteTicket> t = r->Route(f, now);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
+  std::unique_ptr<Router> r;
+  RouteTicket first;  // b's first turn
+  const absl::Time later = absl::UnixEpoch() + absl::Seconds(100);
+};
+
+// The residency gate on an instance with a host tier of unknown size: a
+// session's turn whose prefix only the tier still holds is not held while a
+// long idle resident fills the instance: the resident is swapped out and
+// the turn reloads. Without tier pricing the same turn waits for room.
+TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
+  for (const bool aware : {true, false}) {
+    HostTierScene scene(aware, /*host_tokens=*/0);
     // a has been idle longer than sessions take to come back (the gate's
     // grace time, 15 s, before it learns that gap): it is swapped out.
-    RouteTicket next = turn('b', "b", later + absl::Seconds(20));
+    RouteTicket next = scene.Turn('b', "b", scene.later + absl::Seconds(20));
     EXPECT_EQ(next.residency_wait == 0, aware) << "aware=" << aware;
     EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
-    EXPECT_EQ(r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
-    EXPECT_EQ(r->ResidencyCounters().swapped_out, aware ? 1u : 0u);
+    EXPECT_EQ(scene.r->ResidencyCounters().swapped_in, aware ? 1u : 0u);
+    EXPECT_EQ(scene.r->ResidencyCounters().swapped_out, aware ? 1u : 0u);
   }
 }
 
@@ -305,51 +321,18 @@ TEST(RouterKvEvents, AHostTierTurnIsSwappedInNotHeld) {
 // needs the GPU's room: it waits.
 TEST(RouterKvEvents, AReportedHostTierIsTheResidentsRoom) {
   for (const bool aware : {true, false}) {
-    Options o;
-    o.mode = "baseline";
-    o.chunk_bytes = kChunk;
-    o.host_tier.aware = aware;
-    o.default_output_tokens = 16;
-    o.offload_cost.kv_bytes_per_token = 1000;
-    o.offload_cost_known = true;
-    std::vector<BackendSpec> specs{
-        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
-    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
-    EngineGauges g;
-    g.capacity_tokens = 1000;
-    g.host_capacity_bytes = 4000 * 1000;  // 4,000 tokens
-    r->UpdateEngineGauges(0, g);
-    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
-    auto turn = [&](char fill, const char* session, absl::Time now) {
-      RequestFeatures f = Prompt(fill, 12);  // 768 tokens
-      f.session_id = session;
-      f.defer_kv_reservation = true;
-      absl::StatusOr<RouteTicket> t = r->Route(f, now);
-      EXPECT_TRUE(t.ok()) << t.status();
-      return *t;
-    };
-    const absl::Time t0 = absl::UnixEpoch();
-    RouteTicket b = turn('b', "b", t0);
-    ASSERT_EQ(b.residency_wait, 0u);
-    EXPECT_EQ(b.decision.decode_capacity_tokens, aware ? 4000 : 1000) << "aware=" << aware;
-    r->Dispatch(b, t0);
-    r->OnComplete(b, {.ok = true, .served_by = 0}, t0);
-    // b's session leaves the gate after the idle window; a's fills the GPU.
-    const absl::Time later = t0 + absl::Seconds(100);
-    RouteTicket a = turn('a', "a", later);
-    ASSERT_EQ(a.residency_wait, 0u);
-    r->Dispatch(a, later);
-    r->OnComplete(a, {.ok = true, .served_by = 0}, later);
-    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
+    HostTierScene scene(aware, /*host_tokens=*/4000);
+    EXPECT_EQ(scene.first.decision.decode_capacity_tokens, aware ? 4000 : 1000)
+        << "aware=" << aware;
     // a finished a second ago: it stays resident, and b reloads beside it.
-    RouteTicket next = turn('b', "b", later + absl::Seconds(1));
+    RouteTicket next = scene.Turn('b', "b", scene.later + absl::Seconds(1));
     EXPECT_EQ(next.decision.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
     EXPECT_EQ(next.residency_wait == 0, aware) << "aware=" << aware;
-    EXPECT_EQ(r->ResidencyCounters().swapped_out, 0u);
+    EXPECT_EQ(scene.r->ResidencyCounters().swapped_out, 0u);
     // A new session's cold turn does not fit the GPU beside them: it waits.
-    RouteTicket cold = turn('c', "c", later + absl::Seconds(2));
+    RouteTicket cold = scene.Turn('c', "c", scene.later + absl::Seconds(2));
     EXPECT_NE(cold.residency_wait, 0u) << "aware=" << aware;
-    EXPECT_EQ(r->ResidencyWaiting(), aware ? 1u : 2u);
+    EXPECT_EQ(scene.r->ResidencyWaiting(), aware ? 1u : 2u);
   }
 }
 
