@@ -37,10 +37,11 @@ struct BackendSnapshot {
   // own) plus requests in flight that belong to no session.
   int64_t kv_capacity_tokens = 0;
   int64_t resident_tokens = 0;
-  // The KV that keeps those sessions without a recompute: the pool above,
-  // or, when the router prices the tiers, the instance's host tier or its
-  // share of the fleet-shared pool if larger (they hold what the GPU holds,
-  // and reload it in a fraction of a prefill); 0: kv_capacity_tokens.
+  // The KV the tiers beyond the GPU keep those sessions in, when the router
+  // prices the tiers: the instance's host tier or its share of the
+  // fleet-shared pool (they hold what the GPU holds, and reload it in a
+  // fraction of a prefill); 0: none. Those sessions are kept without a
+  // recompute within the larger of this and kv_capacity_tokens.
   int64_t resident_capacity_tokens = 0;
   // Estimated prompt tokens of this request already in this backend's
   // prefix cache (shadow index match), 0..prompt_tokens_est.

@@ -54,15 +54,14 @@
 // writes its whole footprint into the GPU, so it goes at once only within
 // the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
 // waiter within the tier's room, for the next turn to end there or for
-// another instance's room. Whatever the capacity, an
-// idle resident there that has been idle longer than sessions take to come
-// back (twice the mean gap between a resident's turns, learned; at most
-// `grace`) is swapped out for a turn that does not fit, rather than held
-// until `grace`: when the turn enters,
-// if its own reload (`reload_s`: what only that tier holds of its prefix;
-// 0 when nothing is reloaded) is shorter than the wait turns meet here (the
-// mean of the waits the gate has seen, `grace` before the first), and for
-// waiters once the resident passes that idle time. Residents still within
+// another instance's room. Whatever the capacity, an idle resident there
+// that has been idle longer than sessions take to come back (twice the mean
+// gap between a resident's turns, learned; at most `grace`) is swapped out
+// for a turn that does not fit, rather than held until `grace`: when the
+// turn enters, if its own reload (`reload_s`: what only that tier holds of
+// its prefix; 0 when nothing is reloaded) is shorter than the wait turns
+// meet here (the mean of the waits the gate has seen, `grace` before the
+// first), and for waiters once the resident passes that idle time. Residents still within
 // it stay: swapping out a session about to send its next turn only moves
 // the wait to it and adds a reload for both. Swapped-out sessions are a
 // state, not a loss: their next turn is such a reload in turn.

@@ -184,7 +184,7 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     v.kv_usage = s.gauges.kv_cache_usage_perc;
     v.kv_capacity_tokens = ChunksToTokens(index_.capacity(b), bpt);
     v.resident_tokens = residency_.demand_tokens(b) + load.sessionless_tokens;
-    if (options_.host_tier.aware) v.resident_capacity_tokens = ResidentCapacityTokens(b);
+    v.resident_capacity_tokens = TierCapacityTokens(b);
     int64_t cached = ChunksToTokens(matched_[b], bpt);
     if (b == fleet.session_backend) cached = std::max(cached, continuation_tokens);
     if (reference) cached = std::max<int64_t>(0, features.reference_cached_tokens[b]);

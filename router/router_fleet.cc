@@ -35,9 +35,8 @@ int64_t RouterImpl::HostTierTokens(int b) const {
   return kv_bytes_per_token > 0 && bytes > 0 ? static_cast<int64_t>(bytes / kv_bytes_per_token) : 0;
 }
 
-int64_t RouterImpl::ResidentCapacityTokens(int b) const {
-  const int64_t gpu = NominalCapacityTokens(b);
-  if (!options_.host_tier.aware) return gpu;
+int64_t RouterImpl::TierCapacityTokens(int b) const {
+  if (!options_.host_tier.aware) return 0;
   // The fleet-shared pool holds what every instance stored, for every
   // instance: until it evicts, all of it (no bound); then each instance
   // keeps its share of what it holds.
@@ -47,7 +46,11 @@ int64_t RouterImpl::ResidentCapacityTokens(int b) const {
                      ? feedback_.pool_cached_tokens() / std::max<int64_t>(1, specs_->size())
                      : kUnboundedResidentTokens;
   }
-  return std::max({gpu, HostTierTokens(b), pool_share});
+  return std::max(HostTierTokens(b), pool_share);
+}
+
+int64_t RouterImpl::ResidentCapacityTokens(int b) const {
+  return std::max(NominalCapacityTokens(b), TierCapacityTokens(b));
 }
 
 void RouterImpl::ApplyCapacity(int b) {

@@ -133,14 +133,16 @@ class RouterImpl : public Router {
   // The host tier's size in KV tokens as the engine's metrics report it,
   // when the time model gives the KV bytes per token; 0 otherwise.
   int64_t HostTierTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The KV `b` keeps its resident sessions in without a recompute: its
-  // nominal pool, or, when the router prices the tiers
-  // (Options::host_tier.aware), the largest of that, its host tier and its
-  // share of the fleet-shared pool's content (kUnboundedResidentTokens
-  // while the pool has evicted nothing): those hold what the GPU holds
-  // (written through), and a session swapped out of the GPU comes back by a
-  // reload.
+  // The KV the tiers beyond `b`'s GPU keep its resident sessions in, when
+  // the router prices the tiers (Options::host_tier.aware): the larger of
+  // its host tier and its share of the fleet-shared pool's content
+  // (kUnboundedResidentTokens while the pool has evicted nothing); 0 with
+  // neither. Those hold what the GPU holds (written through), and a session
+  // swapped out of the GPU comes back by a reload.
   static constexpr int64_t kUnboundedResidentTokens = int64_t{1} << 50;
+  int64_t TierCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The KV `b` keeps its resident sessions in without a recompute: its
+  // nominal pool, or TierCapacityTokens if larger.
   int64_t ResidentCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -57,9 +57,9 @@ int64_t AdmissionShortfall(const FleetSnapshot& fleet, int backend);
 // KV it adds (its footprint less what the instance already holds of it;
 // on the session's own instance the whole footprint, since the session's
 // old footprint is not counted there) takes the resident demand past the
-// capacity that keeps them (BackendSnapshot::resident_capacity_tokens),
-// beyond what already overflowed. Evicted tokens are prefill some session
-// pays again.
+// capacity that keeps them (the pool, or BackendSnapshot::
+// resident_capacity_tokens if larger), beyond what already overflowed. Evicted tokens are prefill
+// some session pays again.
 int64_t EvictedResident(const FleetSnapshot& fleet, int backend);
 
 Decision MakeColocated(const FleetSnapshot& fleet, const Classification& c, int backend);
