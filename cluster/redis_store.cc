@@ -135,6 +135,40 @@ void RedisStore::Release(std::string instance, std::string reservation_id) {
   pending_releases_[std::move(key)] = serial;
 }
 
+std::string RedisStore::PinStreamKey() const { return absl::StrCat(options_.key_prefix, ":pins"); }
+
+void RedisStore::PublishPins(std::vector<RequestPin> pinned, std::vector<uint64_t> unpinned) {
+  absl::MutexLock lock(&mu_);
+  for (RequestPin& p : pinned) {
+    if (pending_pins_.size() + pending_unpins_.size() >= options_.max_pending_writes) {
+      ++stats_.writes_dropped;
+      continue;
+    }
+    pending_pins_.push_back(std::move(p));
+  }
+  for (uint64_t id : unpinned) {
+    // A pin not written yet is withdrawn instead: the peers never see it.
+    auto it = std::find_if(pending_pins_.begin(), pending_pins_.end(),
+                           [id](const RequestPin& p) { return p.id == id; });
+    if (it != pending_pins_.end()) {
+      pending_pins_.erase(it);
+      continue;
+    }
+    if (pending_pins_.size() + pending_unpins_.size() >= options_.max_pending_writes) {
+      ++stats_.writes_dropped;
+      continue;
+    }
+    pending_unpins_.push_back(id);
+  }
+}
+
+PeerPinChanges RedisStore::TakePeerPins() {
+  absl::MutexLock lock(&mu_);
+  PeerPinChanges out = std::exchange(peer_pins_, {});
+  out.view = view_;
+  return out;
+}
+
 std::shared_ptr<const PeerView> RedisStore::View() const {
   absl::MutexLock lock(&mu_);
   return view_;
@@ -266,6 +300,19 @@ absl::Status RedisStore::Connect() {
     }
     shas[i] = ReplyText(r->get());
   }
+  // Pins are read from the stream's end on: changes from before this
+  // connection are not replayed (the caller is told to reset).
+  absl::StatusOr<Reply> last = Command(*c, {"XREVRANGE", PinStreamKey(), "+", "-", "COUNT", "1"});
+  if (!last.ok()) {
+    redisFree(*c);
+    return last.status();
+  }
+  pins_read_through_ = "0-0";
+  if (const redisReply* l = last->get(); l->type == REDIS_REPLY_ARRAY && l->elements > 0 &&
+                                         l->element[0]->type == REDIS_REPLY_ARRAY &&
+                                         l->element[0]->elements > 0) {
+    pins_read_through_ = ReplyText(l->element[0]->element[0]);
+  }
   context_ = *c;
   next_lease_ = absl::InfinitePast();  // renew at once
   backoff_ = sync_interval_;
@@ -279,6 +326,7 @@ absl::Status RedisStore::Connect() {
     // restarted empty, or our keys expired while we were away).
     load_dirty_ = true;
     rates_dirty_ = true;
+    peer_pins_ = {.reset = true};
     if (rejoined) ++stats_.reconnects;
     connected_.store(true, std::memory_order_release);
   }
@@ -340,6 +388,8 @@ RedisStore::WriteBatch RedisStore::TakeWrites(bool forced) {
   }
   b.homes.swap(pending_homes_);
   b.releases.swap(pending_releases_);
+  b.pins.swap(pending_pins_);
+  b.unpins.swap(pending_unpins_);
   return b;
 }
 
@@ -365,6 +415,12 @@ void RedisStore::ReturnWrites(WriteBatch b) {
     }
     pending_releases_.emplace(key, serial);
   }
+  // Pin changes keep their order: the returned ones go first.
+  b.pins.insert(b.pins.end(), std::make_move_iterator(pending_pins_.begin()),
+                std::make_move_iterator(pending_pins_.end()));
+  pending_pins_ = std::move(b.pins);
+  b.unpins.insert(b.unpins.end(), pending_unpins_.begin(), pending_unpins_.end());
+  pending_unpins_ = std::move(b.unpins);
 }
 
 absl::Status RedisStore::Flush(const WriteBatch& b) {
@@ -410,6 +466,11 @@ absl::Status RedisStore::Flush(const WriteBatch& b) {
     }
     replace_hash(rates_key, std::move(fields));
   }
+  // After the load: a peer that reads this flush's pins has read its load.
+  if (!b.pins.empty() || !b.unpins.empty()) {
+    p.Add({"XADD", PinStreamKey(), "MAXLEN", "~", absl::StrCat(kPinStreamLength), "*", "r",
+           options_.replica_id, "p", FormatPins(b.pins), "u", FormatPinIds(b.unpins)});
+  }
   const std::string ttl_ms = absl::StrCat(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Seconds(options_.session_ttl_s))));
   for (const auto& [session, instance] : b.homes) {
@@ -450,15 +511,63 @@ void RedisStore::LogErrorReply(const char* what, const std::string& why) {
   last_error_reply_ = why;
 }
 
-absl::Status RedisStore::Pull() {
-  absl::StatusOr<Reply> r = Command(
-      context_, {"EVALSHA", pull_sha_, "1", absl::StrCat(options_.key_prefix, ":replicas"),
-                 absl::StrCat(options_.key_prefix, ":"), absl::StrCat(options_.max_replicas)});
-  if (!r.ok()) {
-    Disconnect(std::string(r.status().message()));
-    return r.status();
+void RedisStore::ReadPinEntries(const redisReply* xread, PeerPinChanges* into,
+                                std::string* read_through) const {
+  // [[stream, [[id, [field, value, ...]], ...]]], or nil when nothing is new.
+  if (xread->type != REDIS_REPLY_ARRAY || xread->elements == 0) return;
+  const redisReply* stream = xread->element[0];
+  if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2 ||
+      stream->element[1]->type != REDIS_REPLY_ARRAY) {
+    return;
   }
-  const redisReply* out = r->get();
+  const redisReply* entries = stream->element[1];
+  for (size_t e = 0; e < entries->elements; ++e) {
+    const redisReply* entry = entries->element[e];
+    if (entry->type != REDIS_REPLY_ARRAY || entry->elements < 2 ||
+        entry->element[0]->type != REDIS_REPLY_STRING) {
+      continue;
+    }
+    *read_through = ReplyText(entry->element[0]);
+    std::string replica;
+    std::vector<RequestPin> pins;
+    std::vector<uint64_t> unpins;
+    bool whole = true;
+    ForEachField(entry->element[1], [&](std::string field, absl::string_view value) {
+      if (field == "r") replica = std::string(value);
+      if (field == "p") whole = ParsePins(value, &pins) && whole;
+      if (field == "u") whole = ParsePinIds(value, &unpins) && whole;
+    });
+    if (!whole) into->reset = true;  // a peer's changes lost: start afresh
+    if (replica.empty() || replica == options_.replica_id) continue;
+    for (RequestPin& p : pins) into->pinned.emplace_back(replica, std::move(p));
+    for (uint64_t id : unpins) into->unpinned.emplace_back(replica, id);
+  }
+}
+
+absl::Status RedisStore::Pull() {
+  // The pins written since the last pull, then the peers' load: the load
+  // is read after every pin this view comes with was written (and each
+  // publisher writes its load before its pins), so an instance it shows
+  // without a peer's request in flight holds none of those pins
+  // (PeerPinChanges::view).
+  Pipeline pipeline;
+  pipeline.Add({"XREAD", "COUNT", absl::StrCat(kPinReadCount), "STREAMS", PinStreamKey(),
+                pins_read_through_});
+  pipeline.Add({"EVALSHA", pull_sha_, "1", absl::StrCat(options_.key_prefix, ":replicas"),
+                absl::StrCat(options_.key_prefix, ":"), absl::StrCat(options_.max_replicas)});
+  std::vector<Reply> replies;
+  if (absl::Status st = pipeline.Run(context_, &replies); !st.ok()) {
+    Disconnect(std::string(st.message()));
+    return st;
+  }
+  PeerPinChanges pins;
+  std::string read_through = pins_read_through_;
+  if (replies[0]->type == REDIS_REPLY_ERROR) {
+    LogErrorReply("reading the pins", ReplyText(replies[0].get()));
+  } else {
+    ReadPinEntries(replies[0].get(), &pins, &read_through);
+  }
+  const redisReply* out = replies[1].get();
   if (out->type != REDIS_REPLY_ARRAY || out->elements % 3 != 1) {
     const std::string why = out->type == REDIS_REPLY_ERROR ? ReplyText(out) : "malformed reply";
     if (why.starts_with("NOSCRIPT")) {
@@ -510,7 +619,16 @@ absl::Status RedisStore::Pull() {
   }
   view->synced_at = absl::Now();
   view->stale = false;
+  pins_read_through_ = std::move(read_through);
   absl::MutexLock lock(&mu_);
+  // The changes and the view that goes with them, in one step.
+  peer_pins_.reset = peer_pins_.reset || pins.reset;
+  for (auto& p : pins.pinned) peer_pins_.pinned.push_back(std::move(p));
+  for (auto& u : pins.unpinned) peer_pins_.unpinned.push_back(std::move(u));
+  // Nobody takes them: rather than grow, start afresh.
+  if (peer_pins_.pinned.size() + peer_pins_.unpinned.size() > options_.max_pending_writes) {
+    peer_pins_ = {.reset = true};
+  }
   view_ = std::move(view);
   ++stats_.syncs;
   return absl::OkStatus();

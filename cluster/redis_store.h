@@ -11,6 +11,12 @@
 //   (*store)->View()->load ...           // the peers, as of the last pull
 //   (*store)->Reserve(...);              // one round trip, bounded by op_timeout_s
 //
+// Pins go through one stream, "<key_prefix>:pins" (XADD, trimmed to about
+// kPinStreamLength entries): one entry per flush that has pin changes, read
+// by every other replica's pull from where it last read. A replica that
+// (re)connects starts at the stream's end and reports a reset: what it
+// missed while away is not replayed.
+//
 // Threads and connections. One I/O thread, owned by the store, holds the
 // main connection: every sync_interval_s it connects if needed (backing off
 // from sync_interval_s up to lease_s / 3 while the store stays away), writes
@@ -58,6 +64,7 @@
 #include "cluster/store.h"
 
 struct redisContext;
+struct redisReply;
 
 namespace kvroute::cluster {
 
@@ -81,6 +88,8 @@ class RedisStore final : public ClusterStore {
   absl::StatusOr<Reservation> Reserve(absl::string_view instance, absl::string_view reservation_id,
                                       int64_t tokens, int64_t fill_tokens, bool force) override;
   void Release(std::string instance, std::string reservation_id) override;
+  void PublishPins(std::vector<RequestPin> pinned, std::vector<uint64_t> unpinned) override;
+  PeerPinChanges TakePeerPins() override;
   bool connected() const override;
   ClusterStoreStats stats() const override;
 
@@ -107,6 +116,8 @@ class RedisStore final : public ClusterStore {
     std::optional<RateByInstance> rates;
     absl::flat_hash_map<std::string, std::string> homes;
     ReleaseMap releases;
+    std::vector<RequestPin> pins;
+    std::vector<uint64_t> unpins;
   };
 
   RedisStore(ClusterOptions options, StoreAddress address);
@@ -130,8 +141,20 @@ class RedisStore final : public ClusterStore {
   absl::StatusOr<AdmissionConnection> AcquireAdmission(absl::Time deadline);
   void ReturnAdmission(AdmissionConnection c, bool healthy);
 
+  // The pin stream keeps about this many entries (XADD MAXLEN ~): at a
+  // flush every 10 ms from each of several replicas, seconds of changes,
+  // more than a connected replica falls behind by between two pulls.
+  static constexpr int kPinStreamLength = 4096;
+  // Entries one pull reads at most; the rest wait for the next pull.
+  static constexpr int kPinReadCount = 512;
+
   // Key names.
   std::string Key(absl::string_view kind, absl::string_view name) const;
+  std::string PinStreamKey() const;
+  // Adds the entries of an XREAD reply to `into` (this replica's own left
+  // out) and sets `read_through` to the last one's id.
+  void ReadPinEntries(const redisReply* xread, PeerPinChanges* into,
+                      std::string* read_through) const;
   // How long a refused reservation keeps its place in the instance's queue
   // after it last asked: ten of its callers' retries at the sync interval,
   // at least a second, so a busy replica's late retry does not lose it and
@@ -159,6 +182,8 @@ class RedisStore final : public ClusterStore {
   // one (a key of another type in the way) would otherwise log every cycle.
   std::string last_error_reply_;
   std::string pull_sha_;
+  // The last entry of the pin stream this replica has read ("0-0": none).
+  std::string pins_read_through_ = "0-0";
   // Read without the lock on the request path (Reserve's fail-open check).
   std::atomic<bool> connected_{false};
 
@@ -176,6 +201,11 @@ class RedisStore final : public ClusterStore {
   bool rates_dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::string> pending_homes_ ABSL_GUARDED_BY(mu_);
   ReleaseMap pending_releases_ ABSL_GUARDED_BY(mu_);
+  // This replica's pin changes to write, in order; and the peers' read since
+  // TakePeerPins.
+  std::vector<RequestPin> pending_pins_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> pending_unpins_ ABSL_GUARDED_BY(mu_);
+  PeerPinChanges peer_pins_ ABSL_GUARDED_BY(mu_);
   // This replica's admitted reservations, by the serial each was last made
   // with: a Release names that serial, so it cannot delete a reservation
   // made again after it was queued.

@@ -14,6 +14,8 @@
 //   if (!r.ok()) ...     // Unavailable: decide on local state (fail open)
 //   if (!r->admitted) ... // the instance is full across replicas: wait
 //   store->Release("gpu0", "session-17");
+//   store->PublishPins({{.instance = "gpu0", .id = 8, .footprint_chunks = 900, .chain = ...}}, {});
+//   cluster::PeerPinChanges pins = store->TakePeerPins();   // the others', since the last call
 //
 // What runs where: the Publish* calls and Release only queue their write
 // (coalesced: one entry per instance or session, the latest wins) and return;
@@ -109,6 +111,33 @@ struct Reservation {
   int64_t turns_before = 0;
 };
 
+// A request in flight as one replica's shadow index holds it on an instance
+// (router::ShadowPin, the instance by name): the other replicas reserve it
+// in their shadows too.
+struct RequestPin {
+  std::string instance;
+  uint64_t id = 0;  // unique among the publishing replica's pins
+  int64_t footprint_chunks = 0;
+  std::vector<uint64_t> chain = {};  // the leading chunk hashes it reuses
+
+  friend bool operator==(const RequestPin&, const RequestPin&) = default;
+};
+
+// The other replicas' pins taken and given back since the last
+// TakePeerPins, in the order they were written.
+struct PeerPinChanges {
+  // Changes may have been lost since the last call (the store reconnected,
+  // or more were read than kept): drop every peer pin held before applying
+  // these.
+  bool reset = false;
+  // The latest pull's view, whose load was read after every change below,
+  // and every change taken before, was written: an instance it shows
+  // without a peer's request in flight holds none of those pins.
+  std::shared_ptr<const PeerView> view = nullptr;
+  std::vector<std::pair<std::string, RequestPin>> pinned = {};  // (replica, pin)
+  std::vector<std::pair<std::string, uint64_t>> unpinned = {};  // (replica, id)
+};
+
 // Counters for /metrics; monotonic except `connected`.
 struct ClusterStoreStats {
   bool connected = false;
@@ -175,6 +204,17 @@ class ClusterStore {
   // as it last made it: one a later Reserve made again, or another replica
   // took over, stays. Queued; written by the next flush.
   virtual void Release(std::string instance, std::string reservation_id) = 0;
+
+  // This replica's pins taken and given back since its last call (a pin
+  // given back before it was written is left out of both). Queued and
+  // written with the next flush, after the load: publish pins taken before
+  // the load they are in. A store that carries no pins ignores them.
+  virtual void PublishPins(std::vector<RequestPin> /*pinned*/, std::vector<uint64_t> /*unpinned*/) {
+  }
+
+  // The other live replicas' pin changes read since the last call; never
+  // blocks. A store that carries no pins has none.
+  virtual PeerPinChanges TakePeerPins() { return {.view = View()}; }
 
   // Whether the last attempt to reach the store succeeded.
   virtual bool connected() const = 0;

@@ -33,6 +33,16 @@ inline constexpr absl::string_view kResidentsField = "\x1eresidents:";
 std::string FormatResidents(const std::vector<std::pair<std::string, int64_t>>& residents);
 void ParseResidents(absl::string_view text, absl::flat_hash_map<std::string, int64_t>* into);
 
+// Pins taken, as one binary value (little-endian): per pin its id (u64),
+// footprint chunks (i64), instance name (u32 length, bytes) and chain (u32
+// count, u64 hashes). ParsePins appends to `into` and is false on a value
+// cut short or malformed (`into` then holds the pins before the fault).
+std::string FormatPins(const std::vector<RequestPin>& pins);
+bool ParsePins(absl::string_view bytes, std::vector<RequestPin>* into);
+// Pin ids given back: u64 each, little-endian; false on a ragged length.
+std::string FormatPinIds(const std::vector<uint64_t>& ids);
+bool ParsePinIds(absl::string_view bytes, std::vector<uint64_t>* into);
+
 // A rate factor, exactly ("%.17g").
 std::string FormatRate(double r);
 

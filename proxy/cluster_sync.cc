@@ -166,7 +166,9 @@ void ClusterSync::ReleaseDepartures() {
 
 ClusterSync::ClusterSync(std::shared_ptr<cluster::ClusterStore> store, double lease_s,
                          double interval_s, router::Router& router)
-    : store_(std::move(store)), lease_s_(lease_s), interval_s_(interval_s), router_(router) {}
+    : store_(std::move(store)), lease_s_(lease_s), interval_s_(interval_s), router_(router) {
+  if (store_ != nullptr) router_.ShareShadowPins();
+}
 
 absl::StatusOr<std::unique_ptr<ClusterSync>> ClusterSync::Start(const Config& config,
                                                                 router::Router& router,
@@ -221,10 +223,56 @@ void ClusterSync::Run() {
   }
 }
 
+void ClusterSync::SharePins(const std::vector<router::BackendSpec>& specs, absl::Time now) {
+  // This replica's changes are taken before its load (below) is read, so
+  // the load it publishes counts every request whose pin it publishes.
+  router::ShadowPinChanges mine = router_.TakeShadowPinChanges();
+  std::vector<cluster::RequestPin> pinned;
+  pinned.reserve(mine.pinned.size());
+  for (router::ShadowPin& p : mine.pinned) {
+    if (p.backend < 0 || p.backend >= static_cast<int>(specs.size())) continue;
+    pinned.push_back({.instance = specs[p.backend].name,
+                      .id = p.id,
+                      .footprint_chunks = p.footprint_chunks,
+                      .chain = std::move(p.chain)});
+  }
+  store_->PublishPins(std::move(pinned), std::move(mine.unpinned));
+
+  cluster::PeerPinChanges theirs = store_->TakePeerPins();
+  router::PeerShadowPins apply;
+  const cluster::PeerView& view = *theirs.view;
+  // Unreachable for longer than a lease: the peers' requests have ended or
+  // been retried since, unseen.
+  apply.reset = theirs.reset || (view.stale && now - view.synced_at > absl::Seconds(lease_s_));
+  absl::flat_hash_map<std::string, int> slot;
+  for (size_t b = 0; b < specs.size(); ++b) {
+    if (specs[b].retired) continue;
+    slot[specs[b].name] = static_cast<int>(b);
+    if (const auto it = view.load.find(specs[b].name);
+        view.synced_at != absl::InfinitePast() &&
+        (it == view.load.end() || it->second.requests == 0)) {
+      apply.idle_backends.push_back(static_cast<int>(b));
+    }
+  }
+  if (view.synced_at != absl::InfinitePast()) apply.live_replicas = view.live_replicas;
+  for (auto& [replica, pin] : theirs.pinned) {
+    const auto it = slot.find(pin.instance);
+    if (it == slot.end()) continue;  // an instance this replica does not route to
+    apply.pinned.push_back({std::move(replica),
+                            {.id = pin.id,
+                             .backend = it->second,
+                             .footprint_chunks = pin.footprint_chunks,
+                             .chain = std::move(pin.chain)}});
+  }
+  apply.unpinned = std::move(theirs.unpinned);
+  router_.ApplyPeerShadowPins(apply);
+}
+
 void ClusterSync::SyncOnce(absl::Time now) {
   if (store_ == nullptr) return;
   ReleaseDepartures();
   const std::shared_ptr<const std::vector<router::BackendSpec>> specs = router_.Backends();
+  SharePins(*specs, now);
   const std::vector<router::PeerLoad> own = router_.LocalLoad();
   absl::flat_hash_map<int, int64_t> own_waiting;
   {

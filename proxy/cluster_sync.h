@@ -6,7 +6,10 @@
 // factors merged, to the router (Router::SetPeerLoad), so each replica
 // places requests on the fleet's whole load, not its share of it, predicts
 // with what every replica learned, and its residency gate fills each
-// instance with every replica's sessions. Its state is on /metrics
+// instance with every replica's sessions. The requests each replica has in
+// flight are pinned in every replica's shadow index (Router::ShadowPin), so
+// each predicts the evictions the whole fleet's requests make before an
+// engine admits the next turn. Its state is on /metrics
 // (kvroute_cluster_*).
 //
 //   absl::StatusOr<std::unique_ptr<ClusterSync>> sync =
@@ -31,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -101,6 +105,9 @@ class ClusterSync {
   // Queues the release of the reservations of the sessions that left this
   // replica's residents (Router::TakeResidencyDepartures).
   void ReleaseDepartures();
+  // Publishes this replica's shadow pins changed since the last cycle and
+  // applies the other replicas' (Router::ApplyPeerShadowPins).
+  void SharePins(const std::vector<router::BackendSpec>& specs, absl::Time now);
 
   // Shared with the metrics collector, which may outlive this object.
   std::shared_ptr<cluster::ClusterStore> store_;

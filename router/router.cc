@@ -115,7 +115,10 @@ absl::StatusOr<RouteTicket> RouterImpl::Route(const RequestFeatures& features, a
   EnterResidency(r, ticket, hold, now);
   ticket.residency_gated = hold;
   ticket.residency_wait = r.residency == Residency::kWaiting ? r.residency_wait : 0;
-  inflight_.emplace(ticket.id, std::move(r));
+  r.pins_shared = share_pins_;
+  const InflightRequest& held = inflight_.emplace(ticket.id, std::move(r)).first->second;
+  SharePin(ticket.id, /*prefill=*/false, held);
+  SharePin(ticket.id, /*prefill=*/true, held);
   return ticket;
 }
 
@@ -441,6 +444,8 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   // its most recently freed.
   index_.Unpin(r.decode_pin, r.chain);
   index_.Unpin(r.prefill_pin, r.chain);
+  ShareUnpin(ticket.id, /*prefill=*/false, r);
+  ShareUnpin(ticket.id, /*prefill=*/true, r);
   if (!learn) return;
   RecordWrites(r, outcome, served);
   // Whoever computed the prompt now caches all of it, and stores it

@@ -68,6 +68,11 @@ struct BackendReport {
   // The shadow index and the estimate against the engine's truth.
   int64_t effective_capacity_tokens = 0;   // capacity after learned shrinkage
   int64_t shadow_chunks = 0;               // entries in the shadow LRU
+  // Of the shadow's model of the pool, what requests in flight hold (every
+  // replica's, when they share pins): cached entries they reuse, and the
+  // rest of their footprints.
+  int64_t shadow_pinned_chunks = 0;
+  int64_t shadow_reserved_chunks = 0;
   double est_tokens_sum = 0;               // sum of estimates (with truth)
   double actual_cached_tokens_sum = 0;     // sum of engine cached_tokens
   double est_signed_error_tokens_sum = 0;  // sum of estimate - actual
@@ -167,6 +172,41 @@ struct PeerLoad {
   // replicas (ResidencyGate::SetPeerResidents); from LocalLoad: 0 (the
   // proxy counts its turns the cluster store refused).
   int64_t waiting_turns = 0;
+};
+
+// Several replicas: a request in flight as a shadow index holds it on one
+// backend (ShadowIndex::PinRequest), shared so that every replica's shadow
+// reserves the fleet's requests, not only its own third: the engine evicts
+// for all of them before it admits the next turn.
+struct ShadowPin {
+  uint64_t id = 0;  // unique among one replica's pins
+  int backend = -1;
+  int64_t footprint_chunks = 0;      // pinned and reserved
+  std::vector<uint64_t> chain = {};  // the leading chunks pinned (cached, reused)
+};
+
+// What changed in this replica's pins since the last TakeShadowPinChanges:
+// the pins taken, and the ids of those given back (a pin taken and given
+// back between two calls is in neither).
+struct ShadowPinChanges {
+  std::vector<ShadowPin> pinned = {};
+  std::vector<uint64_t> unpinned = {};
+};
+
+// The other replicas' pins, to ApplyPeerShadowPins, which first drops the
+// pins that can no longer be live, then applies the changes in order.
+struct PeerShadowPins {
+  // Drop every peer pin: the changes of some were lost (the store
+  // reconnected, or has been unreachable for longer than a lease).
+  bool reset = false;
+  // When set, the pins of a replica not in it are dropped (its lease ended).
+  std::optional<std::vector<std::string>> live_replicas = std::nullopt;
+  // Backend slots no other replica has a request in flight on, as of a
+  // reading taken before every change below was written: their pins are
+  // dropped (an unpin lost on the way cannot hold one forever).
+  std::vector<int> idle_backends = {};
+  std::vector<std::pair<std::string, ShadowPin>> pinned = {};   // (replica, pin)
+  std::vector<std::pair<std::string, uint64_t>> unpinned = {};  // (replica, id)
 };
 
 // The live sizing figures (Router::Sizing): the working set against the
@@ -345,6 +385,15 @@ class Router {
                                                                     absl::Time now) = 0;
   virtual std::vector<PeerLoad> LocalLoad() const = 0;
   virtual void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) = 0;
+  // Several replicas' shadows: ShareShadowPins starts recording this
+  // replica's pins (nothing is recorded before, so a replica alone keeps no
+  // queue); TakeShadowPinChanges hands over what changed since the last
+  // call, to publish; ApplyPeerShadowPins pins the other replicas' requests
+  // in this replica's shadow, and gives them back, as its own. Peer pins are
+  // void after their backend's shadow is cleared, like its own.
+  virtual void ShareShadowPins() = 0;
+  virtual ShadowPinChanges TakeShadowPinChanges() = 0;
+  virtual void ApplyPeerShadowPins(const PeerShadowPins& peers) = 0;
   // The sessions that left a backend's residents since the last call
   // (backend slot, session), less those resident there again: the
   // reservations to give back in the cluster store. Departures are kept

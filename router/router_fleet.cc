@@ -2,10 +2,12 @@
 // health, engine gauges and KV events, capacities and reports.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "router/policy_registry.h"
 #include "router/router_impl.h"
@@ -253,6 +255,8 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.decoding_requests = load.decoding_requests;
     r.inflight_tokens = load.inflight_tokens;
     r.shadow_chunks = index_.size(b);
+    r.shadow_pinned_chunks = index_.pinned(b);
+    r.shadow_reserved_chunks = index_.reserved(b);
     r.engine_cached_tokens = f.engine_cached_tokens;
     r.engine_host_cached_tokens = f.engine_host_cached_tokens;
     r.host_shadow_chunks = host_index_.size(b);
@@ -366,6 +370,80 @@ std::vector<std::pair<int, std::string>> RouterImpl::TakeResidencyDepartures() {
     return residency_.IsResident(d.first, d.second);
   });
   return departed;
+}
+
+namespace {
+// A pin's id among this replica's: a ticket has a decode and a prefill side.
+uint64_t PinId(uint64_t ticket, bool prefill) { return ticket * 2 + (prefill ? 1 : 0); }
+}  // namespace
+
+void RouterImpl::SharePin(uint64_t ticket, bool prefill, const InflightRequest& r) {
+  const ShadowIndex::Pin& pin = prefill ? r.prefill_pin : r.decode_pin;
+  if (!r.pins_shared || pin.instance < 0) return;
+  const size_t chunks = std::min<size_t>(r.chain.size(), static_cast<size_t>(pin.chunks));
+  own_pin_changes_.pinned.push_back(
+      {.id = PinId(ticket, prefill),
+       .backend = pin.instance,
+       .footprint_chunks = pin.chunks + pin.reserved,
+       .chain = std::vector<uint64_t>(r.chain.begin(),
+                                      r.chain.begin() + static_cast<ptrdiff_t>(chunks))});
+}
+
+void RouterImpl::ShareUnpin(uint64_t ticket, bool prefill, const InflightRequest& r) {
+  const ShadowIndex::Pin& pin = prefill ? r.prefill_pin : r.decode_pin;
+  if (!r.pins_shared || pin.instance < 0) return;
+  const uint64_t id = PinId(ticket, prefill);
+  // A pin not yet handed over is withdrawn instead: the peers never see it.
+  std::vector<ShadowPin>& pinned = own_pin_changes_.pinned;
+  if (auto it = std::find_if(pinned.begin(), pinned.end(),
+                             [id](const ShadowPin& p) { return p.id == id; });
+      it != pinned.end()) {
+    pinned.erase(it);
+    return;
+  }
+  own_pin_changes_.unpinned.push_back(id);
+}
+
+void RouterImpl::ShareShadowPins() {
+  absl::MutexLock lock(&mu_);
+  share_pins_ = true;
+}
+
+ShadowPinChanges RouterImpl::TakeShadowPinChanges() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(own_pin_changes_, {});
+}
+
+void RouterImpl::ApplyPeerShadowPins(const PeerShadowPins& peers) {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<std::string> live;
+  if (peers.live_replicas) live.insert(peers.live_replicas->begin(), peers.live_replicas->end());
+  absl::flat_hash_set<int> idle(peers.idle_backends.begin(), peers.idle_backends.end());
+  absl::erase_if(peer_pins_, [&](const auto& entry) {
+    mu_.AssertHeld();
+    const auto& [key, p] = entry;
+    if (!peers.reset && (!peers.live_replicas || live.contains(key.first)) &&
+        !idle.contains(p.pin.instance)) {
+      return false;
+    }
+    index_.Unpin(p.pin, p.chain);
+    return true;
+  });
+  for (const auto& [replica, pin] : peers.pinned) {
+    if (!Valid(pin.backend) || (*specs_)[pin.backend].retired) continue;
+    auto [it, inserted] = peer_pins_.try_emplace({replica, pin.id});
+    if (!inserted) continue;  // seen already
+    it->second.chain = pin.chain;
+    it->second.pin = index_.PinRequest(pin.backend, it->second.chain,
+                                       static_cast<int32_t>(it->second.chain.size()),
+                                       std::max<int64_t>(0, pin.footprint_chunks));
+  }
+  for (const auto& key : peers.unpinned) {
+    auto it = peer_pins_.find(key);
+    if (it == peer_pins_.end()) continue;  // dropped already, or never seen
+    index_.Unpin(it->second.pin, it->second.chain);
+    peer_pins_.erase(it);
+  }
 }
 
 // The peer's record proves its instance held the recorded prompt when that

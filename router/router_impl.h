@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -81,6 +82,8 @@ struct InflightRequest {
   // taken by Dispatch, for footprint_chunks.
   bool pin_deferred = false;
   int64_t footprint_chunks = 0;
+  // Routed while sharing pins with other replicas: its pins are published.
+  bool pins_shared = false;
   Residency residency = Residency::kNone;
   uint64_t residency_wait = 0;
   int resident_on = -1;
@@ -117,6 +120,9 @@ class RouterImpl : public Router {
   std::vector<PeerLoad> LocalLoad() const override;
   void SetPeerLoad(std::vector<PeerLoad> by_backend, absl::Time now) override;
   std::vector<std::pair<int, std::string>> TakeResidencyDepartures() override;
+  void ShareShadowPins() override;
+  ShadowPinChanges TakeShadowPinChanges() override;
+  void ApplyPeerShadowPins(const PeerShadowPins& peers) override;
   RouterStats Stats() const override;
   KvSizingReport Sizing(absl::Time now) override;
   double BytesPerToken(const std::string& model) const override;
@@ -203,6 +209,13 @@ class RouterImpl : public Router {
   void RecordStoredEvents(absl::Span<const EngineKvEvent> events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordReuseGap(const InflightRequest& r, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the pin ticket `ticket`'s request `r` took (its decode or
+  // prefill side) or gave back, for TakeShadowPinChanges, if it was routed
+  // while ShareShadowPins was on.
+  void SharePin(uint64_t ticket, bool prefill, const InflightRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShareUnpin(uint64_t ticket, bool prefill, const InflightRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -219,6 +232,15 @@ class RouterImpl : public Router {
   LoadLedger ledger_ ABSL_GUARDED_BY(mu_);
   // Other replicas' load by backend slot (SetPeerLoad); shorter: none.
   std::vector<PeerLoad> peer_load_ ABSL_GUARDED_BY(mu_);
+  // This replica's pins taken and given back since TakeShadowPinChanges,
+  // while sharing; and the other replicas' pins in index_, by (replica, id).
+  bool share_pins_ ABSL_GUARDED_BY(mu_) = false;
+  ShadowPinChanges own_pin_changes_ ABSL_GUARDED_BY(mu_);
+  struct PeerPin {
+    ShadowIndex::Pin pin;
+    std::vector<uint64_t> chain;
+  };
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, PeerPin> peer_pins_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
   LiveSizing sizing_ ABSL_GUARDED_BY(mu_);
   ResidencyListener listener_ ABSL_GUARDED_BY(mu_);

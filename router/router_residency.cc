@@ -180,6 +180,7 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
     r.decision.prefill_cached_tokens_est = r.decision.cached_tokens_est;
   }
   r.decode_pin = index_.PinRequest(b, r.chain, r.est_chunks_decode, r.footprint_chunks);
+  SharePin(ticket.id, /*prefill=*/false, r);
   go.decision = r.decision;
   go.cached_tokens_est = r.decision.cached_tokens_est;
   return go;

@@ -547,6 +547,61 @@ TEST_F(RedisStoreTest, AReplicaRejoinsARestartedStoreAndRepublishes) {
   EXPECT_TRUE(r->admitted);
 }
 
+TEST_F(RedisStoreTest, PeersReadEachOthersPinsInOrderAndNotTheirOwn) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  // Connecting is a reset: nothing from before is replayed.
+  EXPECT_TRUE(b->TakePeerPins().reset);
+
+  const RequestPin first{.instance = "gpu0", .id = 2, .footprint_chunks = 40, .chain = {7, 8, 9}};
+  const RequestPin second{.instance = "gpu1", .id = 4, .footprint_chunks = 5, .chain = {}};
+  a->PublishLoad({{"gpu0", {.requests = 1}}, {"gpu1", {.requests = 1}}});
+  a->PublishPins({first, second}, {});
+  ASSERT_TRUE(a->SyncNow().ok());
+  EXPECT_TRUE(a->TakePeerPins().pinned.empty());  // its own are not its peers'
+  ASSERT_TRUE(b->SyncNow().ok());
+  PeerPinChanges got = b->TakePeerPins();
+  EXPECT_FALSE(got.reset);
+  ASSERT_EQ(got.pinned.size(), 2u);
+  EXPECT_EQ(got.pinned[0], (std::pair<std::string, RequestPin>{"a", first}));
+  EXPECT_EQ(got.pinned[1], (std::pair<std::string, RequestPin>{"a", second}));
+  // The view that comes with them read the load written with them.
+  EXPECT_EQ(got.view->load.at("gpu0").requests, 1);
+  EXPECT_TRUE(b->TakePeerPins().pinned.empty());  // taken once
+
+  // A pin given back before it was written is never written.
+  a->PublishPins({{.instance = "gpu0", .id = 6, .footprint_chunks = 1, .chain = {1}}}, {});
+  a->PublishPins({}, {6, 2});
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  got = b->TakePeerPins();
+  EXPECT_TRUE(got.pinned.empty());
+  EXPECT_EQ(got.unpinned, (std::vector<std::pair<std::string, uint64_t>>{{"a", 2}}));
+}
+
+TEST_F(RedisStoreTest, PinsWrittenWhileTheStoreWasAwayAreWrittenOnItsReturn) {
+  auto a = Store("a");
+  auto b = Store("b");
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  b->TakePeerPins();
+  server_.Kill();
+  a->PublishPins({{.instance = "gpu0", .id = 2, .footprint_chunks = 3, .chain = {5}}}, {});
+  EXPECT_FALSE(a->SyncNow().ok());
+  EXPECT_FALSE(b->SyncNow().ok());
+  ASSERT_TRUE(server_.Start(server_.port()).ok());
+  ASSERT_TRUE(b->SyncNow().ok());  // b rejoins first: a's pin is not written yet
+  EXPECT_TRUE(b->TakePeerPins().reset);
+  ASSERT_TRUE(a->SyncNow().ok());
+  ASSERT_TRUE(b->SyncNow().ok());
+  PeerPinChanges got = b->TakePeerPins();
+  EXPECT_FALSE(got.reset);
+  ASSERT_EQ(got.pinned.size(), 1u);
+  EXPECT_EQ(got.pinned[0].second.chain, (std::vector<uint64_t>{5}));
+}
+
 // The one test with the timer on: the I/O thread connects, writes and
 // pulls by itself. It waits for a condition, not for a time (the bound only
 // stops a broken build from hanging).

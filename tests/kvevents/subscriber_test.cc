@@ -480,6 +480,13 @@ class HoldingRouter : public router::Router {
   void SetPeerLoad(std::vector<router::PeerLoad> by_backend, absl::Time now) override {
     inner_->SetPeerLoad(std::move(by_backend), now);
   }
+  void ShareShadowPins() override { inner_->ShareShadowPins(); }
+  router::ShadowPinChanges TakeShadowPinChanges() override {
+    return inner_->TakeShadowPinChanges();
+  }
+  void ApplyPeerShadowPins(const router::PeerShadowPins& peers) override {
+    inner_->ApplyPeerShadowPins(peers);
+  }
   router::RouterStats Stats() const override { return inner_->Stats(); }
   router::KvSizingReport Sizing(absl::Time now) override { return inner_->Sizing(now); }
   double BytesPerToken(const std::string& model) const override {

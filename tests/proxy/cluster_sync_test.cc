@@ -59,9 +59,22 @@ class MemoryStore : public cluster::ClusterStore {
     released.emplace_back(instance, id);
     reserved[instance].erase(id);
   }
+  void PublishPins(std::vector<cluster::RequestPin> pinned,
+                   std::vector<uint64_t> unpinned) override {
+    for (cluster::RequestPin& p : pinned) pins.push_back(std::move(p));
+    for (uint64_t id : unpinned) unpins.push_back(id);
+  }
+  cluster::PeerPinChanges TakePeerPins() override {
+    cluster::PeerPinChanges out = std::exchange(peer_pins, {});
+    out.view = view;
+    return out;
+  }
   bool connected() const override { return reachable; }
   cluster::ClusterStoreStats stats() const override { return {}; }
 
+  std::vector<cluster::RequestPin> pins;
+  std::vector<uint64_t> unpins;
+  cluster::PeerPinChanges peer_pins;  // handed out by the next TakePeerPins
   cluster::LoadByInstance published;
   cluster::RateByInstance rates;
   absl::flat_hash_map<std::string, std::string> homes;
@@ -139,6 +152,58 @@ TEST(ClusterSyncTest, AViewStaleForLongerThanALeaseIsDropped) {
   // Past it this replica routes on its own load: gpu0 has none of its own.
   sync->SyncOnce(kT0 + absl::Seconds(6));
   EXPECT_EQ(router->Route(Req(), kT0)->decision.decode_backend, 0);
+}
+
+// A request's pin goes out by backend name with the load that counts it; a
+// peer's comes back into the shadow, and goes when the peers' load shows no
+// request on its instance (its unpin lost on the way).
+TEST(ClusterSyncTest, PinsGoOutByNameAndThePeersAreHeldInTheShadow) {
+  router::Options o;
+  o.mode = "least_loaded";
+  o.default_capacity_tokens = 100000;
+  auto made_a = router::Router::Create(o, router::testing::LoopbackBackends(2));
+  auto made_b = router::Router::Create(o, router::testing::LoopbackBackends(2));
+  ASSERT_TRUE(made_a.ok() && made_b.ok());
+  std::unique_ptr<router::Router> a = *std::move(made_a);
+  std::unique_ptr<router::Router> b = *std::move(made_b);
+  auto store_a = std::make_shared<MemoryStore>();
+  auto store_b = std::make_shared<MemoryStore>();
+  auto sync_a = ClusterSync::ForStore(store_a, /*lease_s=*/5, *a);
+  auto sync_b = ClusterSync::ForStore(store_b, /*lease_s=*/5, *b);
+
+  router::RequestFeatures f = Req();
+  f.prompt_bytes = std::string(4096, 'p');
+  f.chunk_hashes = router::HashPromptChunks(f.prompt_bytes, 256);
+  absl::StatusOr<router::RouteTicket> t = a->Route(f, kT0);
+  ASSERT_TRUE(t.ok());
+  const int slot = t->decision.decode_backend;
+  const std::string name = (*a->Backends())[slot].name;
+  sync_a->SyncOnce(kT0);
+  ASSERT_EQ(store_a->pins.size(), 1u);
+  const cluster::RequestPin pin = store_a->pins[0];
+  EXPECT_EQ(pin.instance, name);
+  EXPECT_GE(pin.footprint_chunks, 16);  // its 4,096-byte prompt at least
+  EXPECT_EQ(store_a->published[name].requests, 1);
+
+  auto view = std::make_shared<cluster::PeerView>();
+  view->load[name] = store_a->published[name];
+  view->live_replicas = {"a", "b"};
+  view->synced_at = kT0;
+  view->stale = false;
+  store_b->view = view;
+  store_b->peer_pins.pinned = {{"a", pin}};
+  sync_b->SyncOnce(kT0);
+  EXPECT_EQ(b->Report()[slot].shadow_reserved_chunks, pin.footprint_chunks);
+  EXPECT_EQ(b->Report()[slot].inflight_requests, 0) << "its load is a's, not b's own";
+
+  a->OnComplete(*t, {.ok = true}, kT0);
+  sync_a->SyncOnce(kT0);
+  EXPECT_EQ(store_a->unpins, std::vector<uint64_t>{pin.id});
+  auto idle = std::make_shared<cluster::PeerView>(*view);
+  idle->load[name].requests = 0;
+  store_b->view = idle;
+  sync_b->SyncOnce(kT0);
+  EXPECT_EQ(b->Report()[slot].shadow_reserved_chunks, 0);
 }
 
 // A session record written by one replica after its turn is read back by
