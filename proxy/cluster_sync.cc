@@ -63,6 +63,11 @@ void RenderClusterMetrics(const cluster::ClusterStore& store, const router::Rout
                 "its fill beside others' (a session larger than the fill on its own, or a "
                 "resident's growing context, is none): 0 unless something is wrong.",
                 static_cast<double>(s.reserve_over_fill));
+  metrics::RenderGaugeHeader(out, "kvroute_cluster_peer_shadow_pins",
+                             "The other replicas' requests in flight held in this replica's "
+                             "shadow index, as of the last sync.");
+  metrics::RenderSample(out, "kvroute_cluster_peer_shadow_pins", {},
+                        static_cast<double>(router.Stats().peer_shadow_pins));
   metrics::RenderGaugeHeader(out, "kvroute_cluster_peer_inflight_requests",
                              "Requests the other replicas have in flight on the backend, as of "
                              "the last sync.");

@@ -123,6 +123,9 @@ struct RouterStats {
   // its first event) and the chunks of the router's shadow of it.
   int64_t pool_cached_tokens = -1;
   int64_t pool_shadow_chunks = 0;
+  // Several replicas: the other replicas' requests in flight pinned in this
+  // replica's shadow (Router::ApplyPeerShadowPins).
+  int64_t peer_shadow_pins = 0;
 };
 
 // Engine gauges scraped from an instance's /metrics.

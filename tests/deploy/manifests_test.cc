@@ -268,8 +268,9 @@ const std::set<std::string>& KvrouteFamilies() {
       // Several replicas (proxy/cluster_sync.cc; only with cluster.store set).
       "kvroute_cluster_store_up", "kvroute_cluster_live_replicas", "kvroute_cluster_syncs_total",
       "kvroute_cluster_sync_failures_total", "kvroute_cluster_writes_dropped_total",
-      "kvroute_cluster_peer_inflight_requests", "kvroute_cluster_reservations_total",
-      "kvroute_cluster_reservations_evicted_total", "kvroute_cluster_admitted_over_fill_total"};
+      "kvroute_cluster_peer_inflight_requests", "kvroute_cluster_peer_shadow_pins",
+      "kvroute_cluster_reservations_total", "kvroute_cluster_reservations_evicted_total",
+      "kvroute_cluster_admitted_over_fill_total"};
   return kFamilies;
 }
 
