@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""What the slowest served turns of a run have in common (standard library only).
+
+  slowest_turns.py RUN_DIR [RUN_DIR ...] [--share F] [--time-scale S]
+
+RUN_DIR: a configuration's directory of a kvroute-bench run (the one holding
+requests.jsonl, or requests-<replica>.jsonl with several replicas), or any
+directory above it. Over the served turns with a first token, takes the
+slowest share F (default 0.01: those at or past the TTFT p99) and prints, in
+modelled seconds (wall / S): their TTFT, the part of it the residency gate
+held them (residency_wait_s), and how they are split by class and by
+cluster admission (resident, admitted, waited, forced, unavailable; none with
+one kvroute). A TTFT made of residency wait is a turn the gate held for room;
+the rest is the engine's queue and prefill.
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+
+
+def requests(run_dir):
+    for path in sorted(glob.glob(os.path.join(run_dir, "**", "requests*.jsonl"), recursive=True)):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument("--share", type=float, default=0.01,
+                        help="the slowest share of the served turns (default 0.01)")
+    parser.add_argument("--time-scale", type=float, default=0.1,
+                        help="the run's --time-scale (default 0.1)")
+    args = parser.parse_args()
+    if not args.time_scale > 0:
+        parser.error("--time-scale must be positive")
+    if not 0 < args.share <= 1:
+        parser.error("--share must be in (0, 1]")
+    for run_dir in args.run_dirs:
+        turns = [r for r in requests(run_dir)
+                 if r.get("outcome") == "ok" and r.get("t_first_token") and r.get("t_arrival")]
+        if not turns:
+            print(f"{run_dir}: no served turns with a first token")
+            continue
+        turns.sort(key=lambda r: r["t_arrival"] - r["t_first_token"])
+        slow = turns[:max(1, round(len(turns) * args.share))]
+        n = len(slow)
+        ttft = sum(r["t_first_token"] - r["t_arrival"] for r in slow) / n / args.time_scale
+        held = sum(r.get("residency_wait_s") or 0 for r in slow) / n / args.time_scale
+        split = collections.Counter(
+            f"{r.get('class')}/{r.get('cluster_admission') or '-'}" for r in slow)
+        print(f"{run_dir}: the slowest {n} of {len(turns)} served turns\n"
+              f"  TTFT {ttft:.1f} s on average, {held:.1f} s of it held by the residency gate\n"
+              f"  " + ", ".join(f"{k} {v}" for k, v in sorted(split.items())))
+
+
+if __name__ == "__main__":
+    main()
