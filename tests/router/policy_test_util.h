@@ -1,10 +1,11 @@
-// Hand-built fleets, fleet snapshots and options for the router and policy tests.
+// Hand-built fleets, fleet snapshots, prompts and options for the router and policy tests.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "router/policy.h"
+#include "router/prefix_hash.h"
 #include "router/router.h"
 
 namespace kvroute::router::testing {
@@ -72,6 +73,19 @@ inline Options PlacementTestOptions() {
       .ttft_warm_s = 2, .ttft_medium_s = 10, .ttft_heavy_s = 30, .tpot_s = 0.1, .harm_weight = 1};
   o.default_output_tokens = 100;
   return o;
+}
+
+// A prompt of `chunks` whole chunks of `chunk_bytes`: every byte `fill` but
+// each chunk's first, its letter ('A', 'B', ...), with its chunk hashes.
+inline RequestFeatures ChunkedPrompt(char fill, int chunks, size_t chunk_bytes) {
+  RequestFeatures f;
+  f.model = "m";
+  f.prompt_bytes.assign(static_cast<size_t>(chunks) * chunk_bytes, fill);
+  for (size_t i = 0; i < f.prompt_bytes.size(); i += chunk_bytes) {
+    f.prompt_bytes[i] = static_cast<char>('A' + i / chunk_bytes);
+  }
+  f.chunk_hashes = HashPromptChunks(f.prompt_bytes, chunk_bytes);
+  return f;
 }
 
 }  // namespace kvroute::router::testing

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "router/prefix_hash.h"
 #include "router/router.h"
+#include "tests/router/policy_test_util.h"
 
 namespace kvroute::router {
 namespace {
@@ -29,13 +30,7 @@ std::unique_ptr<Router> Make(int backends) {
 }
 
 RequestFeatures Prompt(char fill, int chunks) {
-  RequestFeatures f;
-  f.model = "m";
-  f.prompt_bytes.assign(static_cast<size_t>(chunks) * kChunk, fill);
-  for (size_t i = 0; i < f.prompt_bytes.size(); i += kChunk)
-    f.prompt_bytes[i] = static_cast<char>('A' + i / kChunk);
-  f.chunk_hashes = HashPromptChunks(f.prompt_bytes, kChunk);
-  return f;
+  return testing::ChunkedPrompt(fill, chunks, kChunk);
 }
 
 // Routes and completes `f` (round robin: backends take turns).

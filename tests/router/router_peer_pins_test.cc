@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "router/prefix_hash.h"
 #include "router/router.h"
+#include "tests/router/policy_test_util.h"
 
 namespace kvroute::router {
 namespace {
@@ -28,11 +28,7 @@ std::unique_ptr<Router> Make() {
 }
 
 RequestFeatures Prompt(char fill, int chunks) {
-  RequestFeatures f;
-  f.model = "m";
-  f.prompt_bytes.assign(static_cast<size_t>(chunks) * kChunk, fill);
-  f.chunk_hashes = HashPromptChunks(f.prompt_bytes, kChunk);
-  return f;
+  return testing::ChunkedPrompt(fill, chunks, kChunk);
 }
 
 void Serve(Router& r, const RequestFeatures& f) {

@@ -15,29 +15,17 @@ optimistic in the long waits, where the engine evicted what the turns
 queued ahead of it needed.
 """
 import argparse
-import glob
-import json
-import os
+
+from run_requests import check_time_scale, requests, run_arguments
 
 BUCKETS = ((0, 1), (1, 5), (5, 15), (15, 30), (30, float("inf")))
 
 
-def requests(run_dir):
-    for path in sorted(glob.glob(os.path.join(run_dir, "**", "requests*.jsonl"), recursive=True)):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+")
-    parser.add_argument("--time-scale", type=float, default=0.1,
-                        help="the run's --time-scale (default 0.1)")
+    run_arguments(parser)
     args = parser.parse_args()
-    if not args.time_scale > 0:
-        parser.error("--time-scale must be positive")
+    check_time_scale(parser, args)
     for run_dir in args.run_dirs:
         turns = [r for r in requests(run_dir)
                  if r.get("outcome") == "ok" and r.get("class") == "WARM"

@@ -15,29 +15,17 @@ the rest is the engine's queue and prefill.
 """
 import argparse
 import collections
-import glob
-import json
-import os
 
-
-def requests(run_dir):
-    for path in sorted(glob.glob(os.path.join(run_dir, "**", "requests*.jsonl"), recursive=True)):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+from run_requests import check_time_scale, requests, run_arguments
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+")
+    run_arguments(parser)
     parser.add_argument("--share", type=float, default=0.01,
                         help="the slowest share of the served turns (default 0.01)")
-    parser.add_argument("--time-scale", type=float, default=0.1,
-                        help="the run's --time-scale (default 0.1)")
     args = parser.parse_args()
-    if not args.time_scale > 0:
-        parser.error("--time-scale must be positive")
+    check_time_scale(parser, args)
     if not 0 < args.share <= 1:
         parser.error("--share must be in (0, 1]")
     for run_dir in args.run_dirs:
