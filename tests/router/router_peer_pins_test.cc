@@ -27,10 +27,6 @@ std::unique_ptr<Router> Make() {
   return *std::move(r);
 }
 
-RequestFeatures Prompt(char fill, int chunks) {
-  return testing::ChunkedPrompt(fill, chunks, kChunk);
-}
-
 void Serve(Router& r, const RequestFeatures& f) {
   absl::StatusOr<RouteTicket> t = r.Route(f, absl::UnixEpoch());
   ASSERT_TRUE(t.ok()) << t.status();
@@ -39,7 +35,7 @@ void Serve(Router& r, const RequestFeatures& f) {
 
 TEST(RouterPeerPins, ARequestsPinIsRecordedWhileSharingAndGivenBackAtItsEnd) {
   auto r = Make();
-  const RequestFeatures p = Prompt('p', 4);
+  const RequestFeatures p = testing::ChunkedPrompt('p', 4, kChunk);
   Serve(*r, p);
   absl::StatusOr<RouteTicket> before = r->Route(p, absl::UnixEpoch());
   ASSERT_TRUE(before.ok());
@@ -73,8 +69,8 @@ TEST(RouterPeerPins, ARequestsPinIsRecordedWhileSharingAndGivenBackAtItsEnd) {
 
 TEST(RouterPeerPins, APeersRequestHoldsItsPrefixAndEvictsForItsFootprint) {
   auto r = Make();
-  const RequestFeatures p = Prompt('p', 4);
-  const RequestFeatures q = Prompt('q', 4);
+  const RequestFeatures p = testing::ChunkedPrompt('p', 4, kChunk);
+  const RequestFeatures q = testing::ChunkedPrompt('q', 4, kChunk);
   Serve(*r, p);
   Serve(*r, q);
   ASSERT_EQ(r->Report()[0].shadow_chunks, 8);
