@@ -134,6 +134,7 @@ absl::StatusOr<ProfileKeys> ParseProfileKeys(const std::string& yaml_text) {
                &k.kv_offloading.lmcache_store_bandwidth_bytes_per_s);
   offload.Read("lmcache_load_bandwidth_bytes_per_s",
                &k.kv_offloading.lmcache_load_bandwidth_bytes_per_s);
+  offload.Read("lmcache_schedule_s", &k.kv_offloading.lmcache_schedule_s);
 
   if (!err.empty()) return absl::InvalidArgumentError(err);
   return k;

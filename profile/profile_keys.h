@@ -95,6 +95,7 @@ struct KvOffloadingKeys {
   std::optional<int64_t> lmcache_chunk_size;
   std::optional<double> lmcache_store_bandwidth_bytes_per_s;
   std::optional<double> lmcache_load_bandwidth_bytes_per_s;
+  std::optional<double> lmcache_schedule_s;
 };
 
 struct ProfileKeys {

@@ -74,6 +74,8 @@ struct EngineConfig {
   bool lmcache = false;
   double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
   double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
+  // Seconds the connector's scheduler-side work adds to every step.
+  double lmcache_schedule_s = 1.09e-3;
   // The fleet-shared KV pool (--kv-pool-size), shared with the fleet's other engines and
   // outliving this one; null: none.
   KvPool* kv_pool = nullptr;

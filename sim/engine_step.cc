@@ -41,9 +41,12 @@ StepResult Engine::Step() {
 
   ++counters_.steps;
   result.duration = PriceStep(plan, result);
-  // LMCache's connector copies inside the step: its loads before the forward pass, its stores
-  // after it, before the sampled tokens go out.
-  if (config_.lmcache) result.duration += plan.blocking_load_s + StoreInStep(plan);
+  // LMCache's connector works inside the step: its scheduler side before the forward pass
+  // (vLLM's engine loop schedules, then runs the model), its loads before the forward pass,
+  // its stores after it, before the sampled tokens go out.
+  if (config_.lmcache) {
+    result.duration += config_.lmcache_schedule_s + plan.blocking_load_s + StoreInStep(plan);
+  }
   const double end = now_ + result.duration;
   UpdateBusy(end);
   ApplyStep(plan, end, result);

@@ -160,6 +160,7 @@ void TakeKvOffloadingKeys(const kvroute::profile::KvOffloadingKeys& k, KvOffload
   Take(k.lmcache_chunk_size, &m->lmcache_chunk_size);
   Take(k.lmcache_store_bandwidth_bytes_per_s, &m->lmcache_store_bandwidth_bytes_per_s);
   Take(k.lmcache_load_bandwidth_bytes_per_s, &m->lmcache_load_bandwidth_bytes_per_s);
+  Take(k.lmcache_schedule_s, &m->lmcache_schedule_s);
 }
 
 absl::Status SetAdmission(const std::optional<std::string>& name, Profile* p) {
@@ -248,6 +249,11 @@ absl::Status CheckSizes(const Profile& p) {
     return absl::InvalidArgumentError(
         "kv_offloading.lmcache_store_bandwidth_bytes_per_s and "
         "lmcache_load_bandwidth_bytes_per_s must be > 0");
+  }
+  if (!(p.kv_offloading.lmcache_schedule_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_offloading.lmcache_schedule_s must be >= 0 (got ",
+                     p.kv_offloading.lmcache_schedule_s, ")"));
   }
   if (p.NumGpuBlocks() <= 0) {
     return absl::InvalidArgumentError(

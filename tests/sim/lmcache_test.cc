@@ -37,6 +37,7 @@ EngineConfig LmcacheConfig(bool lmcache = true) {
   c.lmcache = lmcache;
   c.lmcache_store_bandwidth_bytes_per_s = 400;
   c.lmcache_load_bandwidth_bytes_per_s = 800;
+  c.lmcache_schedule_s = 0;  // the copies' times alone; one test sets it
   return c;
 }
 
@@ -115,6 +116,26 @@ TEST(LmcacheTest, TheNativeBackendStoresBesideTheSteps) {
   engine.AdvanceTo(5.5);
   EXPECT_EQ(engine.host_stores().copies, 1u);
   EXPECT_EQ(engine.blocks().num_free(), 32);
+}
+
+TEST(LmcacheTest, TheConnectorsSchedulingLengthensEveryStep) {
+  EngineConfig c = LmcacheConfig();
+  c.lmcache_schedule_s = 0.25;
+  Engine engine(c);
+  engine.Submit(Spec("a", Tokens(20), /*max_tokens=*/3));
+  // The prefill step: its scheduling, 1 + 2.0 s of compute, 4 s of stores.
+  StepResult s = engine.Step();
+  EXPECT_DOUBLE_EQ(s.duration, 0.25 + 7.0);
+  // A decode step stores nothing but is scheduled all the same.
+  s = engine.Step();
+  EXPECT_DOUBLE_EQ(s.duration, 0.25 + 1.5);
+  // The native connector's scheduling is vLLM's own, inside step_fixed_s.
+  c.lmcache = false;
+  c.host_block_size = 4;
+  Engine native(c);
+  native.Submit(Spec("a", Tokens(20), /*max_tokens=*/3));
+  EXPECT_DOUBLE_EQ(native.Step().duration, 3.0);
+  EXPECT_DOUBLE_EQ(native.Step().duration, 1.5);
 }
 
 TEST(LmcacheTest, OnlyWholeChunksOfThePromptAreStored) {
@@ -226,6 +247,8 @@ TEST(LmcacheTest, TheProfileSetsTheChunkAndPerRankRates) {
   // Every TP rank copies its share at once (LMCache PR #1413's per-rank logs).
   EXPECT_DOUBLE_EQ(c.lmcache_store_bandwidth_bytes_per_s, 2 * 18.4e9);
   EXPECT_DOUBLE_EQ(c.lmcache_load_bandwidth_bytes_per_s, 2 * 41.1e9);
+  // The scheduler's time per step, 2.85 ms with LMCache against 1.76 ms without.
+  EXPECT_DOUBLE_EQ(c.lmcache_schedule_s, 1.09e-3);
   EXPECT_EQ(p.NumHostBlocks(),
             static_cast<int64_t>(1073741824.0 / (p.KvBytesPerToken() * 256)));
   EXPECT_EQ(KvOffloadingBackendByName("lmcache"), KvOffloadingBackend::kLmcache);

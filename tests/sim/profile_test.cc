@@ -87,6 +87,13 @@ TEST(ProfileTest, HostKvTierIsSizedInOffloadedBlocks) {
   absl::StatusOr<Profile> chunks = ParseProfile("kv_offloading:\n  block_size: 32\n");
   ASSERT_TRUE(chunks.ok()) << chunks.status();
   EXPECT_EQ(chunks->OffloadedBlockSize(), 32);
+  absl::StatusOr<Profile> lmcache = ParseProfile("kv_offloading:\n  lmcache_schedule_s: 0.002\n");
+  ASSERT_TRUE(lmcache.ok()) << lmcache.status();
+  EXPECT_DOUBLE_EQ(lmcache->kv_offloading.lmcache_schedule_s, 0.002);
+  bad = ParseProfile("kv_offloading:\n  lmcache_schedule_s: -1\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("kv_offloading.lmcache_schedule_s"));
 }
 
 TEST(ProfileTest, BadValuesNameTheKey) {
