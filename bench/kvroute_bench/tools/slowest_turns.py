@@ -10,8 +10,11 @@ slowest share F (default 0.01: those at or past the TTFT p99) and prints, in
 modelled seconds (wall / S): their TTFT, the part of it the residency gate
 held them (residency_wait_s), and how they are split by class and by
 cluster admission (resident, admitted, waited, forced, unavailable; none with
-one kvroute). A TTFT made of residency wait is a turn the gate held for room;
-the rest is the engine's queue and prefill.
+one kvroute), and how many were moved: sent to another instance than their
+session's previous served turn, with how much of that turn's prompt the
+engine no longer had cached for them. A TTFT made of residency wait is a
+turn the gate held for room; the rest is the engine's queue and prefill, and
+a moved turn's prefill is the context its new instance lacks.
 """
 import argparse
 import collections
@@ -34,6 +37,7 @@ def main():
         if not turns:
             print(f"{run_dir}: no served turns with a first token")
             continue
+        previous = previous_turns(turns)
         turns.sort(key=lambda r: r["t_arrival"] - r["t_first_token"])
         slow = turns[:max(1, round(len(turns) * args.share))]
         n = len(slow)
@@ -41,9 +45,30 @@ def main():
         held = sum(r.get("residency_wait_s") or 0 for r in slow) / n / args.time_scale
         split = collections.Counter(
             f"{r.get('class')}/{r.get('cluster_admission') or '-'}" for r in slow)
+        moved = [r for r in slow if id(r) in previous
+                 and previous[id(r)].get("decode_backend") != r.get("decode_backend")]
+        lost = [max(0, previous[id(r)]["prompt_tokens"] - (r.get("cached_tokens") or 0))
+                for r in moved if previous[id(r)].get("prompt_tokens")]
         print(f"{run_dir}: the slowest {n} of {len(turns)} served turns\n"
               f"  TTFT {ttft:.1f} s on average, {held:.1f} s of it held by the residency gate\n"
-              f"  " + ", ".join(f"{k} {v}" for k, v in sorted(split.items())))
+              f"  " + ", ".join(f"{k} {v}" for k, v in sorted(split.items())) + "\n"
+              f"  moved off their session's previous instance: {len(moved)}"
+              + (f", its previous prompt uncached by {sum(lost) / len(lost):,.0f} tokens"
+                 f" on average" if lost else ""))
+
+
+def previous_turns(turns):
+    """For each served turn of a session (by id()), its session's previous served turn."""
+    last = {}
+    previous = {}
+    for r in sorted(turns, key=lambda r: r["t_arrival"]):
+        session = r.get("session")
+        if not session:
+            continue
+        if session in last:
+            previous[id(r)] = last[session]
+        last[session] = r
+    return previous
 
 
 if __name__ == "__main__":
