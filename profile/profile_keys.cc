@@ -132,6 +132,7 @@ absl::StatusOr<ProfileKeys> ParseProfileKeys(const std::string& yaml_text) {
   offload.Read("lmcache_chunk_size", &k.kv_offloading.lmcache_chunk_size);
   offload.Read("lmcache_store_bandwidth_bytes_per_s",
                &k.kv_offloading.lmcache_store_bandwidth_bytes_per_s);
+  offload.Read("lmcache_store_fixed_s", &k.kv_offloading.lmcache_store_fixed_s);
   offload.Read("lmcache_load_bandwidth_bytes_per_s",
                &k.kv_offloading.lmcache_load_bandwidth_bytes_per_s);
   offload.Read("lmcache_schedule_s", &k.kv_offloading.lmcache_schedule_s);

@@ -94,6 +94,7 @@ struct KvOffloadingKeys {
   // LMCache's in-process connector (--kv-offloading-backend lmcache).
   std::optional<int64_t> lmcache_chunk_size;
   std::optional<double> lmcache_store_bandwidth_bytes_per_s;
+  std::optional<double> lmcache_store_fixed_s;
   std::optional<double> lmcache_load_bandwidth_bytes_per_s;
   std::optional<double> lmcache_schedule_s;
 };

@@ -43,6 +43,7 @@ EngineConfig EngineConfig::FromProfile(const Profile& profile) {
       profile.kv_offloading.lmcache_store_bandwidth_bytes_per_s * c.tensor_parallel;
   c.lmcache_load_bandwidth_bytes_per_s =
       profile.kv_offloading.lmcache_load_bandwidth_bytes_per_s * c.tensor_parallel;
+  c.lmcache_store_fixed_s = profile.kv_offloading.lmcache_store_fixed_s;
   c.lmcache_schedule_s = profile.kv_offloading.lmcache_schedule_s;
   return c;
 }

@@ -72,7 +72,8 @@ struct EngineConfig {
   // step that makes them (engine_offload.cc); host_block_size is then its chunk size, and
   // these are the whole instance's rates of those blocking copies.
   bool lmcache = false;
-  double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
+  double lmcache_store_bandwidth_bytes_per_s = 53.6e9;
+  double lmcache_store_fixed_s = 4e-3;  // per step that stores, the ranks at once
   double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
   // Seconds the connector's scheduler-side work adds to every step.
   double lmcache_schedule_s = 1.09e-3;

@@ -309,8 +309,9 @@ double Engine::StoreInStep(const StepPlan& plan) {
     bytes += static_cast<double>(fresh->size()) * chunk * config_.kv_bytes_per_token;
   }
   if (bytes <= 0) return 0;
-  // One copy per step: the step's stores run back to back.
-  const double seconds = bytes / config_.lmcache_store_bandwidth_bytes_per_s;
+  // One copy per step: the step's stores run back to back after its bookkeeping.
+  const double seconds =
+      config_.lmcache_store_fixed_s + bytes / config_.lmcache_store_bandwidth_bytes_per_s;
   RecordCopy(store_stats_, HostCopy{.start = now_, .done = now_ + seconds}, bytes,
              config_.tensor_parallel);
   return seconds;

@@ -159,6 +159,7 @@ void TakeKvOffloadingKeys(const kvroute::profile::KvOffloadingKeys& k, KvOffload
   Take(k.block_size, &m->block_size);
   Take(k.lmcache_chunk_size, &m->lmcache_chunk_size);
   Take(k.lmcache_store_bandwidth_bytes_per_s, &m->lmcache_store_bandwidth_bytes_per_s);
+  Take(k.lmcache_store_fixed_s, &m->lmcache_store_fixed_s);
   Take(k.lmcache_load_bandwidth_bytes_per_s, &m->lmcache_load_bandwidth_bytes_per_s);
   Take(k.lmcache_schedule_s, &m->lmcache_schedule_s);
 }
@@ -254,6 +255,11 @@ absl::Status CheckSizes(const Profile& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_offloading.lmcache_schedule_s must be >= 0 (got ",
                      p.kv_offloading.lmcache_schedule_s, ")"));
+  }
+  if (!(p.kv_offloading.lmcache_store_fixed_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_offloading.lmcache_store_fixed_s must be >= 0 (got ",
+                     p.kv_offloading.lmcache_store_fixed_s, ")"));
   }
   if (p.NumGpuBlocks() <= 0) {
     return absl::InvalidArgumentError(

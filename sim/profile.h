@@ -84,10 +84,16 @@ struct KvOffloadingModel {
   // LMCache's chunk_size (lmcache/v1/config.py, default 256): the unit it stores, looks up and
   // loads; its host tier's block. Read only with the lmcache backend.
   int lmcache_chunk_size = 256;
-  // What LMCache's blocking copies move per GPU and second: a store of 7,219 tokens (0.1102 GB
-  // per rank) took 5.99 ms, 18.4 GB/s, in each TP rank's log of LMCache PR #1413; a retrieve of
-  // 10,010 tokens (1.3747 GB) took 33.4 ms, 41.1 GB/s, in LMCache PR #1740's log.
-  double lmcache_store_bandwidth_bytes_per_s = 18.4e9;
+  // A step's stores (wait_for_save) take lmcache_store_fixed_s plus their bytes at
+  // lmcache_store_bandwidth_bytes_per_s per GPU. An nsys breakdown of LMCache 0.3.7's
+  // wait_for_save on an H200 (hungchun0201.github.io/agentic-ai-survey, ai-infra-basics/lmcache/
+  // lmcache-kv-transfer.html) reads 0.626 ms of D2H copy per 256-token chunk of Llama-3.1-8B
+  // (33.5 MB: 53.6 GB/s) and ~4.0 ms of Python bookkeeping (hash, allocation, metadata) per
+  // prefill step. Together they give the logged stores: 6.06 ms against 5.99 ms for 0.1102 GB
+  // per rank (LMCache PR #1413, TP 8), 13.9 ms against 11.95 ms for 0.53 GB on one GPU (PR
+  // #1740). A retrieve of 10,010 tokens (1.3747 GB) took 33.4 ms, 41.1 GB/s, in PR #1740's log.
+  double lmcache_store_bandwidth_bytes_per_s = 53.6e9;
+  double lmcache_store_fixed_s = 4e-3;
   double lmcache_load_bandwidth_bytes_per_s = 41.1e9;
   // What LMCache's connector adds to the scheduler's part of every step (its lookups in
   // get_num_new_matched_tokens, update_state_after_alloc, build_connector_meta), which vLLM's

@@ -37,7 +37,8 @@ EngineConfig LmcacheConfig(bool lmcache = true) {
   c.lmcache = lmcache;
   c.lmcache_store_bandwidth_bytes_per_s = 400;
   c.lmcache_load_bandwidth_bytes_per_s = 800;
-  c.lmcache_schedule_s = 0;  // the copies' times alone; one test sets it
+  c.lmcache_store_fixed_s = 0;  // the copies' bytes alone; a test each sets these
+  c.lmcache_schedule_s = 0;
   return c;
 }
 
@@ -101,6 +102,20 @@ TEST(LmcacheTest, TheStepThatCompletesChunksIncludesTheirStore) {
   EXPECT_EQ(engine.host_stores().copies, 1u);
   EXPECT_DOUBLE_EQ(engine.host_stores().bytes, 1600);
   EXPECT_DOUBLE_EQ(engine.host_stores().seconds, 4.0);
+}
+
+TEST(LmcacheTest, AStoringStepPaysTheBookkeepingOnce) {
+  EngineConfig c = LmcacheConfig();
+  c.lmcache_store_fixed_s = 0.5;
+  c.max_num_batched_tokens = 12;  // a 20-token prompt prefills in chunks of 12 and 8
+  Engine engine(c);
+  engine.Submit(Spec("a", Tokens(20), /*max_tokens=*/2));
+  // Step 1 stores one chunk (2 s) after the bookkeeping.
+  EXPECT_DOUBLE_EQ(engine.Step().duration, 1.0 + 1.2 + 0.5 + 2.0);
+  // Step 2 stores the second; step 3 decodes and stores nothing, so pays nothing.
+  EXPECT_DOUBLE_EQ(engine.Step().duration, 1.0 + 0.8 + 0.5 + 2.0);
+  EXPECT_DOUBLE_EQ(engine.Step().duration, 1.5);
+  EXPECT_DOUBLE_EQ(engine.host_stores().seconds, 2 * 2.5);
 }
 
 TEST(LmcacheTest, TheNativeBackendStoresBesideTheSteps) {
@@ -244,8 +259,10 @@ TEST(LmcacheTest, TheProfileSetsTheChunkAndPerRankRates) {
   const EngineConfig c = EngineConfig::FromProfile(p);
   EXPECT_TRUE(c.lmcache);
   EXPECT_EQ(c.host_block_size, 256);
-  // Every TP rank copies its share at once (LMCache PR #1413's per-rank logs).
-  EXPECT_DOUBLE_EQ(c.lmcache_store_bandwidth_bytes_per_s, 2 * 18.4e9);
+  // Every TP rank copies its share at once (LMCache PR #1413's per-rank logs), after ~4 ms
+  // of bookkeeping.
+  EXPECT_DOUBLE_EQ(c.lmcache_store_bandwidth_bytes_per_s, 2 * 53.6e9);
+  EXPECT_DOUBLE_EQ(c.lmcache_store_fixed_s, 4e-3);
   EXPECT_DOUBLE_EQ(c.lmcache_load_bandwidth_bytes_per_s, 2 * 41.1e9);
   // The scheduler's time per step, 2.85 ms with LMCache against 1.76 ms without.
   EXPECT_DOUBLE_EQ(c.lmcache_schedule_s, 1.09e-3);
