@@ -450,7 +450,9 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   RecordWrites(r, outcome, served);
   // Whoever computed the prompt now caches all of it, and stores it
   // through to its host tier.
-  index_.Insert(served, r.chain);
+  index_.Store(served, r.chain);
+  PinStoredPrefix(served);
+  index_.Fit(served);
   if (feedback_.HasHostTier(served)) host_index_.Insert(served, r.chain);
   // Its prefill put the prompt's blocks to the fleet-shared pool.
   if (feedback_.HasPool()) pool_index_.Insert(0, r.chain);
@@ -462,6 +464,23 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   if (outcome.kv_transferred.value_or(false) && d.prefill_backend != served &&
       !(*specs_)[d.prefill_backend].retired) {
     index_.Insert(d.prefill_backend, r.chain);
+  }
+}
+
+// Requests routed to `backend` beyond its pool wait in the engine and take
+// their blocks at admission, where they find whatever prefix is cached by
+// then: the shared system prompt a request before them stored. The shadow
+// reserved their whole footprint at routing, so without this the pool has
+// no room left for what the engine keeps, and an instance that stays
+// oversubscribed (more routed than it holds) never shows even its shared
+// prefix again. Only an overfull pool needs it; it walks the requests in
+// flight. Pins shared with other replicas keep the chunks they published.
+void RouterImpl::PinStoredPrefix(int backend) {
+  if (!index_.Overfull(backend)) return;
+  for (auto& [id, q] : inflight_) {
+    if (q.pins_shared) continue;
+    if (q.decode_pin.instance == backend) index_.ExtendPin(q.decode_pin, q.chain);
+    if (q.prefill_pin.instance == backend) index_.ExtendPin(q.prefill_pin, q.chain);
   }
 }
 

@@ -192,9 +192,17 @@ class RouterImpl : public Router {
   void AddPoolHits(const std::vector<uint64_t>& chain, FleetSnapshot& fleet, double bpt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Predict(const FleetSnapshot& fleet, Decision& d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extends the pins of requests in flight on `backend` over the prefix a
+  // completed request just stored there (ShadowIndex::ExtendPin).
+  void PinStoredPrefix(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A held request goes to `backend` instead (the residency model admitted
   // it there); false, changing nothing, when `backend` cannot take it.
   bool Retarget(InflightRequest& r, int backend, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tokens of r's prompt `backend` holds: its GPU pool in the shadow
+  // (matched_, which the caller has filled for r's chain) or, when the
+  // router prices tiers, what its host tier or the fleet-shared pool would
+  // reload there.
+  int64_t HeldTokens(const InflightRequest& r, int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveResidency(InflightRequest& r, int64_t footprint_tokens, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the residency model's woken waiters to the listener.

@@ -169,11 +169,7 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
   // host tier, if it has one, may still hold it for a reload.
   index_.Match(r.chain, absl::MakeSpan(matched_));
   if (matched_[b] < r.est_chunks_decode) {
-    int64_t held = ChunksToTokens(matched_[b], r.bytes_per_token);
-    if (options_.host_tier.aware && feedback_.HasHostTier(b)) {
-      host_index_.Match(r.chain, absl::MakeSpan(host_matched_));
-      held = std::max(held, ChunksToTokens(host_matched_[b], r.bytes_per_token));
-    }
+    const int64_t held = HeldTokens(r, b);
     r.est_chunks_decode = matched_[b];
     r.est_chunks_prefill = matched_[b];
     r.decision.cached_tokens_est = std::min(r.decision.cached_tokens_est, held);
@@ -184,6 +180,20 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
   go.decision = r.decision;
   go.cached_tokens_est = r.decision.cached_tokens_est;
   return go;
+}
+
+int64_t RouterImpl::HeldTokens(const InflightRequest& r, int backend) {
+  int64_t held = ChunksToTokens(matched_[backend], r.bytes_per_token);
+  if (!options_.host_tier.aware) return held;
+  if (feedback_.HasHostTier(backend)) {
+    host_index_.Match(r.chain, absl::MakeSpan(host_matched_));
+    held = std::max(held, ChunksToTokens(host_matched_[backend], r.bytes_per_token));
+  }
+  if (feedback_.HasPool()) {
+    pool_index_.Match(r.chain, absl::MakeSpan(pool_matched_));
+    held = std::max(held, ChunksToTokens(pool_matched_[0], r.bytes_per_token));
+  }
+  return held;
 }
 
 bool RouterImpl::Retarget(InflightRequest& r, int backend, absl::Time now) {
@@ -197,8 +207,7 @@ bool RouterImpl::Retarget(InflightRequest& r, int backend, absl::Time now) {
   d.decode_backend = backend;
   d.prefill_backend = backend;
   d.affinity_hit = false;
-  d.cached_tokens_est =
-      std::min(d.prompt_tokens_est, ChunksToTokens(matched_[backend], r.bytes_per_token));
+  d.cached_tokens_est = std::min(d.prompt_tokens_est, HeldTokens(r, backend));
   d.prefill_cached_tokens_est = d.cached_tokens_est;
   d.decode_capacity_tokens = ResidentCapacityTokens(backend);
   // The prediction was for the other instance: none is learned from this one.

@@ -126,6 +126,16 @@ void ShadowIndex::EvictOldest(int instance) {
 }
 
 void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
+  Store(instance, chain);
+  FitFreeEntries(instance);
+}
+
+bool ShadowIndex::Overfull(int instance) const {
+  const Lru& lru = lrus_[instance];
+  return lru.size - lru.pinned > std::max<int64_t>(0, lru.capacity - lru.pinned - lru.reserved);
+}
+
+void ShadowIndex::Store(int instance, absl::Span<const uint64_t> chain) {
   Lru& lru = lrus_[instance];
   const size_t n = std::min<size_t>(chain.size(), static_cast<size_t>(lru.capacity));
   for (size_t k = n; k-- > 0;) {
@@ -155,17 +165,11 @@ void ShadowIndex::Insert(int instance, absl::Span<const uint64_t> chain) {
     ++lru.size;
     AddHolder(hash, instance);
   }
-  FitFreeEntries(instance);
 }
 
-ShadowIndex::Pin ShadowIndex::PinRequest(int instance, absl::Span<const uint64_t> chain,
-                                         int32_t cached_chunks, int64_t footprint_chunks) {
-  Lru& lru = lrus_[instance];
-  Pin pin;
-  pin.instance = instance;
-  pin.generation = lru.generation;
-  const size_t n = std::min<size_t>(chain.size(), static_cast<size_t>(std::max(0, cached_chunks)));
-  for (size_t k = 0; k < n; ++k) {
+int32_t ShadowIndex::PinHeld(Lru& lru, Pin& pin, absl::Span<const uint64_t> chain, size_t end) {
+  int32_t added = 0;
+  for (size_t k = static_cast<size_t>(pin.chunks); k < std::min(end, chain.size()); ++k) {
     auto it = lru.slot.find(chain[k]);
     if (it == lru.slot.end()) break;
     Node& node = lru.nodes[it->second];
@@ -175,11 +179,34 @@ ShadowIndex::Pin ShadowIndex::PinRequest(int instance, absl::Span<const uint64_t
     }
     ++node.pins;
     ++pin.chunks;
+    ++added;
   }
+  return added;
+}
+
+ShadowIndex::Pin ShadowIndex::PinRequest(int instance, absl::Span<const uint64_t> chain,
+                                         int32_t cached_chunks, int64_t footprint_chunks) {
+  Lru& lru = lrus_[instance];
+  Pin pin;
+  pin.instance = instance;
+  pin.generation = lru.generation;
+  PinHeld(lru, pin, chain, static_cast<size_t>(std::max(0, cached_chunks)));
   pin.reserved = std::max<int64_t>(0, footprint_chunks - pin.chunks);
   lru.reserved += pin.reserved;
   FitFreeEntries(instance);
   return pin;
+}
+
+int32_t ShadowIndex::ExtendPin(Pin& pin, absl::Span<const uint64_t> chain) {
+  if (pin.instance < 0 || pin.instance >= num_instances()) return 0;
+  Lru& lru = lrus_[pin.instance];
+  if (pin.generation != lru.generation) return 0;
+  const int32_t added = PinHeld(
+      lru, pin, chain, static_cast<size_t>(pin.chunks + std::max<int64_t>(0, pin.reserved)));
+  pin.reserved -= added;
+  lru.reserved -= added;
+  lru.evicted_ahead = std::min(lru.evicted_ahead, lru.reserved);
+  return added;
 }
 
 void ShadowIndex::Unpin(const Pin& pin, absl::Span<const uint64_t> chain) {

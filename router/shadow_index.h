@@ -100,6 +100,17 @@ class ShadowIndex {
   // or insert every chunk, tail first. Pinned chunks stay pinned.
   void Insert(int instance, absl::Span<const uint64_t> chain);
 
+  // Insert() in two steps, for a caller that pins what it stored for
+  // requests in flight (ExtendPin) before the pool is fitted: Store touches
+  // or inserts every chunk, tail first, evicting nothing; Fit evicts the
+  // least recently freed entries that no longer fit beside the pinned and
+  // reserved ones.
+  void Store(int instance, absl::Span<const uint64_t> chain);
+  void Fit(int instance) { FitFreeEntries(instance); }
+  // Whether `instance`'s free entries exceed the room its pins and
+  // reservations leave (a Store() did it, and Fit() will evict them).
+  bool Overfull(int instance) const;
+
   // A request runs on `instance` and occupies `footprint_chunks` of its
   // pool: its first `cached_chunks` chunks of `chain` (those the index
   // holds; the walk stops at the first it does not) are pinned, the rest of
@@ -107,6 +118,14 @@ class ShadowIndex {
   // evicted, least recently freed first.
   Pin PinRequest(int instance, absl::Span<const uint64_t> chain, int32_t cached_chunks,
                  int64_t footprint_chunks);
+  // The instance now holds more of `chain` than `pin` pinned when its
+  // request was routed: another request there stored the prefix since. The
+  // engine finds that prefix when it admits the request, or its own copy
+  // of it is what the request holds, so the newly held leading chunks are
+  // pinned and leave the pin's reservation (the footprint stays the same).
+  // Returns how many chunks were added. A pin from before a Clear() of its
+  // instance, or one with nothing reserved, is left alone.
+  int32_t ExtendPin(Pin& pin, absl::Span<const uint64_t> chain);
   // The request ended: its reservation is released and its pinned chunks
   // become the most recently freed (tail first). `chain` is the one given to
   // PinRequest. A pin from before a Clear() of its instance is ignored.
@@ -180,6 +199,9 @@ class ShadowIndex {
   // Removes node `n` (unpinned) of `instance`'s pool from the index.
   void Drop(int instance, uint32_t n);
   void EvictOldest(int instance);
+  // Pins chain[pin.chunks, end) while `lru` holds each chunk, stopping at
+  // the first it does not; returns how many it pinned (pin.chunks grows).
+  int32_t PinHeld(Lru& lru, Pin& pin, absl::Span<const uint64_t> chain, size_t end);
   // Evicts free entries until they fit beside the pinned and reserved ones,
   // crediting each eviction against the engine's reports while it makes them.
   void FitFreeEntries(int instance);

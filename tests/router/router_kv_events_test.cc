@@ -246,19 +246,26 @@ TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
   EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
 }
 
+// `baseline` with 16 output tokens a turn and 1,000 bytes of KV a token;
+// `aware`: router.tier_aware.
+Options TieredOptions(bool aware) {
+  Options o;
+  o.mode = "baseline";
+  o.chunk_bytes = kChunk;
+  o.host_tier.aware = aware;
+  o.default_output_tokens = 16;
+  o.offload_cost.kv_bytes_per_token = 1000;
+  o.offload_cost_known = true;
+  return o;
+}
+
 // One 1,000-token instance with a host tier (its size reported when
 // `host_tokens` > 0): session b's turn at t0; once b has left the gate, a's
 // turn fills the GPU and ends at `later`, and the GPU evicts b's prefix,
 // which the tier keeps.
 struct HostTierScene {
   HostTierScene(bool aware, int64_t host_tokens) {
-    Options o;
-    o.mode = "baseline";
-    o.chunk_bytes = kChunk;
-    o.host_tier.aware = aware;
-    o.default_output_tokens = 16;
-    o.offload_cost.kv_bytes_per_token = 1000;
-    o.offload_cost_known = true;
+    Options o = TieredOptions(aware);
     std::vector<BackendSpec> specs{
         {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
     r = *Router::Create(o, std::move(specs));
@@ -328,6 +335,51 @@ TEST(RouterKvEvents, AReportedHostTierIsTheResidentsRoom) {
     RouteTicket cold = scene.Turn('c', "c", scene.later + absl::Seconds(2));
     EXPECT_NE(cold.residency_wait, 0u) << "aware=" << aware;
     EXPECT_EQ(scene.r->ResidencyWaiting(), aware ? 1u : 2u);
+  }
+}
+
+// A turn routed to an instance without room, and cold there, is moved by
+// the residency gate to an instance with room: its session's home, whose
+// host tier holds the prefix the GPU evicted. The estimate it is sent with
+// counts that tier (without tier pricing, what the GPU holds: nothing).
+TEST(RouterKvEvents, ATurnTheGateMovesHomeCountsItsHostTier) {
+  for (const bool aware : {true, false}) {
+    Options o = TieredOptions(aware);
+    std::vector<BackendSpec> specs{
+        {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000},
+        {.name = "gpu1", .host = "h", .port = 2, .capacity_tokens = 500}};
+    std::unique_ptr<Router> r = *Router::Create(o, std::move(specs));
+    EngineGauges g;
+    g.capacity_tokens = 1000;
+    g.host_capacity_bytes = 4000.0 * 1000;  // 4,000 tokens on gpu0
+    r->UpdateEngineGauges(0, g);
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+    const absl::Time t0 = absl::UnixEpoch();
+    auto turn = [&](char fill, const char* session, std::vector<int> avoid) {
+      RequestFeatures f = Prompt(fill, 12);  // 768 tokens
+      f.session_id = session;
+      f.defer_kv_reservation = true;
+      f.avoid_backends = std::move(avoid);
+      absl::StatusOr<RouteTicket> t = r->Route(f, t0);
+      EXPECT_TRUE(t.ok()) << t.status();
+      return *t;
+    };
+    // s lives on gpu0; the GPU then evicts its prompt, the host tier keeps it.
+    RouteTicket s1 = turn('s', "s", {});
+    ASSERT_EQ(r->Dispatch(s1, t0).decision.decode_backend, 0);
+    r->OnComplete(s1, {.ok = true, .served_by = 0}, t0);
+    r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kRemoved, 768}});
+    // q is resident on gpu1, which holds no second session.
+    RouteTicket q = turn('q', "q", {0});
+    ASSERT_EQ(r->Dispatch(q, t0).decision.decode_backend, 1);
+    // s's next turn, kept off gpu0, is cold on gpu1 and does not fit there.
+    RouteTicket s2 = turn('s', "s", {0});
+    EXPECT_EQ(s2.decision.decode_backend, 1);
+    const Router::Dispatched go = r->Dispatch(s2, t0);
+    EXPECT_EQ(go.decision.decode_backend, 0) << "aware=" << aware;
+    EXPECT_EQ(go.cached_tokens_est, aware ? 768 : 0) << "aware=" << aware;
+    r->OnComplete(q, {.ok = true, .served_by = 1}, t0);
+    r->OnComplete(s2, {.ok = true, .served_by = 0}, t0);
   }
 }
 

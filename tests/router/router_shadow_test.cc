@@ -173,6 +173,33 @@ TEST(RouterShadowTest, RequestsInFlightOccupyThePoolUntilTheyEnd) {
   EXPECT_EQ(EstimateOn(*r, a), 4 * 64);
 }
 
+TEST(RouterShadowTest, AnOversubscribedInstanceKeepsThePrefixItsQueuedRequestsShare) {
+  // 20 chunks. Three cold prompts sharing an 8-chunk system prompt, 12 chunks each with a
+  // footprint of 16, are routed at once: 48 chunks reserved. The engine runs one and queues
+  // the others, which find the system prompt cached when it admits them.
+  auto r = Make("least_loaded", Fleet(1, 1280));
+  const std::string system = Text(30, 8);
+  const std::string a = system + Text(31, 4);
+  const std::string b = system + Text(32, 4);
+  const std::string c = system + Text(33, 4);
+  absl::StatusOr<RouteTicket> ta = r->Route(Req(a), kT0);
+  absl::StatusOr<RouteTicket> tb = r->Route(Req(b), kT0);
+  absl::StatusOr<RouteTicket> tc = r->Route(Req(c), kT0);
+  ASSERT_TRUE(ta.ok() && tb.ok() && tc.ok());
+  r->OnFirstToken(*ta, kT0);
+  r->OnComplete(*ta, {.ok = true, .cached_tokens = 0, .served_by = 0}, kT0);
+  // b and c now hold the system prompt (pinned, 8 chunks) and reserve 8 each beside it; a's
+  // own 4 chunks had no room left.
+  EXPECT_EQ(r->Report()[0].shadow_chunks, 8);
+  EXPECT_EQ(EstimateOn(*r, system + Text(34, 4)), 8 * 64);
+  r->OnFirstToken(*tb, kT0);
+  r->OnComplete(*tb, {.ok = true, .cached_tokens = 8 * 64, .served_by = 0}, kT0);
+  r->OnFirstToken(*tc, kT0);
+  r->OnComplete(*tc, {.ok = true, .cached_tokens = 8 * 64, .served_by = 0}, kT0);
+  EXPECT_EQ(EstimateOn(*r, c), 12 * 64);
+  EXPECT_EQ(EstimateOn(*r, b), 12 * 64);
+}
+
 TEST(RouterShadowTest, AHeldRequestTakesRoomOnlyOnceDispatched) {
   // As above, but b is held back (the residency gate) before it is sent: a keeps its whole
   // prefix in the shadow until b goes, as in the engine.

@@ -215,6 +215,48 @@ TEST(ShadowIndexPoolTest, PinStopsAtTheFirstMissingChunk) {
   EXPECT_EQ(index.pinned(0), 0);
 }
 
+// Three cold requests sharing a 2-chunk prefix are routed to a pool of 8
+// while it holds nothing: their footprints (6 each) overcommit it.
+TEST(ShadowIndexPoolTest, AStoredPrefixIsPinnedForRequestsRoutedBeforeIt) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 8);
+  const auto shared = PoolChain(1, 2);
+  auto with_tail = [&](uint64_t base) {
+    auto c = shared;
+    for (uint64_t v : PoolChain(base, 4)) c.push_back(v);
+    return c;
+  };
+  const auto a = with_tail(2), b = with_tail(3), c = with_tail(4);
+  ShadowIndex::Pin pa = index.PinRequest(0, a, 0, 6);
+  ShadowIndex::Pin pb = index.PinRequest(0, b, 0, 6);
+  ShadowIndex::Pin pc = index.PinRequest(0, c, 0, 6);
+  EXPECT_EQ(index.reserved(0), 18);
+
+  // `a` completes. Insert alone keeps nothing: 12 chunks reserved beside 8.
+  index.Unpin(pa, a);
+  index.Store(0, a);
+  EXPECT_TRUE(index.Overfull(0));
+  EXPECT_EQ(index.ExtendPin(pb, b), 2);
+  EXPECT_EQ(index.ExtendPin(pc, c), 2);
+  EXPECT_EQ(index.ExtendPin(pc, c), 0);  // nothing more is held
+  index.Fit(0);
+  EXPECT_EQ(pb.chunks, 2);
+  EXPECT_EQ(pb.reserved, 4);  // the footprint stays 6
+  EXPECT_EQ(index.pinned(0), 2);
+  EXPECT_EQ(index.reserved(0), 8);
+  EXPECT_EQ(Held(index, shared), 2);  // the shared prefix, pinned by both
+  EXPECT_EQ(Held(index, a), 2);       // a's own tail did not fit
+  EXPECT_FALSE(index.Overfull(0));
+
+  // Freed once by each: the prefix is then the most recently freed.
+  index.Unpin(pb, b);
+  EXPECT_EQ(index.pinned(0), 2);
+  index.Unpin(pc, c);
+  EXPECT_EQ(index.pinned(0), 0);
+  EXPECT_EQ(index.reserved(0), 0);
+  EXPECT_EQ(Held(index, shared), 2);
+}
+
 TEST(ShadowIndexPoolTest, ClearVoidsEarlierPins) {
   ShadowIndex index(2);
   index.SetCapacity(0, 8);
