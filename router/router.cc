@@ -34,6 +34,7 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
         options.residency.enabled = options.residency.enabled && homes_sessions;
         return std::move(options);
       }()),
+      homes_sessions_(homes_sessions),
       policy_(std::move(policy)),
       index_(static_cast<int>(backends.size())),
       host_index_(static_cast<int>(backends.size())),
@@ -272,19 +273,50 @@ absl::Status RouterImpl::Decide(Routing& ro) {
   return absl::OkStatus();
 }
 
-ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, const Routing& ro) {
+ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, Routing& ro) {
   if (!features.allow_shed || !options_.shed.enabled) return {};
+  const TtftSlos slos{options_.slo.ttft_warm_s, options_.slo.ttft_medium_s,
+                      options_.slo.ttft_heavy_s};
   const Decision& d = ro.decision;
   // A known session, or a prompt mostly cached where it goes (a running
   // conversation that sends no session id), continues; anything else starts.
   const bool running = ro.session != nullptr ||
                        (d.cached_tokens_est > 0 && 2 * d.cached_tokens_est >= d.prompt_tokens_est);
-  const ShedVerdict verdict = JudgeShed(
-      options_.shed,
-      {options_.slo.ttft_warm_s, options_.slo.ttft_medium_s, options_.slo.ttft_heavy_s}, d,
-      running);
+  ShedVerdict verdict = JudgeShed(options_.shed, slos, d, running);
+  // The overload rule moves a session off a crowded instance to spread the
+  // load, not to refuse its turn: a move whose prefill there runs past the
+  // deadline stays home if the session's instance would serve it in time.
+  const int home = snapshot_.session_backend;
+  if (verdict.shed && homes_sessions_ && ro.session != nullptr && home != d.decode_backend &&
+      Valid(home) && snapshot_.backends[home].healthy && !(*specs_)[home].retired &&
+      (*specs_)[home].role != BackendRole::kPrefill) {
+    Decision there = AtHome(d, home);
+    const ShedVerdict at_home = JudgeShed(options_.shed, slos, there, running);
+    if (!at_home.shed) {
+      ro.decision = std::move(there);
+      ++shed_averted_home_;
+      return at_home;
+    }
+  }
   if (verdict.shed) ++(running ? shed_running_ : shed_new_);
   return verdict;
+}
+
+Decision RouterImpl::AtHome(const Decision& d, int home) const {
+  const FleetSnapshot& fleet = snapshot_;
+  Decision h = d;
+  h.mode = DecisionMode::kColocated;
+  h.prefill_backend = h.decode_backend = home;
+  h.cached_tokens_est = std::clamp<int64_t>(fleet.backends[home].cached_tokens_est, 0,
+                                            std::max<int64_t>(0, d.prompt_tokens_est));
+  h.prefill_cached_tokens_est = h.cached_tokens_est;
+  h.affinity_hit = true;
+  h.affinity_broken = false;
+  h.predicted_ttft_s = -1;
+  h.predicted_transfer_s = -1;
+  Predict(fleet, h);
+  h.decode_capacity_tokens = ResidentCapacityTokens(home);
+  return h;
 }
 
 // The request's load on its backends and its footprint in the engines' KV

@@ -116,6 +116,9 @@ struct RouterStats {
   int64_t affinity_breaks = 0;
   int64_t shed_new_sessions = 0;  // requests shed at admission, by session state
   int64_t shed_running_sessions = 0;
+  // Session turns placed off their instance, predicted past their deadline
+  // there, and sent to their instance instead (in time there).
+  int64_t shed_averted_home = 0;
   // Learned transfer time factors: fleet-wide, and each pair with samples.
   double transfer_time_factor = 1;
   std::vector<TransferFactorReport> transfer_time_factors;

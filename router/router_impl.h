@@ -176,8 +176,14 @@ class RouterImpl : public Router {
   void BuildSnapshot(const RequestFeatures& features, Routing& ro, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Decide(Routing& ro) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ShedVerdict JudgeShedding(const RequestFeatures& features, const Routing& ro)
+  // The shed verdict on the decision; a running session's turn that it
+  // sheds off the session's instance goes to that instance instead when
+  // it would be served there in time (the decision is replaced).
+  ShedVerdict JudgeShedding(const RequestFeatures& features, Routing& ro)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `d` placed co-located on the session's instance `home`, with its
+  // prediction there.
+  Decision AtHome(const Decision& d, int home) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   InflightRequest Reserve(const RequestFeatures& features, const Routing& ro, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterResidency(InflightRequest& r, const RouteTicket& ticket, bool hold, absl::Time now)
@@ -226,6 +232,8 @@ class RouterImpl : public Router {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
+  // The policy keeps sessions on an instance (PolicyEntry::homes_sessions).
+  const bool homes_sessions_;
   mutable absl::Mutex mu_;
   // Backend slots; replaced (never modified) by UpdateBackends, so a
   // snapshot handed out stays valid.
@@ -273,6 +281,7 @@ class RouterImpl : public Router {
   int64_t affinity_breaks_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t shed_new_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t shed_running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_averted_home_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvroute::router

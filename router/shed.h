@@ -18,6 +18,14 @@
 // `running_session_factor` times more, since breaking a running agent
 // wastes everything it has done while a new one loses nothing yet.
 //
+// The router judges the instance it chose; under a policy that keeps
+// sessions on an instance, a session turn placed off its session's
+// instance (the overload rule moved it) that would be shed there
+// is judged on its own instance too, and goes there when it is in time
+// there (RouterStats::shed_averted_home): the rule spreads load, and a
+// cold prefill elsewhere that misses the deadline is no reason to refuse a
+// turn its own instance would serve.
+//
 //   ShedVerdict v = JudgeShed(options.shed, options.slo, decision, running);
 //   if (v.shed) -> 429, Retry-After: v.retry_after_s
 //

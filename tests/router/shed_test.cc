@@ -105,6 +105,57 @@ TEST(RouterShedTest, ARequestQueuedPastItsDeadlineIsShedAndReservesNothing) {
   EXPECT_FALSE(again->shed.shed);
 }
 
+// A session turn the overload rule moves off its crowded instance, and that
+// would prefill cold past its deadline where it goes, is sent to its own
+// instance instead when that one serves it in time: the rule spreads load,
+// it does not refuse turns. A policy that keeps no session on an instance
+// (least_loaded) is judged where it placed the turn.
+TEST(RouterShedTest, ATurnMovedPastItsDeadlineStaysOnItsInstance) {
+  for (const char* mode : {"baseline", "least_loaded"}) {
+    SCOPED_TRACE(mode);
+    const bool homes = std::string(mode) == "baseline";
+    Options o;
+    o.mode = mode;
+    o.offload_cost_known = true;
+    o.offload_cost.prefill_tokens_per_second = 1000;
+    o.shed.ttft_factor = 1;  // WARM: 2 s, and 10 s for a running session's turn
+    auto made = Router::Create(o, testing::LoopbackBackends(3));
+    ASSERT_TRUE(made.ok()) << made.status();
+    Router& r = **made;
+    RequestFeatures first = Prompt('s', 40000);  // 10,000 tokens
+    first.session_id = "s";
+    first.avoid_backends = {1, 2};
+    auto s1 = r.Route(first, kT0);
+    ASSERT_TRUE(s1.ok()) << s1.status();
+    ASSERT_EQ(s1->decision.decode_backend, 0);
+    r.OnComplete(*s1, {.ok = true, .prompt_tokens = 10000, .cached_tokens = 0, .served_by = 0},
+                 kT0);
+    // x decodes a 50,000-token context on gpu0: more than twice the fleet's
+    // mean in flight there, nothing queued for prefill.
+    RequestFeatures big = Prompt('x', 200000);
+    big.avoid_backends = {1, 2};
+    big.allow_shed = false;
+    auto x = r.Route(big, kT0);
+    ASSERT_TRUE(x.ok()) << x.status();
+    r.OnFirstToken(*x, kT0);
+    // s's next turn: 12,000 tokens, 10,000 of them cached on gpu0 (2 s to
+    // prefill there), cold elsewhere (12 s, past its 10 s).
+    RequestFeatures next = Prompt('s', 48000);
+    next.session_id = "s";
+    auto s2 = r.Route(next, kT0 + absl::Seconds(1));
+    ASSERT_TRUE(s2.ok()) << s2.status();
+    EXPECT_EQ(s2->shed.shed, !homes);
+    EXPECT_EQ(r.Stats().shed_averted_home, homes ? 1 : 0);
+    EXPECT_EQ(r.Stats().shed_running_sessions, homes ? 0 : 1);
+    if (homes) {
+      EXPECT_EQ(s2->decision.decode_backend, 0);
+      EXPECT_TRUE(s2->decision.affinity_hit);
+      EXPECT_LT(s2->decision.predicted_ttft_s, 10);
+      EXPECT_GE(s2->decision.cached_tokens_est, 9900);
+    }
+  }
+}
+
 // Two instances of 1,000 tokens (900 may be resident); a turn of 2,000
 // prompt bytes has a footprint of 756 tokens, so one session fills one.
 // Session a is resident on 0, c on 1; b, routed to 1 with a cold prefix,
