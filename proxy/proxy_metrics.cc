@@ -75,6 +75,12 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
                           "(router.shed), by route, class and whether the request continues a "
                           "running session or starts a new one.",
                           {"route", "class", "session"})),
+      shed_averted(reg.AddCounter(
+          "kvroute_shed_averted_total",
+          "Session turns the overload rule placed off their session's instance, predicted past "
+          "their deadline there and sent to their own instance instead, in time there, rather "
+          "than answered 429 (router.shed), by route and class.",
+          {"route", "class"})),
       busy_timeouts(reg.AddCounter(
           "kvroute_busy_timeouts_total",
           "Requests that timed out waiting on an engine whose counters were moving (busy, "
@@ -97,11 +103,11 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
           "Fewest new (uncached) prompt tokens of any request offloaded so far: the heavy "
           "threshold in effect, which the decision sets under heavy_threshold auto; -1 before "
           "the first offload.")),
-      residency_wait(reg.AddHistogram(
-          "kvroute_residency_wait_seconds",
-          "Time an agent session's turn waited for its KV to fit its instance "
-          "(router.residency); 0 for a turn that went at once.",
-          {}, metrics::LatencyBuckets())) {
+      residency_wait(
+          reg.AddHistogram("kvroute_residency_wait_seconds",
+                           "Time an agent session's turn waited for its KV to fit its instance "
+                           "(router.residency); 0 for a turn that went at once.",
+                           {}, metrics::LatencyBuckets())) {
   offload_min_new_tokens->Set({}, -1);
 }
 

@@ -38,6 +38,7 @@ struct ProxyMetrics {
   metrics::CounterVec* ejections;           // backend, reason
   metrics::CounterVec* admission_rejections;
   metrics::CounterVec* shed;           // route, class, session: new|running
+  metrics::CounterVec* shed_averted;   // route, class
   metrics::CounterVec* busy_timeouts;  // backend
   metrics::CounterVec* offloads;            // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector

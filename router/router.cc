@@ -293,6 +293,7 @@ ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, Routing& 
     Decision there = AtHome(d, home);
     const ShedVerdict at_home = JudgeShed(options_.shed, slos, there, running);
     if (!at_home.shed) {
+      there.shed_averted_home = true;
       ro.decision = std::move(there);
       ++shed_averted_home_;
       return at_home;

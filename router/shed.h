@@ -22,7 +22,8 @@
 // sessions on an instance, a session turn placed off its session's
 // instance (the overload rule moved it) that would be shed there
 // is judged on its own instance too, and goes there when it is in time
-// there (RouterStats::shed_averted_home): the rule spreads load, and a
+// there (Decision::shed_averted_home, RouterStats::shed_averted_home,
+// kvroute_shed_averted_total on /metrics): the rule spreads load, and a
 // cold prefill elsewhere that misses the deadline is no reason to refuse a
 // turn its own instance would serve.
 //

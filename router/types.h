@@ -97,6 +97,9 @@ struct Decision {
   bool affinity_hit = false;      // session stayed on its instance
   bool affinity_broken = false;   // session moved because of overload/health
                                   // (or a HEAVY rule moved it, see policies)
+  // Placed off its session's instance and predicted past its deadline there,
+  // it goes to that instance instead, in time there (router/shed.h).
+  bool shed_averted_home = false;
   // The estimates behind the choice.
   int64_t prefill_cached_tokens_est = 0;  // on the prefill backend
   int64_t best_cached_tokens_est = 0;     // best over healthy backends

@@ -145,11 +145,13 @@ TEST(RouterShedTest, ATurnMovedPastItsDeadlineStaysOnItsInstance) {
     auto s2 = r.Route(next, kT0 + absl::Seconds(1));
     ASSERT_TRUE(s2.ok()) << s2.status();
     EXPECT_EQ(s2->shed.shed, !homes);
+    EXPECT_FALSE(s1->decision.shed_averted_home);
     EXPECT_EQ(r.Stats().shed_averted_home, homes ? 1 : 0);
     EXPECT_EQ(r.Stats().shed_running_sessions, homes ? 0 : 1);
     if (homes) {
       EXPECT_EQ(s2->decision.decode_backend, 0);
       EXPECT_TRUE(s2->decision.affinity_hit);
+      EXPECT_TRUE(s2->decision.shed_averted_home);
       EXPECT_LT(s2->decision.predicted_ttft_s, 10);
       EXPECT_GE(s2->decision.cached_tokens_est, 9900);
     }
