@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -263,13 +265,22 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
                              [](absl::Time due, const Waiter& x) { return due < x.due; });
   in.waiting.insert(at, std::move(w));
   ++counters_.waited;
-  // A cold turn takes room wherever the gate knows some now.
+  // A cold turn takes room wherever the gate knows some now: on the
+  // instance with the least room free that fits it (best fit). Cold turns
+  // then fill the instances already crowded and leave the others' sessions
+  // within their pools, where their turns hit the GPU; spread evenly, every
+  // instance's sessions would outgrow its GPU and each turn would wait for
+  // the blocks of the others' (bench README, "Figures: KV beyond HBM").
   if (turn.movable) {
+    std::vector<std::pair<int64_t, int>> lenders;  // (free room, instance)
     for (int b = 0; b < static_cast<int>(instances_.size()); ++b) {
       if (b == backend) continue;
-      ExpireIdle(instances_[b], now);
-      AdmitMovable(b, now, woken);
+      Instance& other = instances_[b];
+      ExpireIdle(other, now);
+      lenders.emplace_back(other.capacity_tokens - other.resident_tokens - PeerTokens(other), b);
     }
+    std::sort(lenders.begin(), lenders.end());
+    for (const auto& lender : lenders) AdmitMovable(lender.second, now, woken);
   }
   return id;
 }

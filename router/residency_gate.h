@@ -42,7 +42,10 @@
 // prefill cold wherever it goes) is not tied to the instance it was routed
 // to: it goes to whichever instance the gate knows has room first (TakeMove
 // tells the caller where), so a cold turn does not queue behind one
-// instance's residents while another's pool has room.
+// instance's residents while another's pool has room. When it enters, of
+// the instances with room it takes the one with the least room free that
+// fits it (best fit): cold turns fill the crowded instances and leave the
+// others' sessions within their pools.
 // A session that moves to another instance leaves the first one's residents.
 // On an instance with a host-memory KV tier a session's KV is not lost when
 // its GPU blocks go: the engine wrote it through to host memory and reloads

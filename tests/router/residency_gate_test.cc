@@ -160,6 +160,42 @@ TEST(ResidencyGateTest, AnAbandonedHeadLetsTheNextGo) {
   EXPECT_EQ(g.waiting(), 0u);
 }
 
+// A cold turn (its prefix gone from the instance it was routed to) that
+// must wait there takes another instance's room at once: the one with the
+// least room free that fits it (best fit), whatever the instances' order,
+// so the instances with room keep it for their own sessions.
+TEST(ResidencyGateTest, AColdWaiterTakesTheFullestInstanceItFits) {
+  ResidencyGate g(Opts());
+  std::vector<uint64_t> woken;
+  auto cold = [](int64_t footprint) {
+    ResidencyGate::Turn t{footprint, kCap};
+    t.movable = true;
+    return t;
+  };
+  EXPECT_EQ(g.Enter(0, "a", 10, kCap, At(0), &woken), 0u);  // 80 free
+  EXPECT_EQ(g.Enter(1, "b", 60, kCap, At(0), &woken), 0u);  // 30 free
+  EXPECT_EQ(g.Enter(2, "c", 20, kCap, At(0), &woken), 0u);  // 70 free
+  EXPECT_EQ(g.Enter(3, "d", 80, kCap, At(0), &woken), 0u);  // 10 free
+  const uint64_t e = g.Enter(3, "e", cold(25), At(1), &woken);
+  ASSERT_NE(e, 0u);
+  EXPECT_THAT(woken, ElementsAre(e));
+  EXPECT_EQ(g.TakeMove(e), 1);
+  EXPECT_EQ(g.resident_tokens(1), 85);
+  EXPECT_EQ(g.counters().moved, 1u);
+  // Instance 1 has no room left for the next: the fullest that fits is 2.
+  woken.clear();
+  const uint64_t f = g.Enter(3, "f", cold(25), At(2), &woken);
+  EXPECT_THAT(woken, ElementsAre(f));
+  EXPECT_EQ(g.TakeMove(f), 2);
+  EXPECT_EQ(g.resident_tokens(2), 45);
+  // One that fits nowhere waits where it was routed.
+  woken.clear();
+  const uint64_t big = g.Enter(3, "big", cold(85), At(3), &woken);
+  EXPECT_NE(big, 0u);
+  EXPECT_TRUE(woken.empty());
+  EXPECT_EQ(g.waiting(), 1u);
+}
+
 ResidencyGate::Turn Reloadable(int64_t footprint, double reload_s) {
   ResidencyGate::Turn t{footprint, kCap};
   t.reload_s = reload_s;
