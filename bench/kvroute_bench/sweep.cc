@@ -50,6 +50,7 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kHitOfPooled:
     case SweepFigure::kGoodput:
     case SweepFigure::kShedShare:
+    case SweepFigure::kJobsDone:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
@@ -98,7 +99,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kJobMean) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kJobsDone) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -120,6 +121,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kFailed, "failed", "failed"},
       {SweepFigure::kGaveUp, "gave_up", "gave up"},
       {SweepFigure::kJobMean, "job_mean_s", "job mean"},
+      {SweepFigure::kJobsDone, "jobs_done", "jobs done"},
   }};
   return kFigures;
 }
@@ -153,6 +155,10 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   v[Index(SweepFigure::kFailed)] = static_cast<double>(summary.failed);
   v[Index(SweepFigure::kGaveUp)] = static_cast<double>(summary.gave_up);
   if (summary.job_completion.n > 0) v[Index(SweepFigure::kJobMean)] = summary.job_completion.mean;
+  if (summary.jobs > 0) {
+    v[Index(SweepFigure::kJobsDone)] =
+        static_cast<double>(summary.jobs_ok) / static_cast<double>(summary.jobs);
+  }
   return v;
 }
 
@@ -395,7 +401,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "requests and dropped arrivals; of the requests sent, served succeeded, shed "
                   "were answered HTTP 429 before any stream (shed share of those sent), failed "
                   "met another error once sent and gave up were abandoned at the client's "
-                  "timeout.\n\n");
+                  "timeout; jobs done: the share of agentic jobs that completed (a job "
+                  "whose turn was shed past its client's retries sends no more, which "
+                  "goodput does not count).\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
   for (const SweepFigureInfo& f : SweepFigures()) {

@@ -74,8 +74,11 @@ enum class SweepFigure {
   kFailed,     // requests that failed after the target accepted them
   kGaveUp,     // requests the client abandoned at its timeout
   kJobMean,    // mean completion time of the agentic jobs that completed
+  // Share of the agentic jobs that completed, 0..1: a job whose turn was shed past its
+  // client's retries sends no more turns, which goodput (a share of the turns sent) omits.
+  kJobsDone,
 };
-inline constexpr size_t kSweepFigureCount = 17;
+inline constexpr size_t kSweepFigureCount = 18;
 
 struct SweepFigureInfo {
   SweepFigure figure;

@@ -125,14 +125,17 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kShedShare)], 0);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kFailed)], 1);
   EXPECT_DOUBLE_EQ(v[Index(SweepFigure::kGaveUp)], 0);
-  // No agentic job in the run: no job mean.
+  // No agentic job in the run: no job mean, no share done.
   EXPECT_TRUE(std::isnan(v[Index(SweepFigure::kJobMean)]));
+  EXPECT_TRUE(std::isnan(v[Index(SweepFigure::kJobsDone)]));
   RunResult jobs = run;
   jobs.jobs = {JobRecord{.job = 1, .t_arrival = 0, .t_done = 4, .ok = true, .turn_e2e = {}},
                JobRecord{.job = 2, .t_arrival = 1, .t_done = 9, .ok = true, .turn_e2e = {}},
                JobRecord{.job = 3, .t_arrival = 2, .t_done = -1, .ok = false, .turn_e2e = {}}};
   // The mean of the completed jobs' times (4 and 8 s); an unfinished job is left out.
   EXPECT_DOUBLE_EQ(SweepFiguresOf(Summarize(jobs))[Index(SweepFigure::kJobMean)], 6);
+  // Two of the three completed.
+  EXPECT_DOUBLE_EQ(SweepFiguresOf(Summarize(jobs))[Index(SweepFigure::kJobsDone)], 2.0 / 3);
 
   // Shed and given-up requests are counted apart, and are errors too.
   RunResult overload = run;
