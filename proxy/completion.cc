@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -130,9 +131,10 @@ struct AdmissionSlot {
 };
 
 // Refused before any engine work: `retry_after` is the Retry-After value
-// (empty: none).
+// (empty: none), `retry_after_ms` the same wait to the millisecond (empty:
+// none).
 net::awaitable<bool> Refuse(Completion& c, int status, std::string msg, std::string retry_after,
-                            std::string_view outcome) {
+                            std::string_view outcome, std::string retry_after_ms = {}) {
   c.rec.status = status;
   c.rec.error = msg;
   c.rec.outcome = std::string(outcome);
@@ -140,6 +142,7 @@ net::awaitable<bool> Refuse(Completion& c, int status, std::string msg, std::str
   extra.emplace_back("X-Request-Id", c.rec.id);
   if (!c.rec.request_class.empty()) extra.emplace_back("X-Kvroute-Class", c.rec.request_class);
   if (!retry_after.empty()) extra.emplace_back("Retry-After", std::move(retry_after));
+  if (!retry_after_ms.empty()) extra.emplace_back("retry-after-ms", std::move(retry_after_ms));
   co_return co_await c.s.SendApiError(c.endpoint, status, msg, c.keep_alive, std::move(extra));
 }
 
@@ -168,7 +171,10 @@ net::awaitable<bool> ResponseGone(Completion& c, std::string why) {
 }
 
 // Answers a request the router shed at admission (router/shed.h): 429 in
-// its API's error shape, with Retry-After, before any engine work.
+// its API's error shape, before any engine work. Retry-After carries the
+// advised wait in whole seconds, rounded up (RFC 9110 has no fractions);
+// retry-after-ms carries it to the millisecond, and the OpenAI and Anthropic
+// SDKs read it first, so their retries come when the excess has drained.
 net::awaitable<bool> Shed(Completion& c, const router::RouteTicket& ticket) {
   RequestRecord& rec = c.rec;
   const router::Decision& d = ticket.decision;
@@ -184,8 +190,9 @@ net::awaitable<bool> Shed(Completion& c, const router::RouteTicket& ticket) {
       absl::StrCat("kvroute is shedding load: this request's predicted time to first token (",
                    absl::SixDigits(d.predicted_ttft_s), " s) is past its deadline (",
                    absl::SixDigits(v.deadline_s), " s); retry after ",
-                   static_cast<int64_t>(v.retry_after_s), " s"),
-      std::to_string(static_cast<int64_t>(std::ceil(v.retry_after_s))), "shed");
+                   absl::SixDigits(v.retry_after_s), " s"),
+      std::to_string(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(v.retry_after_s)))),
+      "shed", std::to_string(std::llround(v.retry_after_s * 1000)));
 }
 
 // Records the per-request metrics once a request is served.

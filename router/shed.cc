@@ -1,7 +1,6 @@
 #include "router/shed.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace kvroute::router {
 
@@ -40,8 +39,7 @@ ShedVerdict JudgeShed(const ShedOptions& options, const TtftSlos& slo, const Dec
   }
   v.shed = true;
   const double hi = std::max(options.min_retry_after_s, options.max_retry_after_s);
-  v.retry_after_s = std::clamp(std::ceil(d.predicted_ttft_s - v.deadline_s),
-                               options.min_retry_after_s, hi);
+  v.retry_after_s = std::clamp(d.predicted_ttft_s - v.deadline_s, options.min_retry_after_s, hi);
   return v;
 }
 

@@ -28,7 +28,12 @@
 // turn its own instance would serve.
 //
 //   ShedVerdict v = JudgeShed(options.shed, options.slo, decision, running);
-//   if (v.shed) -> 429, Retry-After: v.retry_after_s
+//   if (v.shed) -> 429, Retry-After: ceil(v.retry_after_s),
+//                       retry-after-ms: v.retry_after_s x 1000
+//
+// Retry-After carries whole seconds (RFC 9110); the OpenAI and Anthropic
+// SDKs read retry-after-ms first, so a client that honours it comes back
+// when the excess has drained rather than at the next whole second.
 //
 // Pure; thread-safe.
 #pragma once
@@ -48,7 +53,8 @@ struct ShedOptions {
   double ttft_deadline_medium_s = 0;
   double ttft_deadline_heavy_s = 0;
   double running_session_factor = 5;
-  // Retry-After is the predicted excess over the deadline, within these.
+  // The advised wait is the predicted excess over the deadline, within these
+  // (wall seconds; fractions reach clients through retry-after-ms).
   double min_retry_after_s = 1;
   double max_retry_after_s = 60;
 };

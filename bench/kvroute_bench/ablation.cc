@@ -332,6 +332,14 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
         &y, "  residency: {grace_s: ", absl::ToDoubleSeconds(defaults.residency.grace) * time_scale,
         ", max_wait_s: ", absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale, "}\n");
   }
+  // The waits a shed request is advised (its Retry-After) likewise: a client that comes back
+  // a whole wall second later would be ten modelled seconds late at a tenth of real time.
+  if (std::none_of(router_keys.begin(), router_keys.end(),
+                   [](const auto& kv) { return kv.first == "shed"; })) {
+    absl::StrAppend(&y,
+                    "  shed: {min_retry_after_s: ", defaults.shed.min_retry_after_s * time_scale,
+                    ", max_retry_after_s: ", defaults.shed.max_retry_after_s * time_scale, "}\n");
+  }
   for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
   // The waits that judge an engine (a first token, a silent stream, a hung
   // engine) are modelled time too: a fleet running ten times faster has a

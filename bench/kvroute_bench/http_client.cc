@@ -378,12 +378,17 @@ net::awaitable<ChatOutcome> StreamChat(ChatCall call) {
   }
   const auto& head = parser.get();
   out.http_status = static_cast<int>(head.result_int());
-  // Delta seconds; an HTTP-date is left unread.
-  const std::string_view retry_after = head[http::field::retry_after];
-  if (double s = 0; absl::SimpleAtod(absl::StripAsciiWhitespace(
-                                         absl::string_view(retry_after.data(), retry_after.size())),
-                                     &s) &&
-                    s >= 0) {
+  // retry-after-ms first, as the OpenAI and Anthropic SDKs read it; else Retry-After in delta
+  // seconds (an HTTP-date is left unread).
+  const auto header_number = [&](std::string_view name, double* v) {
+    const std::string_view text = head[name];
+    return absl::SimpleAtod(absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size())),
+                            v) &&
+           *v >= 0;
+  };
+  if (double ms = 0; header_number("retry-after-ms", &ms)) {
+    out.retry_after_s = ms / 1000;
+  } else if (double s = 0; header_number("Retry-After", &s)) {
     out.retry_after_s = s;
   }
   out.request_id = std::string(head["X-Request-Id"]);

@@ -98,7 +98,9 @@ struct ChatOutcome {
   // The target refused the connection, or reset or closed it before any response header: it
   // never took the request, and a client SDK sends it again (to the next replica).
   bool connection_failed = false;
-  double retry_after_s = -1;  // Retry-After (delta seconds) when the target sent one
+  // The advised wait when the target sent one: retry-after-ms, else Retry-After (delta
+  // seconds).
+  double retry_after_s = -1;
   std::string request_id, klass, backend;
   std::string content;  // concatenated generated text
   int64_t prompt_tokens = -1, cached_tokens = -1, completion_tokens = -1;

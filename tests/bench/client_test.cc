@@ -34,11 +34,12 @@ constexpr auto kAsTuple = net::as_tuple(net::use_awaitable);
 
 // Fake kvroute: streams `max_tokens` one-word chunks with usage, the kvroute headers, and
 // reports cached tokens as "everything but the last 100 prompt bytes / 4". Overloaded, it
-// sheds every chat request (429, Retry-After: 3); shedding first attempts, it sheds each
+// sheds every chat request (429, Retry-After: 3), as kvroute does with retry-after-ms too
+// (Retry-After: 3, retry-after-ms: 2500); shedding first attempts, it sheds each
 // prompt the first time it sees it (Retry-After: 0); hanging, it never answers one.
 class FakeServer {
  public:
-  enum class Behaviour { kServe, kShed, kShedFirstAttempts, kHang };
+  enum class Behaviour { kServe, kShed, kShedInMs, kShedFirstAttempts, kHang };
   explicit FakeServer(Behaviour behaviour = Behaviour::kServe)
       : behaviour_(behaviour),
         acceptor_(io_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
@@ -118,11 +119,12 @@ class FakeServer {
       std::lock_guard<std::mutex> l(mu_);
       first_attempt = seen_prompts_.insert(prompt).second;
     }
-    if (behaviour_ == Behaviour::kShed ||
+    if (behaviour_ == Behaviour::kShed || behaviour_ == Behaviour::kShedInMs ||
         (behaviour_ == Behaviour::kShedFirstAttempts && first_attempt)) {
       http::response<http::string_body> res{http::status::too_many_requests, 11};
       res.set(http::field::content_type, "application/json");
-      res.set(http::field::retry_after, behaviour_ == Behaviour::kShed ? "3" : "0");
+      res.set(http::field::retry_after, behaviour_ == Behaviour::kShedFirstAttempts ? "0" : "3");
+      if (behaviour_ == Behaviour::kShedInMs) res.set("retry-after-ms", "2500");
       res.body() = R"({"error":{"message":"fleet KV full","type":"rate_limit_error","code":429}})";
       res.prepare_payload();
       co_await http::async_write(socket, res, kAsTuple);
@@ -451,6 +453,17 @@ TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
   EXPECT_EQ(FailureOutcome(503, false), RequestOutcome::kFailed);
   EXPECT_EQ(FailureOutcome(0, true), RequestOutcome::kGaveUp);
   EXPECT_EQ(FailureOutcome(200, true), RequestOutcome::kGaveUp);
+}
+
+// retry-after-ms is read before Retry-After, as the OpenAI and Anthropic SDKs read it.
+TEST(HttpClientTest, RetryAfterMsIsReadFirst) {
+  FakeServer server(FakeServer::Behaviour::kShedInMs);
+  ChatCall call;
+  call.endpoint = {"127.0.0.1", server.port(), ""};
+  call.body = BuildChatBody("m", {{"user", "hello"}}, 3);
+  const ChatOutcome out = RunCoroutine(StreamChat(call));
+  EXPECT_EQ(out.http_status, 429);
+  EXPECT_DOUBLE_EQ(out.retry_after_s, 2.5);
 }
 
 TEST(HttpClientTest, AMessagesBodyWithoutASessionHasNoMetadata) {

@@ -287,6 +287,9 @@ TEST(AblationConfigTest, ScalesTheConfigToTheSimulatedFleet) {
   EXPECT_EQ(parsed->profile_time_scale, 0.1);
   EXPECT_NEAR(parsed->router.slo.ttft_heavy_s, 4, 1e-12);
   EXPECT_NEAR(parsed->router.slo.tpot_s, 0.01, 1e-12);
+  // So is the wait a shed request is advised.
+  EXPECT_NEAR(parsed->router.shed.min_retry_after_s, 0.1, 1e-12);
+  EXPECT_NEAR(parsed->router.shed.max_retry_after_s, 6, 1e-12);
   // The waits that judge an engine are modelled time too.
   EXPECT_EQ(parsed->upstream.idle_timeout, absl::Seconds(12));
   EXPECT_EQ(parsed->upstream.first_token_timeout, absl::Seconds(30));

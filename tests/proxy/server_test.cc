@@ -784,13 +784,17 @@ TEST(ServerTest, PastItsDeadlineARequestIsShedBeforeAnyEngineWork) {
   c.router.mode = "baseline";
   c.router.offload_cost_known = true;
   c.router.offload_cost.prefill_tokens_per_second = 10;  // 1,000 tokens: 100 s
+  c.router.shed.max_retry_after_s = 2.5;
   auto server = StartServer(c);
   const std::string words(4000, 'w');
   const std::string chat =
       R"({"model":"m","messages":[{"role":"user","content":")" + words + R"("}]})";
   auto res = RequestOnce(server->port(), http::verb::post, "/v1/chat/completions", chat);
   EXPECT_EQ(res.result_int(), 429);
-  EXPECT_EQ(res["Retry-After"], "60");  // the predicted excess, at most 60 s
+  // The predicted excess (92 s), at most max_retry_after_s: whole seconds rounded up in
+  // Retry-After, milliseconds in retry-after-ms (which the OpenAI and Anthropic SDKs read).
+  EXPECT_EQ(res["Retry-After"], "3");
+  EXPECT_EQ(res["retry-after-ms"], "2500");
   EXPECT_EQ(res["X-Kvroute-Class"], "WARM");
   EXPECT_NE(res.body().find("\"type\":\"rate_limit_error\""), std::string::npos) << res.body();
   EXPECT_NE(res.body().find("shedding load"), std::string::npos) << res.body();
@@ -798,7 +802,8 @@ TEST(ServerTest, PastItsDeadlineARequestIsShedBeforeAnyEngineWork) {
                                words + R"("}]})";
   auto anthropic = RequestOnce(server->port(), http::verb::post, "/v1/messages", messages);
   EXPECT_EQ(anthropic.result_int(), 429);
-  EXPECT_FALSE(anthropic["Retry-After"].empty());
+  EXPECT_EQ(anthropic["Retry-After"], "3");
+  EXPECT_EQ(anthropic["retry-after-ms"], "2500");
   EXPECT_NE(anthropic.body().find("\"type\":\"error\""), std::string::npos) << anthropic.body();
   EXPECT_NE(anthropic.body().find("\"rate_limit_error\""), std::string::npos) << anthropic.body();
   EXPECT_EQ(up.requests(), 0);

@@ -33,7 +33,10 @@ TEST(JudgeShedTest, DeadlinesAreFactorTimesTheClassSloUnlessSet) {
   const ShedVerdict heavy = JudgeShed(o, slo, Predicted(RequestClass::kHeavy, 130.2), false);
   EXPECT_TRUE(heavy.shed);
   EXPECT_DOUBLE_EQ(heavy.deadline_s, 120);
-  EXPECT_DOUBLE_EQ(heavy.retry_after_s, 11);  // the excess, rounded up
+  EXPECT_NEAR(heavy.retry_after_s, 10.2, 1e-9);  // the excess
+  // An excess under min_retry_after_s advises that minimum.
+  EXPECT_DOUBLE_EQ(JudgeShed(o, slo, Predicted(RequestClass::kHeavy, 120.3), false).retry_after_s,
+                   o.min_retry_after_s);
   // A running session's turn gets twice as long.
   const ShedVerdict running = JudgeShed(o, slo, Predicted(RequestClass::kHeavy, 130.2), true);
   EXPECT_FALSE(running.shed);
