@@ -175,8 +175,9 @@ struct CommonFlags {
         ->group(rn)
         ->capture_default_str();
     app->add_option("--shed-retries", run.shed_retries,
-                    "closed-loop agents send a shed (429) turn again after its Retry-After up "
-                    "to this many times, as the agent SDKs do (0: a shed ends the session)")
+                    "closed-loop agents send a shed (429) turn again after its retry-after-ms "
+                    "(else Retry-After) up to this many times, as the agent SDKs do (0: a shed "
+                    "ends the session)")
         ->check(CLI::NonNegativeNumber)
         ->group(rn)
         ->capture_default_str();

@@ -385,7 +385,7 @@ class Run {
       }
       auto [i, content] =
           co_await Send(messages, AgenticCompletionTokens(a, job.id, turn), job.session_id, rec);
-      // Shed: again after its Retry-After, as agent SDKs do; the turn's latency counts from
+      // Shed: again after the wait it advises, as agent SDKs do; the turn's latency counts from
       // its first attempt.
       const double first_start = result_.requests[i].t_start;
       for (int retry = 0;

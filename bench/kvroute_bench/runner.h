@@ -71,7 +71,8 @@ struct RunOptions {
   // The agents' own patience, modelled seconds (x time_scale on the wall clock; 0: off): a
   // request not finished this long after it was sent is abandoned and counted as given up.
   double client_timeout_s = 0;
-  // Closed-loop agents answered 429 (shed) send the turn again after its Retry-After, up to
+  // Closed-loop agents answered 429 (shed) send the turn again after the wait it advises
+  // (retry-after-ms, else Retry-After: ChatOutcome::retry_after_s), up to
   // this many times, as the OpenAI and Anthropic SDKs do (max_retries, 2 by default there);
   // the turn's TTFT and E2E then count from its first attempt. 0: a shed ends the session.
   int shed_retries = 0;

@@ -439,12 +439,17 @@ RunOptions FakeRunOptions(const FakeServer& server) {
   return o;
 }
 
-TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
-  FakeServer server(FakeServer::Behaviour::kShed);
+// One chat call to a fake server behaving as `behaviour`.
+ChatOutcome ChatOnce(FakeServer::Behaviour behaviour) {
+  FakeServer server(behaviour);
   ChatCall call;
   call.endpoint = {"127.0.0.1", server.port(), ""};
   call.body = BuildChatBody("m", {{"user", "hello"}}, 3);
-  const ChatOutcome out = RunCoroutine(StreamChat(call));
+  return RunCoroutine(StreamChat(call));
+}
+
+TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
+  const ChatOutcome out = ChatOnce(FakeServer::Behaviour::kShed);
   EXPECT_EQ(out.http_status, 429);
   EXPECT_EQ(out.error, "http 429: fleet KV full");
   EXPECT_FALSE(out.timed_out);
@@ -453,17 +458,10 @@ TEST(HttpClientTest, A429IsShedWithItsRetryAfter) {
   EXPECT_EQ(FailureOutcome(503, false), RequestOutcome::kFailed);
   EXPECT_EQ(FailureOutcome(0, true), RequestOutcome::kGaveUp);
   EXPECT_EQ(FailureOutcome(200, true), RequestOutcome::kGaveUp);
-}
-
-// retry-after-ms is read before Retry-After, as the OpenAI and Anthropic SDKs read it.
-TEST(HttpClientTest, RetryAfterMsIsReadFirst) {
-  FakeServer server(FakeServer::Behaviour::kShedInMs);
-  ChatCall call;
-  call.endpoint = {"127.0.0.1", server.port(), ""};
-  call.body = BuildChatBody("m", {{"user", "hello"}}, 3);
-  const ChatOutcome out = RunCoroutine(StreamChat(call));
-  EXPECT_EQ(out.http_status, 429);
-  EXPECT_DOUBLE_EQ(out.retry_after_s, 2.5);
+  // retry-after-ms is read before Retry-After, as the OpenAI and Anthropic SDKs read it.
+  const ChatOutcome in_ms = ChatOnce(FakeServer::Behaviour::kShedInMs);
+  EXPECT_EQ(in_ms.http_status, 429);
+  EXPECT_DOUBLE_EQ(in_ms.retry_after_s, 2.5);
 }
 
 TEST(HttpClientTest, AMessagesBodyWithoutASessionHasNoMetadata) {
