@@ -661,7 +661,7 @@ std::string RunClientDescription(const AgenticClientOptions& client, const RunOp
     absl::StrAppend(&out, ", client timeout ", run.client_timeout_s, " s");
   if (run.shed_retries > 0) {
     absl::StrAppend(&out, ", a shed turn sent again up to ", run.shed_retries,
-                    " times after its Retry-After");
+                    " times after the wait it advises (retry-after-ms, else Retry-After)");
   }
   return out;
 }
