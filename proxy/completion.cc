@@ -130,25 +130,27 @@ struct AdmissionSlot {
   ~AdmissionSlot() { admission->Release(); }
 };
 
-// Refused before any engine work: `retry_after` is the Retry-After value
-// (empty: none), `retry_after_ms` the same wait to the millisecond (empty:
-// none).
-net::awaitable<bool> Refuse(Completion& c, int status, std::string msg, std::string retry_after,
-                            std::string_view outcome, std::string retry_after_ms = {}) {
+// Refused before any engine work, advising `retry_after` as the wait before
+// a retry (Retry-After and retry-after-ms) when set.
+net::awaitable<bool> Refuse(Completion& c, int status, std::string msg,
+                            std::optional<absl::Duration> retry_after, std::string_view outcome) {
   c.rec.status = status;
   c.rec.error = msg;
   c.rec.outcome = std::string(outcome);
   Headers extra;
   extra.emplace_back("X-Request-Id", c.rec.id);
   if (!c.rec.request_class.empty()) extra.emplace_back("X-Kvroute-Class", c.rec.request_class);
-  if (!retry_after.empty()) extra.emplace_back("Retry-After", std::move(retry_after));
-  if (!retry_after_ms.empty()) extra.emplace_back("retry-after-ms", std::move(retry_after_ms));
+  if (retry_after) {
+    extra.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(*retry_after)));
+    extra.emplace_back("retry-after-ms",
+                       std::to_string(std::llround(absl::ToDoubleMilliseconds(*retry_after))));
+  }
   co_return co_await c.s.SendApiError(c.endpoint, status, msg, c.keep_alive, std::move(extra));
 }
 
 net::awaitable<bool> Reject(Completion& c, int status, std::string msg, bool retry_after = false) {
-  return Refuse(c, status, std::move(msg), retry_after ? c.s.RetryAfterValue() : std::string(),
-                "rejected");
+  return Refuse(c, status, std::move(msg),
+                retry_after ? std::optional(c.cfg.limits.retry_after) : std::nullopt, "rejected");
 }
 
 net::awaitable<bool> RejectOverLimit(Completion& c) {
@@ -171,10 +173,9 @@ net::awaitable<bool> ResponseGone(Completion& c, std::string why) {
 }
 
 // Answers a request the router shed at admission (router/shed.h): 429 in
-// its API's error shape, before any engine work. Retry-After carries the
-// advised wait in whole seconds, rounded up (RFC 9110 has no fractions);
-// retry-after-ms carries it to the millisecond, and the OpenAI and Anthropic
-// SDKs read it first, so their retries come when the excess has drained.
+// its API's error shape, before any engine work, advising the predicted
+// excess as its wait (to the millisecond in retry-after-ms, which the OpenAI
+// and Anthropic SDKs read first, so their retries come when it has drained).
 net::awaitable<bool> Shed(Completion& c, const router::RouteTicket& ticket) {
   RequestRecord& rec = c.rec;
   const router::Decision& d = ticket.decision;
@@ -191,8 +192,7 @@ net::awaitable<bool> Shed(Completion& c, const router::RouteTicket& ticket) {
                    absl::SixDigits(d.predicted_ttft_s), " s) is past its deadline (",
                    absl::SixDigits(v.deadline_s), " s); retry after ",
                    absl::SixDigits(v.retry_after_s), " s"),
-      std::to_string(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(v.retry_after_s)))),
-      "shed", std::to_string(std::llround(v.retry_after_s * 1000)));
+      absl::Seconds(v.retry_after_s), "shed");
 }
 
 // Records the per-request metrics once a request is served.

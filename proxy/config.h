@@ -37,7 +37,7 @@ struct ServerLimits {
   size_t max_inflight_requests = 1024;
   size_t max_queued_requests = 256;
   absl::Duration queue_timeout = absl::Seconds(1);
-  absl::Duration retry_after = absl::Seconds(1);  // Retry-After on 429/503 overload answers
+  absl::Duration retry_after = absl::Seconds(1);  // the wait 429/503 overload answers advise
   // Responses API: stored-response ids whose backend kvroute remembers (for
   // previous_response_id and GET /v1/responses/{id}), the oldest forgotten first.
   size_t max_response_ids = 100000;

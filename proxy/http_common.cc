@@ -1,5 +1,6 @@
 #include "proxy/http_common.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -92,6 +93,10 @@ bool IsHopByHopOrFraming(http::field name) {
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(absl::ToChronoNanoseconds(d));
+}
+
+int64_t RetryAfterSeconds(absl::Duration wait) {
+  return std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(wait, absl::Seconds(1))));
 }
 
 }  // namespace kvroute::proxy

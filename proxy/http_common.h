@@ -42,6 +42,11 @@ bool IsHopByHopOrFraming(http::field name);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d);
 
+// An advised wait as Retry-After carries it: whole seconds (RFC 9110 has no
+// fractions), rounded up, at least 1. retry-after-ms, which the OpenAI and
+// Anthropic SDKs read first, carries it to the millisecond.
+int64_t RetryAfterSeconds(absl::Duration wait);
+
 // Appends the field line "Name: value\r\n" for a field a Beast parser
 // handed over (`name` and `value` point into the parsed bytes). When the
 // received line is already exactly that (one space after the colon, no

@@ -115,8 +115,7 @@ std::shared_ptr<const std::string> Server::RefusalResponse() {
     const std::string body = OpenAiErrorBody(
         503, absl::StrCat("kvroute is at its limit of ", config_.limits.max_connections,
                           " connections; retry later"));
-    const int64_t retry_after = std::max<int64_t>(
-        1, absl::ToInt64Seconds(absl::Ceil(config_.limits.retry_after, absl::Seconds(1))));
+    const int64_t retry_after = RetryAfterSeconds(config_.limits.retry_after);
     refusal_ = std::make_shared<const std::string>(absl::StrCat(
         "HTTP/1.1 503 Service Unavailable\r\nServer: kvroute\r\nContent-Type: "
         "application/json\r\nRetry-After: ",

@@ -282,9 +282,4 @@ net::awaitable<bool> Session::SendApiError(Endpoint endpoint, int status, std::s
                               keep_alive, std::move(extra));
 }
 
-std::string Session::RetryAfterValue() const {
-  return std::to_string(std::max<int64_t>(
-      1, absl::ToInt64Seconds(absl::Ceil(cfg_.limits.retry_after, absl::Seconds(1)))));
-}
-
 }  // namespace kvroute::proxy

@@ -57,8 +57,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // shape (Anthropic's on /v1/messages, else OpenAI's).
   net::awaitable<bool> SendApiError(Endpoint endpoint, int status, std::string_view message,
                                     bool keep_alive, Headers extra = {});
-  // limits.retry_after in whole seconds, at least 1.
-  std::string RetryAfterValue() const;
 
  private:
   // Answers a request that could not be read; returns whether it answered.

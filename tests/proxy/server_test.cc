@@ -680,6 +680,7 @@ TEST(ServerTest, OverAdmissionLimitIs429WithRetryAfter) {
   auto second = RequestOnce(server->port(), http::verb::post, "/v1/completions", R"({"prompt":"y"})");
   EXPECT_EQ(second.result_int(), 429);
   EXPECT_EQ(second["Retry-After"], "3");
+  EXPECT_EQ(second["retry-after-ms"], "3000");
   EXPECT_NE(second.body().find("\"code\":429"), std::string::npos);
   release.set_value();
   EXPECT_EQ(first.get().result_int(), 200);
