@@ -109,6 +109,10 @@ struct JobRecord {
   double t_done = -1;
   bool ok = false;
   std::vector<double> turn_e2e;  // per turn, seconds; -1 for a failed turn
+  // The turns the workload planned for the job (0: unknown). A closed-loop job whose turn
+  // failed past the client's retries sends no more: those turns are in neither turn_e2e nor
+  // the requests.
+  int64_t planned_turns = 0;
 };
 
 struct InstanceSample {
@@ -152,6 +156,7 @@ struct RunResult {
   double pooled_bound_hit_ratio = -1;
   int64_t fleet_kv_tokens = 0;
   int64_t dropped = 0;  // arrivals dropped because max in-flight was reached
+  int64_t dropped_turns = 0;  // the turns the dropped agentic jobs planned
   // How the client behaved (the agentic workload's client options and RunOptions): sent
   // session ids, open-loop turn time (workload seconds, 0: closed loop), client timeout
   // (modelled seconds, 0: none).

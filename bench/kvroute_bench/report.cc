@@ -114,6 +114,9 @@ json::object SummaryJson(const RunSummary& s) {
   o["heavy_queue_share"] = NonNegative(s.heavy_queue_share);
   o["jobs"] = s.jobs;
   o["jobs_ok"] = s.jobs_ok;
+  o["turns_planned"] = s.turns_planned;
+  o["turns_unsent"] = s.turns_unsent;
+  o["planned_goodput"] = NonNegative(s.planned_goodput);
   o["job_completion_s"] = DistJson(s.job_completion);
   json::array turns_mean, turns_p50;
   for (double v : s.turn_mean_e2e) turns_mean.push_back(Num(v));
@@ -513,7 +516,8 @@ json::value ReportJson(const Report& report) {
                                   {"t_arrival", j.t_arrival},
                                   {"t_done", j.t_done},
                                   {"ok", j.ok},
-                                  {"turn_e2e", std::move(turns)}});
+                                  {"turn_e2e", std::move(turns)},
+                                  {"planned_turns", j.planned_turns}});
     }
     o["jobs"] = std::move(jobs);
     json::array samples;

@@ -347,14 +347,17 @@ class Run {
     system_prompt_ = AgenticSystemPrompt(a);
     for (const AgenticJob& job : PlanAgenticJobs(a)) {
       co_await WaitUntil(job.arrival_s);
+      const auto planned = static_cast<int64_t>(PlanAgenticTurns(a, job.id).size());
       if (active_ >= options_.max_inflight) {
         ++result_.dropped;
+        result_.dropped_turns += planned;
         continue;
       }
       const size_t index = result_.jobs.size();
       JobRecord rec;
       rec.job = job.id;
       rec.t_arrival = Seconds();
+      rec.planned_turns = planned;
       result_.jobs.push_back(rec);
       UnitStarted();
       if (a.client.open_loop()) {

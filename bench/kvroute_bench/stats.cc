@@ -307,8 +307,15 @@ RunSummary Summarize(const RunResult& run) {
   // Jobs and turns.
   std::vector<double> completion;
   std::vector<std::vector<double>> per_turn;
+  bool plans_known = !run.jobs.empty();
+  s.turns_planned = run.dropped_turns;
+  s.turns_unsent = run.dropped_turns;
   for (const JobRecord& j : run.jobs) {
     ++s.jobs;
+    plans_known = plans_known && j.planned_turns > 0;
+    s.turns_planned += j.planned_turns;
+    s.turns_unsent +=
+        std::max<int64_t>(0, j.planned_turns - static_cast<int64_t>(j.turn_e2e.size()));
     if (j.ok && j.t_done >= 0) {
       ++s.jobs_ok;
       completion.push_back((j.t_done - j.t_arrival) / scale);
@@ -319,6 +326,12 @@ RunSummary Summarize(const RunResult& run) {
     }
   }
   s.job_completion = Describe(completion);
+  // A turn meets its SLOs at most once (its retries' TTFTs count from its first attempt),
+  // so the requests that met them are the turns that did.
+  if (plans_known && s.turns_planned > 0 && s.classes.front().goodput >= 0) {
+    s.planned_goodput =
+        static_cast<double>(s.classes.front().slo_met) / static_cast<double>(s.turns_planned);
+  }
   for (const std::vector<double>& t : per_turn) {
     const Distribution d = Describe(t);
     s.turn_mean_e2e.push_back(d.mean);

@@ -131,6 +131,14 @@ struct RunSummary {
   // Agentic jobs.
   int64_t jobs = 0;
   int64_t jobs_ok = 0;
+  // The turns the agentic jobs planned (dropped jobs' included), those never sent (a job
+  // ended by a turn that failed past the client's retries, or dropped), and the share of
+  // the planned turns that met their SLOs: goodput over the work the clients wanted done,
+  // so a configuration that ends sessions early is charged for the turns they never sent
+  // (-1: no agentic jobs, or a job whose plan is unknown).
+  int64_t turns_planned = 0;
+  int64_t turns_unsent = 0;
+  double planned_goodput = -1;
   Distribution job_completion;       // modelled seconds, completed jobs
   std::vector<double> turn_mean_e2e;  // index t-1: mean E2E of turn t
   std::vector<double> turn_p50_e2e;

@@ -51,6 +51,7 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kGoodput:
     case SweepFigure::kShedShare:
     case SweepFigure::kJobsDone:
+    case SweepFigure::kPlannedGoodput:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
@@ -99,7 +100,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kJobsDone) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kPlannedGoodput) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -122,6 +123,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kGaveUp, "gave_up", "gave up"},
       {SweepFigure::kJobMean, "job_mean_s", "job mean"},
       {SweepFigure::kJobsDone, "jobs_done", "jobs done"},
+      {SweepFigure::kPlannedGoodput, "planned_goodput", "goodput of planned"},
   }};
   return kFigures;
 }
@@ -159,6 +161,8 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
     v[Index(SweepFigure::kJobsDone)] =
         static_cast<double>(summary.jobs_ok) / static_cast<double>(summary.jobs);
   }
+  if (summary.planned_goodput >= 0)
+    v[Index(SweepFigure::kPlannedGoodput)] = summary.planned_goodput;
   return v;
 }
 
@@ -403,7 +407,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "met another error once sent and gave up were abandoned at the client's "
                   "timeout; jobs done: the share of agentic jobs that completed (a job "
                   "whose turn was shed past its client's retries sends no more, which "
-                  "goodput does not count).\n\n");
+                  "goodput does not count); goodput of planned: the turns that met their "
+                  "SLOs over the turns the agentic jobs planned, those never sent "
+                  "included.\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
   for (const SweepFigureInfo& f : SweepFigures()) {

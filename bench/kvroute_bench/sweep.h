@@ -77,8 +77,12 @@ enum class SweepFigure {
   // Share of the agentic jobs that completed, 0..1: a job whose turn was shed past its
   // client's retries sends no more turns, which goodput (a share of the turns sent) omits.
   kJobsDone,
+  // Turns that met their SLOs over the turns the agentic jobs planned, 0..1 (RunSummary::
+  // planned_goodput): goodput that charges a configuration for the turns of the sessions
+  // it ended.
+  kPlannedGoodput,
 };
-inline constexpr size_t kSweepFigureCount = 18;
+inline constexpr size_t kSweepFigureCount = 19;
 
 struct SweepFigureInfo {
   SweepFigure figure;

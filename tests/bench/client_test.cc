@@ -319,6 +319,7 @@ TEST(RunnerTest, AgenticJobsAgainstFakeServer) {
   for (const JobRecord& j : r->jobs) {
     EXPECT_TRUE(j.ok);
     EXPECT_EQ(j.turn_e2e.size(), 3u);
+    EXPECT_EQ(j.planned_turns, 3);
     EXPECT_GE(j.t_done, j.t_arrival);
   }
   for (const RequestRecord& q : r->requests) {
@@ -487,10 +488,17 @@ TEST(RunnerTest, ClosedLoopJobsEndAtAShedTurn) {
     EXPECT_EQ(q.outcome(), RequestOutcome::kShed);
     EXPECT_DOUBLE_EQ(q.retry_after_s, 3);
   }
-  for (const JobRecord& j : r->jobs) EXPECT_FALSE(j.ok);
+  for (const JobRecord& j : r->jobs) {
+    EXPECT_FALSE(j.ok);
+    EXPECT_EQ(j.planned_turns, 3);
+  }
   ASSERT_FALSE(progress.empty());
   EXPECT_NE(progress.back().find(absl::StrCat(planned, " shed")), std::string::npos)
       << progress.back();
+  // The two turns each job never sent count against goodput of the planned turns.
+  const RunSummary s = Summarize(*r);
+  EXPECT_EQ(s.turns_planned, static_cast<int64_t>(planned * 3));
+  EXPECT_EQ(s.turns_unsent, static_cast<int64_t>(planned * 2));
 }
 
 TEST(RunnerTest, OpenLoopSendsEveryTurnWithoutSessionIds) {
@@ -507,6 +515,7 @@ TEST(RunnerTest, OpenLoopSendsEveryTurnWithoutSessionIds) {
   for (const JobRecord& j : r->jobs) {
     EXPECT_FALSE(j.ok);
     EXPECT_EQ(j.turn_e2e, std::vector<double>(3, -1));
+    EXPECT_EQ(j.planned_turns, 3);
   }
   EXPECT_FALSE(r->session_ids);
   EXPECT_DOUBLE_EQ(r->open_loop_turn_s, 0.001);
@@ -523,6 +532,7 @@ TEST(RunnerTest, OpenLoopSendsEveryTurnWithoutSessionIds) {
   const RunSummary s = Summarize(*r);
   EXPECT_EQ(s.shed, static_cast<int64_t>(jobs.size() * 3));
   EXPECT_DOUBLE_EQ(s.shed_share, 1);
+  EXPECT_EQ(s.turns_unsent, 0);
   EXPECT_EQ(s.served + s.failed + s.gave_up, 0);
 }
 
@@ -604,6 +614,12 @@ TEST(RunnerTest, AClosedLoopTurnShedIsSentAgainAfterItsRetryAfter) {
     }
   }
   EXPECT_EQ(r->shed_retries, 1);
+  // Goodput counts both attempts of a turn, goodput of the planned turns the turn once.
+  const RunSummary s = Summarize(*r);
+  EXPECT_EQ(s.turns_planned, static_cast<int64_t>(r->requests.size() / 2));
+  EXPECT_EQ(s.turns_unsent, 0);
+  ASSERT_GE(s.classes.front().goodput, 0);
+  EXPECT_DOUBLE_EQ(s.planned_goodput, 2 * s.classes.front().goodput);
 }
 
 }  // namespace kvroute::bench

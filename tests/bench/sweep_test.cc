@@ -136,6 +136,19 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_DOUBLE_EQ(SweepFiguresOf(Summarize(jobs))[Index(SweepFigure::kJobMean)], 6);
   // Two of the three completed.
   EXPECT_DOUBLE_EQ(SweepFiguresOf(Summarize(jobs))[Index(SweepFigure::kJobsDone)], 2.0 / 3);
+  // Their plans unknown: no goodput of planned turns.
+  EXPECT_TRUE(std::isnan(SweepFiguresOf(Summarize(jobs))[Index(SweepFigure::kPlannedGoodput)]));
+  // Planned: 5 turns each, the third job ended after 2 sent; the two dropped jobs planned
+  // 4 turns between them. The 3 turns that met their SLOs over the 19 planned.
+  jobs.jobs[0].turn_e2e.assign(5, 1);
+  jobs.jobs[1].turn_e2e.assign(5, 1);
+  jobs.jobs[2].turn_e2e = {1, -1};
+  for (JobRecord& j : jobs.jobs) j.planned_turns = 5;
+  jobs.dropped_turns = 4;
+  const RunSummary planned = Summarize(jobs);
+  EXPECT_EQ(planned.turns_planned, 19);
+  EXPECT_EQ(planned.turns_unsent, 3 + 4);
+  EXPECT_DOUBLE_EQ(SweepFiguresOf(planned)[Index(SweepFigure::kPlannedGoodput)], 3.0 / 19);
 
   // Shed and given-up requests are counted apart, and are errors too.
   RunResult overload = run;
