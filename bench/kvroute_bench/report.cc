@@ -87,6 +87,8 @@ json::object SummaryJson(const RunSummary& s) {
         {"slo_requests", c.slo_requests},
         {"slo_met", c.slo_met},
         {"goodput", NonNegative(c.goodput)},
+        {"missed",
+         json::object{{"floor", c.missed_floor}, {"wait", c.missed_wait}, {"tpot", c.missed_tpot}}},
         {"ttft_prediction",
          json::object{{"n", c.predicted},
                       {"abs_error_p50", NonNegative(c.prediction_abs_error_p50)},
@@ -231,9 +233,25 @@ std::vector<std::vector<std::string>> OffloadRows(const Report& report,
 }
 
 std::vector<std::string> ClassHeader() {
-  return {"config",   "class",    "n",        "TTFT p50", "TTFT p90",     "TTFT p99",
-          "TPOT p50", "TPOT p90", "TPOT p99", "E2E p50",  "E2E p90",      "E2E p99",
-          "ITL p50",  "ITL p99",  "streams",  "stalled",  "SLO met / of", "goodput"};
+  return {"config",
+          "class",
+          "n",
+          "TTFT p50",
+          "TTFT p90",
+          "TTFT p99",
+          "TPOT p50",
+          "TPOT p90",
+          "TPOT p99",
+          "E2E p50",
+          "E2E p90",
+          "E2E p99",
+          "ITL p50",
+          "ITL p99",
+          "streams",
+          "stalled",
+          "SLO met / of",
+          "goodput",
+          "missed: floor / wait / TPOT"};
 }
 
 std::vector<std::vector<std::string>> ClassRows(const Report& report,
@@ -248,7 +266,9 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
            FormatSeconds(c.e2e.p90), FormatSeconds(c.e2e.p99), FormatSeconds(c.itl_p50),
            FormatSeconds(c.itl_p99), absl::StrCat(c.streams), Percent(c.stalled_stream_share),
            c.goodput >= 0 ? absl::StrCat(c.slo_met, " / ", c.slo_requests) : "-",
-           Percent(c.goodput)});
+           Percent(c.goodput),
+           c.goodput >= 0 ? absl::StrCat(c.missed_floor, " / ", c.missed_wait, " / ", c.missed_tpot)
+                          : "-"});
     }
   }
   return rows;

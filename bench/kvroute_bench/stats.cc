@@ -118,6 +118,7 @@ RunSummary Summarize(const RunResult& run) {
     int64_t n = 0;
     int64_t streams = 0, stalled = 0;
     int64_t slo_requests = 0, slo_met = 0;
+    int64_t missed_floor = 0, missed_wait = 0, missed_tpot = 0;
   };
   Samples all;
   std::map<std::pair<int, std::string>, Samples> by_class;
@@ -148,6 +149,20 @@ RunSummary Summarize(const RunResult& run) {
     if (ttft_slo > 0) {
       ++c.slo_requests;
       c.slo_met += met ? 1 : 0;
+    }
+    // A served miss: its compute alone past the TTFT SLO, its wait, or its TPOT.
+    if (ttft_slo > 0 && r.ok() && r.ttft >= 0 && !met) {
+      const bool floor_past = r.compute_floor_s >= 0 && r.compute_floor_s / scale > ttft_slo;
+      const bool ttft_past = r.ttft / scale > ttft_slo;
+      for (Samples* x : {&all, &c}) {
+        if (floor_past) {
+          ++x->missed_floor;
+        } else if (ttft_past) {
+          ++x->missed_wait;
+        } else {
+          ++x->missed_tpot;
+        }
+      }
     }
     switch (r.outcome()) {
       case RequestOutcome::kOk:
@@ -278,6 +293,9 @@ RunSummary Summarize(const RunResult& run) {
     }
     c.slo_requests = x.slo_requests;
     c.slo_met = x.slo_met;
+    c.missed_floor = x.missed_floor;
+    c.missed_wait = x.missed_wait;
+    c.missed_tpot = x.missed_tpot;
     if (any_slo_class && x.slo_requests > 0 && (klass == "ALL" || TtftSlo(run.slo, klass) > 0)) {
       c.goodput = static_cast<double>(x.slo_met) / static_cast<double>(x.slo_requests);
     }

@@ -82,6 +82,13 @@ struct ClassSummary {
   int64_t slo_requests = 0;
   int64_t slo_met = 0;
   double goodput = -1;
+  // The successful requests that missed, by why: missed_floor, the compute floor alone
+  // (RequestRecord::compute_floor_s: the uncached tokens it found, prefilled on an idle
+  // instance) is past the TTFT SLO, so only a larger cache hit could have met it;
+  // missed_wait, the floor is within it (or unknown) and the TTFT is not: queueing,
+  // admission, a shed turn's retries, steps shared with other requests; missed_tpot, the
+  // TTFT is within it and the TPOT is not.
+  int64_t missed_floor = 0, missed_wait = 0, missed_tpot = 0;
 };
 
 struct RunSummary {

@@ -607,6 +607,41 @@ TEST(SummaryTest, GoodputItlStallsAndTheHeavySplit) {
   EXPECT_DOUBLE_EQ(s.transferred_bytes, 1e7);
 }
 
+TEST(SummaryTest, ServedMissesSplitByFloorWaitAndTpot) {
+  RunResult run = SloRun();
+  // A WARM turn whose uncached tokens alone take 3 s: past its 2 s SLO wherever it waited.
+  RequestRecord recompute = Req("WARM", 0.4, 0.5, 40000, 10000);
+  recompute.compute_floor_s = 0.3;
+  run.requests.push_back(recompute);
+  const RunSummary s = Summarize(run);
+  const ClassSummary& warm = ClassOf(s, "WARM");
+  const ClassSummary& heavy = ClassOf(s, "HEAVY");
+  const ClassSummary& all = ClassOf(s, "ALL");
+  // WARM: the 3 s TTFT without a floor waited, the 0.2 s TPOT missed on TPOT, the recompute
+  // missed on its floor; HEAVY: 40 s against a 10 s floor waited, the failure is no served
+  // miss.
+  EXPECT_EQ(warm.missed_floor, 1);
+  EXPECT_EQ(warm.missed_wait, 1);
+  EXPECT_EQ(warm.missed_tpot, 1);
+  EXPECT_EQ(heavy.missed_floor, 0);
+  EXPECT_EQ(heavy.missed_wait, 1);
+  EXPECT_EQ(heavy.missed_tpot, 0);
+  EXPECT_EQ(all.missed_floor + all.missed_wait + all.missed_tpot, 4);
+  EXPECT_EQ(all.missed_wait, 2);
+  // Every request of a class is met, a served miss, or unsuccessful.
+  EXPECT_EQ(heavy.slo_met + heavy.missed_floor + heavy.missed_wait + heavy.missed_tpot + 1,
+            heavy.slo_requests);
+  Report report;
+  report.runs = {run};
+  EXPECT_NE(ReportMarkdown(report).find("| 1 / 4 | 25.0% | 1 / 1 / 1 |"), std::string::npos);
+  const json::value j = ReportJson(report);
+  const json::value& missed =
+      j.at("runs").as_array()[0].at("summary").at("classes").at("WARM").at("missed");
+  EXPECT_EQ(missed.at("floor").as_int64(), 1);
+  EXPECT_EQ(missed.at("wait").as_int64(), 1);
+  EXPECT_EQ(missed.at("tpot").as_int64(), 1);
+}
+
 TEST(SummaryTest, NoGoodputWithoutClasses) {
   RunResult run = SloRun();
   for (RequestRecord& r : run.requests) r.klass.clear();
