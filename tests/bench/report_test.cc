@@ -620,14 +620,13 @@ TEST(SummaryTest, ServedMissesSplitByFloorWaitAndTpot) {
   // WARM: the 3 s TTFT without a floor waited, the 0.2 s TPOT missed on TPOT, the recompute
   // missed on its floor; HEAVY: 40 s against a 10 s floor waited, the failure is no served
   // miss.
-  EXPECT_EQ(warm.missed_floor, 1);
-  EXPECT_EQ(warm.missed_wait, 1);
-  EXPECT_EQ(warm.missed_tpot, 1);
-  EXPECT_EQ(heavy.missed_floor, 0);
-  EXPECT_EQ(heavy.missed_wait, 1);
-  EXPECT_EQ(heavy.missed_tpot, 0);
-  EXPECT_EQ(all.missed_floor + all.missed_wait + all.missed_tpot, 4);
-  EXPECT_EQ(all.missed_wait, 2);
+  using Missed = std::tuple<int64_t, int64_t, int64_t>;  // floor, wait, TPOT
+  auto missed = [](const ClassSummary& c) {
+    return Missed{c.missed_floor, c.missed_wait, c.missed_tpot};
+  };
+  EXPECT_EQ(missed(warm), (Missed{1, 1, 1}));
+  EXPECT_EQ(missed(heavy), (Missed{0, 1, 0}));
+  EXPECT_EQ(missed(all), (Missed{1, 2, 1}));
   // Every request of a class is met, a served miss, or unsuccessful.
   EXPECT_EQ(heavy.slo_met + heavy.missed_floor + heavy.missed_wait + heavy.missed_tpot + 1,
             heavy.slo_requests);
@@ -635,11 +634,11 @@ TEST(SummaryTest, ServedMissesSplitByFloorWaitAndTpot) {
   report.runs = {run};
   EXPECT_NE(ReportMarkdown(report).find("| 1 / 4 | 25.0% | 1 / 1 / 1 |"), std::string::npos);
   const json::value j = ReportJson(report);
-  const json::value& missed =
+  const json::value& in_json =
       j.at("runs").as_array()[0].at("summary").at("classes").at("WARM").at("missed");
-  EXPECT_EQ(missed.at("floor").as_int64(), 1);
-  EXPECT_EQ(missed.at("wait").as_int64(), 1);
-  EXPECT_EQ(missed.at("tpot").as_int64(), 1);
+  EXPECT_EQ(in_json.at("floor").as_int64(), 1);
+  EXPECT_EQ(in_json.at("wait").as_int64(), 1);
+  EXPECT_EQ(in_json.at("tpot").as_int64(), 1);
 }
 
 TEST(SummaryTest, NoGoodputWithoutClasses) {
