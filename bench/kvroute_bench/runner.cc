@@ -375,7 +375,7 @@ class Run {
     net::steady_timer tool_timer(io_);
     int64_t prev_prompt = -1, prev_completion = -1;
     bool ok = true;
-    const int turns = static_cast<int>(PlanAgenticTurns(a, job.id).size());
+    const auto turns = static_cast<int>(result_.jobs[job_index].planned_turns);
     for (int turn = 1; turn <= turns; ++turn) {
       RequestRecord rec;
       rec.job = job.id;

@@ -161,8 +161,9 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
     v[Index(SweepFigure::kJobsDone)] =
         static_cast<double>(summary.jobs_ok) / static_cast<double>(summary.jobs);
   }
-  if (summary.planned_goodput >= 0)
+  if (summary.planned_goodput >= 0) {
     v[Index(SweepFigure::kPlannedGoodput)] = summary.planned_goodput;
+  }
   return v;
 }
 
