@@ -41,13 +41,36 @@ std::string TimeUnitNote(const Report& report) {
 // Rows shared by the markdown and HTML tables.
 // Kept in step with SummaryRow; SummaryTable picks its columns from both by these names.
 std::vector<std::string> SummaryHeader() {
-  return {"config",    "requests",         "errors",       "served",         "shed",
-          "failed",    "gave up",          "offloads",     "prefix hit",
-          "hit bound", "pooled-LRU yardstick", "hit / pooled", "TTFT p50",       "TTFT p90",
-          "TTFT p99",  "TPOT p50",         "TPOT p99",     "E2E p50",        "E2E p99",
-          "HEAVY n",   "HEAVY TTFT p99",   "job p50",      "job mean",       "T8/T1",
+  return {"config",
+          "requests",
+          "errors",
+          "served",
+          "shed",
+          "failed",
+          "gave up",
+          "offloads",
+          "prefix hit",
+          "hit bound",
+          "pooled-LRU yardstick",
+          "hit / pooled",
+          "TTFT p50",
+          "TTFT p90",
+          "TTFT p99",
+          "TPOT p50",
+          "TPOT p99",
+          "E2E p50",
+          "E2E p99",
+          "HEAVY n",
+          "HEAVY TTFT p99",
+          "job p50",
+          "job mean",
+          "T8/T1",
           "KV mean",
-          "GPU busy",  "goodput",          "ITL p99",      "stalled streams"};
+          "GPU busy",
+          "queued (KV full)",
+          "goodput",
+          "ITL p99",
+          "stalled streams"};
 }
 
 std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
@@ -79,6 +102,9 @@ std::vector<std::string> SummaryRow(const RunResult& r, const RunSummary& s) {
           s.t8_over_t1 >= 0 ? absl::StrFormat("%.2f", s.t8_over_t1) : "-",
           Percent(s.mean_kv_usage),
           Percent(s.mean_gpu_busy),
+          s.queued_share >= 0
+              ? absl::StrCat(Percent(s.queued_share), " (", Percent(s.queued_kv_full_share), ")")
+              : "-",
           Percent(all.goodput),
           FormatSeconds(all.itl_p99),
           Percent(all.stalled_stream_share)};

@@ -120,6 +120,9 @@ json::object SummaryJson(const RunSummary& s) {
   o["mean_kv_usage"] = s.mean_kv_usage >= 0 ? json::value(s.mean_kv_usage) : nullptr;
   o["max_kv_usage"] = s.max_kv_usage >= 0 ? json::value(s.max_kv_usage) : nullptr;
   o["mean_gpu_busy"] = s.mean_gpu_busy >= 0 ? json::value(s.mean_gpu_busy) : nullptr;
+  o["queued_share"] = s.queued_share >= 0 ? json::value(s.queued_share) : nullptr;
+  o["queued_kv_full_share"] =
+      s.queued_kv_full_share >= 0 ? json::value(s.queued_kv_full_share) : nullptr;
   return o;
 }
 

@@ -361,8 +361,15 @@ RunSummary Summarize(const RunResult& run) {
 
   // Instances.
   double kv_sum = 0, busy_sum = 0;
-  int64_t kv_n = 0, busy_n = 0;
+  int64_t kv_n = 0, busy_n = 0, queue_n = 0, queued = 0, queued_kv_full = 0;
   for (const InstanceSample& x : run.samples) {
+    if (x.kv_usage >= 0 && x.waiting >= 0) {
+      ++queue_n;
+      if (x.waiting > 0) {
+        ++queued;
+        if (x.kv_usage >= kKvFullUsage) ++queued_kv_full;
+      }
+    }
     if (x.kv_usage >= 0) {
       kv_sum += x.kv_usage;
       ++kv_n;
@@ -375,6 +382,10 @@ RunSummary Summarize(const RunResult& run) {
   }
   if (kv_n > 0) s.mean_kv_usage = kv_sum / static_cast<double>(kv_n);
   if (busy_n > 0) s.mean_gpu_busy = busy_sum / static_cast<double>(busy_n);
+  if (queue_n > 0) {
+    s.queued_share = static_cast<double>(queued) / static_cast<double>(queue_n);
+    s.queued_kv_full_share = static_cast<double>(queued_kv_full) / static_cast<double>(queue_n);
+  }
   return s;
 }
 

@@ -154,7 +154,21 @@ struct RunSummary {
   double mean_kv_usage = -1;
   double max_kv_usage = -1;
   double mean_gpu_busy = -1;
+  // Where requests queued, over the instance samples that read both the KV usage and the
+  // waiting gauge: the share with a request waiting, and the share with a request waiting
+  // while at least kKvFullUsage of the KV was in use (-1: no such sample). A request that
+  // waits with the pool that full waits for memory; one that waits with room left waits for
+  // the engine's token budget, behind other requests' prefills (or for a reload). The
+  // difference tells a memory-bound fleet, which more KV (a tier, more instances) relieves,
+  // from a compute-bound one, which only more compute relieves.
+  double queued_share = -1;
+  double queued_kv_full_share = -1;
 };
+
+// The KV usage (vllm:kv_cache_usage_perc, blocks held by requests) at which a waiting
+// request counts as waiting for memory: 5 % of an H20 instance's 225,600-token pool is
+// 11K tokens, less than a returning agent turn's reload of its prefix.
+inline constexpr double kKvFullUsage = 0.95;
 
 RunSummary Summarize(const RunResult& run);
 

@@ -52,6 +52,8 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kShedShare:
     case SweepFigure::kJobsDone:
     case SweepFigure::kPlannedGoodput:
+    case SweepFigure::kQueued:
+    case SweepFigure::kQueuedKvFull:
       return absl::StrFormat("%.1f%%", v * 100);
     case SweepFigure::kRequests:
     case SweepFigure::kOffloads:
@@ -100,7 +102,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kPlannedGoodput) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kQueuedKvFull) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -124,6 +126,8 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kJobMean, "job_mean_s", "job mean"},
       {SweepFigure::kJobsDone, "jobs_done", "jobs done"},
       {SweepFigure::kPlannedGoodput, "planned_goodput", "goodput of planned"},
+      {SweepFigure::kQueued, "queued_share", "queued"},
+      {SweepFigure::kQueuedKvFull, "queued_kv_full_share", "queued, KV full"},
   }};
   return kFigures;
 }
@@ -163,6 +167,10 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   }
   if (summary.planned_goodput >= 0) {
     v[Index(SweepFigure::kPlannedGoodput)] = summary.planned_goodput;
+  }
+  if (summary.queued_share >= 0) {
+    v[Index(SweepFigure::kQueued)] = summary.queued_share;
+    v[Index(SweepFigure::kQueuedKvFull)] = summary.queued_kv_full_share;
   }
   return v;
 }

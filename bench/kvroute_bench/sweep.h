@@ -81,8 +81,13 @@ enum class SweepFigure {
   // planned_goodput): goodput that charges a configuration for the turns of the sessions
   // it ended.
   kPlannedGoodput,
+  // Shares of the instance samples with a request waiting, and with one waiting while the
+  // KV was full, 0..1 (RunSummary::queued_share, queued_kv_full_share): waits for compute
+  // against waits for memory.
+  kQueued,
+  kQueuedKvFull,
 };
-inline constexpr size_t kSweepFigureCount = 19;
+inline constexpr size_t kSweepFigureCount = 21;
 
 struct SweepFigureInfo {
   SweepFigure figure;

@@ -127,6 +127,35 @@ TEST(SummaryTest, FixedInputs) {
   EXPECT_DOUBLE_EQ(s.max_kv_usage, 0.6);
 }
 
+TEST(SummaryTest, QueuedSplitsWaitsForMemoryFromWaitsForCompute) {
+  RunResult run = FixedRun("v1", 1.0);
+  // FixedRun: three samples, one with a request waiting at 60 % KV (a wait for compute).
+  EXPECT_DOUBLE_EQ(Summarize(run).queued_share, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(Summarize(run).queued_kv_full_share, 0);
+  run.samples.push_back({.t = 3, .instance = "gpu1", .kv_usage = kKvFullUsage, .waiting = 2});
+  run.samples.push_back({.t = 4, .instance = "gpu1", .kv_usage = 0.99, .waiting = 0});
+  // No waiting gauge: neither a wait nor its absence.
+  run.samples.push_back({.t = 5, .instance = "gpu1", .kv_usage = 0.99});
+  const RunSummary s = Summarize(run);
+  EXPECT_DOUBLE_EQ(s.queued_share, 2.0 / 5);
+  EXPECT_DOUBLE_EQ(s.queued_kv_full_share, 1.0 / 5);
+  Report report;
+  report.runs = {run};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("| GPU busy | queued (KV full) | goodput |"), std::string::npos);
+  EXPECT_NE(md.find("| 40.0% (20.0%) |"), std::string::npos);
+  const json::value j = ReportJson(report);
+  const json::object& summary = j.at("runs").as_array()[0].at("summary").as_object();
+  EXPECT_DOUBLE_EQ(summary.at("queued_share").as_double(), 0.4);
+  EXPECT_DOUBLE_EQ(summary.at("queued_kv_full_share").as_double(), 0.2);
+  // Without samples there is nothing to split.
+  run.samples.clear();
+  EXPECT_EQ(Summarize(run).queued_share, -1);
+  report.runs = {run};
+  EXPECT_TRUE(
+      ReportJson(report).at("runs").as_array()[0].at("summary").at("queued_share").is_null());
+}
+
 TEST(SummaryTest, ReportsModelledSecondsUnderATimeScale) {
   const RunSummary a = Summarize(FixedRun("a", 1.0));
   const RunSummary b = Summarize(FixedRun("b", 0.05));

@@ -149,6 +149,16 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_EQ(planned.turns_planned, 19);
   EXPECT_EQ(planned.turns_unsent, 3 + 4);
   EXPECT_DOUBLE_EQ(SweepFiguresOf(planned)[Index(SweepFigure::kPlannedGoodput)], 3.0 / 19);
+  // No instance samples: no queue split; with them, the shares of samples.
+  EXPECT_TRUE(std::isnan(v[Index(SweepFigure::kQueued)]));
+  RunResult sampled = run;
+  sampled.samples = {{.t = 0, .instance = "gpu0", .kv_usage = 0.97, .waiting = 1},
+                     {.t = 0, .instance = "gpu1", .kv_usage = 0.5, .waiting = 3},
+                     {.t = 1, .instance = "gpu0", .kv_usage = 0.5, .waiting = 0},
+                     {.t = 1, .instance = "gpu1", .kv_usage = 0.5, .waiting = 0}};
+  const SweepFigureValues q = SweepFiguresOf(Summarize(sampled));
+  EXPECT_DOUBLE_EQ(q[Index(SweepFigure::kQueued)], 0.5);
+  EXPECT_DOUBLE_EQ(q[Index(SweepFigure::kQueuedKvFull)], 0.25);
 
   // Shed and given-up requests are counted apart, and are errors too.
   RunResult overload = run;
