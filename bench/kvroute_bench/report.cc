@@ -232,10 +232,15 @@ std::string SloNote(const Report& report) {
       "failed and given-up requests, dropped arrivals and unsuccessful requests without a "
       "class count as misses, successful requests without a class are left out. Served = "
       "succeeded; shed = answered 429 before any stream (share of requests sent); failed = "
-      "any other error once sent; gave up = abandoned at the client's timeout. ITL = every gap between consecutive streamed text chunks "
+      "any other error once sent; gave up = abandoned at the client's timeout. ITL = every gap "
+      "between consecutive streamed text chunks "
       "(from a bounded log histogram, within 1.2%%); a stream is stalled when a gap exceeds "
-      "%gs.",
-      slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS);
+      "%gs. Queued = share of the instances' /metrics samples with a request waiting; KV "
+      "full = of all samples, those with one waiting while at least %.0f%% of the KV was in "
+      "use (a wait for blocks; with room left the wait is for compute, a recompute of an "
+      "evicted prefix included).",
+      slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS,
+      kKvFullUsage * 100);
 }
 
 constexpr char kKvHeatMapNote[] =
@@ -408,6 +413,35 @@ constexpr const char* kPromptSourceNote =
     "less the pool's (P/D pulls count there too). Shown when the engines publish them "
     "(kvroute-sim with --kv-offloading-size or --kv-pool-size).";
 
+constexpr const char* kSessionTurnNote =
+    "Each agent session's served turns against its previous served turn (X-Kvroute-Backend; "
+    "an offloaded turn's decode instance): at home on the same instance, where the session's "
+    "KV is (in the GPU or a host tier), or moved to another, which prefills the context again "
+    "unless it holds it. Turns / prompt tokens computed (prompt less cached; all of an "
+    "offloaded turn's prompt).";
+
+std::vector<std::string> SessionTurnHeader() {
+  return {"config", "first turns", "at home", "moved", "computed by moved turns"};
+}
+
+std::vector<std::vector<std::string>> SessionTurnRows(const Report& report,
+                                                      const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const SessionTurns& t = sums[i].session_turns;
+    if (!t.known()) continue;
+    auto cell = [](const TurnKind& k) {
+      return absl::StrFormat("%d / %d", k.turns, k.computed_tokens);
+    };
+    const int64_t computed = t.computed_tokens();
+    rows.push_back({report.runs[i].name, cell(t.first), cell(t.home), cell(t.moved),
+                    computed > 0 ? Percent(static_cast<double>(t.moved.computed_tokens) /
+                                           static_cast<double>(computed))
+                                 : "-"});
+  }
+  return rows;
+}
+
 std::string ReportMarkdown(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
   std::string out = absl::StrCat("# ", report.title, "\n\n");
@@ -437,6 +471,10 @@ std::string ReportMarkdown(const Report& report) {
   if (const auto src = PromptSourceRows(report); !src.empty()) {
     absl::StrAppend(&out, "\n## Prompt tokens by source\n\n",
                     MarkdownTable(PromptSourceHeader(), src), "\n", kPromptSourceNote, "\n");
+  }
+  if (const auto turns = SessionTurnRows(report, sums); !turns.empty()) {
+    absl::StrAppend(&out, "\n## Session turns: at home or moved\n\n",
+                    MarkdownTable(SessionTurnHeader(), turns), "\n", kSessionTurnNote, "\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",

@@ -120,6 +120,16 @@ json::object SummaryJson(const RunSummary& s) {
   o["mean_kv_usage"] = s.mean_kv_usage >= 0 ? json::value(s.mean_kv_usage) : nullptr;
   o["max_kv_usage"] = s.max_kv_usage >= 0 ? json::value(s.max_kv_usage) : nullptr;
   o["mean_gpu_busy"] = s.mean_gpu_busy >= 0 ? json::value(s.mean_gpu_busy) : nullptr;
+  if (s.session_turns.known()) {
+    auto kind = [](const TurnKind& k) {
+      return json::object{{"turns", k.turns}, {"computed_tokens", k.computed_tokens}};
+    };
+    o["session_turns"] = json::object{{"first", kind(s.session_turns.first)},
+                                      {"home", kind(s.session_turns.home)},
+                                      {"moved", kind(s.session_turns.moved)}};
+  } else {
+    o["session_turns"] = nullptr;
+  }
   o["queued_share"] = s.queued_share >= 0 ? json::value(s.queued_share) : nullptr;
   o["queued_kv_full_share"] =
       s.queued_kv_full_share >= 0 ? json::value(s.queued_kv_full_share) : nullptr;

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/kvroute_bench/records.h"
+#include "bench/kvroute_bench/session_turns.h"
 
 namespace kvroute::bench {
 
@@ -157,12 +158,15 @@ struct RunSummary {
   // Where requests queued, over the instance samples that read both the KV usage and the
   // waiting gauge: the share with a request waiting, and the share with a request waiting
   // while at least kKvFullUsage of the KV was in use (-1: no such sample). A request that
-  // waits with the pool that full waits for memory; one that waits with room left waits for
-  // the engine's token budget, behind other requests' prefills (or for a reload). The
-  // difference tells a memory-bound fleet, which more KV (a tier, more instances) relieves,
-  // from a compute-bound one, which only more compute relieves.
+  // waits with the pool that full waits for blocks that running requests hold; one that
+  // waits with room left waits for the engine's token budget, behind other requests'
+  // prefills (or for a reload). Memory pressure that evicts prefixes shows in the second
+  // kind, as recomputes (prompt tokens by source): the split tells whether requests wait
+  // for memory itself, not whether memory costs compute.
   double queued_share = -1;
   double queued_kv_full_share = -1;
+  // Agent sessions' served turns: first, at home, moved (session_turns.h).
+  SessionTurns session_turns;
 };
 
 // The KV usage (vllm:kv_cache_usage_perc, blocks held by requests) at which a waiting

@@ -62,7 +62,10 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kShed:
     case SweepFigure::kFailed:
     case SweepFigure::kGaveUp:
+    case SweepFigure::kMovedTurns:
       return absl::StrFormat("%g", v);
+    case SweepFigure::kComputedTokens:
+      return v >= 1e6 ? absl::StrFormat("%.2fM", v / 1e6) : absl::StrFormat("%.0f", v);
     default:
       return FormatSeconds(v);
   }
@@ -102,7 +105,7 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kQueuedKvFull) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kMovedTurns) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -128,6 +131,8 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kPlannedGoodput, "planned_goodput", "goodput of planned"},
       {SweepFigure::kQueued, "queued_share", "queued"},
       {SweepFigure::kQueuedKvFull, "queued_kv_full_share", "queued, KV full"},
+      {SweepFigure::kComputedTokens, "computed_tokens", "computed"},
+      {SweepFigure::kMovedTurns, "moved_turns", "moved turns"},
   }};
   return kFigures;
 }
@@ -167,6 +172,13 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   }
   if (summary.planned_goodput >= 0) {
     v[Index(SweepFigure::kPlannedGoodput)] = summary.planned_goodput;
+  }
+  if (summary.prompt_tokens > 0) {
+    v[Index(SweepFigure::kComputedTokens)] =
+        static_cast<double>(summary.prompt_tokens - summary.cached_tokens);
+  }
+  if (summary.session_turns.known()) {
+    v[Index(SweepFigure::kMovedTurns)] = static_cast<double>(summary.session_turns.moved.turns);
   }
   if (summary.queued_share >= 0) {
     v[Index(SweepFigure::kQueued)] = summary.queued_share;

@@ -86,8 +86,13 @@ enum class SweepFigure {
   // against waits for memory.
   kQueued,
   kQueuedKvFull,
+  // Prompt tokens the fleet computed (prompt less cached, over successful requests; all of
+  // an offloaded request's), and the agent sessions' turns served away from the instance of
+  // their previous turn (RunSummary::session_turns).
+  kComputedTokens,
+  kMovedTurns,
 };
-inline constexpr size_t kSweepFigureCount = 21;
+inline constexpr size_t kSweepFigureCount = 23;
 
 struct SweepFigureInfo {
   SweepFigure figure;

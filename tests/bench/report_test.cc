@@ -16,6 +16,7 @@
 #include "bench/kvroute_bench/metrics_sampler.h"
 #include "bench/kvroute_bench/stats.h"
 #include "bench/kvroute_bench/svg_chart.h"
+#include "bench/kvroute_bench/sweep.h"
 #include "proxy/config.h"
 
 namespace kvroute::bench {
@@ -154,6 +155,67 @@ TEST(SummaryTest, QueuedSplitsWaitsForMemoryFromWaitsForCompute) {
   report.runs = {run};
   EXPECT_TRUE(
       ReportJson(report).at("runs").as_array()[0].at("summary").at("queued_share").is_null());
+}
+
+TEST(SessionTurnsTest, SplitsFirstHomeAndMovedTurns) {
+  auto turn = [](int64_t job, int t, std::string backend, int64_t prompt, int64_t cached) {
+    RequestRecord r = Req("WARM", 0.1, 0.2, prompt, cached, std::move(backend));
+    r.job = job;
+    r.turn = t;
+    return r;
+  };
+  RunResult run;
+  run.name = "v";
+  RequestRecord shed = turn(1, 4, "gpu0", 16000, 0);
+  shed.error = "429";
+  shed.http_status = 429;
+  shed.failure = RequestOutcome::kShed;
+  RequestRecord unnamed = turn(3, 1, "", 9000, 0);
+  RequestRecord trace = turn(-1, 0, "gpu0", 1000, 0);
+  run.requests = {
+      turn(1, 1, "gpu0", 10000, 0),      // first: 10000 computed
+      turn(2, 2, "gpu3", 6000, 3000),    // job 2's second turn, moved: 3000
+      turn(1, 2, "gpu0", 12000, 10000),  // home: 2000
+      turn(1, 3, "gpu1", 14000, 0),      // moved: 14000
+      shed,                              // not served: no turn
+      // Served on the retry, offloaded to gpu1: its KV ends at home; its prefill
+      // instance computed the whole prompt.
+      turn(1, 4, "gpu0->gpu1", 16000, 14000),
+      turn(2, 1, "gpu2", 5000, 0),  // job 2's first turn: 5000
+      unnamed,                      // no backend: nothing says where it ran
+      trace,                        // no session
+  };
+  const SessionTurns t = SplitSessionTurns(run.requests);
+  using Kind = std::pair<int64_t, int64_t>;  // turns, computed tokens
+  auto kind = [](const TurnKind& k) { return Kind{k.turns, k.computed_tokens}; };
+  EXPECT_EQ(kind(t.first), (Kind{2, 15000}));
+  EXPECT_EQ(kind(t.home), (Kind{2, 18000}));
+  EXPECT_EQ(kind(t.moved), (Kind{2, 17000}));
+  EXPECT_EQ(KvInstance("gpu1->gpu3"), "gpu3");
+  EXPECT_EQ(KvInstance("gpu1"), "gpu1");
+
+  Report report;
+  report.runs = {run};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("## Session turns: at home or moved"), std::string::npos);
+  EXPECT_NE(md.find("| v | 2 / 15000 | 2 / 18000 | 2 / 17000 | 34.0% |"), std::string::npos);
+  const json::value j = ReportJson(report);
+  const json::value& in_json = j.at("runs").as_array()[0].at("summary").at("session_turns");
+  EXPECT_EQ(in_json.at("moved").at("turns").as_int64(), 2);
+  EXPECT_EQ(in_json.at("home").at("computed_tokens").as_int64(), 18000);
+  // The sweep's figures: every successful request's computed tokens (the unnamed and the
+  // trace request's too; the offloaded one's cached tokens were pulled, not hits).
+  const SweepFigureValues v = SweepFiguresOf(Summarize(run));
+  EXPECT_DOUBLE_EQ(v[static_cast<size_t>(SweepFigure::kMovedTurns)], 2);
+  EXPECT_DOUBLE_EQ(v[static_cast<size_t>(SweepFigure::kComputedTokens)],
+                   15000 + 18000 + 17000 + 9000 + 1000);
+  // No agent session: no split, and the report leaves the section out.
+  run.requests = {trace};
+  EXPECT_FALSE(Summarize(run).session_turns.known());
+  report.runs = {run};
+  EXPECT_EQ(ReportMarkdown(report).find("Session turns"), std::string::npos);
+  EXPECT_TRUE(
+      ReportJson(report).at("runs").as_array()[0].at("summary").at("session_turns").is_null());
 }
 
 TEST(SummaryTest, ReportsModelledSecondsUnderATimeScale) {
