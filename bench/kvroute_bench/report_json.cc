@@ -130,9 +130,8 @@ json::object SummaryJson(const RunSummary& s) {
   } else {
     o["session_turns"] = nullptr;
   }
-  o["queued_share"] = s.queued_share >= 0 ? json::value(s.queued_share) : nullptr;
-  o["queued_kv_full_share"] =
-      s.queued_kv_full_share >= 0 ? json::value(s.queued_kv_full_share) : nullptr;
+  o["queued_share"] = NonNegative(s.queued_share);
+  o["queued_kv_full_share"] = NonNegative(s.queued_kv_full_share);
   return o;
 }
 
