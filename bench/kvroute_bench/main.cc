@@ -6,7 +6,9 @@
 //   kvroute-bench calibrate --target http://gpu-host:8000 --profile base.yaml --out fitted.yaml
 //   kvroute-bench trace-stats --workload agentic-long --fleet-kv-tokens 1804800
 //   kvroute-bench sweep --modes baseline,v1 --jps 0.25,0.5,0.75 --seeds 1,2,3 --out out/sweep
+//   kvroute-bench compare out/tier-blind-s1 out/tier-aware-s1
 #include <CLI/CLI.hpp>
+#include <boost/json/serialize.hpp>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/kvroute_bench/ablation.h"
 #include "bench/kvroute_bench/calibrate.h"
+#include "bench/kvroute_bench/compare.h"
 #include "bench/kvroute_bench/compute_floor.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
@@ -478,6 +481,24 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("--window", stats_flags.window, "START:END seconds");
   stats_cmd->add_option("--block-size", stats_flags.trace.block_size, "tokens per hash id");
 
+  // compare
+  CLI::App* cmp_cmd = app.add_subcommand(
+      "compare",
+      "two runs of one workload, figure by figure: B - A and how far resampling the "
+      "workload's sessions moves it (paired bootstrap)");
+  std::string cmp_a, cmp_b, cmp_run_a, cmp_run_b, cmp_json;
+  kb::CompareOptions cmp;
+  cmp_cmd->add_option("a", cmp_a, "run A: a report.json, or a directory with one under it")
+      ->required();
+  cmp_cmd->add_option("b", cmp_b, "run B, the same way")->required();
+  cmp_cmd->add_option("--run-a", cmp_run_a, "A's run (configuration) name, if it has several");
+  cmp_cmd->add_option("--run-b", cmp_run_b, "B's run name, if it has several");
+  cmp_cmd->add_option("--resamples", cmp.resamples, "draws of the sessions")->capture_default_str();
+  cmp_cmd->add_option("--seed", cmp.seed, "seed of the draws")->capture_default_str();
+  cmp_cmd->add_option("--confidence", cmp.confidence, "the interval's central share")
+      ->capture_default_str();
+  cmp_cmd->add_option("--json", cmp_json, "also write the comparison as JSON here");
+
   // calibrate
   CLI::App* cal_cmd = app.add_subcommand(
       "calibrate", "fit a kvroute-sim profile's timing section to one vLLM instance");
@@ -561,6 +582,22 @@ int main(int argc, char** argv) {
         static_cast<double>(input) / static_cast<double>(recs.size()),
         static_cast<long long>(output), kb::InfiniteCacheHitRatio(recs),
         static_cast<long long>(stats_flags.fleet_kv_tokens), bounds.pooled_lru_hit_ratio());
+    return 0;
+  }
+
+  if (*cmp_cmd) {
+    absl::StatusOr<kb::ComparedRun> a = kb::ReadComparedRun(cmp_a, cmp_run_a);
+    if (!a.ok()) return Fail(a.status());
+    absl::StatusOr<kb::ComparedRun> b = kb::ReadComparedRun(cmp_b, cmp_run_b);
+    if (!b.ok()) return Fail(b.status());
+    absl::StatusOr<kb::Comparison> c = kb::CompareRuns(*a, *b, cmp);
+    if (!c.ok()) return Fail(c.status());
+    std::cout << kb::ComparisonMarkdown(*c);
+    if (!cmp_json.empty()) {
+      std::ofstream out(cmp_json);
+      out << boost::json::serialize(kb::ComparisonJson(*c)) << "\n";
+      if (!out) return Fail(absl::UnavailableError(absl::StrCat("cannot write ", cmp_json)));
+    }
     return 0;
   }
 

@@ -137,12 +137,11 @@ RunSummary Summarize(const RunResult& run) {
     const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
     Samples& c = by_class[{ClassOrder(klass), klass}];
     // Goodput counts every request of a class with an SLO, and every unsuccessful request
-    // (shed, failed or given up) as a miss.
+    // (shed, failed or given up) as a miss (CountsForGoodput).
     const double ttft_slo = TtftSlo(run.slo, klass);
     if (ttft_slo > 0) any_slo_class = true;
-    const bool met = r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / scale <= ttft_slo &&
-                     (r.tpot < 0 || r.tpot / scale <= run.slo.tpot_s);
-    if (ttft_slo > 0 || !r.ok()) {
+    const bool met = MeetsSlos(r, run.slo, scale);
+    if (CountsForGoodput(r, run.slo)) {
       ++all.slo_requests;
       all.slo_met += met ? 1 : 0;
     }
@@ -395,6 +394,16 @@ double TtftSlo(const SloTargets& slo, std::string_view klass) {
   if (klass == "MEDIUM") return slo.ttft_medium_s;
   if (klass == "HEAVY") return slo.ttft_heavy_s;
   return -1;
+}
+
+bool CountsForGoodput(const RequestRecord& r, const SloTargets& slo) {
+  return !r.ok() || TtftSlo(slo, r.klass) > 0;
+}
+
+bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale) {
+  const double ttft_slo = TtftSlo(slo, r.klass);
+  return r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / time_scale <= ttft_slo &&
+         (r.tpot < 0 || r.tpot / time_scale <= slo.tpot_s);
 }
 
 absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base) {

@@ -178,6 +178,13 @@ RunSummary Summarize(const RunResult& run);
 
 // The TTFT SLO of a class (modelled seconds), -1 for a class without one.
 double TtftSlo(const SloTargets& slo, std::string_view klass);
+// Whether goodput counts `r`: every request of a class with a TTFT SLO, and every
+// unsuccessful request (a miss whatever its class).
+bool CountsForGoodput(const RequestRecord& r, const SloTargets& slo);
+// Whether `r` met its SLOs: it succeeded, its class has a TTFT SLO and its TTFT is within
+// it, and its TPOT (when it has one) is within the TPOT SLO. `time_scale`: wall seconds
+// per modelled second (RunResult::time_scale).
+bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale);
 
 // Parses --slo-ttft "warm=S,medium=S,heavy=S" (any subset, positive seconds) over `base`.
 absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base);

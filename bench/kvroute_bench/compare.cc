@@ -1,0 +1,412 @@
+#include "bench/kvroute_bench/compare.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/stats.h"
+
+namespace kvroute::bench {
+namespace json = boost::json;
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double Number(const json::object& o, std::string_view key, double otherwise) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return otherwise;
+  if (v->is_double()) return v->get_double();
+  if (v->is_int64()) return static_cast<double>(v->get_int64());
+  if (v->is_uint64()) return static_cast<double>(v->get_uint64());
+  return otherwise;  // null: unknown
+}
+
+int64_t Integer(const json::object& o, std::string_view key, int64_t otherwise) {
+  const double d = Number(o, key, static_cast<double>(otherwise));
+  return std::isfinite(d) ? static_cast<int64_t>(d) : otherwise;
+}
+
+std::string String(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+RequestOutcome OutcomeFromName(std::string_view name) {
+  if (name == "shed") return RequestOutcome::kShed;
+  if (name == "gave_up") return RequestOutcome::kGaveUp;
+  return RequestOutcome::kFailed;
+}
+
+absl::StatusOr<std::string> FindReport(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return path;
+  }
+  std::vector<std::string> found;
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().filename() == "report.json") {
+      found.push_back(it->path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found.front();
+  if (found.empty()) return absl::NotFoundError(absl::StrCat(path, ": no report.json under it"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", found.size(),
+                                                 " report.json files under it (", found.front(),
+                                                 ", ...); name one"));
+}
+
+// What one draw needs of a unit: its served TTFTs and its goodput counts, per run.
+struct UnitSide {
+  std::vector<double> ttft;  // modelled seconds
+  int64_t slo_requests = 0;
+  int64_t slo_met = 0;
+  int64_t planned_turns = 0;
+  bool present = false;
+};
+
+struct Unit {
+  UnitSide side[2];
+  bool job = false;
+};
+
+// The figures of one set of units (with multiplicity) for one run.
+struct Figures {
+  double p50 = kNaN, p90 = kNaN, p99 = kNaN, goodput = kNaN, planned = kNaN;
+};
+
+Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, int s,
+                  bool plans_known) {
+  std::vector<double> ttft;
+  int64_t slo_requests = 0, slo_met = 0, planned = 0;
+  for (size_t i : draw) {
+    const UnitSide& u = units[i].side[s];
+    ttft.insert(ttft.end(), u.ttft.begin(), u.ttft.end());
+    slo_requests += u.slo_requests;
+    slo_met += u.slo_met;
+    planned += u.planned_turns;
+  }
+  Figures f;
+  std::sort(ttft.begin(), ttft.end());
+  f.p50 = Percentile(ttft, 50);
+  f.p90 = Percentile(ttft, 90);
+  f.p99 = Percentile(ttft, 99);
+  if (slo_requests > 0)
+    f.goodput = static_cast<double>(slo_met) / static_cast<double>(slo_requests);
+  if (plans_known && planned > 0) {
+    f.planned = static_cast<double>(slo_met) / static_cast<double>(planned);
+  }
+  return f;
+}
+
+constexpr int kFigures = 5;
+constexpr const char* kFigureLabels[kFigures] = {"TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)",
+                                                 "goodput", "goodput of planned turns"};
+
+double FigureAt(const Figures& f, int i) {
+  switch (i) {
+    case 0:
+      return f.p50;
+    case 1:
+      return f.p90;
+    case 2:
+      return f.p99;
+    case 3:
+      return f.goodput;
+    default:
+      return f.planned;
+  }
+}
+
+bool SameSlos(const SloTargets& x, const SloTargets& y) {
+  return x.ttft_warm_s == y.ttft_warm_s && x.ttft_medium_s == y.ttft_medium_s &&
+         x.ttft_heavy_s == y.ttft_heavy_s && x.tpot_s == y.tpot_s;
+}
+
+std::string Cell(double v, bool share) {
+  if (!std::isfinite(v)) return "-";
+  return share ? absl::StrFormat("%.1f %%", 100 * v) : absl::StrFormat("%.3g", v);
+}
+
+std::string SignedCell(double v, bool share) {
+  if (!std::isfinite(v)) return "-";
+  return share ? absl::StrFormat("%+.1f pt", 100 * v) : absl::StrFormat("%+.3g", v);
+}
+
+json::value Num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<ComparedRun> ComparedRunFromJson(const json::value& report, const std::string& run,
+                                                const std::string& source) {
+  const json::object* root = report.if_object();
+  const json::value* runs_value = root != nullptr ? root->if_contains("runs") : nullptr;
+  if (runs_value == nullptr || !runs_value->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(source,
+                                                   ": not a kvroute-bench report.json "
+                                                   "(no \"runs\" array)"));
+  }
+  const json::array& runs = runs_value->get_array();
+  std::vector<std::string> names;
+  const json::object* chosen = nullptr;
+  for (const json::value& r : runs) {
+    if (!r.is_object()) continue;
+    names.push_back(String(r.get_object(), "name"));
+    if (!run.empty() && names.back() == run) chosen = &r.get_object();
+  }
+  if (run.empty() && names.size() == 1) chosen = &runs[0].get_object();
+  if (chosen == nullptr) {
+    return absl::InvalidArgumentError(run.empty()
+                                          ? absl::StrCat(source, ": ", names.size(),
+                                                         " runs; name one with --run-a/--run-b (",
+                                                         absl::StrJoin(names, ", "), ")")
+                                          : absl::StrCat(source, ": no run named '", run, "' (",
+                                                         absl::StrJoin(names, ", "), ")"));
+  }
+  ComparedRun out;
+  out.label = absl::StrCat(source, ": ", String(*chosen, "name"));
+  out.time_scale = Number(*chosen, "time_scale", 1.0);
+  if (!(out.time_scale > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": time_scale must be positive"));
+  }
+  if (const json::value* s = chosen->if_contains("summary"); s != nullptr && s->is_object()) {
+    out.dropped = Integer(s->get_object(), "dropped", 0);
+    if (const json::value* slo = s->get_object().if_contains("slo");
+        slo != nullptr && slo->is_object()) {
+      const json::object& o = slo->get_object();
+      out.slo.ttft_warm_s = Number(o, "ttft_warm_s", out.slo.ttft_warm_s);
+      out.slo.ttft_medium_s = Number(o, "ttft_medium_s", out.slo.ttft_medium_s);
+      out.slo.ttft_heavy_s = Number(o, "ttft_heavy_s", out.slo.ttft_heavy_s);
+      out.slo.tpot_s = Number(o, "tpot_s", out.slo.tpot_s);
+    }
+  }
+  if (const json::value* reqs = chosen->if_contains("requests"); reqs != nullptr) {
+    if (!reqs->is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": \"requests\" is not an array"));
+    }
+    for (const json::value& v : reqs->get_array()) {
+      if (!v.is_object()) continue;
+      const json::object& o = v.get_object();
+      RequestRecord r;
+      r.request_id = String(o, "id");
+      r.job = Integer(o, "job", -1);
+      r.turn = static_cast<int>(Integer(o, "turn", 0));
+      r.trace_index = Integer(o, "trace_index", -1);
+      r.klass = String(o, "class");
+      r.error = String(o, "error");
+      const std::string outcome = String(o, "outcome");
+      if (r.error.empty() && !outcome.empty() && outcome != "ok") r.error = outcome;
+      r.failure = OutcomeFromName(outcome);
+      r.ttft = Number(o, "ttft", -1);
+      r.tpot = Number(o, "tpot", -1);
+      out.requests.push_back(std::move(r));
+    }
+  }
+  if (const json::value* jobs = chosen->if_contains("jobs"); jobs != nullptr && jobs->is_array()) {
+    for (const json::value& v : jobs->get_array()) {
+      if (!v.is_object()) continue;
+      JobRecord j;
+      j.job = Integer(v.get_object(), "job", -1);
+      j.planned_turns = Integer(v.get_object(), "planned_turns", 0);
+      out.jobs.push_back(j);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<ComparedRun> ReadComparedRun(const std::string& path, const std::string& run) {
+  absl::StatusOr<std::string> file = FindReport(path);
+  if (!file.ok()) return file.status();
+  std::ifstream in(*file);
+  if (!in) return absl::NotFoundError(absl::StrCat(*file, ": cannot read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  json::error_code ec;
+  const json::value v = json::parse(text.str(), ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(*file, ": ", ec.message()));
+  return ComparedRunFromJson(v, run, *file);
+}
+
+absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& b,
+                                       const CompareOptions& options) {
+  if (options.resamples < 1) {
+    return absl::InvalidArgumentError("--resamples must be at least 1");
+  }
+  if (!(options.confidence > 0 && options.confidence < 1)) {
+    return absl::InvalidArgumentError("--confidence must be in (0, 1)");
+  }
+  if (!SameSlos(a.slo, b.slo)) {
+    return absl::InvalidArgumentError(
+        "the runs measured goodput against different SLOs (summary.slo): not comparable");
+  }
+  // Units: a session's key is its job (its plan from the run's jobs, sent or not); a request
+  // without one is its own unit, paired by its trace index when it has one.
+  std::map<std::pair<int, int64_t>, size_t> index;
+  std::vector<Unit> units;
+  auto unit = [&](std::pair<int, int64_t> key, bool job) -> Unit& {
+    auto [it, inserted] = index.try_emplace(key, units.size());
+    if (inserted) units.emplace_back().job = job;
+    return units[it->second];
+  };
+  const ComparedRun* runs[2] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    const ComparedRun& run = *runs[s];
+    for (const JobRecord& j : run.jobs) {
+      if (j.job >= 0) unit({0, j.job}, true).side[s].planned_turns = j.planned_turns;
+    }
+    int64_t loose = 0;
+    for (const RequestRecord& r : run.requests) {
+      const std::pair<int, int64_t> key = r.job >= 0           ? std::make_pair(0, r.job)
+                                          : r.trace_index >= 0 ? std::make_pair(1, r.trace_index)
+                                                               : std::make_pair(2 + s, loose++);
+      UnitSide& u = unit(key, r.job >= 0).side[s];
+      u.present = true;
+      if (r.ok() && r.ttft >= 0) u.ttft.push_back(r.ttft / run.time_scale);
+      if (CountsForGoodput(r, run.slo)) {
+        ++u.slo_requests;
+        u.slo_met += MeetsSlos(r, run.slo, run.time_scale) ? 1 : 0;
+      }
+    }
+  }
+  Comparison c;
+  c.a_label = a.label;
+  c.b_label = b.label;
+  c.options = options;
+  c.units = static_cast<int64_t>(units.size());
+  int64_t shared = 0;
+  bool plans_known = true;
+  for (const Unit& u : units) {
+    plans_known =
+        plans_known && u.job && u.side[0].planned_turns > 0 && u.side[1].planned_turns > 0;
+    if (u.side[0].present && u.side[1].present) {
+      ++shared;
+    } else if (u.side[0].present) {
+      ++c.units_only_a;
+    } else if (u.side[1].present) {
+      ++c.units_only_b;
+    }
+  }
+  if (shared == 0) {
+    return absl::InvalidArgumentError(
+        "the runs share no session or trace request: not runs of one workload");
+  }
+  for (const ComparedRun* run : runs) {
+    if (run->dropped > 0) {
+      c.notes.push_back(absl::StrCat(run->label, ": ", run->dropped,
+                                     " arrivals dropped before sending are left out of every "
+                                     "figure here (the run's own summary counts them as misses)"));
+    }
+  }
+  if (!plans_known) {
+    c.notes.push_back(
+        "goodput of planned turns: not every unit is an agentic job with a known plan");
+  }
+
+  std::vector<size_t> all(units.size());
+  for (size_t i = 0; i < units.size(); ++i) all[i] = i;
+  const Figures point[2] = {FiguresOf(units, all, 0, plans_known),
+                            FiguresOf(units, all, 1, plans_known)};
+  std::vector<std::vector<double>> differences(kFigures);
+  std::vector<int64_t> b_lower(kFigures, 0);
+  std::mt19937_64 rng(options.seed);
+  std::uniform_int_distribution<size_t> pick(0, units.size() - 1);
+  std::vector<size_t> draw(units.size());
+  for (int k = 0; k < options.resamples; ++k) {
+    for (size_t& i : draw) i = pick(rng);
+    const Figures fa = FiguresOf(units, draw, 0, plans_known);
+    const Figures fb = FiguresOf(units, draw, 1, plans_known);
+    for (int f = 0; f < kFigures; ++f) {
+      const double x = FigureAt(fa, f), y = FigureAt(fb, f);
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      differences[f].push_back(y - x);
+      b_lower[f] += y < x ? 1 : 0;
+    }
+  }
+  const double tail = 100 * (1 - options.confidence) / 2;
+  for (int f = 0; f < kFigures; ++f) {
+    if (f == kFigures - 1 && !plans_known) continue;
+    FigureComparison fc;
+    fc.label = kFigureLabels[f];
+    fc.a = FigureAt(point[0], f);
+    fc.b = FigureAt(point[1], f);
+    fc.difference = fc.b - fc.a;
+    const std::vector<double>& d = differences[f];
+    fc.low = Percentile(d, tail);
+    fc.high = Percentile(d, 100 - tail);
+    fc.b_lower_share =
+        d.empty() ? kNaN : static_cast<double>(b_lower[f]) / static_cast<double>(d.size());
+    c.figures.push_back(std::move(fc));
+  }
+  return c;
+}
+
+std::string ComparisonMarkdown(const Comparison& c) {
+  std::string out = absl::StrCat("# kvroute-bench compare\n\n- **A**: ", c.a_label,
+                                 "\n- **B**: ", c.b_label, "\n");
+  absl::StrAppendFormat(&out,
+                        "- **units**: %d sessions (agentic jobs; a job-less trace request is its "
+                        "own), %d in A only, %d in B only\n",
+                        c.units, c.units_only_a, c.units_only_b);
+  absl::StrAppendFormat(&out,
+                        "- **draws**: %d, the units drawn with replacement, the same draw for A "
+                        "and B (seed %d); interval: the central %.0f %% of B - A over the draws\n",
+                        c.options.resamples, c.options.seed, 100 * c.options.confidence);
+  for (const std::string& n : c.notes) absl::StrAppend(&out, "- ", n, "\n");
+  absl::StrAppendFormat(&out,
+                        "\n| figure | A | B | B - A | %.0f %% interval | B below A in |\n"
+                        "| --- | ---: | ---: | ---: | --- | ---: |\n",
+                        100 * c.options.confidence);
+  for (const FigureComparison& f : c.figures) {
+    const bool share = f.label.rfind("goodput", 0) == 0;
+    const std::string interval =
+        std::isfinite(f.low) && std::isfinite(f.high)
+            ? absl::StrCat("[", SignedCell(f.low, share), ", ", SignedCell(f.high, share), "]")
+            : std::string("-");
+    absl::StrAppend(&out, "| ", f.label, " | ", Cell(f.a, share), " | ", Cell(f.b, share), " | ",
+                    SignedCell(f.difference, share), " | ", interval, " | ",
+                    Cell(f.b_lower_share, true), " |\n");
+  }
+  return out;
+}
+
+json::value ComparisonJson(const Comparison& c) {
+  json::array figures;
+  for (const FigureComparison& f : c.figures) {
+    figures.push_back(json::object{{"figure", f.label},
+                                   {"a", Num(f.a)},
+                                   {"b", Num(f.b)},
+                                   {"difference", Num(f.difference)},
+                                   {"low", Num(f.low)},
+                                   {"high", Num(f.high)},
+                                   {"b_lower_share", Num(f.b_lower_share)}});
+  }
+  json::array notes;
+  for (const std::string& n : c.notes) notes.push_back(json::string(n));
+  return json::object{{"a", c.a_label},
+                      {"b", c.b_label},
+                      {"resamples", c.options.resamples},
+                      {"seed", c.options.seed},
+                      {"confidence", c.options.confidence},
+                      {"units", c.units},
+                      {"units_only_a", c.units_only_a},
+                      {"units_only_b", c.units_only_b},
+                      {"figures", std::move(figures)},
+                      {"notes", std::move(notes)}};
+}
+
+}  // namespace kvroute::bench

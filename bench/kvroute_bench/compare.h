@@ -1,0 +1,95 @@
+// Paired comparison of two runs of one workload: each headline figure's difference, and how
+// far the choice of the workload's sessions alone moves it.
+//
+// Why. Two configurations run on identical arrivals (an ablation's runs, or a sweep's runs at
+// the same rate and seed) differ by what they do and by which sessions the workload happened
+// to hold. On long-context agent sessions the TTFT p90 sits where the slowest tenth begins
+// (the first turns' cold prefills and the longest prefills of the rest), so a few turns
+// crossing it move it by seconds: a lead of a second at p90 may be the sessions, not the
+// configuration. The comparison says which.
+//
+// How (a paired cluster bootstrap). The unit is a session: an agentic job, with every turn
+// it sent (a trace request without a job is its own unit). The units of both runs are drawn
+// with replacement, as many as there are, the same draw for both; each draw's figures are
+// computed as the run's summary computes them (stats.h: Percentile, CountsForGoodput,
+// MeetsSlos), and the difference B - A recorded. Reported per figure: A, B, B - A, the
+// central `confidence` interval of the drawn differences (percentile method) and the share
+// of draws in which B is below A. An interval that holds zero: the workload's sessions alone
+// could reverse the sign. Deterministic for a seed.
+//
+// What it leaves out: the noise of running the same configuration again (the fleet's timing
+// and the order of concurrent events), which repeats measure; arrivals dropped before they
+// were sent (they have no request record; Comparison::notes says when a run has any).
+//
+//   absl::StatusOr<ComparedRun> a = ReadComparedRun("out/tier-blind-s1", "");
+//   absl::StatusOr<ComparedRun> b = ReadComparedRun("out/tier-aware-s1", "");
+//   absl::StatusOr<Comparison> c = CompareRuns(*a, *b, CompareOptions{});
+//   std::cout << ComparisonMarkdown(*c);
+//
+// Thread-safety: pure functions, except ReadComparedRun, which reads a file.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/kvroute_bench/records.h"
+
+namespace kvroute::bench {
+
+// One run of a report, as much of it as the comparison reads.
+struct ComparedRun {
+  std::string label;  // "<report.json path>: <run name>"
+  double time_scale = 1;
+  SloTargets slo;
+  int64_t dropped = 0;  // arrivals dropped before sending (summary.dropped)
+  std::vector<RequestRecord> requests;
+  std::vector<JobRecord> jobs;  // job and planned_turns are read
+};
+
+// The run named `run` (empty: the report's only run) of report.json at `path`, or of the one
+// report.json under the directory `path` (a sweep's directory with one rate and one seed).
+absl::StatusOr<ComparedRun> ReadComparedRun(const std::string& path, const std::string& run);
+// The same from a parsed report (report.h ReportJson's shape); `source` names it in labels
+// and errors.
+absl::StatusOr<ComparedRun> ComparedRunFromJson(const boost::json::value& report,
+                                                const std::string& run, const std::string& source);
+
+struct CompareOptions {
+  int resamples = 2000;
+  uint64_t seed = 1;
+  double confidence = 0.95;
+};
+
+struct FigureComparison {
+  std::string label;  // "TTFT p90 (s)", "goodput", ...
+  // The figure over every unit of each run, and B - A; NaN when either run has no value.
+  double a = 0, b = 0, difference = 0;
+  // The central `confidence` interval of B - A over the draws, and the share of the draws
+  // (with both figures defined) in which B is below A. NaN: no such draw.
+  double low = 0, high = 0, b_lower_share = 0;
+};
+
+struct Comparison {
+  std::string a_label, b_label;
+  CompareOptions options;
+  int64_t units = 0;         // sessions (and job-less trace requests) in either run
+  int64_t units_only_a = 0;  // of them, in A's requests only
+  int64_t units_only_b = 0;
+  // TTFT p50, p90 and p99 (modelled seconds, served requests), goodput (stats.h), and the
+  // goodput of planned turns when both runs know every job's plan.
+  std::vector<FigureComparison> figures;
+  std::vector<std::string> notes;  // what a reader must know about the figures
+};
+
+// Errors: options out of range, runs measured against different SLOs, or runs that share no
+// unit (not the same workload).
+absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& b,
+                                       const CompareOptions& options);
+
+std::string ComparisonMarkdown(const Comparison& c);
+boost::json::value ComparisonJson(const Comparison& c);
+
+}  // namespace kvroute::bench

@@ -1,0 +1,222 @@
+// kvroute-bench compare: the paired session bootstrap over two runs' report.json.
+#include "bench/kvroute_bench/compare.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <string>
+
+#include "bench/kvroute_bench/report.h"
+#include "bench/kvroute_bench/stats.h"
+
+namespace kvroute::bench {
+namespace {
+
+// `jobs` agent sessions of `turns` turns each; turn t of job j waits a TTFT that grows with
+// both (wall seconds at time scale 0.5), every fifth turn a WARM miss, job 0's third turn
+// shed, and each job's plan one turn longer than it sent.
+RunResult Sessions(int jobs, int turns, double ttft_shift = 0) {
+  RunResult run;
+  run.name = "baseline";
+  run.mode = "baseline";
+  run.time_scale = 0.5;
+  for (int j = 0; j < jobs; ++j) {
+    JobRecord job;
+    job.job = j;
+    job.planned_turns = turns + 1;
+    for (int t = 1; t <= turns; ++t) {
+      RequestRecord r;
+      r.job = j;
+      r.turn = t;
+      r.request_id = "r" + std::to_string(j) + "-" + std::to_string(t);
+      r.klass = t == 1 ? "HEAVY" : "WARM";
+      r.ttft = 0.1 * (1 + (j * 7 + t * 3) % 11) + (t % 5 == 0 ? 1.5 : 0) + ttft_shift;
+      r.tpot = 0.01;
+      if (j == 0 && t == 3) {
+        r.error = "HTTP 429";
+        r.failure = RequestOutcome::kShed;
+        r.ttft = -1;
+        r.tpot = -1;
+      }
+      run.requests.push_back(r);
+      job.turn_e2e.push_back(1.0);
+    }
+    run.jobs.push_back(job);
+  }
+  return run;
+}
+
+ComparedRun Compared(const RunResult& run, const std::string& source) {
+  Report report;
+  report.runs = {run};
+  // Through the text, as `kvroute-bench compare` reads it.
+  const boost::json::value v = boost::json::parse(boost::json::serialize(ReportJson(report)));
+  absl::StatusOr<ComparedRun> c = ComparedRunFromJson(v, "", source);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+TEST(CompareTest, EachRunsFiguresAreItsSummarys) {
+  const RunResult run = Sessions(12, 9);
+  const RunSummary s = Summarize(run);
+  const ComparedRun a = Compared(run, "a");
+  absl::StatusOr<Comparison> c = CompareRuns(a, a, CompareOptions{.resamples = 200});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->figures.size(), 5u);
+  const ClassSummary& all = s.classes.front();
+  EXPECT_DOUBLE_EQ(c->figures[0].a, all.ttft.p50);
+  EXPECT_DOUBLE_EQ(c->figures[1].a, all.ttft.p90);
+  EXPECT_DOUBLE_EQ(c->figures[2].a, all.ttft.p99);
+  EXPECT_DOUBLE_EQ(c->figures[3].a, all.goodput);
+  EXPECT_DOUBLE_EQ(c->figures[4].a, s.planned_goodput);
+  EXPECT_GT(all.goodput, 0);
+  EXPECT_LT(all.goodput, 1);  // the shed turn and the slow fifth turns miss
+  // A run against itself: no difference in any draw.
+  for (const FigureComparison& f : c->figures) {
+    EXPECT_EQ(f.difference, 0) << f.label;
+    EXPECT_EQ(f.low, 0) << f.label;
+    EXPECT_EQ(f.high, 0) << f.label;
+    EXPECT_EQ(f.b_lower_share, 0) << f.label;
+  }
+  EXPECT_EQ(c->units, 12);
+  EXPECT_EQ(c->units_only_a, 0);
+  EXPECT_TRUE(c->notes.empty());
+}
+
+TEST(CompareTest, AConfigurationFasterOnEveryTurnIsBelowInEveryDraw) {
+  const ComparedRun a = Compared(Sessions(10, 8), "a");
+  const ComparedRun b = Compared(Sessions(10, 8, /*ttft_shift=*/-0.05), "b");
+  absl::StatusOr<Comparison> c = CompareRuns(a, b, CompareOptions{.resamples = 300});
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int f = 0; f < 3; ++f) {  // TTFT p50, p90, p99: 0.05 wall s = 0.1 modelled s
+    EXPECT_NEAR(c->figures[f].difference, -0.1, 1e-9) << c->figures[f].label;
+    EXPECT_NEAR(c->figures[f].low, -0.1, 1e-9) << c->figures[f].label;
+    EXPECT_NEAR(c->figures[f].high, -0.1, 1e-9) << c->figures[f].label;
+    EXPECT_EQ(c->figures[f].b_lower_share, 1) << c->figures[f].label;
+  }
+}
+
+TEST(CompareTest, SessionsThatDisagreeLeaveTheSignOpen) {
+  // B is faster on half the sessions and slower on the other half: which sessions a draw
+  // holds decides the sign.
+  RunResult a = Sessions(20, 10);
+  RunResult b = a;
+  for (RequestRecord& r : b.requests) {
+    if (r.ttft >= 0) r.ttft += r.job < 10 ? -0.3 : 0.3;
+  }
+  absl::StatusOr<Comparison> c = CompareRuns(Compared(a, "a"), Compared(b, "b"), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const FigureComparison& p50 = c->figures[0];
+  EXPECT_LT(p50.low, 0);
+  EXPECT_GT(p50.high, 0);
+  EXPECT_GT(p50.b_lower_share, 0.05);
+  EXPECT_LT(p50.b_lower_share, 0.95);
+}
+
+TEST(CompareTest, TheSameSeedDrawsTheSameSessions) {
+  RunResult b = Sessions(15, 6);
+  for (RequestRecord& r : b.requests) {
+    if (r.ttft >= 0 && r.job % 3 == 0) r.ttft *= 1.5;
+  }
+  const ComparedRun ca = Compared(Sessions(15, 6), "a");
+  const ComparedRun cb = Compared(b, "b");
+  const Comparison x = *CompareRuns(ca, cb, CompareOptions{.resamples = 500, .seed = 7});
+  const Comparison y = *CompareRuns(ca, cb, CompareOptions{.resamples = 500, .seed = 7});
+  const Comparison z = *CompareRuns(ca, cb, CompareOptions{.resamples = 500, .seed = 8});
+  EXPECT_EQ(ComparisonMarkdown(x), ComparisonMarkdown(y));
+  EXPECT_NE(ComparisonMarkdown(x), ComparisonMarkdown(z));
+}
+
+TEST(CompareTest, ASessionOnlyOneRunSentIsCountedAndDrawn) {
+  RunResult b = Sessions(8, 5);
+  std::erase_if(b.requests, [](const RequestRecord& r) { return r.job == 7; });
+  absl::StatusOr<Comparison> c =
+      CompareRuns(Compared(Sessions(8, 5), "a"), Compared(b, "b"), {.resamples = 100});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->units, 8);
+  EXPECT_EQ(c->units_only_a, 1);
+  EXPECT_EQ(c->units_only_b, 0);
+  // B planned job 7's turns and sent none of them: of its plan, fewer met.
+  EXPECT_LT(c->figures[4].b, c->figures[4].a);
+}
+
+TEST(CompareTest, TraceRequestsAreTheirOwnUnitsAndHaveNoPlan) {
+  RunResult a;
+  a.name = "trace";
+  for (int i = 0; i < 30; ++i) {
+    RequestRecord r;
+    r.trace_index = i;
+    r.klass = "WARM";
+    r.ttft = 0.1 * (i % 7);
+    a.requests.push_back(r);
+  }
+  absl::StatusOr<Comparison> c = CompareRuns(Compared(a, "a"), Compared(a, "b"), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->units, 30);
+  ASSERT_EQ(c->figures.size(), 4u);  // no goodput of planned turns
+  EXPECT_NE(ComparisonMarkdown(*c).find("not every unit is an agentic job"), std::string::npos);
+}
+
+TEST(CompareTest, RefusesWhatItCannotCompare) {
+  const ComparedRun a = Compared(Sessions(4, 3), "a");
+  ComparedRun other_slo = a;
+  other_slo.slo.ttft_warm_s = 5;
+  EXPECT_EQ(CompareRuns(a, other_slo, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  RunResult shifted = Sessions(4, 3);
+  for (RequestRecord& r : shifted.requests) r.job += 100;
+  for (JobRecord& j : shifted.jobs) j.job += 100;
+  EXPECT_EQ(CompareRuns(a, Compared(shifted, "b"), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(CompareRuns(a, a, {.resamples = 0}).ok());
+  EXPECT_FALSE(CompareRuns(a, a, {.confidence = 1}).ok());
+}
+
+TEST(CompareTest, ReadsARunByNameFromAReportOrTheDirectoryAboveIt) {
+  Report report;
+  report.runs = {Sessions(3, 3), Sessions(3, 3)};
+  report.runs[1].name = "least_loaded";
+  const boost::json::value v = ReportJson(report);
+  absl::StatusOr<ComparedRun> unnamed = ComparedRunFromJson(v, "", "r.json");
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_NE(unnamed.status().message().find("baseline, least_loaded"), std::string::npos);
+  EXPECT_FALSE(ComparedRunFromJson(v, "v2", "r.json").ok());
+  absl::StatusOr<ComparedRun> named = ComparedRunFromJson(v, "least_loaded", "r.json");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->label, "r.json: least_loaded");
+  EXPECT_EQ(named->requests.size(), 9u);
+  EXPECT_EQ(named->jobs.size(), 3u);
+  EXPECT_FALSE(ComparedRunFromJson(boost::json::object{}, "", "x").ok());
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvb_compare_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(ReadComparedRun(dir.string(), "").status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(ReadComparedRun(dir.string(), "").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WriteReports(report, (dir / "jps-0.8" / "seed-1").string()).ok());
+  absl::StatusOr<ComparedRun> read = ReadComparedRun(dir.string(), "baseline");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->requests.size(), 9u);
+  ASSERT_TRUE(WriteReports(report, (dir / "jps-0.8" / "seed-2").string()).ok());
+  EXPECT_EQ(ReadComparedRun(dir.string(), "baseline").status().code(),
+            absl::StatusCode::kInvalidArgument);  // two reports: name one
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompareTest, MarkdownAndJsonCarryEveryFigure) {
+  const ComparedRun a = Compared(Sessions(6, 4), "runs/a");
+  absl::StatusOr<Comparison> c = CompareRuns(a, a, {.resamples = 50});
+  ASSERT_TRUE(c.ok());
+  const std::string md = ComparisonMarkdown(*c);
+  EXPECT_NE(md.find("- **A**: runs/a: baseline"), std::string::npos);
+  EXPECT_NE(md.find("| TTFT p90 (s) |"), std::string::npos);
+  EXPECT_NE(md.find("| goodput of planned turns |"), std::string::npos);
+  const boost::json::value j = ComparisonJson(*c);
+  EXPECT_EQ(j.at("figures").as_array().size(), 5u);
+  EXPECT_EQ(j.at("units").as_int64(), 6);
+}
+
+}  // namespace
+}  // namespace kvroute::bench
