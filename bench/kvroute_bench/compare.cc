@@ -321,7 +321,7 @@ absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& 
   for (size_t i = 0; i < units.size(); ++i) all[i] = i;
   const Figures point[2] = {FiguresOf(units, all, 0, plans_known),
                             FiguresOf(units, all, 1, plans_known)};
-  std::vector<std::vector<double>> differences(kFigures);
+  std::vector<std::vector<double>> differences(kFigures), ratios(kFigures);
   std::vector<int64_t> b_lower(kFigures, 0);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<size_t> pick(0, units.size() - 1);
@@ -334,6 +334,7 @@ absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& 
       const double x = FigureAt(fa, f), y = FigureAt(fb, f);
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       differences[f].push_back(y - x);
+      if (x > 0) ratios[f].push_back(y / x);
       b_lower[f] += y < x ? 1 : 0;
     }
   }
@@ -350,6 +351,9 @@ absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& 
     fc.high = Percentile(d, 100 - tail);
     fc.b_lower_share =
         d.empty() ? kNaN : static_cast<double>(b_lower[f]) / static_cast<double>(d.size());
+    fc.ratio = fc.a > 0 ? fc.b / fc.a : kNaN;
+    fc.ratio_low = Percentile(ratios[f], tail);
+    fc.ratio_high = Percentile(ratios[f], 100 - tail);
     c.figures.push_back(std::move(fc));
   }
   return c;
@@ -368,8 +372,8 @@ std::string ComparisonMarkdown(const Comparison& c) {
                         c.options.resamples, c.options.seed, 100 * c.options.confidence);
   for (const std::string& n : c.notes) absl::StrAppend(&out, "- ", n, "\n");
   absl::StrAppendFormat(&out,
-                        "\n| figure | A | B | B - A | %.0f %% interval | B below A in |\n"
-                        "| --- | ---: | ---: | ---: | --- | ---: |\n",
+                        "\n| figure | A | B | B - A | %.0f %% interval | B / A | interval | "
+                        "B below A in |\n| --- | ---: | ---: | ---: | --- | ---: | --- | ---: |\n",
                         100 * c.options.confidence);
   for (const FigureComparison& f : c.figures) {
     const bool share = f.label.rfind("goodput", 0) == 0;
@@ -377,9 +381,13 @@ std::string ComparisonMarkdown(const Comparison& c) {
         std::isfinite(f.low) && std::isfinite(f.high)
             ? absl::StrCat("[", SignedCell(f.low, share), ", ", SignedCell(f.high, share), "]")
             : std::string("-");
+    const std::string ratio_interval =
+        std::isfinite(f.ratio_low) && std::isfinite(f.ratio_high)
+            ? absl::StrFormat("[%.3g, %.3g]", f.ratio_low, f.ratio_high)
+            : std::string("-");
     absl::StrAppend(&out, "| ", f.label, " | ", Cell(f.a, share), " | ", Cell(f.b, share), " | ",
-                    SignedCell(f.difference, share), " | ", interval, " | ",
-                    Cell(f.b_lower_share, true), " |\n");
+                    SignedCell(f.difference, share), " | ", interval, " | ", Cell(f.ratio, false),
+                    " | ", ratio_interval, " | ", Cell(f.b_lower_share, true), " |\n");
   }
   return out;
 }
@@ -393,6 +401,9 @@ json::value ComparisonJson(const Comparison& c) {
                                    {"difference", Num(f.difference)},
                                    {"low", Num(f.low)},
                                    {"high", Num(f.high)},
+                                   {"ratio", Num(f.ratio)},
+                                   {"ratio_low", Num(f.ratio_low)},
+                                   {"ratio_high", Num(f.ratio_high)},
                                    {"b_lower_share", Num(f.b_lower_share)}});
   }
   json::array notes;

@@ -12,10 +12,10 @@
 // it sent (a trace request without a job is its own unit). The units of both runs are drawn
 // with replacement, as many as there are, the same draw for both; each draw's figures are
 // computed as the run's summary computes them (stats.h: Percentile, CountsForGoodput,
-// MeetsSlos), and the difference B - A recorded. Reported per figure: A, B, B - A, the
-// central `confidence` interval of the drawn differences (percentile method) and the share
-// of draws in which B is below A. An interval that holds zero: the workload's sessions alone
-// could reverse the sign. Deterministic for a seed.
+// MeetsSlos), and the difference B - A and ratio B / A recorded. Reported per figure: A, B,
+// B - A and B / A with the central `confidence` interval of each over the draws (percentile
+// method), and the share of draws in which B is below A. An interval that holds zero: the
+// workload's sessions alone could reverse the sign. Deterministic for a seed.
 //
 // What it leaves out: the noise of running the same configuration again (the fleet's timing
 // and the order of concurrent events), which repeats measure; arrivals dropped before they
@@ -70,6 +70,8 @@ struct FigureComparison {
   // The central `confidence` interval of B - A over the draws, and the share of the draws
   // (with both figures defined) in which B is below A. NaN: no such draw.
   double low = 0, high = 0, b_lower_share = 0;
+  // B / A, and the same interval of it over the draws whose A is positive (NaN: none).
+  double ratio = 0, ratio_low = 0, ratio_high = 0;
 };
 
 struct Comparison {

@@ -79,6 +79,9 @@ TEST(CompareTest, EachRunsFiguresAreItsSummarys) {
     EXPECT_EQ(f.low, 0) << f.label;
     EXPECT_EQ(f.high, 0) << f.label;
     EXPECT_EQ(f.b_lower_share, 0) << f.label;
+    EXPECT_EQ(f.ratio, 1) << f.label;
+    EXPECT_EQ(f.ratio_low, 1) << f.label;
+    EXPECT_EQ(f.ratio_high, 1) << f.label;
   }
   EXPECT_EQ(c->units, 12);
   EXPECT_EQ(c->units_only_a, 0);
@@ -95,6 +98,21 @@ TEST(CompareTest, AConfigurationFasterOnEveryTurnIsBelowInEveryDraw) {
     EXPECT_NEAR(c->figures[f].low, -0.1, 1e-9) << c->figures[f].label;
     EXPECT_NEAR(c->figures[f].high, -0.1, 1e-9) << c->figures[f].label;
     EXPECT_EQ(c->figures[f].b_lower_share, 1) << c->figures[f].label;
+  }
+}
+
+TEST(CompareTest, HalfTheLatencyOnEveryTurnIsARatioOfAHalf) {
+  RunResult b = Sessions(10, 8);
+  for (RequestRecord& r : b.requests) {
+    if (r.ttft >= 0) r.ttft /= 2;
+  }
+  absl::StatusOr<Comparison> c =
+      CompareRuns(Compared(Sessions(10, 8), "a"), Compared(b, "b"), {.resamples = 200});
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int f = 0; f < 3; ++f) {
+    EXPECT_NEAR(c->figures[f].ratio, 0.5, 1e-9) << c->figures[f].label;
+    EXPECT_NEAR(c->figures[f].ratio_low, 0.5, 1e-9) << c->figures[f].label;
+    EXPECT_NEAR(c->figures[f].ratio_high, 0.5, 1e-9) << c->figures[f].label;
   }
 }
 
@@ -215,6 +233,7 @@ TEST(CompareTest, MarkdownAndJsonCarryEveryFigure) {
   EXPECT_NE(md.find("| goodput of planned turns |"), std::string::npos);
   const boost::json::value j = ComparisonJson(*c);
   EXPECT_EQ(j.at("figures").as_array().size(), 5u);
+  EXPECT_EQ(j.at("figures").as_array()[1].at("ratio").as_double(), 1);
   EXPECT_EQ(j.at("units").as_int64(), 6);
 }
 
