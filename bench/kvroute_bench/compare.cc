@@ -77,8 +77,9 @@ struct UnitSide {
   bool present = false;
 };
 
+// One unit in every run compared: A's repeats, then B's.
 struct Unit {
-  UnitSide side[2];
+  std::vector<UnitSide> runs;
   bool job = false;
 };
 
@@ -87,12 +88,12 @@ struct Figures {
   double p50 = kNaN, p90 = kNaN, p99 = kNaN, goodput = kNaN, planned = kNaN;
 };
 
-Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, int s,
+Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, size_t run,
                   bool plans_known) {
   std::vector<double> ttft;
   int64_t slo_requests = 0, slo_met = 0, planned = 0;
   for (size_t i : draw) {
-    const UnitSide& u = units[i].side[s];
+    const UnitSide& u = units[i].runs[run];
     ttft.insert(ttft.end(), u.ttft.begin(), u.ttft.end());
     slo_requests += u.slo_requests;
     slo_met += u.slo_met;
@@ -242,62 +243,85 @@ absl::StatusOr<ComparedRun> ReadComparedRun(const std::string& path, const std::
   return ComparedRunFromJson(v, run, *file);
 }
 
-absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& b,
+absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
+                                       const std::vector<ComparedRun>& b,
                                        const CompareOptions& options) {
+  if (a.empty() || b.empty()) return absl::InvalidArgumentError("no run to compare");
   if (options.resamples < 1) {
     return absl::InvalidArgumentError("--resamples must be at least 1");
   }
   if (!(options.confidence > 0 && options.confidence < 1)) {
     return absl::InvalidArgumentError("--confidence must be in (0, 1)");
   }
-  if (!SameSlos(a.slo, b.slo)) {
-    return absl::InvalidArgumentError(
-        "the runs measured goodput against different SLOs (summary.slo): not comparable");
+  std::vector<const ComparedRun*> runs;  // A's repeats, then B's
+  for (const ComparedRun& r : a) runs.push_back(&r);
+  for (const ComparedRun& r : b) runs.push_back(&r);
+  for (const ComparedRun* r : runs) {
+    if (!SameSlos(r->slo, runs.front()->slo)) {
+      return absl::InvalidArgumentError(
+          "the runs measured goodput against different SLOs (summary.slo): not comparable");
+    }
   }
   // Units: a session's key is its job (its plan from the run's jobs, sent or not); a request
   // without one is its own unit, paired by its trace index when it has one.
-  std::map<std::pair<int, int64_t>, size_t> index;
+  std::map<std::pair<int64_t, int64_t>, size_t> index;
   std::vector<Unit> units;
-  auto unit = [&](std::pair<int, int64_t> key, bool job) -> Unit& {
+  auto unit = [&](std::pair<int64_t, int64_t> key, bool job) -> Unit& {
     auto [it, inserted] = index.try_emplace(key, units.size());
-    if (inserted) units.emplace_back().job = job;
+    if (inserted) {
+      Unit& u = units.emplace_back();
+      u.job = job;
+      u.runs.resize(runs.size());
+    }
     return units[it->second];
   };
-  const ComparedRun* runs[2] = {&a, &b};
-  for (int s = 0; s < 2; ++s) {
-    const ComparedRun& run = *runs[s];
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const ComparedRun& run = *runs[r];
     for (const JobRecord& j : run.jobs) {
-      if (j.job >= 0) unit({0, j.job}, true).side[s].planned_turns = j.planned_turns;
+      if (j.job >= 0) unit({0, j.job}, true).runs[r].planned_turns = j.planned_turns;
     }
     int64_t loose = 0;
-    for (const RequestRecord& r : run.requests) {
-      const std::pair<int, int64_t> key = r.job >= 0           ? std::make_pair(0, r.job)
-                                          : r.trace_index >= 0 ? std::make_pair(1, r.trace_index)
-                                                               : std::make_pair(2 + s, loose++);
-      UnitSide& u = unit(key, r.job >= 0).side[s];
+    for (const RequestRecord& q : run.requests) {
+      const std::pair<int64_t, int64_t> key =
+          q.job >= 0           ? std::make_pair(int64_t{0}, q.job)
+          : q.trace_index >= 0 ? std::make_pair(int64_t{1}, q.trace_index)
+                               : std::make_pair(static_cast<int64_t>(2 + r), loose++);
+      UnitSide& u = unit(key, q.job >= 0).runs[r];
       u.present = true;
-      if (r.ok() && r.ttft >= 0) u.ttft.push_back(r.ttft / run.time_scale);
-      if (CountsForGoodput(r, run.slo)) {
+      if (q.ok() && q.ttft >= 0) u.ttft.push_back(q.ttft / run.time_scale);
+      if (CountsForGoodput(q, run.slo)) {
         ++u.slo_requests;
-        u.slo_met += MeetsSlos(r, run.slo, run.time_scale) ? 1 : 0;
+        u.slo_met += MeetsSlos(q, run.slo, run.time_scale) ? 1 : 0;
       }
     }
   }
+  const size_t n_a = a.size();
   Comparison c;
-  c.a_label = a.label;
-  c.b_label = b.label;
+  auto label = [](const std::vector<ComparedRun>& side) {
+    if (side.size() == 1) return side.front().label;
+    std::vector<std::string> labels;
+    for (const ComparedRun& r : side) labels.push_back(r.label);
+    return absl::StrCat(side.size(), " repeats: ", absl::StrJoin(labels, "; "));
+  };
+  c.a_label = label(a);
+  c.b_label = label(b);
+  c.a_repeats = static_cast<int>(a.size());
+  c.b_repeats = static_cast<int>(b.size());
   c.options = options;
   c.units = static_cast<int64_t>(units.size());
   int64_t shared = 0;
   bool plans_known = true;
   for (const Unit& u : units) {
-    plans_known =
-        plans_known && u.job && u.side[0].planned_turns > 0 && u.side[1].planned_turns > 0;
-    if (u.side[0].present && u.side[1].present) {
+    bool in_a = false, in_b = false;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      plans_known = plans_known && u.job && u.runs[r].planned_turns > 0;
+      (r < n_a ? in_a : in_b) |= u.runs[r].present;
+    }
+    if (in_a && in_b) {
       ++shared;
-    } else if (u.side[0].present) {
+    } else if (in_a) {
       ++c.units_only_a;
-    } else if (u.side[1].present) {
+    } else if (in_b) {
       ++c.units_only_b;
     }
   }
@@ -317,21 +341,45 @@ absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& 
         "goodput of planned turns: not every unit is an agentic job with a known plan");
   }
 
-  std::vector<size_t> all(units.size());
+  // A side's figure: the mean over its repeats `picked` of each one's figure on `draw`.
+  auto side_figures = [&](const std::vector<size_t>& draw, const std::vector<size_t>& picked) {
+    double sum[kFigures] = {};
+    for (size_t r : picked) {
+      const Figures f = FiguresOf(units, draw, r, plans_known);
+      for (int i = 0; i < kFigures; ++i) sum[i] += FigureAt(f, i);
+    }
+    std::vector<double> mean(kFigures);
+    for (int i = 0; i < kFigures; ++i) mean[i] = sum[i] / static_cast<double>(picked.size());
+    return mean;
+  };
+  std::vector<size_t> all(units.size()), a_runs(n_a), b_runs(b.size());
   for (size_t i = 0; i < units.size(); ++i) all[i] = i;
-  const Figures point[2] = {FiguresOf(units, all, 0, plans_known),
-                            FiguresOf(units, all, 1, plans_known)};
+  for (size_t i = 0; i < n_a; ++i) a_runs[i] = i;
+  for (size_t i = 0; i < b.size(); ++i) b_runs[i] = n_a + i;
+  const std::vector<double> point_a = side_figures(all, a_runs);
+  const std::vector<double> point_b = side_figures(all, b_runs);
+
   std::vector<std::vector<double>> differences(kFigures), ratios(kFigures);
   std::vector<int64_t> b_lower(kFigures, 0);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<size_t> pick(0, units.size() - 1);
-  std::vector<size_t> draw(units.size());
+  std::uniform_int_distribution<size_t> pick_a(0, n_a - 1), pick_b(0, b.size() - 1);
+  std::vector<size_t> draw(units.size()), drawn_a(n_a), drawn_b(b.size());
   for (int k = 0; k < options.resamples; ++k) {
+    // The repeats first, then the sessions: with one repeat a side, the same draws as
+    // comparing two runs.
+    if (n_a > 1 || b.size() > 1) {
+      for (size_t& r : drawn_a) r = pick_a(rng);
+      for (size_t& r : drawn_b) r = n_a + pick_b(rng);
+    } else {
+      drawn_a = a_runs;
+      drawn_b = b_runs;
+    }
     for (size_t& i : draw) i = pick(rng);
-    const Figures fa = FiguresOf(units, draw, 0, plans_known);
-    const Figures fb = FiguresOf(units, draw, 1, plans_known);
+    const std::vector<double> fa = side_figures(draw, drawn_a);
+    const std::vector<double> fb = side_figures(draw, drawn_b);
     for (int f = 0; f < kFigures; ++f) {
-      const double x = FigureAt(fa, f), y = FigureAt(fb, f);
+      const double x = fa[f], y = fb[f];
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       differences[f].push_back(y - x);
       if (x > 0) ratios[f].push_back(y / x);
@@ -343,8 +391,8 @@ absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& 
     if (f == kFigures - 1 && !plans_known) continue;
     FigureComparison fc;
     fc.label = kFigureLabels[f];
-    fc.a = FigureAt(point[0], f);
-    fc.b = FigureAt(point[1], f);
+    fc.a = point_a[f];
+    fc.b = point_b[f];
     fc.difference = fc.b - fc.a;
     const std::vector<double>& d = differences[f];
     fc.low = Percentile(d, tail);
@@ -370,6 +418,13 @@ std::string ComparisonMarkdown(const Comparison& c) {
                         "- **draws**: %d, the units drawn with replacement, the same draw for A "
                         "and B (seed %d); interval: the central %.0f %% of B - A over the draws\n",
                         c.options.resamples, c.options.seed, 100 * c.options.confidence);
+  if (c.a_repeats > 1 || c.b_repeats > 1) {
+    absl::StrAppendFormat(&out,
+                          "- **repeats**: A %d, B %d; a side's figure is the mean over its "
+                          "repeats, and each draw also draws each side's repeats with "
+                          "replacement\n",
+                          c.a_repeats, c.b_repeats);
+  }
   for (const std::string& n : c.notes) absl::StrAppend(&out, "- ", n, "\n");
   absl::StrAppendFormat(&out,
                         "\n| figure | A | B | B - A | %.0f %% interval | B / A | interval | "
@@ -410,6 +465,8 @@ json::value ComparisonJson(const Comparison& c) {
   for (const std::string& n : c.notes) notes.push_back(json::string(n));
   return json::object{{"a", c.a_label},
                       {"b", c.b_label},
+                      {"a_repeats", c.a_repeats},
+                      {"b_repeats", c.b_repeats},
                       {"resamples", c.options.resamples},
                       {"seed", c.options.seed},
                       {"confidence", c.options.confidence},

@@ -17,9 +17,14 @@
 // method), and the share of draws in which B is below A. An interval that holds zero: the
 // workload's sessions alone could reverse the sign. Deterministic for a seed.
 //
-// What it leaves out: the noise of running the same configuration again (the fleet's timing
-// and the order of concurrent events), which repeats measure; arrivals dropped before they
-// were sent (they have no request record; Comparison::notes says when a run has any).
+// Repeats. Running one configuration again moves its figures too (the fleet's timing and
+// the order of concurrent events decide which turns land where): at 1.5x HBM two runs of the
+// same configuration and seed differ by more than the sessions' interval. Given several runs
+// of each configuration on one workload, a side's figure is the mean over its runs, and each
+// draw also draws each side's runs with replacement (a two-stage bootstrap: runs, then
+// sessions), so the interval holds the repeats' noise as far as the repeats show it.
+// Left out: arrivals dropped before they were sent (they have no request record;
+// Comparison::notes says when a run has any).
 //
 //   absl::StatusOr<ComparedRun> a = ReadComparedRun("out/tier-blind-s1", "");
 //   absl::StatusOr<ComparedRun> b = ReadComparedRun("out/tier-aware-s1", "");
@@ -76,6 +81,7 @@ struct FigureComparison {
 
 struct Comparison {
   std::string a_label, b_label;
+  int a_repeats = 1, b_repeats = 1;
   CompareOptions options;
   int64_t units = 0;         // sessions (and job-less trace requests) in either run
   int64_t units_only_a = 0;  // of them, in A's requests only
@@ -86,10 +92,16 @@ struct Comparison {
   std::vector<std::string> notes;  // what a reader must know about the figures
 };
 
+// A and B: one run each, or several (repeats of one configuration on one workload).
 // Errors: options out of range, runs measured against different SLOs, or runs that share no
 // unit (not the same workload).
-absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& b,
+absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
+                                       const std::vector<ComparedRun>& b,
                                        const CompareOptions& options);
+inline absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const ComparedRun& b,
+                                              const CompareOptions& options) {
+  return CompareRuns(std::vector<ComparedRun>{a}, std::vector<ComparedRun>{b}, options);
+}
 
 std::string ComparisonMarkdown(const Comparison& c);
 boost::json::value ComparisonJson(const Comparison& c);

@@ -488,9 +488,12 @@ int main(int argc, char** argv) {
       "workload's sessions moves it (paired bootstrap)");
   std::string cmp_a, cmp_b, cmp_run_a, cmp_run_b, cmp_json;
   kb::CompareOptions cmp;
-  cmp_cmd->add_option("a", cmp_a, "run A: a report.json, or a directory with one under it")
+  cmp_cmd
+      ->add_option("a", cmp_a,
+                   "run A: a report.json, or a directory with one under it; repeats of A "
+                   "comma-separated")
       ->required();
-  cmp_cmd->add_option("b", cmp_b, "run B, the same way")->required();
+  cmp_cmd->add_option("b", cmp_b, "run B, the same way (default: A's report, with --run-b)");
   cmp_cmd->add_option("--run-a", cmp_run_a, "A's run (configuration) name, if it has several");
   cmp_cmd->add_option("--run-b", cmp_run_b, "B's run name, if it has several");
   cmp_cmd->add_option("--resamples", cmp.resamples, "draws of the sessions")->capture_default_str();
@@ -586,11 +589,17 @@ int main(int argc, char** argv) {
   }
 
   if (*cmp_cmd) {
-    absl::StatusOr<kb::ComparedRun> a = kb::ReadComparedRun(cmp_a, cmp_run_a);
-    if (!a.ok()) return Fail(a.status());
-    absl::StatusOr<kb::ComparedRun> b = kb::ReadComparedRun(cmp_b, cmp_run_b);
-    if (!b.ok()) return Fail(b.status());
-    absl::StatusOr<kb::Comparison> c = kb::CompareRuns(*a, *b, cmp);
+    std::vector<kb::ComparedRun> sides[2];
+    const std::string paths[2] = {cmp_a, cmp_b.empty() ? cmp_a : cmp_b};
+    const std::string names[2] = {cmp_run_a, cmp_run_b};
+    for (int s = 0; s < 2; ++s) {
+      for (absl::string_view path : absl::StrSplit(paths[s], ',', absl::SkipEmpty())) {
+        absl::StatusOr<kb::ComparedRun> run = kb::ReadComparedRun(std::string(path), names[s]);
+        if (!run.ok()) return Fail(run.status());
+        sides[s].push_back(*std::move(run));
+      }
+    }
+    absl::StatusOr<kb::Comparison> c = kb::CompareRuns(sides[0], sides[1], cmp);
     if (!c.ok()) return Fail(c.status());
     std::cout << kb::ComparisonMarkdown(*c);
     if (!cmp_json.empty()) {

@@ -116,6 +116,30 @@ TEST(CompareTest, HalfTheLatencyOnEveryTurnIsARatioOfAHalf) {
   }
 }
 
+TEST(CompareTest, RepeatsThatDisagreeWidenTheInterval) {
+  // B run twice: 0.3 wall s (0.6 modelled) faster on every turn once, as much slower the
+  // other time. Alone, either repeat is a certain difference; together, the sign is open.
+  RunResult faster = Sessions(10, 8), slower = Sessions(10, 8, 0.6);
+  const ComparedRun a = Compared(Sessions(10, 8, 0.3), "a");
+  const ComparedRun b1 = Compared(faster, "b1"), b2 = Compared(slower, "b2");
+  absl::StatusOr<Comparison> one = CompareRuns(a, b1, {.resamples = 300});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_NEAR(one->figures[0].low, -0.6, 1e-9);
+  EXPECT_NEAR(one->figures[0].high, -0.6, 1e-9);
+  absl::StatusOr<Comparison> both = CompareRuns({a}, {b1, b2}, {.resamples = 300});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->b_repeats, 2);
+  const FigureComparison& p50 = both->figures[0];
+  EXPECT_NEAR(p50.difference, 0, 1e-9);  // the mean of the two repeats' p50
+  EXPECT_NEAR(p50.low, -0.6, 1e-9);
+  EXPECT_NEAR(p50.high, 0.6, 1e-9);
+  EXPECT_GT(p50.b_lower_share, 0.1);
+  EXPECT_LT(p50.b_lower_share, 0.9);
+  const std::string md = ComparisonMarkdown(*both);
+  EXPECT_NE(md.find("- **B**: 2 repeats: b1: baseline; b2: baseline"), std::string::npos);
+  EXPECT_NE(md.find("- **repeats**: A 1, B 2"), std::string::npos);
+}
+
 TEST(CompareTest, SessionsThatDisagreeLeaveTheSignOpen) {
   // B is faster on half the sessions and slower on the other half: which sessions a draw
   // holds decides the sign.
