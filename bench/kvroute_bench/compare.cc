@@ -1,6 +1,7 @@
 #include "bench/kvroute_bench/compare.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
@@ -83,10 +84,13 @@ struct Unit {
   bool job = false;
 };
 
-// The figures of one set of units (with multiplicity) for one run.
-struct Figures {
-  double p50 = kNaN, p90 = kNaN, p99 = kNaN, goodput = kNaN, planned = kNaN;
-};
+constexpr int kFigures = 5;
+constexpr const char* kFigureLabels[kFigures] = {"TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)",
+                                                 "goodput", "goodput of planned turns"};
+
+// The figures of one set of units (with multiplicity) for one run, in kFigureLabels' order;
+// NaN where a run has none.
+using Figures = std::array<double, kFigures>;
 
 Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, size_t run,
                   bool plans_known) {
@@ -99,41 +103,12 @@ Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& dra
     slo_met += u.slo_met;
     planned += u.planned_turns;
   }
-  Figures f;
-  std::sort(ttft.begin(), ttft.end());
-  f.p50 = Percentile(ttft, 50);
-  f.p90 = Percentile(ttft, 90);
-  f.p99 = Percentile(ttft, 99);
-  if (slo_requests > 0)
-    f.goodput = static_cast<double>(slo_met) / static_cast<double>(slo_requests);
-  if (plans_known && planned > 0) {
-    f.planned = static_cast<double>(slo_met) / static_cast<double>(planned);
-  }
+  const Distribution d = Describe(ttft);
+  Figures f = {d.p50, d.p90, d.p99, kNaN, kNaN};
+  if (slo_requests > 0) f[3] = static_cast<double>(slo_met) / static_cast<double>(slo_requests);
+  if (plans_known && planned > 0)
+    f[4] = static_cast<double>(slo_met) / static_cast<double>(planned);
   return f;
-}
-
-constexpr int kFigures = 5;
-constexpr const char* kFigureLabels[kFigures] = {"TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)",
-                                                 "goodput", "goodput of planned turns"};
-
-double FigureAt(const Figures& f, int i) {
-  switch (i) {
-    case 0:
-      return f.p50;
-    case 1:
-      return f.p90;
-    case 2:
-      return f.p99;
-    case 3:
-      return f.goodput;
-    default:
-      return f.planned;
-  }
-}
-
-bool SameSlos(const SloTargets& x, const SloTargets& y) {
-  return x.ttft_warm_s == y.ttft_warm_s && x.ttft_medium_s == y.ttft_medium_s &&
-         x.ttft_heavy_s == y.ttft_heavy_s && x.tpot_s == y.tpot_s;
 }
 
 std::string Cell(double v, bool share) {
@@ -257,7 +232,7 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   for (const ComparedRun& r : a) runs.push_back(&r);
   for (const ComparedRun& r : b) runs.push_back(&r);
   for (const ComparedRun* r : runs) {
-    if (!SameSlos(r->slo, runs.front()->slo)) {
+    if (r->slo != runs.front()->slo) {
       return absl::InvalidArgumentError(
           "the runs measured goodput against different SLOs (summary.slo): not comparable");
     }
@@ -343,21 +318,19 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
 
   // A side's figure: the mean over its repeats `picked` of each one's figure on `draw`.
   auto side_figures = [&](const std::vector<size_t>& draw, const std::vector<size_t>& picked) {
-    double sum[kFigures] = {};
+    Figures mean{};
     for (size_t r : picked) {
       const Figures f = FiguresOf(units, draw, r, plans_known);
-      for (int i = 0; i < kFigures; ++i) sum[i] += FigureAt(f, i);
+      for (int i = 0; i < kFigures; ++i) mean[i] += f[i] / static_cast<double>(picked.size());
     }
-    std::vector<double> mean(kFigures);
-    for (int i = 0; i < kFigures; ++i) mean[i] = sum[i] / static_cast<double>(picked.size());
     return mean;
   };
   std::vector<size_t> all(units.size()), a_runs(n_a), b_runs(b.size());
   for (size_t i = 0; i < units.size(); ++i) all[i] = i;
   for (size_t i = 0; i < n_a; ++i) a_runs[i] = i;
   for (size_t i = 0; i < b.size(); ++i) b_runs[i] = n_a + i;
-  const std::vector<double> point_a = side_figures(all, a_runs);
-  const std::vector<double> point_b = side_figures(all, b_runs);
+  const Figures point_a = side_figures(all, a_runs);
+  const Figures point_b = side_figures(all, b_runs);
 
   std::vector<std::vector<double>> differences(kFigures), ratios(kFigures);
   std::vector<int64_t> b_lower(kFigures, 0);
@@ -376,8 +349,8 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
       drawn_b = b_runs;
     }
     for (size_t& i : draw) i = pick(rng);
-    const std::vector<double> fa = side_figures(draw, drawn_a);
-    const std::vector<double> fb = side_figures(draw, drawn_b);
+    const Figures fa = side_figures(draw, drawn_a);
+    const Figures fb = side_figures(draw, drawn_b);
     for (int f = 0; f < kFigures; ++f) {
       const double x = fa[f], y = fb[f];
       if (!std::isfinite(x) || !std::isfinite(y)) continue;

@@ -140,6 +140,8 @@ struct SloTargets {
   double ttft_medium_s = 10;
   double ttft_heavy_s = 30;
   double tpot_s = 0.1;
+
+  bool operator==(const SloTargets&) const = default;
 };
 
 struct RunResult {
