@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,9 +17,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -191,6 +194,11 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
   if (w.kind == WorkloadKind::kAgentic) {
     s.emplace_back("client", RunClientDescription(w.agentic.client, o.run_template));
   }
+  if (!o.variants.empty()) {
+    std::vector<std::string> variants;
+    for (const ConfigVariant& v : o.variants) variants.push_back(ConfigVariantDescription(v));
+    s.emplace_back("variants", absl::StrJoin(variants, "; "));
+  }
   if (o.targets.empty()) {
     s.emplace_back(
         "fleet",
@@ -299,13 +307,120 @@ std::vector<AblationConfig> AblationConfigs(const std::vector<std::string>& mode
   for (const std::string& mode : modes) {
     if (ThresholdSensitive(mode) && !thresholds.empty()) {
       for (int64_t t : thresholds) {
-        out.push_back({absl::StrCat(mode, "-T", ThresholdLabel(t)), mode, t, "", "", "", ""});
+        AblationConfig& c = out.emplace_back();
+        c.name = absl::StrCat(mode, "-T", ThresholdLabel(t));
+        c.mode = mode;
+        c.heavy_threshold = t;
       }
     } else {
-      out.push_back({mode, mode, default_threshold, "", "", "", ""});
+      AblationConfig& c = out.emplace_back();
+      c.name = mode;
+      c.mode = mode;
+      c.heavy_threshold = default_threshold;
     }
   }
   return out;
+}
+
+absl::StatusOr<ConfigVariant> ParseConfigVariant(const std::string& spec) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--variant '", spec, "': ", why));
+  };
+  const std::vector<std::string> parts = absl::StrSplit(spec, ';');
+  const size_t eq = parts.front().find('=');
+  if (eq == std::string::npos) return bad("expected NAME=MODE;SETTING;...");
+  ConfigVariant v;
+  v.name = std::string(absl::StripAsciiWhitespace(parts.front().substr(0, eq)));
+  v.mode = std::string(absl::StripAsciiWhitespace(parts.front().substr(eq + 1)));
+  // The name becomes the run's directory and its label in every report.
+  const bool plain_name = !v.name.empty() && std::all_of(v.name.begin(), v.name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  if (!plain_name || v.name == "." || v.name == "..") {
+    return bad("the name must be letters, digits, '_', '-' or '.'");
+  }
+  if (router::FindPolicy(v.mode) == nullptr) {
+    return bad(absl::StrCat("no kvroute mode '", v.mode, "' (",
+                            absl::StrJoin(router::PolicyNames(), ", "), ")"));
+  }
+  std::vector<std::string> router_settings;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string setting(absl::StripAsciiWhitespace(parts[i]));
+    if (setting.empty()) continue;
+    if (!absl::StartsWith(setting, "fleet.")) {
+      router_settings.push_back(setting);
+      continue;
+    }
+    const size_t at = setting.find('=');
+    double gib = 0;
+    if (setting.substr(0, at) != "fleet.kv_offloading_size") {
+      return bad(absl::StrCat("'", setting,
+                              "': the fleet setting a variant takes is "
+                              "fleet.kv_offloading_size=GIB"));
+    }
+    if (at == std::string::npos || !absl::SimpleAtod(setting.substr(at + 1), &gib) ||
+        !std::isfinite(gib) || gib < 0) {
+      return bad(absl::StrCat("'", setting, "': expected GiB per instance, a number >= 0"));
+    }
+    v.kv_offloading_size_gib = gib;
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> keys =
+      ParseRouterKeys(router_settings);
+  if (!keys.ok()) return bad(keys.status().message());
+  v.router_keys = *std::move(keys);
+  return v;
+}
+
+std::string ConfigVariantDescription(const ConfigVariant& v) {
+  std::string out = absl::StrCat(v.name, ": ", v.mode);
+  for (const auto& [key, value] : v.router_keys)
+    absl::StrAppend(&out, ", router ", key, "=", value);
+  if (v.kv_offloading_size_gib == 0) absl::StrAppend(&out, ", no host KV tier");
+  if (v.kv_offloading_size_gib > 0) {
+    absl::StrAppend(
+        &out, absl::StrFormat(", host KV tier %g GiB per instance", v.kv_offloading_size_gib));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> RouterKeysFor(
+    const AblationConfig& config,
+    const std::vector<std::pair<std::string, std::string>>& ablation_keys) {
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const auto& kv : ablation_keys) {
+    if (std::none_of(config.router_keys.begin(), config.router_keys.end(),
+                     [&](const auto& own) { return own.first == kv.first; })) {
+      keys.push_back(kv);
+    }
+  }
+  keys.insert(keys.end(), config.router_keys.begin(), config.router_keys.end());
+  return keys;
+}
+
+absl::StatusOr<std::vector<AblationConfig>> AblationConfigsOf(const AblationOptions& options) {
+  std::vector<AblationConfig> configs =
+      AblationConfigs(options.modes, options.thresholds, options.default_threshold);
+  if (!options.variants.empty() && !options.targets.empty()) {
+    return absl::InvalidArgumentError(
+        "--variant writes the configs and fleets the bench starts; with --targets, run each "
+        "variant as a target of its own");
+  }
+  for (const ConfigVariant& v : options.variants) {
+    for (const AblationConfig& c : configs) {
+      if (c.name == v.name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--variant ", v.name, ": another configuration has that name; name it apart"));
+      }
+    }
+    AblationConfig c;
+    c.name = v.name;
+    c.mode = v.mode;
+    c.heavy_threshold = options.default_threshold;
+    c.router_keys = v.router_keys;
+    c.kv_offloading_size_gib = v.kv_offloading_size_gib;
+    configs.push_back(std::move(c));
+  }
+  return configs;
 }
 
 std::string KvrouteConfigYaml(const AblationConfig& config,
@@ -454,6 +569,9 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
         "routes with the defaults; run the oracle without it");
   }
 
+  const absl::StatusOr<std::vector<AblationConfig>> configs = AblationConfigsOf(options);
+  if (!configs.ok()) return configs.status();
+
   if (options.kvroute_replicas > 1 && !options.targets.empty()) {
     return absl::InvalidArgumentError(
         "--kvroute-replicas starts the bench's own kvroutes; with --targets, list each replica "
@@ -506,16 +624,14 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       R"(kvroute-sim: instance (\d+) kv events on (\S+) replay (\S+))");
   static const std::regex kProxyReady(R"(kvroute: listening on ([0-9.]+):(\d+))");
 
-  const std::vector<AblationConfig> configs =
-      AblationConfigs(options.modes, options.thresholds, options.default_threshold);
-  for (size_t ci = 0; ci < configs.size(); ++ci) {
-    const AblationConfig& config = configs[ci];
+  for (size_t ci = 0; ci < configs->size(); ++ci) {
+    const AblationConfig& config = (*configs)[ci];
     const fs::path dir = fs::path(options.out_dir) / config.name;
     fs::create_directories(dir, ec);
     spdlog::info(
         "[{}] configuration {}/{}: starting {} simulated instances and kvroute "
         "(mode {}, threshold {})",
-        config.name, ci + 1, configs.size(), options.instances, config.mode,
+        config.name, ci + 1, configs->size(), options.instances, config.mode,
         config.heavy_threshold);
     std::vector<std::string> sim_argv = {options.sim_bin,
                                          "--instances",
@@ -534,9 +650,12 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       sim_argv.push_back("--scheduling-policy");
       sim_argv.push_back(options.scheduling_policy);
     }
-    if (options.kv_offloading_size_gib > 0) {
+    const double host_tier_gib = config.kv_offloading_size_gib >= 0
+                                     ? config.kv_offloading_size_gib
+                                     : options.kv_offloading_size_gib;
+    if (host_tier_gib > 0) {
       sim_argv.push_back("--kv-offloading-size");
-      sim_argv.push_back(absl::StrCat(options.kv_offloading_size_gib));
+      sim_argv.push_back(absl::StrCat(host_tier_gib));
       sim_argv.push_back("--kv-offloading-backend");
       sim_argv.push_back(options.kv_offloading_backend);
     }
@@ -647,7 +766,7 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
       store = *std::move(redis);
     }
     std::ofstream(yaml) << KvrouteConfigYaml(with_profile, backends, ro.time_scale, ro.slo,
-                                             *router_keys);
+                                             RouterKeysFor(config, *router_keys));
     const int replicas = std::max(1, options.kvroute_replicas);
     // One replica keeps the single router's file names; several number theirs.
     auto replica_file = [&](const char* stem, const char* ext, int i) {

@@ -40,7 +40,32 @@ struct AblationConfig {
   std::string kv_pool_events_replay;
   // The cluster store the replicas share ("redis://127.0.0.1:PORT"); empty: none.
   std::string cluster_store;
+  // A variant's own settings (ConfigVariant): router keys written after the ablation's
+  // (a key set in both takes the variant's value), and the host tier of its fleet
+  // (GiB per instance; negative: the ablation's).
+  std::vector<std::pair<std::string, std::string>> router_keys;
+  double kv_offloading_size_gib = -1;
 };
+
+// A configuration beside the modes': a mode with router settings and a host tier of its
+// own, so that one ablation or sweep holds an ablation of kvroute's settings too (the tier
+// pricing off, the fleet without its tier) on the same arrivals as the modes'. Given as
+// --variant 'NAME=MODE;SETTING;...', each SETTING either a router KEY=VALUE
+// (ParseRouterKeys' rules) or fleet.kv_offloading_size=GIB:
+//   blind=baseline;tier_aware=false
+//   notier=baseline;fleet.kv_offloading_size=0
+struct ConfigVariant {
+  std::string name;
+  std::string mode;
+  std::vector<std::pair<std::string, std::string>> router_keys;
+  double kv_offloading_size_gib = -1;  // negative: the ablation's
+};
+// Errors name the flag and the setting: a name that is not a plain word (letters, digits,
+// '_', '-', '.'), a mode kvroute does not run (the oracle reference included: it routes
+// with the defaults), a setting that is neither kind, a size that is not a number >= 0.
+absl::StatusOr<ConfigVariant> ParseConfigVariant(const std::string& spec);
+// "NAME: MODE, router K=V, ..., no host tier" for reports.
+std::string ConfigVariantDescription(const ConfigVariant& v);
 
 // Modes whose routing depends on the heavy threshold (the policy table's threshold_sensitive
 // rows, router/policy_registry.h) are crossed with every threshold; the others run once at
@@ -95,6 +120,8 @@ struct AblationOptions {
   // KEY=VALUE settings added under `router:` in every kvroute config the
   // bench writes (ParseRouterKeys); times in wall seconds.
   std::vector<std::string> router_keys;
+  // Configurations run after the modes' (ConfigVariant), in the order given.
+  std::vector<ConfigVariant> variants;
   double startup_timeout_s = 60;
   // Given targets instead: (name, URL) pairs; run_template.instances are scraped.
   std::vector<std::pair<std::string, std::string>> targets;
@@ -102,6 +129,17 @@ struct AblationOptions {
   RunOptions run_template;  // timeouts, sampling, progress, model
   std::string generated_at;
 };
+
+// The modes' configurations (AblationConfigs), then the variants'. Errors: a variant named
+// as another configuration, or variants with given targets (they write the bench's own
+// kvroute configs and fleets).
+absl::StatusOr<std::vector<AblationConfig>> AblationConfigsOf(const AblationOptions& options);
+
+// The router keys a configuration's kvroute config gets: the ablation's (--router), then the
+// configuration's own in place of any of the ablation's with the same key.
+std::vector<std::pair<std::string, std::string>> RouterKeysFor(
+    const AblationConfig& config,
+    const std::vector<std::pair<std::string, std::string>>& ablation_keys);
 
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 

@@ -84,11 +84,9 @@ struct Unit {
   bool job = false;
 };
 
-constexpr int kFigures = 5;
-constexpr const char* kFigureLabels[kFigures] = {"TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)",
-                                                 "goodput", "goodput of planned turns"};
+constexpr int kFigures = static_cast<int>(kComparedFigures.size());
 
-// The figures of one set of units (with multiplicity) for one run, in kFigureLabels' order;
+// The figures of one set of units (with multiplicity) for one run, in kComparedFigures' order;
 // NaN where a run has none.
 using Figures = std::array<double, kFigures>;
 
@@ -125,6 +123,9 @@ json::value Num(double v) {
   if (!std::isfinite(v)) return nullptr;
   return v;
 }
+
+// Goodputs are shares, written in percent and points; the rest are seconds.
+bool IsShare(const FigureComparison& f) { return f.label.rfind("goodput", 0) == 0; }
 
 }  // namespace
 
@@ -363,7 +364,7 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   for (int f = 0; f < kFigures; ++f) {
     if (f == kFigures - 1 && !plans_known) continue;
     FigureComparison fc;
-    fc.label = kFigureLabels[f];
+    fc.label = std::string(kComparedFigures[f]);
     fc.a = point_a[f];
     fc.b = point_b[f];
     fc.difference = fc.b - fc.a;
@@ -378,6 +379,29 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
     c.figures.push_back(std::move(fc));
   }
   return c;
+}
+
+ComparedRun ComparedRunOf(const RunResult& run, std::string label) {
+  return ComparedRun{.label = std::move(label),
+                     .time_scale = run.time_scale > 0 ? run.time_scale : 1.0,
+                     .slo = run.slo,
+                     .dropped = run.dropped,
+                     .requests = run.requests,
+                     .jobs = run.jobs};
+}
+
+std::string DifferenceCell(const FigureComparison& f) {
+  const bool share = IsShare(f);
+  if (!std::isfinite(f.difference)) return "-";
+  if (!std::isfinite(f.low) || !std::isfinite(f.high)) return SignedCell(f.difference, share);
+  return absl::StrCat(SignedCell(f.difference, share), " [", SignedCell(f.low, share), ", ",
+                      SignedCell(f.high, share), "]");
+}
+
+std::string RatioCell(const FigureComparison& f) {
+  if (!std::isfinite(f.ratio)) return "-";
+  if (!std::isfinite(f.ratio_low) || !std::isfinite(f.ratio_high)) return Cell(f.ratio, false);
+  return absl::StrFormat("%.3g [%.3g, %.3g]", f.ratio, f.ratio_low, f.ratio_high);
 }
 
 std::string ComparisonMarkdown(const Comparison& c) {
@@ -404,7 +428,7 @@ std::string ComparisonMarkdown(const Comparison& c) {
                         "B below A in |\n| --- | ---: | ---: | ---: | --- | ---: | --- | ---: |\n",
                         100 * c.options.confidence);
   for (const FigureComparison& f : c.figures) {
-    const bool share = f.label.rfind("goodput", 0) == 0;
+    const bool share = IsShare(f);
     const std::string interval =
         std::isfinite(f.low) && std::isfinite(f.high)
             ? absl::StrCat("[", SignedCell(f.low, share), ", ", SignedCell(f.high, share), "]")

@@ -34,9 +34,11 @@
 // Thread-safety: pure functions, except ReadComparedRun, which reads a file.
 #pragma once
 
+#include <array>
 #include <boost/json/value.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,6 +56,9 @@ struct ComparedRun {
   std::vector<JobRecord> jobs;  // job and planned_turns are read
 };
 
+// A run as the bench holds it (a sweep's point just run); `label` names it.
+ComparedRun ComparedRunOf(const RunResult& run, std::string label);
+
 // The run named `run` (empty: the report's only run) of report.json at `path`, or of the one
 // report.json under the directory `path` (a sweep's directory with one rate and one seed).
 absl::StatusOr<ComparedRun> ReadComparedRun(const std::string& path, const std::string& run);
@@ -67,6 +72,10 @@ struct CompareOptions {
   uint64_t seed = 1;
   double confidence = 0.95;
 };
+
+// The figures compared, in the order Comparison::figures holds them (their labels).
+inline constexpr std::array<std::string_view, 5> kComparedFigures = {
+    "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "goodput", "goodput of planned turns"};
 
 struct FigureComparison {
   std::string label;  // "TTFT p90 (s)", "goodput", ...
@@ -104,6 +113,10 @@ inline absl::StatusOr<Comparison> CompareRuns(const ComparedRun& a, const Compar
 }
 
 std::string ComparisonMarkdown(const Comparison& c);
+// One figure in a cell: "B - A [low, high]" (goodput in points), and "B / A [low, high]";
+// "-" where undefined.
+std::string DifferenceCell(const FigureComparison& f);
+std::string RatioCell(const FigureComparison& f);
 boost::json::value ComparisonJson(const Comparison& c);
 
 }  // namespace kvroute::bench

@@ -374,6 +374,19 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
                   "decode_stall_weight=2; times in wall seconds; not the oracle reference)")
       ->type_name("KEY=VALUE");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--variant",
+         [&abl](const std::vector<std::string>& specs) {
+           for (const std::string& spec : specs) {
+             absl::StatusOr<kb::ConfigVariant> v = kb::ParseConfigVariant(spec);
+             if (!v.ok()) throw CLI::ValidationError(std::string(v.status().message()));
+             abl.variants.push_back(*std::move(v));
+           }
+         },
+         "one more configuration, after the modes': a mode with router settings and a host "
+         "tier of its own, on the same arrivals (repeatable; e.g. "
+         "'blind=baseline;tier_aware=false', 'notier=baseline;fleet.kv_offloading_size=0')")
+      ->type_name("NAME=MODE;SETTING;...");
   cmd->add_option("--kvroute-bin", abl.kvroute_bin, "kvroute binary (default: build dir)");
   cmd->add_option("--sim-bin", abl.sim_bin, "kvroute-sim binary (default: build dir)");
   cmd->add_option("--proxy-log-level", abl.log_level, "kvroute --log-level")->capture_default_str();
@@ -454,7 +467,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sweep_cmd
       ->add_option("--references", sweep.references,
-                   "configurations the regime map compares the others with")
+                   "configurations the regime map and the paired comparisons (sweep.md) "
+                   "compare the others with")
       ->delimiter(',')
       ->capture_default_str();
   sweep_cmd->add_option("--out", sweep_flags.out,

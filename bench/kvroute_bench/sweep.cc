@@ -71,6 +71,15 @@ std::string FormatFigure(SweepFigure f, double v) {
   }
 }
 
+// Every configuration's name, the variants' after the modes'.
+absl::StatusOr<std::vector<std::string>> ConfigNames(const AblationOptions& a) {
+  absl::StatusOr<std::vector<AblationConfig>> configs = AblationConfigsOf(a);
+  if (!configs.ok()) return configs.status();
+  std::vector<std::string> names;
+  for (const AblationConfig& c : *configs) names.push_back(c.name);
+  return names;
+}
+
 std::string FormatSpread(SweepFigure f, const Spread& s) {
   if (s.n == 0) return "-";
   if (s.n == 1 || s.min == s.max) return FormatFigure(f, s.median);
@@ -102,6 +111,52 @@ void AppendTable(std::string* md, const std::vector<std::string>& header,
 }
 
 std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].label; }
+
+// The paired comparisons, a table per reference: a row per (rate, seed, configuration), a
+// column per figure compare.h reports (the goodput of planned turns "-" where a run does not
+// know its sessions' plans).
+
+void AppendComparisons(std::string* md, const Sweep& sweep) {
+  for (const std::string& reference : sweep.references) {
+    std::vector<const SweepComparison*> rows_of;
+    for (const SweepComparison& c : sweep.comparisons) {
+      if (c.reference == reference) rows_of.push_back(&c);
+    }
+    if (rows_of.empty()) continue;
+    const CompareOptions& o = rows_of.front()->comparison.options;
+    absl::StrAppend(
+        md, "## Paired with ", reference, ", by seed\n\nEach configuration minus ", reference,
+        " on the same arrivals, with the central ", absl::StrFormat("%.0f %%", 100 * o.confidence),
+        " of the difference over ", o.resamples,
+        " draws of the point's sessions (the same draw for both runs; `kvroute-bench "
+        "compare`): an interval that holds zero is a difference the sessions alone could "
+        "reverse. TTFT in modelled seconds, its p90 also as a ratio; goodput in points.\n\n");
+    std::vector<std::string> header = {"jobs/s", "seed", "config"};
+    for (std::string_view label : kComparedFigures) {
+      header.push_back(std::string(label) + ", B - A");
+    }
+    header.push_back("TTFT p90, B / A");
+    std::vector<std::vector<std::string>> rows;
+    for (const SweepComparison* c : rows_of) {
+      std::vector<std::string> row = {RateLabel(c->jobs_per_second), absl::StrCat(c->seed),
+                                      c->config};
+      const FigureComparison* p90 = nullptr;
+      for (std::string_view label : kComparedFigures) {
+        const auto& figures = c->comparison.figures;
+        const auto f = std::find_if(figures.begin(), figures.end(),
+                                    [&](const FigureComparison& f) { return f.label == label; });
+        row.push_back(f == figures.end() ? "-" : DifferenceCell(*f));
+        if (f != figures.end() && f->label == kComparedFigures[1]) p90 = &*f;
+      }
+      row.push_back(p90 == nullptr ? "-" : RatioCell(*p90));
+      rows.push_back(std::move(row));
+    }
+    std::vector<bool> right(header.size(), true);
+    right[2] = false;
+    AppendTable(md, header, right, rows);
+    absl::StrAppend(md, "\n");
+  }
+}
 
 }  // namespace
 
@@ -361,6 +416,16 @@ json::value SweepJson(const Sweep& sweep) {
                                   {"figures", std::move(fig)}});
   }
   o["regime_map"] = std::move(regime);
+
+  json::array compared;
+  for (const SweepComparison& c : sweep.comparisons) {
+    compared.push_back(json::object{{"jobs_per_second", c.jobs_per_second},
+                                    {"seed", c.seed},
+                                    {"config", c.config},
+                                    {"reference", c.reference},
+                                    {"comparison", ComparisonJson(c.comparison)}});
+  }
+  o["comparisons"] = std::move(compared);
   return o;
 }
 
@@ -417,6 +482,8 @@ std::string SweepMarkdown(const Sweep& sweep) {
     }
   }
 
+  AppendComparisons(&md, sweep);
+
   absl::StrAppend(&md,
                   "## Figures over the seeds\n\nMedian [min–max] over the seeds; "
                   "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
@@ -467,6 +534,34 @@ absl::Status WriteSweep(const Sweep& sweep, const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<SweepComparison>> ComparePoint(
+    const Report& report, double jobs_per_second, uint64_t seed,
+    const std::vector<std::string>& references, const CompareOptions& options) {
+  std::vector<SweepComparison> out;
+  for (const std::string& reference : references) {
+    const auto ref = std::find_if(report.runs.begin(), report.runs.end(),
+                                  [&](const RunResult& r) { return r.name == reference; });
+    if (ref == report.runs.end()) continue;
+    const ComparedRun a = ComparedRunOf(*ref, reference);
+    for (const RunResult& run : report.runs) {
+      if (run.name == reference) continue;
+      absl::StatusOr<Comparison> c = CompareRuns(a, ComparedRunOf(run, run.name), options);
+      if (!c.ok()) {
+        return absl::Status(c.status().code(),
+                            absl::StrCat("comparing ", run.name, " with ", reference, " at ",
+                                         RateLabel(jobs_per_second), " jobs/s, seed ", seed, ": ",
+                                         c.status().message()));
+      }
+      out.push_back({.jobs_per_second = jobs_per_second,
+                     .seed = seed,
+                     .config = run.name,
+                     .reference = reference,
+                     .comparison = *std::move(c)});
+    }
+  }
+  return out;
+}
+
 absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base) {
   if (base.kind != WorkloadKind::kAgentic ||
       (!base.agentic.preset.empty() && !IsLongPreset(base.agentic))) {
@@ -498,11 +593,9 @@ absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base
       return absl::InvalidArgumentError(absl::StrCat("--seeds: seed ", s, " given twice"));
     }
   }
-  const AblationOptions& a = options.ablation;
-  std::vector<std::string> names;
-  for (const AblationConfig& c : AblationConfigs(a.modes, a.thresholds, a.default_threshold)) {
-    names.push_back(c.name);
-  }
+  const absl::StatusOr<std::vector<std::string>> configured = ConfigNames(options.ablation);
+  if (!configured.ok()) return configured.status();
+  const std::vector<std::string>& names = *configured;
   if (names.empty()) return absl::InvalidArgumentError("sweep needs at least one mode");
   for (const std::string& r : options.references) {
     if (std::find(names.begin(), names.end(), r) == names.end()) {
@@ -540,10 +633,7 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
   Sweep sweep;
   sweep.generated_at = a.generated_at;
   sweep.references = options.references;
-  std::vector<std::string> names;
-  for (const AblationConfig& c : AblationConfigs(a.modes, a.thresholds, a.default_threshold)) {
-    names.push_back(c.name);
-  }
+  const std::vector<std::string> names = *ConfigNames(a);
   const AgenticOptions& w = base.agentic;
   const std::string workload =
       IsLongPreset(w)
@@ -572,6 +662,11 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
                     FleetExtrasDescription(a)},
       {"configurations", absl::StrJoin(names, ", ")},
   };
+  if (!a.variants.empty()) {
+    std::vector<std::string> variants;
+    for (const ConfigVariant& v : a.variants) variants.push_back(ConfigVariantDescription(v));
+    sweep.setup.emplace_back("variants", absl::StrJoin(variants, "; "));
+  }
 
   const size_t points = options.jobs_per_second.size() * options.seeds.size();
   size_t done = 0;
@@ -597,6 +692,10 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
                                  .config = report->runs[i].name,
                                  .figures = SweepFiguresOf(summaries[i])});
       }
+      absl::StatusOr<std::vector<SweepComparison>> compared =
+          ComparePoint(*report, rate, seed, options.references, options.compare);
+      if (!compared.ok()) return compared.status();
+      sweep.comparisons.insert(sweep.comparisons.end(), compared->begin(), compared->end());
       if (absl::Status s = WriteSweep(sweep, a.out_dir); !s.ok()) return s;
     }
   }

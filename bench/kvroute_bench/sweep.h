@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/kvroute_bench/ablation.h"
+#include "bench/kvroute_bench/compare.h"
 #include "bench/kvroute_bench/runner.h"
 #include "bench/kvroute_bench/stats.h"
 
@@ -167,12 +168,27 @@ struct RegimeEntry {
 std::vector<RegimeEntry> RegimeMap(const SweepTable& table,
                                    const std::vector<std::string>& references);
 
+// A configuration against a reference at one sweep point, paired over the point's sessions
+// (compare.h): B is the configuration, A the reference.
+struct SweepComparison {
+  double jobs_per_second = 0;
+  uint64_t seed = 0;
+  std::string config;
+  std::string reference;
+  Comparison comparison;
+};
+// Every other run of a point's report against each reference that ran there.
+absl::StatusOr<std::vector<SweepComparison>> ComparePoint(
+    const Report& report, double jobs_per_second, uint64_t seed,
+    const std::vector<std::string>& references, const CompareOptions& options);
+
 // What a sweep measured, and how it is described in its reports.
 struct Sweep {
   std::string generated_at;
   std::vector<std::pair<std::string, std::string>> setup;
   std::vector<std::string> references;
   std::vector<SweepSample> samples;
+  std::vector<SweepComparison> comparisons;
 };
 boost::json::value SweepJson(const Sweep& sweep);
 std::string SweepMarkdown(const Sweep& sweep);
@@ -182,8 +198,10 @@ absl::Status WriteSweep(const Sweep& sweep, const std::string& dir);
 struct SweepOptions {
   std::vector<double> jobs_per_second = {0.25, 0.5, 0.75};
   std::vector<uint64_t> seeds = {1, 2, 3};
-  // Configurations (AblationConfig names) the regime map compares the others with.
+  // Configurations (AblationConfig names) the regime map compares the others with, and
+  // each point's paired comparisons.
   std::vector<std::string> references = {"baseline"};
+  CompareOptions compare;
   // Fleet, configurations and run settings; out_dir is the sweep's directory. The embedded
   // simulated fleet only: given targets would carry warm caches from point to point.
   AblationOptions ablation;

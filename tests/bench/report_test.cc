@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "bench/kvroute_bench/ablation.h"
 #include "bench/kvroute_bench/metrics_sampler.h"
 #include "bench/kvroute_bench/stats.h"
@@ -419,6 +420,80 @@ TEST(AblationConfigTest, RouterSettingsReachKvroutesConfig) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find("--router"), std::string_view::npos) << r.status();
+  }
+}
+
+// A variant is one more configuration: its mode, its router keys over the ablation's, and
+// its own host tier; it runs after the modes' and its config loads in kvroute.
+TEST(AblationConfigTest, VariantsRunAfterTheModesWithTheirOwnSettings) {
+  absl::StatusOr<ConfigVariant> blind =
+      ParseConfigVariant("blind=baseline; tier_aware=false; decode_stall_weight=4");
+  ASSERT_TRUE(blind.ok()) << blind.status();
+  EXPECT_EQ(blind->name, "blind");
+  EXPECT_EQ(blind->mode, "baseline");
+  EXPECT_EQ(blind->kv_offloading_size_gib, -1);
+  ASSERT_EQ(blind->router_keys.size(), 2u);
+  EXPECT_EQ(ConfigVariantDescription(*blind),
+            "blind: baseline, router tier_aware=false, router decode_stall_weight=4");
+  absl::StatusOr<ConfigVariant> notier =
+      ParseConfigVariant("notier=least_loaded;fleet.kv_offloading_size=0;");
+  ASSERT_TRUE(notier.ok()) << notier.status();
+  EXPECT_EQ(notier->kv_offloading_size_gib, 0);
+  EXPECT_TRUE(notier->router_keys.empty());
+  EXPECT_EQ(ConfigVariantDescription(*notier), "notier: least_loaded, no host KV tier");
+  EXPECT_EQ(ConfigVariantDescription(*ParseConfigVariant("big=v1;fleet.kv_offloading_size=32")),
+            "big: v1, host KV tier 32 GiB per instance");
+
+  AblationOptions o;
+  o.modes = {"baseline", "v1"};
+  o.thresholds = {10000, 20000};
+  o.default_threshold = 30000;
+  o.variants = {*blind, *notier};
+  absl::StatusOr<std::vector<AblationConfig>> configs = AblationConfigsOf(o);
+  ASSERT_TRUE(configs.ok()) << configs.status();
+  ASSERT_EQ(configs->size(), 5u);
+  EXPECT_EQ((*configs)[2].name, "v1-T20k");
+  const AblationConfig& b = (*configs)[3];
+  EXPECT_EQ(b.name, "blind");
+  EXPECT_EQ(b.mode, "baseline");
+  EXPECT_EQ(b.heavy_threshold, 30000);
+  EXPECT_EQ(b.kv_offloading_size_gib, -1);
+  EXPECT_EQ((*configs)[4].kv_offloading_size_gib, 0);
+  EXPECT_TRUE((*configs)[0].router_keys.empty());
+
+  // The variant's keys replace the ablation's same keys; the others stay, in order.
+  const auto keys = RouterKeysFor(b, {{"decode_stall_weight", "2"}, {"eviction_weight", "3"}});
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"eviction_weight", "3"}, {"tier_aware", "false"}, {"decode_stall_weight", "4"}};
+  EXPECT_EQ(keys, want);
+  absl::StatusOr<proxy::Config> parsed = proxy::ParseConfig(
+      KvrouteConfigYaml(b, {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, keys), "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->router.host_tier.aware);
+  EXPECT_DOUBLE_EQ(parsed->router.baseline.decode_stall_weight, 4);
+  EXPECT_DOUBLE_EQ(parsed->router.baseline.eviction_weight, 3);
+  EXPECT_EQ(RouterKeysFor((*configs)[0], keys), keys);
+
+  // A variant named as another configuration, or with given targets, is refused.
+  o.variants = {*ParseConfigVariant("v1-T10k=baseline")};
+  EXPECT_EQ(AblationConfigsOf(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.variants = {*blind};
+  o.targets = {{"a", "http://127.0.0.1:1"}};
+  EXPECT_EQ(AblationConfigsOf(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AblationConfigTest, MalformedVariantsAreRefusedNamingTheFlag) {
+  for (const char* bad :
+       {"baseline", "=baseline", "a/b=baseline", "..=baseline", "x=nosuchmode", "x=oracle",
+        "x=baseline;fleet.kv_pool_size=2", "x=baseline;fleet.kv_offloading_size=-1",
+        "x=baseline;fleet.kv_offloading_size=lots", "x=baseline;fleet.kv_offloading_size",
+        "x=baseline;tier_aware", "x=baseline;slo=1", "x=baseline;a.b=1"}) {
+    absl::StatusOr<ConfigVariant> v = ParseConfigVariant(bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(v.status().message().find(absl::StrCat("--variant '", bad, "'")),
+              std::string_view::npos)
+        << v.status();
   }
 }
 

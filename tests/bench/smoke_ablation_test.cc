@@ -226,6 +226,18 @@ std::string ReadFile(const std::filesystem::path& p) {
   return text.str();
 }
 
+// Two agent jobs of two turns, arriving within 10 modelled seconds.
+WorkloadSpec TwoJobs() {
+  WorkloadSpec w;
+  w.kind = WorkloadKind::kAgentic;
+  w.agentic.jobs_per_second = 1;
+  w.agentic.duration_s = 10;
+  w.agentic.max_jobs = 2;
+  w.agentic.turns = 2;
+  w.agentic.seed = 9;
+  return w;
+}
+
 // Runs a two-job ablation of `mode` with the fleet's KV tiers as `tiers` sets them, and checks
 // that they reached the simulated fleet: the report's setup says `setup_says` and the
 // simulator's start-up line `sim_says`; returns the run's directory (empty when skipped).
@@ -243,13 +255,7 @@ std::filesystem::path ExpectTiersReachTheFleet(const std::string& mode, const st
   o.modes = {mode};
   testing::UseSmokeFleet(o, kvroute, sim, out.string());
   tiers(o);
-  WorkloadSpec w;
-  w.kind = WorkloadKind::kAgentic;
-  w.agentic.jobs_per_second = 1;
-  w.agentic.duration_s = 10;
-  w.agentic.max_jobs = 2;
-  w.agentic.turns = 2;
-  w.agentic.seed = 9;
+  WorkloadSpec w = TwoJobs();
 
   absl::StatusOr<Report> report = RunAblation(o, w);
   EXPECT_TRUE(report.ok()) << report.status();
@@ -297,6 +303,52 @@ TEST(SmokeAblationTest, KvOffloadingBackendReachesTheSimulatedFleet) {
       "KV offloading to host memory (lmcache), 2 GiB",
       "host KV tier 2 GiB per instance (--kv-offloading-size, backend lmcache)");
   if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  std::filesystem::remove_all(out);
+}
+
+// Variants run after the modes, each with its own kvroute config and fleet: the router key
+// reaches its kvroute, the host tier its own simulator only.
+TEST(SmokeAblationTest, VariantsGetTheirOwnRouterKeysAndHostTier) {
+  const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
+  const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
+  if (!Executable(kvroute) || !Executable(sim)) {
+    GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  }
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kvb_variants_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  AblationOptions o;
+  o.modes = {"baseline"};
+  testing::UseSmokeFleet(o, kvroute, sim, out.string());
+  o.kv_offloading_size_gib = 2;
+  o.variants = {*ParseConfigVariant("blind=baseline;tier_aware=false"),
+                *ParseConfigVariant("notier=baseline;fleet.kv_offloading_size=0")};
+  WorkloadSpec w = TwoJobs();
+
+  absl::StatusOr<Report> report = RunAblation(o, w);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->runs.size(), 3u);
+  EXPECT_EQ(report->runs[1].name, "blind");
+  EXPECT_EQ(report->runs[2].name, "notier");
+  for (const RunResult& run : report->runs) {
+    EXPECT_FALSE(run.requests.empty()) << run.name;
+    for (const RequestRecord& r : run.requests) EXPECT_TRUE(r.ok()) << run.name << ": " << r.error;
+  }
+  const std::string tier = "KV offloading to host memory (native), 2 GiB";
+  EXPECT_NE(ReadFile(out / "baseline" / "sim.log").find(tier), std::string::npos);
+  EXPECT_NE(ReadFile(out / "blind" / "sim.log").find(tier), std::string::npos);
+  EXPECT_EQ(ReadFile(out / "notier" / "sim.log").find("KV offloading"), std::string::npos);
+  EXPECT_EQ(ReadFile(out / "baseline" / "kvroute.yaml").find("tier_aware"), std::string::npos);
+  EXPECT_NE(ReadFile(out / "blind" / "kvroute.yaml").find("\n  tier_aware: false\n"),
+            std::string::npos);
+  bool described = false;
+  for (const auto& [key, value] : report->setup) {
+    described =
+        described || (key == "variants" && value ==
+                                               "blind: baseline, router tier_aware=false; notier: "
+                                               "baseline, no host KV tier");
+  }
+  EXPECT_TRUE(described);
   std::filesystem::remove_all(out);
 }
 

@@ -87,6 +87,14 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
   const std::vector<RegimeEntry> map = RegimeMap(table, o.references);
   ASSERT_EQ(map.size(), 1u);
   EXPECT_NE(map[0].judgements[0].verdict, Verdict::kTooFewSeeds);
+  // v1 paired with baseline at each seed, over the point's sessions.
+  ASSERT_EQ(sweep->comparisons.size(), 2u);
+  for (const SweepComparison& c : sweep->comparisons) {
+    EXPECT_EQ(c.config, "v1-T20k");
+    EXPECT_EQ(c.reference, "baseline");
+    EXPECT_GT(c.comparison.units, 0) << "seed " << c.seed;
+    EXPECT_EQ(c.comparison.units_only_a + c.comparison.units_only_b, 0) << "seed " << c.seed;
+  }
 
   for (const char* f : {"sweep.md", "sweep.json", "jps-1/seed-5/report.json",
                         "jps-1/seed-6/report.md", "jps-1/seed-6/v1-T20k/kvroute.yaml"}) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "bench/kvroute_bench/workload.h"
 
 namespace kvroute::bench {
@@ -349,6 +350,90 @@ TEST(SweepReportTest, JsonCarriesSamplesCellsAndVerdicts) {
   EXPECT_TRUE(v.at("tie_rule").is_string());
 }
 
+// `jobs` agent sessions of three turns, turn t of job j at a TTFT that varies with both,
+// times `factor` (modelled seconds at time scale 1).
+RunResult SessionRun(const std::string& name, int jobs, double factor) {
+  RunResult run;
+  run.name = name;
+  run.mode = "baseline";
+  for (int j = 0; j < jobs; ++j) {
+    JobRecord& job = run.jobs.emplace_back();
+    job.job = j;
+    job.planned_turns = 3;
+    for (int t = 1; t <= 3; ++t) {
+      RequestRecord r;
+      r.job = j;
+      r.turn = t;
+      r.request_id = absl::StrCat("r", j, "-", t);
+      r.klass = "WARM";
+      r.ttft = factor * (0.2 + 0.1 * ((j * 5 + t) % 9));
+      r.tpot = 0.01;
+      run.requests.push_back(r);
+    }
+  }
+  return run;
+}
+
+// Each other run of a point against each reference that ran there, paired over the point's
+// sessions; sweep.md and sweep.json carry them.
+TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
+  Report report;
+  report.runs = {SessionRun("baseline", 30, 1), SessionRun("blind", 30, 2),
+                 SessionRun("notier", 30, 1)};
+  absl::StatusOr<std::vector<SweepComparison>> c =
+      ComparePoint(report, 0.5, 3, {"baseline", "absent"}, CompareOptions{.resamples = 300});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 2u);
+  const SweepComparison& blind = (*c)[0];
+  EXPECT_EQ(blind.config, "blind");
+  EXPECT_EQ(blind.reference, "baseline");
+  EXPECT_EQ(blind.seed, 3u);
+  EXPECT_DOUBLE_EQ(blind.jobs_per_second, 0.5);
+  ASSERT_EQ(blind.comparison.figures.size(), kComparedFigures.size());
+  const FigureComparison& p90 = blind.comparison.figures[1];
+  EXPECT_EQ(p90.label, kComparedFigures[1]);
+  EXPECT_GT(p90.low, 0);  // twice the reference's TTFT in every draw
+  EXPECT_NEAR(p90.ratio, 2, 1e-9);
+  EXPECT_NEAR(p90.ratio_low, 2, 1e-9);
+  EXPECT_EQ((*c)[1].comparison.figures[1].difference, 0);  // the same turns
+
+  Sweep sweep = FixedSweep();
+  sweep.comparisons = *c;
+  const std::string md = SweepMarkdown(sweep);
+  EXPECT_NE(md.find("## Paired with baseline, by seed"), std::string::npos) << md;
+  EXPECT_NE(md.find("over 300 draws"), std::string::npos) << md;
+  EXPECT_NE(md.find("| jobs/s | seed | config | TTFT p50 (s), B - A | TTFT p90 (s), B - A | "
+                    "TTFT p99 (s), B - A | goodput, B - A | goodput of planned turns, B - A | "
+                    "TTFT p90, B / A |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 0.5 | 3 | notier | +0 [+0, +0] | +0 [+0, +0] | +0 [+0, +0] | +0.0 pt "
+                    "[+0.0 pt, +0.0 pt] | +0.0 pt [+0.0 pt, +0.0 pt] | 1 [1, 1] |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find(absl::StrCat("| ", RatioCell(p90), " |")), std::string::npos) << md;
+
+  const json::value v = json::parse(json::serialize(SweepJson(sweep)));
+  const json::array& compared = v.at("comparisons").as_array();
+  ASSERT_EQ(compared.size(), 2u);
+  EXPECT_EQ(compared[0].at("config").as_string(), "blind");
+  EXPECT_EQ(compared[0].at("reference").as_string(), "baseline");
+  EXPECT_EQ(compared[0].at("seed").as_int64(), 3);
+  EXPECT_NEAR(compared[0].at("comparison").at("figures").as_array()[1].at("ratio").as_double(), 2,
+              1e-9);
+
+  // Runs of different workloads share no session: the point names the pair.
+  Report apart;
+  apart.runs = {SessionRun("baseline", 3, 1), SessionRun("other", 3, 1)};
+  for (RequestRecord& r : apart.runs[1].requests) r.job += 100;
+  for (JobRecord& j : apart.runs[1].jobs) j.job += 100;
+  const absl::Status s = ComparePoint(apart, 1, 7, {"baseline"}, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("comparing other with baseline at 1 jobs/s, seed 7"),
+            std::string_view::npos)
+      << s;
+}
+
 WorkloadSpec AgenticBase() {
   WorkloadSpec w;
   w.kind = WorkloadKind::kAgentic;
@@ -439,6 +524,12 @@ TEST(ValidateSweepTest, RejectsWhatASweepCannotCompare) {
             std::string::npos);
   o.references = {"v1-T20k"};
   EXPECT_TRUE(ValidateSweep(o, base).ok());
+  // A variant is a configuration, a reference too; one named as another is refused.
+  o.ablation.variants = {*ParseConfigVariant("blind=baseline;tier_aware=false")};
+  o.references = {"blind", "baseline"};
+  EXPECT_TRUE(ValidateSweep(o, base).ok());
+  o.ablation.variants.push_back(*ParseConfigVariant("baseline=least_loaded"));
+  EXPECT_NE(message(o, base).find("--variant baseline"), std::string::npos);
 
   o = ValidOptions();
   o.ablation.targets = {{"baseline", "http://127.0.0.1:8000"}};
