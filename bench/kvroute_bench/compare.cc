@@ -116,7 +116,9 @@ std::string Cell(double v, bool share) {
 
 std::string SignedCell(double v, bool share) {
   if (!std::isfinite(v)) return "-";
-  return share ? absl::StrFormat("%+.1f pt", 100 * v) : absl::StrFormat("%+.3g", v);
+  // A share that rounds to zero is +0.0, not -0.0.
+  const double points = std::abs(100 * v) < 0.05 ? 0.0 : 100 * v;
+  return share ? absl::StrFormat("%+.1f pt", points) : absl::StrFormat("%+.3g", v);
 }
 
 json::value Num(double v) {

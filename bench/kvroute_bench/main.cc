@@ -462,6 +462,11 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->group("Agentic workload")
       ->capture_default_str();
+  sweep_cmd
+      ->add_option("--repeats", sweep.repeats,
+                   "runs of each point (rate x seed), each on fresh fleets: a seed's figures "
+                   "are the mean over its runs, and the paired comparisons draw the runs too")
+      ->capture_default_str();
   sweep_cmd->add_option("--seeds", sweep.seeds, "workload seeds run at every rate")
       ->delimiter(',')
       ->capture_default_str();

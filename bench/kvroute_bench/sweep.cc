@@ -130,7 +130,13 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
         " of the difference over ", o.resamples,
         " draws of the point's sessions (the same draw for both runs; `kvroute-bench "
         "compare`): an interval that holds zero is a difference the sessions alone could "
-        "reverse. TTFT in modelled seconds, its p90 also as a ratio; goodput in points.\n\n");
+        "reverse. TTFT in modelled seconds, its p90 also as a ratio; goodput in points.");
+    if (rows_of.front()->comparison.a_repeats > 1) {
+      absl::StrAppend(md, " With the point's ", rows_of.front()->comparison.a_repeats,
+                      " runs a side, each side's figure is the mean over its runs and each draw "
+                      "also draws the runs.");
+    }
+    absl::StrAppend(md, "\n\n");
     std::vector<std::string> header = {"jobs/s", "seed", "config"};
     for (std::string_view label : kComparedFigures) {
       header.push_back(std::string(label) + ", B - A");
@@ -302,13 +308,28 @@ SweepTable AggregateSweep(const std::vector<SweepSample>& samples) {
   std::sort(t.rates.begin(), t.rates.end());
   for (double rate : t.rates) {
     for (const std::string& config : t.configs) {
-      SweepCell cell{.jobs_per_second = rate, .config = config, .figures = {}, .by_seed = {}};
+      SweepCell cell{
+          .jobs_per_second = rate, .config = config, .figures = {}, .by_seed = {}, .repeats = 0};
       for (uint64_t seed : t.seeds) {
+        // The seed's runs, each figure's mean over the runs that measured it.
+        SweepFigureValues sum{}, mean{};
+        std::array<int, kSweepFigureCount> measured{};
+        int runs = 0;
         for (const SweepSample& s : samples) {
-          if (s.jobs_per_second == rate && s.config == config && s.seed == seed) {
-            cell.by_seed.emplace_back(seed, s.figures);
+          if (s.jobs_per_second != rate || s.config != config || s.seed != seed) continue;
+          ++runs;
+          for (size_t f = 0; f < kSweepFigureCount; ++f) {
+            if (!std::isfinite(s.figures[f])) continue;
+            sum[f] += s.figures[f];
+            ++measured[f];
           }
         }
+        if (runs == 0) continue;
+        for (size_t f = 0; f < kSweepFigureCount; ++f) {
+          mean[f] = measured[f] > 0 ? sum[f] / measured[f] : kNotMeasured;
+        }
+        cell.by_seed.emplace_back(seed, mean);
+        cell.repeats = std::max(cell.repeats, runs);
       }
       if (cell.by_seed.empty()) continue;
       std::array<std::vector<double>, kSweepFigureCount> values;
@@ -381,6 +402,7 @@ json::value SweepJson(const Sweep& sweep) {
     for (const SweepFigureInfo& f : figures) fig[f.key] = Num(s.figures[Index(f.figure)]);
     samples.push_back(json::object{{"jobs_per_second", s.jobs_per_second},
                                    {"seed", s.seed},
+                                   {"repeat", s.repeat},
                                    {"config", s.config},
                                    {"figures", std::move(fig)}});
   }
@@ -397,6 +419,7 @@ json::value SweepJson(const Sweep& sweep) {
     cells.push_back(json::object{{"jobs_per_second", c.jobs_per_second},
                                  {"config", c.config},
                                  {"seeds", std::move(seeds)},
+                                 {"repeats", c.repeats},
                                  {"figures", std::move(fig)}});
   }
   o["cells"] = std::move(cells);
@@ -437,7 +460,14 @@ std::string SweepMarkdown(const Sweep& sweep) {
   absl::StrAppend(&md, "- **jobs/s**: ",
                   absl::StrJoin(table.rates, ", ",
                                 [](std::string* out, double r) { out->append(RateLabel(r)); }),
-                  "; **seeds**: ", absl::StrJoin(table.seeds, ", "), "\n\n");
+                  "; **seeds**: ", absl::StrJoin(table.seeds, ", "));
+  int repeats = 1;
+  for (const SweepCell& c : table.cells) repeats = std::max(repeats, c.repeats);
+  if (repeats > 1) {
+    absl::StrAppend(&md, "; **runs of each point**: ", repeats,
+                    " (a seed's figure is the mean over its runs)");
+  }
+  absl::StrAppend(&md, "\n\n");
 
   const std::vector<RegimeEntry> regime = RegimeMap(table, sweep.references);
   for (const std::string& reference : sweep.references) {
@@ -535,17 +565,28 @@ absl::Status WriteSweep(const Sweep& sweep, const std::string& dir) {
 }
 
 absl::StatusOr<std::vector<SweepComparison>> ComparePoint(
-    const Report& report, double jobs_per_second, uint64_t seed,
+    const std::vector<Report>& repeats, double jobs_per_second, uint64_t seed,
     const std::vector<std::string>& references, const CompareOptions& options) {
   std::vector<SweepComparison> out;
+  if (repeats.empty()) return out;
+  // A configuration's runs over the repeats, labelled "<name>" or "<name>, run <k>".
+  auto runs_of = [&](const std::string& name) {
+    std::vector<ComparedRun> runs;
+    for (size_t k = 0; k < repeats.size(); ++k) {
+      for (const RunResult& r : repeats[k].runs) {
+        if (r.name != name) continue;
+        runs.push_back(
+            ComparedRunOf(r, repeats.size() == 1 ? name : absl::StrCat(name, ", run ", k + 1)));
+      }
+    }
+    return runs;
+  };
   for (const std::string& reference : references) {
-    const auto ref = std::find_if(report.runs.begin(), report.runs.end(),
-                                  [&](const RunResult& r) { return r.name == reference; });
-    if (ref == report.runs.end()) continue;
-    const ComparedRun a = ComparedRunOf(*ref, reference);
-    for (const RunResult& run : report.runs) {
+    const std::vector<ComparedRun> a = runs_of(reference);
+    if (a.empty()) continue;
+    for (const RunResult& run : repeats.front().runs) {
       if (run.name == reference) continue;
-      absl::StatusOr<Comparison> c = CompareRuns(a, ComparedRunOf(run, run.name), options);
+      absl::StatusOr<Comparison> c = CompareRuns(a, runs_of(run.name), options);
       if (!c.ok()) {
         return absl::Status(c.status().code(),
                             absl::StrCat("comparing ", run.name, " with ", reference, " at ",
@@ -587,6 +628,10 @@ absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base
     }
   }
   if (options.seeds.empty()) return absl::InvalidArgumentError("sweep needs at least one seed");
+  if (options.repeats < 1 || options.repeats > 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--repeats: expected 1 to 20 runs of each point, got ", options.repeats));
+  }
   absl::flat_hash_set<uint64_t> seeds;
   for (uint64_t s : options.seeds) {
     if (!seeds.insert(s).second) {
@@ -625,6 +670,13 @@ std::string SweepPointDir(const std::string& out_dir, double jobs_per_second, ui
   return (fs::path(out_dir) / absl::StrCat("jps-", RateLabel(jobs_per_second)) /
           absl::StrCat("seed-", seed))
       .string();
+}
+
+std::string SweepRunDir(const std::string& out_dir, double jobs_per_second, uint64_t seed,
+                        int repeat, int repeats) {
+  const std::string point = SweepPointDir(out_dir, jobs_per_second, seed);
+  if (repeats <= 1) return point;
+  return (fs::path(point) / absl::StrCat("run-", repeat)).string();
 }
 
 absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& base) {
@@ -668,32 +720,45 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
     sweep.setup.emplace_back("variants", absl::StrJoin(variants, "; "));
   }
 
+  if (options.repeats > 1) {
+    sweep.setup.emplace_back(
+        "repeats", absl::StrCat(options.repeats, " runs of each point, each on fresh fleets"));
+  }
+
   const size_t points = options.jobs_per_second.size() * options.seeds.size();
   size_t done = 0;
   for (double rate : options.jobs_per_second) {
     for (uint64_t seed : options.seeds) {
       ++done;
-      AblationOptions point = a;
-      point.out_dir = SweepPointDir(a.out_dir, rate, seed);
-      WorkloadSpec workload = SweepPointWorkload(base, rate, seed);
-      spdlog::info("sweep point {}/{}: {} jobs/s, seed {} ({})", done, points, RateLabel(rate),
-                   seed, point.out_dir);
-      absl::StatusOr<Report> report = RunAblation(point, workload);
-      if (!report.ok()) {
-        return absl::Status(report.status().code(),
-                            absl::StrCat("sweep point ", RateLabel(rate), " jobs/s, seed ", seed,
-                                         ": ", report.status().message()));
-      }
-      if (options.on_point) options.on_point(rate, seed, *report);
-      const std::vector<RunSummary> summaries = SummarizeAll(*report);
-      for (size_t i = 0; i < summaries.size() && i < report->runs.size(); ++i) {
-        sweep.samples.push_back({.jobs_per_second = rate,
-                                 .seed = seed,
-                                 .config = report->runs[i].name,
-                                 .figures = SweepFiguresOf(summaries[i])});
+      std::vector<Report> repeats;
+      for (int k = 1; k <= options.repeats; ++k) {
+        AblationOptions point = a;
+        point.out_dir = SweepRunDir(a.out_dir, rate, seed, k, options.repeats);
+        WorkloadSpec workload = SweepPointWorkload(base, rate, seed);
+        spdlog::info("sweep point {}/{}: {} jobs/s, seed {}, run {}/{} ({})", done, points,
+                     RateLabel(rate), seed, k, options.repeats, point.out_dir);
+        absl::StatusOr<Report> report = RunAblation(point, workload);
+        if (!report.ok()) {
+          return absl::Status(report.status().code(),
+                              absl::StrCat("sweep point ", RateLabel(rate), " jobs/s, seed ", seed,
+                                           ", run ", k, ": ", report.status().message()));
+        }
+        if (options.on_point) options.on_point(rate, seed, *report);
+        const std::vector<RunSummary> summaries = SummarizeAll(*report);
+        for (size_t i = 0; i < summaries.size() && i < report->runs.size(); ++i) {
+          sweep.samples.push_back({.jobs_per_second = rate,
+                                   .seed = seed,
+                                   .config = report->runs[i].name,
+                                   .figures = SweepFiguresOf(summaries[i]),
+                                   .repeat = k});
+        }
+        repeats.push_back(*std::move(report));
+        if (k < options.repeats) {
+          if (absl::Status s = WriteSweep(sweep, a.out_dir); !s.ok()) return s;
+        }
       }
       absl::StatusOr<std::vector<SweepComparison>> compared =
-          ComparePoint(*report, rate, seed, options.references, options.compare);
+          ComparePoint(repeats, rate, seed, options.references, options.compare);
       if (!compared.ok()) return compared.status();
       sweep.comparisons.insert(sweep.comparisons.end(), compared->begin(), compared->end());
       if (absl::Status s = WriteSweep(sweep, a.out_dir); !s.ok()) return s;

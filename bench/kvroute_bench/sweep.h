@@ -23,8 +23,13 @@
 // Beside each verdict the regime map gives the paired ratios: C / R at each seed both ran
 // (same arrivals), whose [min, max] shows the comparison without the workloads' variation.
 //
-// Each point's ablation report stays in out_dir/jps-<rate>/seed-<seed>/; out_dir/sweep.md
-// and sweep.json are rewritten after every point, so an interrupted sweep keeps what it ran.
+// Each point's configurations are also paired over the point's sessions (compare.h): every
+// configuration against each reference, B - A with the interval that drawing the sessions
+// (and, with repeats, the runs) gives it.
+//
+// Each point's ablation report stays in out_dir/jps-<rate>/seed-<seed>/ (with repeats, one
+// per run in run-<k>/); out_dir/sweep.md and sweep.json are rewritten after every run, so an
+// interrupted sweep keeps what it ran.
 //
 // Usage:
 //   SweepOptions o{.jobs_per_second = {0.25, 0.5}, .seeds = {1, 2, 3}};
@@ -109,12 +114,13 @@ inline constexpr std::array<SweepFigure, 2> kRegimeFigures = {SweepFigure::kTtft
 inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 using SweepFigureValues = std::array<double, kSweepFigureCount>;  // NaN: not measured
 
-// One configuration's run at one sweep point.
+// One configuration's run at one sweep point (one of its repeats, counted from 1).
 struct SweepSample {
   double jobs_per_second = 0;
   uint64_t seed = 0;
   std::string config;
   SweepFigureValues figures{};
+  int repeat = 1;
 };
 
 SweepFigureValues SweepFiguresOf(const RunSummary& summary);
@@ -137,8 +143,10 @@ struct SweepCell {
   double jobs_per_second = 0;
   std::string config;
   std::array<Spread, kSweepFigureCount> figures;
-  // The samples behind the spreads, in the order of SweepTable::seeds.
+  // The samples behind the spreads, in the order of SweepTable::seeds: at a seed run more than
+  // once, each figure's mean over the repeats that measured it (NaN: none did).
   std::vector<std::pair<uint64_t, SweepFigureValues>> by_seed;
+  int repeats = 0;  // the most runs any of its seeds had
 };
 
 struct SweepTable {
@@ -177,9 +185,10 @@ struct SweepComparison {
   std::string reference;
   Comparison comparison;
 };
-// Every other run of a point's report against each reference that ran there.
+// Every other configuration of a point against each reference that ran there, over the
+// point's repeats (one report each; several: the two-stage bootstrap of compare.h).
 absl::StatusOr<std::vector<SweepComparison>> ComparePoint(
-    const Report& report, double jobs_per_second, uint64_t seed,
+    const std::vector<Report>& repeats, double jobs_per_second, uint64_t seed,
     const std::vector<std::string>& references, const CompareOptions& options);
 
 // What a sweep measured, and how it is described in its reports.
@@ -202,6 +211,11 @@ struct SweepOptions {
   // each point's paired comparisons.
   std::vector<std::string> references = {"baseline"};
   CompareOptions compare;
+  // Runs of each point: the ablation again on the same arrivals, with fresh fleets. Two runs
+  // of one configuration at one seed differ (the fleet's timing decides which turns land
+  // where); repeats put that in the figures (each seed's the mean over its runs) and in the
+  // paired comparisons' intervals.
+  int repeats = 1;
   // Fleet, configurations and run settings; out_dir is the sweep's directory. The embedded
   // simulated fleet only: given targets would carry warm caches from point to point.
   AblationOptions ablation;
@@ -209,14 +223,17 @@ struct SweepOptions {
   std::function<void(double jobs_per_second, uint64_t seed, const Report& report)> on_point;
 };
 
-// Checks rates (positive, distinct), seeds (distinct, at least one), references (among the
-// configurations) and the workload (agentic jobs, hand-set or the agentic-long preset: the
-// rate is what varies).
+// Checks rates (positive, distinct), seeds (distinct, at least one), repeats (1 to 20),
+// references (among the configurations) and the workload (agentic jobs, hand-set or the
+// agentic-long preset: the rate is what varies).
 absl::Status ValidateSweep(const SweepOptions& options, const WorkloadSpec& base);
 // `base` with the point's rate and seed (the agentic-long preset rebuilt at that seed).
 WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second, uint64_t seed);
-// out_dir/jps-<rate>/seed-<seed>
+// out_dir/jps-<rate>/seed-<seed>, and with repeats, each run's out_dir/jps-<rate>/seed-<seed>/
+// run-<repeat>.
 std::string SweepPointDir(const std::string& out_dir, double jobs_per_second, uint64_t seed);
+std::string SweepRunDir(const std::string& out_dir, double jobs_per_second, uint64_t seed,
+                        int repeat, int repeats);
 
 absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& base);
 

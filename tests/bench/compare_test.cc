@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "bench/kvroute_bench/report.h"
@@ -259,6 +260,33 @@ TEST(CompareTest, MarkdownAndJsonCarryEveryFigure) {
   EXPECT_EQ(j.at("figures").as_array().size(), 5u);
   EXPECT_EQ(j.at("figures").as_array()[1].at("ratio").as_double(), 1);
   EXPECT_EQ(j.at("units").as_int64(), 6);
+}
+
+// A cell reads B - A with its interval, shares in points; a share that rounds to zero has no
+// sign; the ratio with its own interval.
+TEST(CompareTest, CellsForTables) {
+  FigureComparison g;
+  g.label = "goodput";
+  g.difference = -0.0001;
+  g.low = -0.0331;
+  g.high = 0.045;
+  EXPECT_EQ(DifferenceCell(g), "+0.0 pt [-3.3 pt, +4.5 pt]");
+  FigureComparison p90;
+  p90.label = "TTFT p90 (s)";
+  p90.difference = -6;
+  p90.low = -7.25;
+  p90.high = -1.5;
+  p90.ratio = 0.4;
+  p90.ratio_low = 0.31;
+  p90.ratio_high = 0.532;
+  EXPECT_EQ(DifferenceCell(p90), "-6 [-7.25, -1.5]");
+  EXPECT_EQ(RatioCell(p90), "0.4 [0.31, 0.532]");
+  p90.low = std::numeric_limits<double>::quiet_NaN();
+  p90.ratio_low = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(DifferenceCell(p90), "-6");
+  EXPECT_EQ(RatioCell(p90), "0.4");
+  p90.difference = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(DifferenceCell(p90), "-");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// End-to-end smoke sweep: two configurations at one rate and two seeds, each a fresh
-// kvroute-sim fleet and kvroute on loopback ephemeral ports. Checks that every configuration
-// at a point was sent the same jobs with the same first prompts, that seeds differ, and that
-// the sweep's reports and per-point ablation reports are written.
+// End-to-end smoke sweep: two configurations at one rate and two seeds, each point run twice,
+// each run a fresh kvroute-sim fleet and kvroute on loopback ephemeral ports. Checks that
+// every configuration and run at a point was sent the same jobs with the same first prompts,
+// that seeds differ, that the comparisons pair both runs a side, and that the sweep's reports
+// and per-run ablation reports are written.
 // Skipped (with the reason) only when the kvroute or kvroute-sim binaries are not built.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -46,6 +47,7 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
   o.jobs_per_second = {1};
   o.seeds = {5, 6};
   o.references = {"baseline"};
+  o.repeats = 2;
   AblationOptions& a = o.ablation;
   a.modes = {"baseline", "v1"};
   a.thresholds = {20000};
@@ -67,7 +69,11 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
     const size_t planned = PlanAgenticJobs(SweepPointWorkload(base, rate, seed).agentic).size();
     EXPECT_EQ(baseline.size(), planned) << "seed " << seed;
     EXPECT_EQ(baseline, v1) << "seed " << seed << ": configurations were sent different jobs";
-    first_prompts_by_seed[seed] = baseline;
+    // A point's second run is sent what its first was.
+    auto [it, first_run] = first_prompts_by_seed.try_emplace(seed, baseline);
+    if (!first_run) {
+      EXPECT_EQ(it->second, baseline) << "seed " << seed << ": runs differ";
+    }
   };
 
   absl::StatusOr<Sweep> sweep = RunSweep(o, base);
@@ -75,7 +81,7 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
   ASSERT_EQ(first_prompts_by_seed.size(), 2u);
   EXPECT_NE(first_prompts_by_seed[5], first_prompts_by_seed[6]);
 
-  ASSERT_EQ(sweep->samples.size(), 4u);
+  ASSERT_EQ(sweep->samples.size(), 8u);  // 2 seeds x 2 runs x 2 configurations
   for (const SweepSample& s : sweep->samples) {
     EXPECT_GT(s.figures[static_cast<size_t>(SweepFigure::kTtftP90)], 0) << s.config;
     EXPECT_EQ(s.figures[static_cast<size_t>(SweepFigure::kErrors)], 0) << s.config;
@@ -84,6 +90,7 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
   ASSERT_EQ(table.cells.size(), 2u);
   EXPECT_EQ(table.cells[1].config, "v1-T20k");
   EXPECT_EQ(table.cells[1].figures[static_cast<size_t>(SweepFigure::kTtftP90)].n, 2);
+  EXPECT_EQ(table.cells[1].repeats, 2);
   const std::vector<RegimeEntry> map = RegimeMap(table, o.references);
   ASSERT_EQ(map.size(), 1u);
   EXPECT_NE(map[0].judgements[0].verdict, Verdict::kTooFewSeeds);
@@ -93,11 +100,14 @@ TEST(SmokeSweepTest, SameArrivalsPerConfigurationAndSpreadAcrossSeeds) {
     EXPECT_EQ(c.config, "v1-T20k");
     EXPECT_EQ(c.reference, "baseline");
     EXPECT_GT(c.comparison.units, 0) << "seed " << c.seed;
+    EXPECT_EQ(c.comparison.a_repeats, 2) << "seed " << c.seed;
+    EXPECT_EQ(c.comparison.b_repeats, 2) << "seed " << c.seed;
     EXPECT_EQ(c.comparison.units_only_a + c.comparison.units_only_b, 0) << "seed " << c.seed;
   }
 
-  for (const char* f : {"sweep.md", "sweep.json", "jps-1/seed-5/report.json",
-                        "jps-1/seed-6/report.md", "jps-1/seed-6/v1-T20k/kvroute.yaml"}) {
+  for (const char* f : {"sweep.md", "sweep.json", "jps-1/seed-5/run-1/report.json",
+                        "jps-1/seed-5/run-2/report.json", "jps-1/seed-6/run-2/report.md",
+                        "jps-1/seed-6/run-1/v1-T20k/kvroute.yaml"}) {
     EXPECT_TRUE(std::filesystem::exists(out / f)) << f;
   }
   std::filesystem::remove_all(out);

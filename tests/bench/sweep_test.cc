@@ -192,7 +192,11 @@ TEST(SweepFiguresTest, FromARunSummary) {
 }
 
 SweepSample Sample(double rate, uint64_t seed, std::string config, double p90, double p99) {
-  SweepSample s{.jobs_per_second = rate, .seed = seed, .config = std::move(config), .figures = {}};
+  SweepSample s{.jobs_per_second = rate,
+                .seed = seed,
+                .config = std::move(config),
+                .figures = {},
+                .repeat = 1};
   s.figures.fill(0);
   s.figures[Index(SweepFigure::kRequests)] = 100 + static_cast<double>(seed);
   s.figures[Index(SweepFigure::kTtftP50)] = p90 / 2;
@@ -381,7 +385,7 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   report.runs = {SessionRun("baseline", 30, 1), SessionRun("blind", 30, 2),
                  SessionRun("notier", 30, 1)};
   absl::StatusOr<std::vector<SweepComparison>> c =
-      ComparePoint(report, 0.5, 3, {"baseline", "absent"}, CompareOptions{.resamples = 300});
+      ComparePoint({report}, 0.5, 3, {"baseline", "absent"}, CompareOptions{.resamples = 300});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->size(), 2u);
   const SweepComparison& blind = (*c)[0];
@@ -427,11 +431,62 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   apart.runs = {SessionRun("baseline", 3, 1), SessionRun("other", 3, 1)};
   for (RequestRecord& r : apart.runs[1].requests) r.job += 100;
   for (JobRecord& j : apart.runs[1].jobs) j.job += 100;
-  const absl::Status s = ComparePoint(apart, 1, 7, {"baseline"}, {}).status();
+  const absl::Status s = ComparePoint({apart}, 1, 7, {"baseline"}, {}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("comparing other with baseline at 1 jobs/s, seed 7"),
             std::string_view::npos)
       << s;
+}
+
+// Repeats of a point: each side of a comparison is its runs over the repeats.
+TEST(SweepComparisonTest, RepeatsOfAPointAreDrawnToo) {
+  Report first, second;
+  first.runs = {SessionRun("baseline", 20, 1), SessionRun("fast", 20, 0.5)};
+  second.runs = {SessionRun("baseline", 20, 1.2), SessionRun("fast", 20, 0.5)};
+  absl::StatusOr<std::vector<SweepComparison>> c =
+      ComparePoint({first, second}, 1, 2, {"baseline"}, CompareOptions{.resamples = 300});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 1u);
+  const Comparison& fast = c->front().comparison;
+  EXPECT_EQ(fast.a_repeats, 2);
+  EXPECT_EQ(fast.b_repeats, 2);
+  EXPECT_EQ(fast.a_label, "2 repeats: baseline, run 1; baseline, run 2");
+  // The reference's figure is the mean of its two runs, 1.1 times the single-run TTFT.
+  const FigureComparison& p90 = fast.figures[1];
+  EXPECT_NEAR(p90.ratio, 0.5 / 1.1, 1e-9);
+  EXPECT_LT(p90.high, 0);
+  EXPECT_LT(p90.ratio_low, p90.ratio);  // the runs drawn: some draws hold the slower one only
+
+  Sweep sweep = FixedSweep();
+  sweep.comparisons = *c;
+  EXPECT_NE(SweepMarkdown(sweep).find("With the point's 2 runs a side"), std::string::npos);
+}
+
+// A seed run more than once counts as the mean of its runs in the figures over the seeds.
+TEST(AggregateSweepTest, ASeedsRepeatsAreAveraged) {
+  // TTFT p50 is half the p90 given.
+  std::vector<SweepSample> samples = {Sample(0.5, 1, "baseline", 4, 20),
+                                      Sample(0.5, 1, "baseline", 8, 30),
+                                      Sample(0.5, 2, "baseline", 20, kNaN)};
+  samples[1].repeat = 2;
+  const SweepTable t = AggregateSweep(samples);
+  ASSERT_EQ(t.cells.size(), 1u);
+  const SweepCell& c = t.cells[0];
+  EXPECT_EQ(c.repeats, 2);
+  ASSERT_EQ(c.by_seed.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.by_seed[0].second[Index(SweepFigure::kTtftP50)], 3);
+  EXPECT_DOUBLE_EQ(c.by_seed[0].second[Index(SweepFigure::kTtftP99)], 25);
+  EXPECT_TRUE(std::isnan(c.by_seed[1].second[Index(SweepFigure::kTtftP99)]));
+  const Spread& p50 = c.figures[Index(SweepFigure::kTtftP50)];
+  EXPECT_EQ(p50.n, 2);
+  EXPECT_DOUBLE_EQ(p50.min, 3);
+  EXPECT_DOUBLE_EQ(p50.max, 10);
+  Sweep sweep = FixedSweep();
+  sweep.samples = samples;
+  EXPECT_NE(SweepMarkdown(sweep).find("**runs of each point**: 2"), std::string::npos);
+  const json::value v = json::parse(json::serialize(SweepJson(sweep)));
+  EXPECT_EQ(v.at("samples").as_array()[1].at("repeat").as_int64(), 2);
+  EXPECT_EQ(v.at("cells").as_array()[0].at("repeats").as_int64(), 2);
 }
 
 WorkloadSpec AgenticBase() {
@@ -532,6 +587,12 @@ TEST(ValidateSweepTest, RejectsWhatASweepCannotCompare) {
   EXPECT_NE(message(o, base).find("--variant baseline"), std::string::npos);
 
   o = ValidOptions();
+  o.repeats = 0;
+  EXPECT_NE(message(o, base).find("--repeats"), std::string::npos);
+  o.repeats = 21;
+  EXPECT_NE(message(o, base).find("--repeats"), std::string::npos);
+
+  o = ValidOptions();
   o.ablation.targets = {{"baseline", "http://127.0.0.1:8000"}};
   EXPECT_NE(message(o, base).find("embedded simulated fleet"), std::string::npos);
 
@@ -585,6 +646,8 @@ TEST(SweepWorkloadTest, TheLongPresetIsRebuiltAtEachSeed) {
 TEST(SweepPointDirTest, RateAndSeedInThePath) {
   EXPECT_EQ(SweepPointDir("out/sw", 0.25, 3), "out/sw/jps-0.25/seed-3");
   EXPECT_EQ(SweepPointDir("out", 2, 1), "out/jps-2/seed-1");
+  EXPECT_EQ(SweepRunDir("out", 2, 1, 1, 1), "out/jps-2/seed-1");
+  EXPECT_EQ(SweepRunDir("out", 2, 1, 3, 4), "out/jps-2/seed-1/run-3");
 }
 
 }  // namespace
