@@ -63,7 +63,9 @@ std::string FormatFigure(SweepFigure f, double v) {
     case SweepFigure::kFailed:
     case SweepFigure::kGaveUp:
     case SweepFigure::kMovedTurns:
-      return absl::StrFormat("%g", v);
+      // A mean over a seed's repeats need not be whole.
+      return std::abs(v - std::round(v)) < 1e-9 ? absl::StrFormat("%g", v)
+                                                : absl::StrFormat("%.1f", v);
     case SweepFigure::kComputedTokens:
       return v >= 1e6 ? absl::StrFormat("%.2fM", v / 1e6) : absl::StrFormat("%.0f", v);
     default:
@@ -545,7 +547,8 @@ std::string SweepMarkdown(const Sweep& sweep) {
   }
   AppendTable(&md, header, right, rows);
 
-  absl::StrAppend(&md, "\nEach point's ablation report: `jps-<rate>/seed-<seed>/report.md`.\n");
+  absl::StrAppend(&md, "\nEach point's ablation report: `jps-<rate>/seed-<seed>/",
+                  repeats > 1 ? "run-<k>/" : "", "report.md`.\n");
   return md;
 }
 

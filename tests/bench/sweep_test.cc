@@ -483,7 +483,13 @@ TEST(AggregateSweepTest, ASeedsRepeatsAreAveraged) {
   EXPECT_DOUBLE_EQ(p50.max, 10);
   Sweep sweep = FixedSweep();
   sweep.samples = samples;
-  EXPECT_NE(SweepMarkdown(sweep).find("**runs of each point**: 2"), std::string::npos);
+  const std::string md = SweepMarkdown(sweep);
+  EXPECT_NE(md.find("**runs of each point**: 2"), std::string::npos) << md;
+  // Requests 101 (both of seed 1's runs) and 102: a median between them.
+  EXPECT_NE(md.find("| 0.5 | baseline | 2 | 101.5 [101–102] | 6.50 [3.00–10.0] |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("`jps-<rate>/seed-<seed>/run-<k>/report.md`"), std::string::npos) << md;
   const json::value v = json::parse(json::serialize(SweepJson(sweep)));
   EXPECT_EQ(v.at("samples").as_array()[1].at("repeat").as_int64(), 2);
   EXPECT_EQ(v.at("cells").as_array()[0].at("repeats").as_int64(), 2);
