@@ -117,7 +117,6 @@ std::string_view FigureLabel(SweepFigure f) { return SweepFigures()[Index(f)].la
 // The paired comparisons, a table per reference: a row per (rate, seed, configuration), a
 // column per figure compare.h reports (the goodput of planned turns "-" where a run does not
 // know its sessions' plans).
-
 void AppendComparisons(std::string* md, const Sweep& sweep) {
   for (const std::string& reference : sweep.references) {
     std::vector<const SweepComparison*> rows_of;
