@@ -1,4 +1,5 @@
-// The ablation runner: the same seeded workload against several kvroute configurations.
+// The ablation runner: the same seeded workload against several kvroute configurations
+// (ablation.cc runs them; ablation_config.cc builds them and their kvroute configs).
 //
 // For each configuration (mode x heavy threshold) it starts a fresh simulated fleet
 // (kvroute-sim, cold caches) and one kvroute on loopback ephemeral ports as child processes,
