@@ -283,6 +283,7 @@ void TakeDecision(Completion& c, Attempt& a) {
   if (d.affinity_hit) state.metrics->affinity->Inc({"hit"});
   if (d.affinity_broken) state.metrics->affinity->Inc({"broken"});
   if (d.shed_averted_home) state.metrics->shed_averted->Inc({c.route, rec.request_class});
+  if (d.kept_home) state.metrics->kept_home->Inc({c.route, rec.request_class});
   a.offload = d.mode == router::DecisionMode::kOffload && d.prefill_backend >= 0 &&
               d.prefill_backend != d.decode_backend &&
               HandoffServes(c.endpoint, state.handoff->connector().name());

@@ -81,6 +81,12 @@ ProxyMetrics::ProxyMetrics(metrics::Registry& reg)
           "their deadline there and sent to their own instance instead, in time there, rather "
           "than answered 429 (router.shed), by route and class.",
           {"route", "class"})),
+      kept_home(reg.AddCounter(
+          "kvroute_kept_home_total",
+          "Session turns the overload rule moved off their crowded instance that stayed there "
+          "instead, because its host KV tier holds their prefix and the time model put their "
+          "first token sooner there than where the rule sent them, by route and class.",
+          {"route", "class"})),
       busy_timeouts(reg.AddCounter(
           "kvroute_busy_timeouts_total",
           "Requests that timed out waiting on an engine whose counters were moving (busy, "

@@ -39,6 +39,7 @@ struct ProxyMetrics {
   metrics::CounterVec* admission_rejections;
   metrics::CounterVec* shed;           // route, class, session: new|running
   metrics::CounterVec* shed_averted;   // route, class
+  metrics::CounterVec* kept_home;      // route, class
   metrics::CounterVec* busy_timeouts;  // backend
   metrics::CounterVec* offloads;            // connector, outcome
   metrics::HistogramVec* transfer_seconds;  // connector

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "router/policies/common.h"
 #include "router/policy_registry.h"
 #include "router/prefix_hash.h"
 #include "router/router_impl.h"
@@ -270,7 +271,41 @@ absl::Status RouterImpl::Decide(Routing& ro) {
   d.footprint_tokens_est = fleet.footprint_tokens_est;
   d.decode_capacity_tokens = ResidentCapacityTokens(d.decode_backend);
   ro.decision = std::move(d);
+  KeepHomeIfSooner(ro);
   return absl::OkStatus();
+}
+
+// The overload rule moves a session off a crowded instance to spread the
+// load, not to make its turn slower. Where that instance keeps the session's
+// prefix in its host tier, a turn waiting there still finds the prefix when
+// it is admitted (reloaded if the GPU pool let it go meanwhile), so the time
+// model's prediction there holds; a turn moved away recomputes what the
+// destination lacks and holds up that instance's own sessions while it does.
+// Without a tier the wait can cost the prefix, and the move stands. HEAVY
+// turns keep their policy's rule (v1's least decode load).
+void RouterImpl::KeepHomeIfSooner(Routing& ro) {
+  const FleetSnapshot& fleet = snapshot_;
+  const Decision& d = ro.decision;
+  const int home = fleet.session_backend;
+  if (!options_.host_tier.aware || !options_.offload_cost_known || !homes_sessions_ ||
+      ro.session == nullptr || !Valid(home) || home == d.decode_backend ||
+      d.mode != DecisionMode::kColocated || d.request_class == RequestClass::kHeavy) {
+    return;
+  }
+  const BackendSnapshot& h = fleet.backends[home];
+  if (!h.healthy || (*specs_)[home].retired || (*specs_)[home].role == BackendRole::kPrefill ||
+      !feedback_.HasHostTier(home) ||
+      h.cached_tokens_est <= fleet.backends[d.decode_backend].cached_tokens_est ||
+      !policy_internal::Overloaded(fleet, home,
+                                   {options_.overload_factor, options_.overload_min_tokens})) {
+    return;
+  }
+  Decision there = AtHome(d, home);
+  if (there.predicted_ttft_s < 0 || there.predicted_ttft_s >= d.predicted_ttft_s) return;
+  there.footprint_tokens_est = d.footprint_tokens_est;
+  there.kept_home = true;
+  ro.decision = std::move(there);
+  ++kept_home_;
 }
 
 ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, Routing& ro) {

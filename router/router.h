@@ -119,6 +119,10 @@ struct RouterStats {
   // Session turns placed off their instance, predicted past their deadline
   // there, and sent to their instance instead (in time there).
   int64_t shed_averted_home = 0;
+  // Session turns the overload rule moved that stayed on their instance: its
+  // host tier holds their prefix and their first token comes sooner there
+  // (Decision::kept_home).
+  int64_t kept_home = 0;
   // Learned transfer time factors: fleet-wide, and each pair with samples.
   double transfer_time_factor = 1;
   std::vector<TransferFactorReport> transfer_time_factors;

@@ -298,6 +298,7 @@ RouterStats RouterImpl::Stats() const {
   s.shed_new_sessions = shed_new_;
   s.shed_running_sessions = shed_running_;
   s.shed_averted_home = shed_averted_home_;
+  s.kept_home = kept_home_;
   s.peer_shadow_pins = static_cast<int64_t>(peer_pins_.size());
   s.transfer_time_factor = rates_.fleet_transfer_factor();
   s.pool_cached_tokens = feedback_.pool_cached_tokens();

@@ -184,6 +184,10 @@ class RouterImpl : public Router {
   // `d` placed co-located on the session's instance `home`, with its
   // prediction there.
   Decision AtHome(const Decision& d, int home) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A session the overload rule moved stays on its instance when a host tier
+  // there holds its prefix and its first token comes sooner there
+  // (Decision::kept_home).
+  void KeepHomeIfSooner(Routing& ro) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   InflightRequest Reserve(const RequestFeatures& features, const Routing& ro, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterResidency(InflightRequest& r, const RouteTicket& ticket, bool hold, absl::Time now)
@@ -282,6 +286,7 @@ class RouterImpl : public Router {
   int64_t shed_new_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t shed_running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t shed_averted_home_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kept_home_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvroute::router

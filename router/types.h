@@ -100,6 +100,10 @@ struct Decision {
   // Placed off its session's instance and predicted past its deadline there,
   // it goes to that instance instead, in time there (router/shed.h).
   bool shed_averted_home = false;
+  // The overload rule moved it, and it stays on its session's instance,
+  // whose host tier holds its prefix, where its first token comes sooner
+  // (router/router.h, RouterStats::kept_home).
+  bool kept_home = false;
   // The estimates behind the choice.
   int64_t prefill_cached_tokens_est = 0;  // on the prefill backend
   int64_t best_cached_tokens_est = 0;     // best over healthy backends

@@ -383,6 +383,69 @@ TEST(RouterKvEvents, ATurnTheGateMovesHomeCountsItsHostTier) {
   }
 }
 
+// The overload rule moves a session off a crowded instance; with a host tier
+// there the session stays when its first token comes sooner at home, since
+// the tier keeps its prefix while it waits. gpu0 decodes a 50,000-token
+// context (over twice the fleet's mean in flight, nothing queued for
+// prefill); s's next turn has 10,000 of its 12,000 tokens cached there
+// (2 s to prefill, 1,000 tokens a second) and none elsewhere (12 s). Without
+// tier pricing, or without a tier at gpu0, the move stands; so it does when
+// a prefill queued at home makes the move sooner.
+TEST(RouterKvEvents, AnOverloadedHomeWithATierKeepsATurnSoonerThere) {
+  struct Case {
+    const char* name;
+    bool aware;
+    bool tier;
+    int64_t queued_home_tokens;
+    bool stays;
+  };
+  for (const Case& c :
+       {Case{"tier-aware", true, true, 0, true}, Case{"tier-blind", false, true, 0, false},
+        Case{"no tier", true, false, 0, false}, Case{"home queued", true, true, 20000, false}}) {
+    SCOPED_TRACE(c.name);
+    Options o = TieredOptions(c.aware);
+    o.offload_cost.prefill_tokens_per_second = 1000;
+    std::unique_ptr<Router> r = *Router::Create(o, testing::LoopbackBackends(3));
+    if (c.tier) {
+      r->ApplyEngineKvEvents(0, std::vector<EngineKvEvent>{{Kind::kStored, 0, /*host=*/true}});
+    }
+    const absl::Time t0 = absl::UnixEpoch();
+    auto route = [&](const RequestFeatures& f) {
+      absl::StatusOr<RouteTicket> t = r->Route(f, t0);
+      EXPECT_TRUE(t.ok()) << t.status();
+      return *t;
+    };
+    RequestFeatures first = testing::ChunkedPrompt('s', 156, kChunk);  // 9,984 tokens
+    first.session_id = "s";
+    first.avoid_backends = {1, 2};
+    const RouteTicket s1 = route(first);
+    ASSERT_EQ(s1.decision.decode_backend, 0);
+    r->OnComplete(s1, {.ok = true, .prompt_tokens = 9984, .served_by = 0}, t0);
+    RequestFeatures big = testing::ChunkedPrompt('x', 781, kChunk);  // 49,984 tokens
+    big.avoid_backends = {1, 2};
+    r->OnFirstToken(route(big), t0);
+    if (c.queued_home_tokens > 0) {
+      RequestFeatures queued =
+          testing::ChunkedPrompt('q', static_cast<int>(c.queued_home_tokens / 64), kChunk);
+      queued.avoid_backends = {1, 2};
+      route(queued);
+    }
+    RequestFeatures next = testing::ChunkedPrompt('s', 188, kChunk);  // 12,032 tokens
+    next.session_id = "s";
+    const RouteTicket s2 = route(next);
+    EXPECT_EQ(s2.decision.decode_backend == 0, c.stays);
+    EXPECT_EQ(s2.decision.kept_home, c.stays);
+    EXPECT_EQ(s2.decision.affinity_hit, c.stays);
+    EXPECT_EQ(r->Stats().kept_home, c.stays ? 1 : 0);
+    if (c.stays) {
+      EXPECT_GE(s2.decision.cached_tokens_est, 9984);
+      EXPECT_LT(s2.decision.predicted_ttft_s, 3);
+    } else {
+      EXPECT_GT(s2.decision.predicted_ttft_s, 11);
+    }
+  }
+}
+
 // Behind a fleet-shared pool each instance keeps its residents in the pool:
 // a session swapped out comes back from it by a reload. Until the pool
 // evicts it holds everything stored to it (no bound); then each instance
