@@ -66,6 +66,7 @@ struct CommonFlags {
   int64_t fleet_kv_tokens = 1804800;
   double working_set_ratio = 2.0;
   double arrival_window_s = 60;
+  std::vector<double> long_tool_time = {2, 6};
 
   void AddPreset(CLI::App* app) {
     auto* pr = "agentic-long preset";
@@ -79,6 +80,13 @@ struct CommonFlags {
         ->capture_default_str();
     app->add_option("--arrival-window", arrival_window_s,
                     "seconds in which the agentic-long sessions arrive")
+        ->group(pr)
+        ->capture_default_str();
+    app->add_option("--tool-time-range", long_tool_time,
+                    "MIN,MAX: each agentic-long turn's tool time, uniform in [MIN, MAX] seconds")
+        ->delimiter(',')
+        ->expected(2)
+        ->check(CLI::NonNegativeNumber)
         ->group(pr)
         ->capture_default_str();
   }
@@ -234,8 +242,12 @@ struct CommonFlags {
                      "--working-set-ratio and --arrival-window\n");
         return false;
       }
-      spec.agentic =
-          kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s, seed);
+      if (long_tool_time.size() != 2 || long_tool_time[1] < long_tool_time[0]) {
+        std::fprintf(stderr, "--tool-time-range must be MIN,MAX seconds with MIN <= MAX\n");
+        return false;
+      }
+      spec.agentic = kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s,
+                                           seed, long_tool_time[0], long_tool_time[1]);
     }
     agentic.client.send_session_ids = session_ids == "send";
     spec.agentic.client = agentic.client;

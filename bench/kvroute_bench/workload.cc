@@ -145,10 +145,15 @@ double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_j
 }
 
 AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
-                                 double arrival_window_s, uint64_t seed) {
+                                 double arrival_window_s, uint64_t seed, double tool_time_s,
+                                 double tool_time_max_s) {
   AgenticOptions a;
   a.preset = "agentic-long";
-  a.long_preset = {fleet_kv_tokens, working_set_ratio, arrival_window_s};
+  a.long_preset.fleet_kv_tokens = fleet_kv_tokens;
+  a.long_preset.working_set_ratio = working_set_ratio;
+  a.long_preset.arrival_window_s = arrival_window_s;
+  a.long_preset.tool_time_s = tool_time_s;
+  a.long_preset.tool_time_max_s = tool_time_max_s;
   a.seed = seed;
   a.system_tokens = 14000;
   a.task_tokens = 10000;
@@ -159,8 +164,8 @@ AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_rat
   a.tool_tokens_max = 8000;
   a.completion_tokens = 100;
   a.completion_tokens_max = 800;
-  a.tool_time_s = 2;
-  a.tool_time_max_s = 6;
+  a.tool_time_s = tool_time_s;
+  a.tool_time_max_s = tool_time_max_s;
   a.max_context_tokens = 131072;
   const double context = AgenticMeanSessionContext(a);
   const int64_t jobs = std::max<int64_t>(

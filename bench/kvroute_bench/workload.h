@@ -81,6 +81,9 @@ struct AgenticOptions {
     int64_t fleet_kv_tokens = 0;
     double working_set_ratio = 0;
     double arrival_window_s = 0;
+    // The agent's tool time per turn, uniform in [tool_time_s, tool_time_max_s].
+    double tool_time_s = 2;
+    double tool_time_max_s = 6;
   };
   LongPresetInputs long_preset = {};
   AgenticClientOptions client = {};
@@ -88,7 +91,8 @@ struct AgenticOptions {
 
 // The `agentic-long` preset: coding-agent sessions under KV memory pressure.
 //   shared system+tools prefix 14,000 tokens; repository context 10K-80K per session;
-//   20-40 turns; tool outputs 0.5K-8K (median ~1K); answers 100-800; tool time 2-6 s;
+//   20-40 turns; tool outputs 0.5K-8K (median ~1K); answers 100-800; tool time 2-6 s
+//   unless given (a tool time changes when a session returns, not its contexts);
 //   contexts capped at 131,072 tokens.
 // Sizing rule: the sessions all arrive within `arrival_window_s` (much shorter than a
 // session's life, ~8 modelled minutes), so they are live together and the working set is the
@@ -96,7 +100,8 @@ struct AgenticOptions {
 // jobs = ceil(working_set_ratio x fleet_kv_tokens / C); PlanCacheBounds reports the
 // resulting peak ratio.
 AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
-                                 double arrival_window_s, uint64_t seed);
+                                 double arrival_window_s, uint64_t seed, double tool_time_s = 2,
+                                 double tool_time_max_s = 6);
 // The planned mean context (prompt tokens averaged over a session's turns), over sessions.
 double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_jobs = 400);
 

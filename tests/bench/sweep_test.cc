@@ -633,6 +633,13 @@ TEST(SweepWorkloadTest, TheLongPresetIsRebuiltAtEachSeed) {
   // The sizing rule gives seed 3 one job fewer than seed 1 (41 against 42): the preset is
   // rebuilt, not copied. One seed's plan is the same at every configuration of a point.
   EXPECT_EQ(SweepPointWorkload(base, 0.9, 3).agentic.max_jobs + 1, base.agentic.max_jobs);
+  // The preset's tool time is rebuilt with it.
+  WorkloadSpec slow = base;
+  slow.agentic = AgenticLongPreset(1804800, 2.0, 60, 1, 10, 30);
+  const WorkloadSpec rebuilt = SweepPointWorkload(slow, 0.9, 3);
+  EXPECT_DOUBLE_EQ(rebuilt.agentic.tool_time_s, 10);
+  EXPECT_DOUBLE_EQ(rebuilt.agentic.tool_time_max_s, 30);
+  EXPECT_EQ(rebuilt.agentic.max_jobs, SweepPointWorkload(base, 0.9, 3).agentic.max_jobs);
   const WorkloadSpec a = SweepPointWorkload(base, 0.9, 2);
   const WorkloadSpec b = SweepPointWorkload(base, 0.9, 2);
   const std::vector<AgenticJob> ja = PlanAgenticJobs(a.agentic);

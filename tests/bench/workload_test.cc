@@ -361,6 +361,30 @@ TEST(AgenticLongPresetTest, SizesFollowTheCodingAgentShape) {
             std::string("Tool output 2:").size() + 4 * static_cast<size_t>(AgenticToolTokens(a, 4, 2)));
 }
 
+// A tool time the operator gives changes when each turn is sent, not what it
+// carries: the job count, the sessions and their prompts are the preset's.
+TEST(AgenticLongPresetTest, AToolTimeRangeKeepsTheSessions) {
+  const AgenticOptions a = AgenticLongPreset(1804800, 1.5, 60, 2);
+  const AgenticOptions b = AgenticLongPreset(1804800, 1.5, 60, 2, 10, 30);
+  EXPECT_DOUBLE_EQ(b.long_preset.tool_time_s, 10);
+  EXPECT_DOUBLE_EQ(b.long_preset.tool_time_max_s, 30);
+  EXPECT_EQ(b.max_jobs, a.max_jobs);
+  bool spread = false;
+  for (int64_t job = 0; job < 20; ++job) {
+    const std::vector<PlannedTurn> pa = PlanAgenticTurns(a, job);
+    const std::vector<PlannedTurn> pb = PlanAgenticTurns(b, job);
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_EQ(pb[i].prompt_tokens, pa[i].prompt_tokens);
+      const double tool_time = AgenticToolTime(b, job, pb[i].turn);
+      EXPECT_GE(tool_time, 10.0);
+      EXPECT_LE(tool_time, 30.0);
+      spread = spread || tool_time > 20.0;
+    }
+  }
+  EXPECT_TRUE(spread);
+}
+
 TEST(AgenticLongPresetTest, JobCountFollowsTheSizingRule) {
   const AgenticOptions a = AgenticLongPreset(1804800, 2.0, 60, 1);
   const double context = AgenticMeanSessionContext(a);
