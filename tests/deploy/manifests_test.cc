@@ -259,7 +259,7 @@ const std::set<std::string>& KvrouteFamilies() {
       "kvroute_backend_inflight_requests", "kvroute_backend_inflight_prefill_tokens",
       "kvroute_backend_decoding_requests", "kvroute_backend_shadow_tokens",
       "kvroute_backend_kv_usage", "kvroute_residency_wait_seconds", "kvroute_shed_total",
-      "kvroute_shed_averted_total", "kvroute_busy_timeouts_total",
+      "kvroute_shed_averted_total", "kvroute_kept_home_total", "kvroute_busy_timeouts_total",
       // Live sizing (proxy/proxy_metrics.cc RegisterKvSizingGauges).
       "kvroute_kv_working_set_tokens", "kvroute_kv_capacity_tokens",
       "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
