@@ -292,17 +292,15 @@ void RouterImpl::KeepHomeIfSooner(Routing& ro) {
       d.mode != DecisionMode::kColocated || d.request_class == RequestClass::kHeavy) {
     return;
   }
-  const BackendSnapshot& h = fleet.backends[home];
-  if (!h.healthy || (*specs_)[home].retired || (*specs_)[home].role == BackendRole::kPrefill ||
-      !feedback_.HasHostTier(home) ||
-      h.cached_tokens_est <= fleet.backends[d.decode_backend].cached_tokens_est ||
+  if (!CanServeHome(home) || !feedback_.HasHostTier(home) ||
+      fleet.backends[home].cached_tokens_est <=
+          fleet.backends[d.decode_backend].cached_tokens_est ||
       !policy_internal::Overloaded(fleet, home,
                                    {options_.overload_factor, options_.overload_min_tokens})) {
     return;
   }
   Decision there = AtHome(d, home);
   if (there.predicted_ttft_s < 0 || there.predicted_ttft_s >= d.predicted_ttft_s) return;
-  there.footprint_tokens_est = d.footprint_tokens_est;
   there.kept_home = true;
   ro.decision = std::move(there);
   ++kept_home_;
@@ -323,8 +321,7 @@ ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, Routing& 
   // deadline stays home if the session's instance would serve it in time.
   const int home = snapshot_.session_backend;
   if (verdict.shed && homes_sessions_ && ro.session != nullptr && home != d.decode_backend &&
-      Valid(home) && snapshot_.backends[home].healthy && !(*specs_)[home].retired &&
-      (*specs_)[home].role != BackendRole::kPrefill) {
+      Valid(home) && CanServeHome(home)) {
     Decision there = AtHome(d, home);
     const ShedVerdict at_home = JudgeShed(options_.shed, slos, there, running);
     if (!at_home.shed) {
@@ -336,6 +333,11 @@ ShedVerdict RouterImpl::JudgeShedding(const RequestFeatures& features, Routing& 
   }
   if (verdict.shed) ++(running ? shed_running_ : shed_new_);
   return verdict;
+}
+
+bool RouterImpl::CanServeHome(int home) const {
+  return snapshot_.backends[home].healthy && !(*specs_)[home].retired &&
+         (*specs_)[home].role != BackendRole::kPrefill;
 }
 
 Decision RouterImpl::AtHome(const Decision& d, int home) const {

@@ -181,6 +181,9 @@ class RouterImpl : public Router {
   // it would be served there in time (the decision is replaced).
   ShedVerdict JudgeShedding(const RequestFeatures& features, Routing& ro)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the session's instance `home` (valid) can take a co-located
+  // turn in this snapshot: healthy, not retired, not prefill-only.
+  bool CanServeHome(int home) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `d` placed co-located on the session's instance `home`, with its
   // prediction there.
   Decision AtHome(const Decision& d, int home) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
