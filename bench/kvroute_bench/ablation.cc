@@ -153,12 +153,11 @@ std::vector<std::pair<std::string, std::string>> Setup(const AblationOptions& o,
         "workload",
         absl::StrFormat("%s: %d jobs arriving within %.0f s at %.3g jobs/s, %d-%d turns "
                         "(prompts capped at %d tokens), system %d + repository %d-%d tokens, "
-                        "tool outputs %d-%d tokens, answers %d-%d tokens, tool time %.0f-%.0f "
-                        "s, seed %d",
+                        "tool outputs %d-%d tokens, answers %d-%d tokens, tool time %s, seed %d",
                         a.preset, a.max_jobs, a.duration_s, a.jobs_per_second, a.turns, a.turns_max,
                         a.max_context_tokens, a.system_tokens, a.task_tokens, a.task_tokens_max,
                         a.tool_tokens_min, a.tool_tokens_max, a.completion_tokens,
-                        a.completion_tokens_max, a.tool_time_s, a.tool_time_max_s, a.seed));
+                        a.completion_tokens_max, AgenticToolTimeDescription(a), a.seed));
   } else if (w.kind == WorkloadKind::kAgentic) {
     const AgenticOptions& a = w.agentic;
     std::string tools;

@@ -67,6 +67,7 @@ struct CommonFlags {
   double working_set_ratio = 2.0;
   double arrival_window_s = 60;
   std::vector<double> long_tool_time = {2, 6};
+  std::vector<double> long_tool_time_log_normal;
 
   void AddPreset(CLI::App* app) {
     auto* pr = "agentic-long preset";
@@ -82,13 +83,23 @@ struct CommonFlags {
                     "seconds in which the agentic-long sessions arrive")
         ->group(pr)
         ->capture_default_str();
-    app->add_option("--tool-time-range", long_tool_time,
-                    "MIN,MAX: each agentic-long turn's tool time, uniform in [MIN, MAX] seconds")
+    CLI::Option* range =
+        app->add_option(
+               "--tool-time-range", long_tool_time,
+               "MIN,MAX: each agentic-long turn's tool time, uniform in [MIN, MAX] seconds")
+            ->delimiter(',')
+            ->expected(2)
+            ->check(CLI::NonNegativeNumber)
+            ->group(pr)
+            ->capture_default_str();
+    app->add_option("--tool-time-lognormal", long_tool_time_log_normal,
+                    "MEDIAN,P99: each agentic-long turn's tool time log-normal with this median "
+                    "and 99th percentile, in seconds (in place of --tool-time-range)")
         ->delimiter(',')
         ->expected(2)
-        ->check(CLI::NonNegativeNumber)
-        ->group(pr)
-        ->capture_default_str();
+        ->check(CLI::PositiveNumber)
+        ->excludes(range)
+        ->group(pr);
   }
 
   void Add(CLI::App* app) {
@@ -246,8 +257,20 @@ struct CommonFlags {
         std::fprintf(stderr, "--tool-time-range must be MIN,MAX seconds with MIN <= MAX\n");
         return false;
       }
-      spec.agentic = kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s,
-                                           seed, long_tool_time[0], long_tool_time[1]);
+      if (!long_tool_time_log_normal.empty() &&
+          !(long_tool_time_log_normal.size() == 2 &&
+            long_tool_time_log_normal[1] > long_tool_time_log_normal[0])) {
+        std::fprintf(stderr,
+                     "--tool-time-lognormal must be MEDIAN,P99 seconds with MEDIAN < P99\n");
+        return false;
+      }
+      spec.agentic =
+          long_tool_time_log_normal.empty()
+              ? kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s, seed,
+                                      long_tool_time[0], long_tool_time[1])
+              : kb::AgenticLongPreset(fleet_kv_tokens, working_set_ratio, arrival_window_s, seed,
+                                      long_tool_time_log_normal[0], long_tool_time_log_normal[0],
+                                      long_tool_time_log_normal[1]);
     }
     agentic.client.send_session_ids = session_ids == "send";
     spec.agentic.client = agentic.client;

@@ -659,7 +659,7 @@ WorkloadSpec SweepPointWorkload(const WorkloadSpec& base, double jobs_per_second
   if (IsLongPreset(base.agentic)) {
     const AgenticOptions::LongPresetInputs& in = base.agentic.long_preset;
     w.agentic = AgenticLongPreset(in.fleet_kv_tokens, in.working_set_ratio, in.arrival_window_s,
-                                  seed, in.tool_time_s, in.tool_time_max_s);
+                                  seed, in.tool_time_s, in.tool_time_max_s, in.tool_time_p99_s);
     w.agentic.client = base.agentic.client;
   }
   w.agentic.jobs_per_second = jobs_per_second;
@@ -694,11 +694,10 @@ absl::StatusOr<Sweep> RunSweep(const SweepOptions& options, const WorkloadSpec& 
           ? absl::StrFormat(
                 "agentic-long: sessions' working set %g x %d tokens of fleet KV, the job count "
                 "by the preset's sizing rule at each seed, arriving at the point's rate within "
-                "%.0f s, tool time %g-%g s; the same planned arrivals for every configuration "
+                "%.0f s, tool time %s; the same planned arrivals for every configuration "
                 "at a (rate, seed)",
                 w.long_preset.working_set_ratio, w.long_preset.fleet_kv_tokens,
-                w.long_preset.arrival_window_s, w.long_preset.tool_time_s,
-                w.long_preset.tool_time_max_s)
+                w.long_preset.arrival_window_s, AgenticToolTimeDescription(w))
           : absl::StrFormat(
                 "agentic, %.0f s of arrivals, %d turns, system %d + task %s tokens, "
                 "%d completion tokens per turn, tool time %.2f s; the same planned "

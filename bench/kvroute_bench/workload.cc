@@ -1,15 +1,16 @@
 #include "bench/kvroute_bench/workload.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <fstream>
 #include <list>
-
-#include <boost/json.hpp>
+#include <numbers>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "bench/kvroute_bench/text.h"
 
 namespace kvroute::bench {
@@ -82,9 +83,31 @@ int64_t AgenticCompletionTokens(const AgenticOptions& options, int64_t job_id, i
 }
 
 double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn) {
-  if (options.tool_time_max_s <= options.tool_time_s) return options.tool_time_s;
+  const bool log_normal = options.tool_time_p99_s > options.tool_time_s && options.tool_time_s > 0;
+  if (!log_normal && options.tool_time_max_s <= options.tool_time_s) return options.tool_time_s;
   SplitMix64 rng(StreamSeed(options.seed, "agentic-tool-time", job_id, turn));
-  return options.tool_time_s + rng.NextDouble() * (options.tool_time_max_s - options.tool_time_s);
+  if (!log_normal) {
+    return options.tool_time_s + rng.NextDouble() * (options.tool_time_max_s - options.tool_time_s);
+  }
+  // Box-Muller: a standard normal z from two uniforms, u1 in (0, 1] so its log is finite.
+  const double u1 = 1.0 - rng.NextDouble();
+  const double u2 = rng.NextDouble();
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  // The 99th percentile of the standard normal: sigma puts tool_time_p99_s there.
+  constexpr double kZ99 = 2.3263478740408408;
+  const double sigma = std::log(options.tool_time_p99_s / options.tool_time_s) / kZ99;
+  return options.tool_time_s * std::exp(sigma * z);
+}
+
+std::string AgenticToolTimeDescription(const AgenticOptions& options) {
+  if (options.tool_time_p99_s > options.tool_time_s && options.tool_time_s > 0) {
+    return absl::StrFormat("log-normal, median %g s, p99 %g s", options.tool_time_s,
+                           options.tool_time_p99_s);
+  }
+  if (options.tool_time_max_s > options.tool_time_s) {
+    return absl::StrFormat("%g-%g s", options.tool_time_s, options.tool_time_max_s);
+  }
+  return absl::StrFormat("%g s", options.tool_time_s);
 }
 
 std::string AgenticToolOutput(const AgenticOptions& options, int64_t job_id, int turn) {
@@ -146,7 +169,7 @@ double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_j
 
 AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
                                  double arrival_window_s, uint64_t seed, double tool_time_s,
-                                 double tool_time_max_s) {
+                                 double tool_time_max_s, double tool_time_p99_s) {
   AgenticOptions a;
   a.preset = "agentic-long";
   a.long_preset.fleet_kv_tokens = fleet_kv_tokens;
@@ -154,6 +177,7 @@ AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_rat
   a.long_preset.arrival_window_s = arrival_window_s;
   a.long_preset.tool_time_s = tool_time_s;
   a.long_preset.tool_time_max_s = tool_time_max_s;
+  a.long_preset.tool_time_p99_s = tool_time_p99_s;
   a.seed = seed;
   a.system_tokens = 14000;
   a.task_tokens = 10000;
@@ -166,6 +190,7 @@ AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_rat
   a.completion_tokens_max = 800;
   a.tool_time_s = tool_time_s;
   a.tool_time_max_s = tool_time_max_s;
+  a.tool_time_p99_s = tool_time_p99_s;
   a.max_context_tokens = 131072;
   const double context = AgenticMeanSessionContext(a);
   const int64_t jobs = std::max<int64_t>(

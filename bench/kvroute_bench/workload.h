@@ -64,12 +64,16 @@ struct AgenticOptions {
   // turns uniform in [turns, turns_max]; tool outputs in [tool_tokens_min, tool_tokens_max],
   // log-uniform with a square on the exponent so small outputs dominate (replaces
   // tool_tokens when tool_tokens_max > 0); answers uniform in [completion_tokens,
-  // completion_tokens_max]; tool time uniform in [tool_time_s, tool_time_max_s].
+  // completion_tokens_max]; tool time uniform in [tool_time_s, tool_time_max_s], or, when
+  // tool_time_p99_s > 0, log-normal with median tool_time_s and 99th percentile
+  // tool_time_p99_s (tool_time_max_s unused): published agent traces have a heavy tail of
+  // long pauses, the turns whose KV leaves the GPU before they come back.
   int turns_max = 0;
   int64_t tool_tokens_min = 0;
   int64_t tool_tokens_max = 0;
   int64_t completion_tokens_max = 0;
   double tool_time_max_s = 0;
+  double tool_time_p99_s = 0;
   // A job ends before a turn whose planned prompt would exceed this (0: no limit), as a
   // coding agent stops or compacts when its context fills up.
   int64_t max_context_tokens = 0;
@@ -81,9 +85,11 @@ struct AgenticOptions {
     int64_t fleet_kv_tokens = 0;
     double working_set_ratio = 0;
     double arrival_window_s = 0;
-    // The agent's tool time per turn, uniform in [tool_time_s, tool_time_max_s].
+    // The agent's tool time per turn, uniform in [tool_time_s, tool_time_max_s] or
+    // log-normal (tool_time_p99_s > 0), as the fields of the same names above.
     double tool_time_s = 2;
     double tool_time_max_s = 6;
+    double tool_time_p99_s = 0;
   };
   LongPresetInputs long_preset = {};
   AgenticClientOptions client = {};
@@ -91,8 +97,10 @@ struct AgenticOptions {
 
 // The `agentic-long` preset: coding-agent sessions under KV memory pressure.
 //   shared system+tools prefix 14,000 tokens; repository context 10K-80K per session;
-//   20-40 turns; tool outputs 0.5K-8K (median ~1K); answers 100-800; tool time 2-6 s
-//   unless given (a tool time changes when a session returns, not its contexts);
+//   20-40 turns; tool outputs 0.5K-8K (median ~1K); answers 100-800; tool time uniform in
+//   2-6 s unless given, or log-normal with median tool_time_s and 99th percentile
+//   tool_time_p99_s when that is positive (a tool time changes when a session returns, not
+//   its contexts);
 //   contexts capped at 131,072 tokens.
 // Sizing rule: the sessions all arrive within `arrival_window_s` (much shorter than a
 // session's life, ~8 modelled minutes), so they are live together and the working set is the
@@ -101,7 +109,7 @@ struct AgenticOptions {
 // resulting peak ratio.
 AgenticOptions AgenticLongPreset(int64_t fleet_kv_tokens, double working_set_ratio,
                                  double arrival_window_s, uint64_t seed, double tool_time_s = 2,
-                                 double tool_time_max_s = 6);
+                                 double tool_time_max_s = 6, double tool_time_p99_s = 0);
 // The planned mean context (prompt tokens averaged over a session's turns), over sessions.
 double AgenticMeanSessionContext(const AgenticOptions& options, int64_t sample_jobs = 400);
 
@@ -126,6 +134,8 @@ int64_t AgenticToolTokens(const AgenticOptions& options, int64_t job_id, int tur
 int AgenticTurns(const AgenticOptions& options, int64_t job_id);
 int64_t AgenticCompletionTokens(const AgenticOptions& options, int64_t job_id, int turn);
 double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn);
+// "2-6 s" or "log-normal, median 5.2 s, p99 81.4 s", for reports.
+std::string AgenticToolTimeDescription(const AgenticOptions& options);
 
 // One planned request of an agentic job: its prompt (system + task + earlier answers and tool
 // outputs, without chat-template tokens) and answer sizes. Turns stop at AgenticTurns or

@@ -640,6 +640,8 @@ TEST(SweepWorkloadTest, TheLongPresetIsRebuiltAtEachSeed) {
   EXPECT_DOUBLE_EQ(rebuilt.agentic.tool_time_s, 10);
   EXPECT_DOUBLE_EQ(rebuilt.agentic.tool_time_max_s, 30);
   EXPECT_EQ(rebuilt.agentic.max_jobs, SweepPointWorkload(base, 0.9, 3).agentic.max_jobs);
+  slow.agentic = AgenticLongPreset(1804800, 2.0, 60, 1, 5.2, 5.2, 81.4);
+  EXPECT_DOUBLE_EQ(SweepPointWorkload(slow, 0.9, 3).agentic.tool_time_p99_s, 81.4);
   const WorkloadSpec a = SweepPointWorkload(base, 0.9, 2);
   const WorkloadSpec b = SweepPointWorkload(base, 0.9, 2);
   const std::vector<AgenticJob> ja = PlanAgenticJobs(a.agentic);

@@ -1,14 +1,14 @@
 #include "bench/kvroute_bench/workload.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
-
-#include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "bench/kvroute_bench/text.h"
 
@@ -383,6 +383,39 @@ TEST(AgenticLongPresetTest, AToolTimeRangeKeepsTheSessions) {
     }
   }
   EXPECT_TRUE(spread);
+}
+
+// A log-normal tool time (median, 99th percentile) has those quantiles over many turns,
+// its tail far past the uniform range, and leaves the sessions as they were.
+TEST(AgenticLongPresetTest, ALogNormalToolTimeHasItsQuantiles) {
+  const AgenticOptions a = AgenticLongPreset(1804800, 1.5, 60, 2);
+  const AgenticOptions b = AgenticLongPreset(1804800, 1.5, 60, 2, 5.2, 5.2, 81.4);
+  EXPECT_DOUBLE_EQ(b.long_preset.tool_time_p99_s, 81.4);
+  EXPECT_EQ(b.max_jobs, a.max_jobs);
+  EXPECT_EQ(AgenticToolTimeDescription(a), "2-6 s");
+  EXPECT_EQ(AgenticToolTimeDescription(b), "log-normal, median 5.2 s, p99 81.4 s");
+  std::vector<double> times;
+  for (int64_t job = 0; job < 400; ++job) {
+    const std::vector<PlannedTurn> pa = PlanAgenticTurns(a, job);
+    const std::vector<PlannedTurn> pb = PlanAgenticTurns(b, job);
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pb.size(); ++i) {
+      EXPECT_EQ(pb[i].prompt_tokens, pa[i].prompt_tokens);
+      const double t = AgenticToolTime(b, job, pb[i].turn);
+      ASSERT_GT(t, 0.0);
+      EXPECT_EQ(t, AgenticToolTime(b, job, pb[i].turn));
+      times.push_back(t);
+    }
+  }
+  ASSERT_GT(times.size(), 5000u);
+  std::sort(times.begin(), times.end());
+  const auto quantile = [&](double q) {
+    return times[static_cast<size_t>(q * static_cast<double>(times.size() - 1))];
+  };
+  EXPECT_NEAR(quantile(0.5), 5.2, 0.4);
+  EXPECT_NEAR(quantile(0.99), 81.4, 12.0);
+  // sigma = ln(81.4 / 5.2) / 2.326 puts the 90th percentile near 24 s.
+  EXPECT_NEAR(quantile(0.9), 23.7, 2.5);
 }
 
 TEST(AgenticLongPresetTest, JobCountFollowsTheSizingRule) {
