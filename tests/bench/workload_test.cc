@@ -361,6 +361,23 @@ TEST(AgenticLongPresetTest, SizesFollowTheCodingAgentShape) {
             std::string("Tool output 2:").size() + 4 * static_cast<size_t>(AgenticToolTokens(a, 4, 2)));
 }
 
+// The tool times of `b`'s first `jobs` sessions, each turn's prompt checked equal to `a`'s:
+// a tool time changes when each turn is sent, not what it carries.
+std::vector<double> ToolTimesOfTheSameSessions(const AgenticOptions& a, const AgenticOptions& b,
+                                               int64_t jobs) {
+  std::vector<double> times;
+  for (int64_t job = 0; job < jobs; ++job) {
+    const std::vector<PlannedTurn> pa = PlanAgenticTurns(a, job);
+    const std::vector<PlannedTurn> pb = PlanAgenticTurns(b, job);
+    EXPECT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < std::min(pa.size(), pb.size()); ++i) {
+      EXPECT_EQ(pb[i].prompt_tokens, pa[i].prompt_tokens);
+      times.push_back(AgenticToolTime(b, job, pb[i].turn));
+    }
+  }
+  return times;
+}
+
 // A tool time the operator gives changes when each turn is sent, not what it
 // carries: the job count, the sessions and their prompts are the preset's.
 TEST(AgenticLongPresetTest, AToolTimeRangeKeepsTheSessions) {
@@ -370,17 +387,10 @@ TEST(AgenticLongPresetTest, AToolTimeRangeKeepsTheSessions) {
   EXPECT_DOUBLE_EQ(b.long_preset.tool_time_max_s, 30);
   EXPECT_EQ(b.max_jobs, a.max_jobs);
   bool spread = false;
-  for (int64_t job = 0; job < 20; ++job) {
-    const std::vector<PlannedTurn> pa = PlanAgenticTurns(a, job);
-    const std::vector<PlannedTurn> pb = PlanAgenticTurns(b, job);
-    ASSERT_EQ(pa.size(), pb.size());
-    for (size_t i = 0; i < pa.size(); ++i) {
-      EXPECT_EQ(pb[i].prompt_tokens, pa[i].prompt_tokens);
-      const double tool_time = AgenticToolTime(b, job, pb[i].turn);
-      EXPECT_GE(tool_time, 10.0);
-      EXPECT_LE(tool_time, 30.0);
-      spread = spread || tool_time > 20.0;
-    }
+  for (double tool_time : ToolTimesOfTheSameSessions(a, b, 20)) {
+    EXPECT_GE(tool_time, 10.0);
+    EXPECT_LE(tool_time, 30.0);
+    spread = spread || tool_time > 20.0;
   }
   EXPECT_TRUE(spread);
 }
@@ -394,21 +404,11 @@ TEST(AgenticLongPresetTest, ALogNormalToolTimeHasItsQuantiles) {
   EXPECT_EQ(b.max_jobs, a.max_jobs);
   EXPECT_EQ(AgenticToolTimeDescription(a), "2-6 s");
   EXPECT_EQ(AgenticToolTimeDescription(b), "log-normal, median 5.2 s, p99 81.4 s");
-  std::vector<double> times;
-  for (int64_t job = 0; job < 400; ++job) {
-    const std::vector<PlannedTurn> pa = PlanAgenticTurns(a, job);
-    const std::vector<PlannedTurn> pb = PlanAgenticTurns(b, job);
-    ASSERT_EQ(pa.size(), pb.size());
-    for (size_t i = 0; i < pb.size(); ++i) {
-      EXPECT_EQ(pb[i].prompt_tokens, pa[i].prompt_tokens);
-      const double t = AgenticToolTime(b, job, pb[i].turn);
-      ASSERT_GT(t, 0.0);
-      EXPECT_EQ(t, AgenticToolTime(b, job, pb[i].turn));
-      times.push_back(t);
-    }
-  }
+  std::vector<double> times = ToolTimesOfTheSameSessions(a, b, 400);
   ASSERT_GT(times.size(), 5000u);
+  EXPECT_EQ(times, ToolTimesOfTheSameSessions(a, b, 400));  // seeded per (job, turn)
   std::sort(times.begin(), times.end());
+  EXPECT_GT(times.front(), 0.0);
   const auto quantile = [&](double q) {
     return times[static_cast<size_t>(q * static_cast<double>(times.size() - 1))];
   };
