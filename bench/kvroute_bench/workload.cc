@@ -82,8 +82,17 @@ int64_t AgenticCompletionTokens(const AgenticOptions& options, int64_t job_id, i
          static_cast<int64_t>(StreamSeed(options.seed, "agentic-answer", job_id, turn) % span);
 }
 
+namespace {
+
+// --tool-time-lognormal set a 99th percentile above a positive median.
+bool LogNormalToolTime(const AgenticOptions& options) {
+  return options.tool_time_p99_s > options.tool_time_s && options.tool_time_s > 0;
+}
+
+}  // namespace
+
 double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn) {
-  const bool log_normal = options.tool_time_p99_s > options.tool_time_s && options.tool_time_s > 0;
+  const bool log_normal = LogNormalToolTime(options);
   if (!log_normal && options.tool_time_max_s <= options.tool_time_s) return options.tool_time_s;
   SplitMix64 rng(StreamSeed(options.seed, "agentic-tool-time", job_id, turn));
   if (!log_normal) {
@@ -100,7 +109,7 @@ double AgenticToolTime(const AgenticOptions& options, int64_t job_id, int turn) 
 }
 
 std::string AgenticToolTimeDescription(const AgenticOptions& options) {
-  if (options.tool_time_p99_s > options.tool_time_s && options.tool_time_s > 0) {
+  if (LogNormalToolTime(options)) {
     return absl::StrFormat("log-normal, median %g s, p99 %g s", options.tool_time_s,
                            options.tool_time_p99_s);
   }
