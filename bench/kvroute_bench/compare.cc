@@ -42,6 +42,11 @@ std::string String(const json::object& o, std::string_view key) {
   return v != nullptr && v->is_string() ? std::string(v->get_string()) : std::string();
 }
 
+bool Boolean(const json::object& o, std::string_view key, bool otherwise) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_bool() ? v->get_bool() : otherwise;
+}
+
 RequestOutcome OutcomeFromName(std::string_view name) {
   if (name == "shed") return RequestOutcome::kShed;
   if (name == "gave_up") return RequestOutcome::kGaveUp;
@@ -75,6 +80,7 @@ struct UnitSide {
   int64_t slo_requests = 0;
   int64_t slo_met = 0;
   int64_t planned_turns = 0;
+  double job_s = -1;  // its job's time, arrival to last answer (modelled seconds); -1: none
   bool present = false;
 };
 
@@ -85,6 +91,9 @@ struct Unit {
 };
 
 constexpr int kFigures = static_cast<int>(kComparedFigures.size());
+// Where the figures that not every pair of runs has sit in kComparedFigures.
+constexpr int kPlannedGoodputFigure = 4;
+constexpr int kJobTimeFigure = 5;
 
 // The figures of one set of units (with multiplicity) for one run, in kComparedFigures' order;
 // NaN where a run has none.
@@ -93,19 +102,25 @@ using Figures = std::array<double, kFigures>;
 Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, size_t run,
                   bool plans_known) {
   std::vector<double> ttft;
-  int64_t slo_requests = 0, slo_met = 0, planned = 0;
+  int64_t slo_requests = 0, slo_met = 0, planned = 0, jobs_done = 0;
+  double job_s = 0;
   for (size_t i : draw) {
     const UnitSide& u = units[i].runs[run];
     ttft.insert(ttft.end(), u.ttft.begin(), u.ttft.end());
     slo_requests += u.slo_requests;
     slo_met += u.slo_met;
     planned += u.planned_turns;
+    if (u.job_s >= 0) {
+      job_s += u.job_s;
+      ++jobs_done;
+    }
   }
   const Distribution d = Describe(ttft);
-  Figures f = {d.p50, d.p90, d.p99, kNaN, kNaN};
+  Figures f = {d.p50, d.p90, d.p99, kNaN, kNaN, kNaN};
   if (slo_requests > 0) f[3] = static_cast<double>(slo_met) / static_cast<double>(slo_requests);
   if (plans_known && planned > 0)
     f[4] = static_cast<double>(slo_met) / static_cast<double>(planned);
+  if (jobs_done > 0) f[5] = job_s / static_cast<double>(jobs_done);
   return f;
 }
 
@@ -202,6 +217,9 @@ absl::StatusOr<ComparedRun> ComparedRunFromJson(const json::value& report, const
       JobRecord j;
       j.job = Integer(v.get_object(), "job", -1);
       j.planned_turns = Integer(v.get_object(), "planned_turns", 0);
+      j.t_arrival = Number(v.get_object(), "t_arrival", 0);
+      j.t_done = Number(v.get_object(), "t_done", -1);
+      j.ok = Boolean(v.get_object(), "ok", false);
       out.jobs.push_back(j);
     }
   }
@@ -256,7 +274,10 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   for (size_t r = 0; r < runs.size(); ++r) {
     const ComparedRun& run = *runs[r];
     for (const JobRecord& j : run.jobs) {
-      if (j.job >= 0) unit({0, j.job}, true).runs[r].planned_turns = j.planned_turns;
+      if (j.job < 0) continue;
+      UnitSide& u = unit({0, j.job}, true).runs[r];
+      u.planned_turns = j.planned_turns;
+      if (j.ok && j.t_done >= j.t_arrival) u.job_s = (j.t_done - j.t_arrival) / run.time_scale;
     }
     int64_t loose = 0;
     for (const RequestRecord& q : run.requests) {
@@ -364,7 +385,8 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   }
   const double tail = 100 * (1 - options.confidence) / 2;
   for (int f = 0; f < kFigures; ++f) {
-    if (f == kFigures - 1 && !plans_known) continue;
+    if (f == kPlannedGoodputFigure && !plans_known) continue;
+    if (f == kJobTimeFigure && !(std::isfinite(point_a[f]) && std::isfinite(point_b[f]))) continue;
     FigureComparison fc;
     fc.label = std::string(kComparedFigures[f]);
     fc.a = point_a[f];

@@ -74,8 +74,9 @@ struct CompareOptions {
 };
 
 // The figures compared, in the order Comparison::figures holds them (their labels).
-inline constexpr std::array<std::string_view, 5> kComparedFigures = {
-    "TTFT p50 (s)", "TTFT p90 (s)", "TTFT p99 (s)", "goodput", "goodput of planned turns"};
+inline constexpr std::array<std::string_view, 6> kComparedFigures = {
+    "TTFT p50 (s)",     "TTFT p90 (s)", "TTFT p99 (s)", "goodput", "goodput of planned turns",
+    "mean job time (s)"};
 
 struct FigureComparison {
   std::string label;  // "TTFT p90 (s)", "goodput", ...
@@ -95,8 +96,11 @@ struct Comparison {
   int64_t units = 0;         // sessions (and job-less trace requests) in either run
   int64_t units_only_a = 0;  // of them, in A's requests only
   int64_t units_only_b = 0;
-  // TTFT p50, p90 and p99 (modelled seconds, served requests), goodput (stats.h), and the
-  // goodput of planned turns when both runs know every job's plan.
+  // TTFT p50, p90 and p99 (modelled seconds, served requests), goodput (stats.h), the
+  // goodput of planned turns when both runs know every job's plan, and the mean time of
+  // the agentic jobs that completed (arrival to last answer, modelled seconds) when both
+  // runs completed some: a job ended by a failed turn has no time, so a side that ends
+  // more sessions early averages over fewer of them.
   std::vector<FigureComparison> figures;
   std::vector<std::string> notes;  // what a reader must know about the figures
 };

@@ -131,7 +131,8 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
         " of the difference over ", o.resamples,
         " draws of the point's sessions (the same draw for both runs; `kvroute-bench "
         "compare`): an interval that holds zero is a difference the sessions alone could "
-        "reverse. TTFT in modelled seconds, its p90 also as a ratio; goodput in points.");
+        "reverse. TTFT and mean job time in modelled seconds, TTFT p90 also as a ratio; "
+        "goodput in points.");
     if (rows_of.front()->comparison.a_repeats > 1) {
       absl::StrAppend(md, " With the point's ", rows_of.front()->comparison.a_repeats,
                       " runs a side, each side's figure is the mean over its runs and each draw "

@@ -89,6 +89,45 @@ TEST(CompareTest, EachRunsFiguresAreItsSummarys) {
   EXPECT_TRUE(c->notes.empty());
 }
 
+// Jobs 1..n-1 complete, job j after (j + 1) wall seconds times `stretch`; job 0 fails.
+RunResult CompletedSessions(int jobs, double stretch) {
+  RunResult run = Sessions(jobs, 3);
+  for (JobRecord& j : run.jobs) {
+    j.t_arrival = 10.0 * static_cast<double>(j.job);
+    if (j.job == 0) continue;
+    j.ok = true;
+    j.t_done = j.t_arrival + stretch * static_cast<double>(j.job + 1);
+  }
+  return run;
+}
+
+TEST(CompareTest, JobTimeIsTheMeanOfTheCompletedJobs) {
+  const RunResult run = CompletedSessions(8, 1);
+  const RunSummary s = Summarize(run);
+  absl::StatusOr<Comparison> c = CompareRuns(
+      Compared(run, "a"), Compared(CompletedSessions(8, 2), "b"), CompareOptions{.resamples = 200});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->figures.size(), 6u);
+  const FigureComparison& job = c->figures[5];
+  EXPECT_EQ(job.label, "mean job time (s)");
+  // Jobs 1..7 took 2..8 wall s, 4..16 modelled s at time scale 0.5: a mean of 10; the failed
+  // job 0 has no time. The run's own summary says the same.
+  EXPECT_DOUBLE_EQ(job.a, 10);
+  EXPECT_DOUBLE_EQ(job.a, s.job_completion.mean);
+  EXPECT_DOUBLE_EQ(job.b, 20);
+  EXPECT_NEAR(job.ratio, 2, 1e-9);
+  EXPECT_GT(job.low, 0);  // every draw with a completed job: B above A
+  EXPECT_EQ(job.b_lower_share, 0);
+  EXPECT_NE(ComparisonMarkdown(*c).find("| mean job time (s) | 10 | 20 | +10 |"), std::string::npos)
+      << ComparisonMarkdown(*c);
+
+  // No job completed on one side: no job time to compare.
+  absl::StatusOr<Comparison> none = CompareRuns(Compared(run, "a"), Compared(Sessions(8, 3), "b"),
+                                                CompareOptions{.resamples = 50});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->figures.size(), 5u);
+}
+
 TEST(CompareTest, AConfigurationFasterOnEveryTurnIsBelowInEveryDraw) {
   const ComparedRun a = Compared(Sessions(10, 8), "a");
   const ComparedRun b = Compared(Sessions(10, 8, /*ttft_shift=*/-0.05), "b");

@@ -355,7 +355,7 @@ TEST(SweepReportTest, JsonCarriesSamplesCellsAndVerdicts) {
 }
 
 // `jobs` agent sessions of three turns, turn t of job j at a TTFT that varies with both,
-// times `factor` (modelled seconds at time scale 1).
+// times `factor` (modelled seconds at time scale 1); every job completes, in `factor` x 10 s.
 RunResult SessionRun(const std::string& name, int jobs, double factor) {
   RunResult run;
   run.name = name;
@@ -364,6 +364,8 @@ RunResult SessionRun(const std::string& name, int jobs, double factor) {
     JobRecord& job = run.jobs.emplace_back();
     job.job = j;
     job.planned_turns = 3;
+    job.ok = true;
+    job.t_done = factor * 10;
     for (int t = 1; t <= 3; ++t) {
       RequestRecord r;
       r.job = j;
@@ -399,6 +401,9 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   EXPECT_GT(p90.low, 0);  // twice the reference's TTFT in every draw
   EXPECT_NEAR(p90.ratio, 2, 1e-9);
   EXPECT_NEAR(p90.ratio_low, 2, 1e-9);
+  const FigureComparison& job = blind.comparison.figures[5];
+  EXPECT_EQ(job.label, "mean job time (s)");
+  EXPECT_DOUBLE_EQ(job.difference, 10);                    // 20 s a session against 10
   EXPECT_EQ((*c)[1].comparison.figures[1].difference, 0);  // the same turns
 
   Sweep sweep = FixedSweep();
@@ -408,11 +413,11 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   EXPECT_NE(md.find("over 300 draws"), std::string::npos) << md;
   EXPECT_NE(md.find("| jobs/s | seed | config | TTFT p50 (s), B - A | TTFT p90 (s), B - A | "
                     "TTFT p99 (s), B - A | goodput, B - A | goodput of planned turns, B - A | "
-                    "TTFT p90, B / A |"),
+                    "mean job time (s), B - A | TTFT p90, B / A |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| 0.5 | 3 | notier | +0 [+0, +0] | +0 [+0, +0] | +0 [+0, +0] | +0.0 pt "
-                    "[+0.0 pt, +0.0 pt] | +0.0 pt [+0.0 pt, +0.0 pt] | 1 [1, 1] |"),
+                    "[+0.0 pt, +0.0 pt] | +0.0 pt [+0.0 pt, +0.0 pt] | +0 [+0, +0] | 1 [1, 1] |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find(absl::StrCat("| ", RatioCell(p90), " |")), std::string::npos) << md;
