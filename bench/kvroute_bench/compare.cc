@@ -277,7 +277,7 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
       if (j.job < 0) continue;
       UnitSide& u = unit({0, j.job}, true).runs[r];
       u.planned_turns = j.planned_turns;
-      if (j.ok && j.t_done >= j.t_arrival) u.job_s = (j.t_done - j.t_arrival) / run.time_scale;
+      if (const double job_s = j.Seconds(); job_s >= 0) u.job_s = job_s / run.time_scale;
     }
     int64_t loose = 0;
     for (const RequestRecord& q : run.requests) {

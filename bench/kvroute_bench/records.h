@@ -113,6 +113,10 @@ struct JobRecord {
   // failed past the client's retries sends no more: those turns are in neither turn_e2e nor
   // the requests.
   int64_t planned_turns = 0;
+
+  // Arrival to the last turn's end, in the run's wall seconds, when the job completed (every
+  // turn succeeded); -1 otherwise.
+  double Seconds() const { return ok && t_done >= t_arrival ? t_done - t_arrival : -1; }
 };
 
 struct InstanceSample {

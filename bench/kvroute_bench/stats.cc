@@ -333,9 +333,9 @@ RunSummary Summarize(const RunResult& run) {
     s.turns_planned += j.planned_turns;
     s.turns_unsent +=
         std::max<int64_t>(0, j.planned_turns - static_cast<int64_t>(j.turn_e2e.size()));
-    if (j.ok && j.t_done >= 0) {
+    if (const double job_s = j.Seconds(); job_s >= 0) {
       ++s.jobs_ok;
-      completion.push_back((j.t_done - j.t_arrival) / scale);
+      completion.push_back(job_s / scale);
     }
     for (size_t t = 0; t < j.turn_e2e.size(); ++t) {
       if (per_turn.size() <= t) per_turn.resize(t + 1);
