@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -155,7 +156,10 @@ class FleetHarness {
                        ChatBody(model_, messages, stream, max_tokens), headers);
   }
 
-  // Stops the server so the request log and metrics are complete.
+  // Stops the server so the request log and metrics are complete, and returns its lines in
+  // arrival order. The server writes a line when its exchange ends, after the last byte reaches
+  // the client, so a client that sends its next request on that byte can see the next line
+  // written first.
   std::vector<json::object> StopAndReadLog() {
     server_->Shutdown();
     server_->Wait();
@@ -163,6 +167,9 @@ class FleetHarness {
     std::ifstream in(log_path_);
     std::string line;
     while (std::getline(in, line)) out.push_back(json::parse(line).as_object());
+    std::stable_sort(out.begin(), out.end(), [](const json::object& a, const json::object& b) {
+      return a.at("t_arrival").to_number<double>() < b.at("t_arrival").to_number<double>();
+    });
     return out;
   }
 
