@@ -101,6 +101,7 @@ absl::StatusOr<ProfileKeys> ParseProfileKeys(const std::string& yaml_text) {
   eng.Read("block_size", &k.engine.block_size);
   eng.Read("max_num_batched_tokens", &k.engine.max_num_batched_tokens);
   eng.Read("max_num_seqs", &k.engine.max_num_seqs);
+  eng.Read("long_prefill_token_threshold", &k.engine.long_prefill_token_threshold);
   eng.Read("num_gpu_blocks", &k.engine.num_gpu_blocks);
   eng.Read("kv_hold_timeout_s", &k.engine.kv_hold_timeout_s);
   eng.Read("pd_pair_timeout_s", &k.engine.pd_pair_timeout_s);

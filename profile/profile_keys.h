@@ -53,6 +53,7 @@ struct EngineKeys {
   std::optional<int64_t> block_size;
   std::optional<int64_t> max_num_batched_tokens;
   std::optional<int64_t> max_num_seqs;
+  std::optional<int64_t> long_prefill_token_threshold;
   std::optional<int64_t> num_gpu_blocks;
   std::optional<double> kv_hold_timeout_s;
   std::optional<double> pd_pair_timeout_s;

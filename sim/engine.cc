@@ -22,6 +22,7 @@ EngineConfig EngineConfig::FromProfile(const Profile& profile) {
   c.num_gpu_blocks = profile.NumGpuBlocks();
   c.max_num_batched_tokens = profile.max_num_batched_tokens;
   c.max_num_seqs = profile.max_num_seqs;
+  c.long_prefill_token_threshold = profile.long_prefill_token_threshold;
   c.admission = profile.admission;
   c.scheduling_policy = profile.scheduling_policy;
   c.cache_generated_blocks = profile.cache_generated_blocks;
@@ -220,6 +221,11 @@ int64_t Engine::MaxHitBlocks(const Request& r) const {
                            (static_cast<int64_t>(r.tokens.size()) - 1) / config_.block_size);
 }
 
+int Engine::RequestBudget(int step_budget) const {
+  const int cap = config_.long_prefill_token_threshold;
+  return cap > 0 ? std::min(step_budget, cap) : step_budget;
+}
+
 int64_t Engine::BlocksToAdmit(const Request& r, int64_t hit_blocks, int budget) const {
   const int64_t prompt = static_cast<int64_t>(r.tokens.size());
   const int64_t total = CeilDiv(prompt, config_.block_size);
@@ -259,7 +265,7 @@ bool Engine::CanAdmit(const Request& r) const {
   if (static_cast<int>(running_.size() + transferring_.size()) >= config_.max_num_seqs) {
     return false;
   }
-  const AdmissionPlan plan = PlanAdmission(r, config_.max_num_batched_tokens);
+  const AdmissionPlan plan = PlanAdmission(r, RequestBudget(config_.max_num_batched_tokens));
   if (plan.delayed) return false;
   const std::span<const BlockHash> hashes(r.hashes.data(), MaxHitBlocks(r));
   return blocks_.CanAllocate(hashes, plan.gpu_hit_blocks, plan.blocks - plan.gpu_hit_blocks);

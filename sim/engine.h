@@ -50,6 +50,7 @@ struct EngineConfig {
   int64_t num_gpu_blocks = 1024;
   int max_num_batched_tokens = 8192;
   int max_num_seqs = 256;
+  int long_prefill_token_threshold = 0;  // Profile::long_prefill_token_threshold
   AdmissionRule admission = AdmissionRule::kFullPrompt;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   bool cache_generated_blocks = true;
@@ -311,6 +312,9 @@ class Engine {
     // answers "later" (OffloadingConnectorScheduler._blocks_being_loaded).
     bool delayed = false;
   };
+  // The tokens one request may compute in a step with `step_budget` left: the budget, capped
+  // at long_prefill_token_threshold when that is set.
+  int RequestBudget(int step_budget) const;
   // The plan when admitted with `budget` tokens of this step left.
   AdmissionPlan PlanAdmission(const Request& r, int budget) const;
   bool CanAdmit(const Request& r) const;

@@ -74,8 +74,8 @@ void Engine::CompleteTransfers(StepResult& result) {
 void Engine::ScheduleRunning(StepPlan& plan, StepResult& result) {
   for (size_t i = 0; i < running_.size() && plan.budget > 0;) {
     Request* r = running_[i];
-    const int n =
-        std::min<int>(static_cast<int>(r->tokens.size()) - r->num_computed, plan.budget);
+    const int n = std::min<int>(static_cast<int>(r->tokens.size()) - r->num_computed,
+                                RequestBudget(plan.budget));
     const int64_t need =
         CeilDiv(r->num_computed + n, config_.block_size) - static_cast<int64_t>(r->blocks.size());
     if (need > blocks_.num_free() && running_.size() == 1) {
@@ -156,7 +156,7 @@ void Engine::AdmitWaiting(StepPlan& plan) {
     if (host_ && !r->spec.pull_remote_kv && r->num_computed == 0) TouchHost(*r);
     if (!CanAdmit(*r)) break;
     waiting_.pop_front();
-    const AdmissionPlan admission = PlanAdmission(*r, plan.budget);
+    const AdmissionPlan admission = PlanAdmission(*r, RequestBudget(plan.budget));
     TakeAdmissionBlocks(r, admission);
     r->host_hit_tokens = static_cast<int>(admission.host_hit_tokens);
     RecordPrefixQuery(r);
@@ -175,7 +175,8 @@ void Engine::AdmitWaiting(StepPlan& plan) {
     if (r->spec.pull_remote_kv && BeginAdmittedPull(r)) continue;
     r->state = Request::State::kRunning;
     running_.push_back(r);
-    const int n = std::min(static_cast<int>(r->tokens.size()) - r->num_computed, plan.budget);
+    const int n = std::min(static_cast<int>(r->tokens.size()) - r->num_computed,
+                           RequestBudget(plan.budget));
     plan.scheduled.push_back({r, n});
     plan.budget -= n;
   }

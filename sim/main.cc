@@ -25,6 +25,7 @@ struct Flags {
   std::vector<std::string> fault_specs;
   int64_t num_gpu_blocks = 0;
   std::string scheduling_policy;
+  int long_prefill_token_threshold = -1;
   int kv_events_port = -1;
   int kv_events_replay_port = -1;
   double kv_offloading_size_gib = 0;
@@ -52,6 +53,10 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "vLLM's --scheduling-policy: fcfs, or priority (requests' `priority` orders the "
                  "waiting queue and picks preemption victims; default: the profile's, fcfs)")
       ->check(CLI::IsMember({"fcfs", "priority"}));
+  app.add_option("--long-prefill-token-threshold", f.long_prefill_token_threshold,
+                 "vLLM's --long-prefill-token-threshold: the most tokens one request prefills "
+                 "in a step (0: the whole budget; default: the profile's, 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--fault", f.fault_specs,
                  "fault at start, INDEX:JSON or *:JSON, e.g. '1:{\"error_rate\":0.5}' "
                  "(fields as POST /sim/faults)");
@@ -107,6 +112,9 @@ absl::Status ResolveProfile(Flags& f) {
         *sim::KvOffloadingBackendByName(f.kv_offloading_backend);
   }
   if (f.kv_pool_size_gib > 0) opts.profile.kv_pool.size_gib = f.kv_pool_size_gib;
+  if (f.long_prefill_token_threshold >= 0) {
+    opts.profile.long_prefill_token_threshold = f.long_prefill_token_threshold;
+  }
   if (!f.scheduling_policy.empty()) {
     opts.profile.scheduling_policy = f.scheduling_policy == "priority"
                                          ? sim::SchedulingPolicy::kPriority

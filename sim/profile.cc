@@ -120,6 +120,7 @@ void TakeEngineKeys(const kvroute::profile::EngineKeys& e, Profile* p) {
   Take(e.block_size, &p->block_size);
   Take(e.max_num_batched_tokens, &p->max_num_batched_tokens);
   Take(e.max_num_seqs, &p->max_num_seqs);
+  Take(e.long_prefill_token_threshold, &p->long_prefill_token_threshold);
   Take(e.num_gpu_blocks, &p->num_gpu_blocks_override);
   Take(e.kv_hold_timeout_s, &p->kv_hold_timeout_s);
   Take(e.pd_pair_timeout_s, &p->pd_pair_timeout_s);
@@ -226,6 +227,9 @@ absl::Status CheckSizes(const Profile& p) {
     return absl::InvalidArgumentError("engine.max_num_batched_tokens must be > 0");
   }
   if (p.max_num_seqs <= 0) return absl::InvalidArgumentError("engine.max_num_seqs must be > 0");
+  if (p.long_prefill_token_threshold < 0) {
+    return absl::InvalidArgumentError("engine.long_prefill_token_threshold must be >= 0");
+  }
   if (p.max_model_len <= 0) return absl::InvalidArgumentError("model.max_model_len must be > 0");
   if (p.link.bandwidth_bytes_per_s <= 0) {
     return absl::InvalidArgumentError("link.bandwidth_bytes_per_s must be > 0");

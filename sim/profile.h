@@ -138,6 +138,11 @@ struct Profile {
   int block_size = 16;
   int max_num_batched_tokens = 8192;
   int max_num_seqs = 1024;
+  // vLLM's --long-prefill-token-threshold: > 0 caps the tokens one request prefills in a step
+  // (`vllm/v1/core/sched/scheduler.py`, both the running and the waiting loop), so a long
+  // prompt leaves the rest of the step's budget to the others; 0 (vLLM's default) lets one
+  // prompt take the whole budget.
+  int long_prefill_token_threshold = 0;
   AdmissionRule admission = AdmissionRule::kFullPrompt;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   // Whether generated tokens' blocks enter the prefix cache. false models a chat template

@@ -216,12 +216,17 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 
 std::string FleetExtrasDescription(const AblationOptions& options) {
   std::string out;
+  if (options.long_prefill_token_threshold > 0) {
+    out = absl::StrFormat(", at most %d tokens of one prompt a step (--long-prefill-token-threshold)",
+                          options.long_prefill_token_threshold);
+  }
   if (options.kv_offloading_size_gib > 0) {
     const std::string backend = options.kv_offloading_backend == "native"
                                     ? std::string()
                                     : absl::StrCat(", backend ", options.kv_offloading_backend);
-    out = absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size%s)",
-                          options.kv_offloading_size_gib, backend);
+    absl::StrAppend(&out,
+                    absl::StrFormat(", host KV tier %g GiB per instance (--kv-offloading-size%s)",
+                                    options.kv_offloading_size_gib, backend));
   }
   if (options.kv_pool_size_gib > 0) {
     absl::StrAppend(&out, absl::StrFormat(", fleet-shared KV pool %g GiB (--kv-pool-size)",
@@ -413,6 +418,10 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
     if (options.scheduling_policy != "fcfs") {
       sim_argv.push_back("--scheduling-policy");
       sim_argv.push_back(options.scheduling_policy);
+    }
+    if (options.long_prefill_token_threshold > 0) {
+      sim_argv.push_back("--long-prefill-token-threshold");
+      sim_argv.push_back(absl::StrCat(options.long_prefill_token_threshold));
     }
     const double host_tier_gib = config.kv_offloading_size_gib >= 0
                                      ? config.kv_offloading_size_gib

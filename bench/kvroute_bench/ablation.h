@@ -93,6 +93,9 @@ struct AblationOptions {
   // "priority", and then kvroute's config names it on every backend so each leg carries the
   // request's deadline (proxy/engine_priority.h).
   std::string scheduling_policy = "fcfs";
+  // The simulated engines' --long-prefill-token-threshold (vLLM's: the most tokens one request
+  // prefills in a step); 0: vLLM's default, one prompt may take the step's whole budget.
+  int long_prefill_token_threshold = 0;
   // The simulated engines' host-memory KV tier (vLLM's --kv-offloading-size, GiB per
   // instance); 0: off.
   double kv_offloading_size_gib = 0;

@@ -363,6 +363,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                   "request's deadline as its priority (backends[].scheduling_policy)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  cmd->add_option("--long-prefill-token-threshold", abl.long_prefill_token_threshold,
+                  "the simulated engines' --long-prefill-token-threshold: the most tokens one "
+                  "request prefills in a step (0: the step's whole budget, vLLM's default)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--kv-offloading-size", abl.kv_offloading_size_gib,
                   "kvroute-sim --kv-offloading-size: GiB of host memory per simulated instance for "
                   "vLLM's native CPU KV offloading (0: off)")

@@ -237,6 +237,39 @@ TEST(EngineTest, HeavyPrefillStretchesCoLocatedDecodeSteps) {
   EXPECT_EQ(shared.tokens[0].handle, a);
 }
 
+// vLLM's --long-prefill-token-threshold: each request computes at most the threshold in a
+// step, running or newly admitted, and the step's budget goes on to the next request.
+TEST(EngineTest, LongPrefillThresholdLeavesTheBudgetToOtherPrompts) {
+  EngineConfig config = TinyConfig(/*num_blocks=*/64);
+  config.long_prefill_token_threshold = 3;
+  Engine engine(config);
+  const RequestHandle a = engine.Submit(Spec("a", Tokens(20), 1));
+  StepResult first = engine.Step();
+  EXPECT_EQ(first.prefill_tokens, 3);  // the threshold, not the budget of 8
+  EXPECT_DOUBLE_EQ(first.duration, 1.0 + 0.3);
+  const RequestHandle b = engine.Submit(Spec("b", Tokens(2, 100), 1));
+  const RequestHandle c = engine.Submit(Spec("c", Tokens(12, 200), 1));
+  // a's next chunk (3), b's whole prompt (2), and c's first chunk in the rest of the budget.
+  StepResult second = engine.Step();
+  EXPECT_EQ(second.prefill_tokens, 3 + 2 + 3);
+  ASSERT_EQ(second.tokens.size(), 1u);
+  EXPECT_EQ(second.tokens[0].handle, b);
+  RunToIdle(engine);
+  EXPECT_EQ(engine.Info(a)->completion_tokens, 1);
+  EXPECT_EQ(engine.Info(c)->completion_tokens, 1);
+}
+
+TEST(EngineTest, WithoutTheThresholdAPromptTakesTheWholeBudget) {
+  Engine engine(TinyConfig(/*num_blocks=*/64));
+  engine.Submit(Spec("a", Tokens(20), 1));
+  EXPECT_EQ(engine.Step().prefill_tokens, 8);
+  engine.Submit(Spec("b", Tokens(2, 100), 1));
+  // a's running chunk takes the budget; b waits for a step with room.
+  StepResult second = engine.Step();
+  EXPECT_EQ(second.prefill_tokens, 8);
+  EXPECT_TRUE(second.tokens.empty());
+}
+
 TEST(EngineTest, SlowdownMultipliesStepTime) {
   Engine engine(TinyConfig());
   engine.set_slowdown(3);

@@ -101,6 +101,13 @@ TEST(ProfileTest, BadValuesNameTheKey) {
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(std::string(p.status().message()), ::testing::HasSubstr("engine.block_size"));
   EXPECT_FALSE(ParseProfile("engine:\n  max_num_seqs: 0\n").ok());
+  p = ParseProfile("engine:\n  long_prefill_token_threshold: -1\n");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()),
+              ::testing::HasSubstr("engine.long_prefill_token_threshold"));
+  p = ParseProfile("engine:\n  long_prefill_token_threshold: 2048\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->long_prefill_token_threshold, 2048);
   p = ParseProfile("engine:\n  admission: sometimes\n");
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(std::string(p.status().message()), ::testing::HasSubstr("engine.admission"));
