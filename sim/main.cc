@@ -187,6 +187,11 @@ void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
   std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
               opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
               opts.profile.block_size, opts.time_scale);
+  if (opts.profile.long_prefill_token_threshold > 0) {
+    std::printf("kvroute-sim: at most %d tokens of one request a step, of %d a step "
+                "(long_prefill_token_threshold)\n",
+                opts.profile.long_prefill_token_threshold, opts.profile.max_num_batched_tokens);
+  }
   if (opts.profile.kv_offloading.enabled()) {
     std::printf(
         "kvroute-sim: KV offloading to host memory (%s), %g GiB = %lld blocks of %d tokens "

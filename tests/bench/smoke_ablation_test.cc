@@ -238,13 +238,14 @@ WorkloadSpec TwoJobs() {
   return w;
 }
 
-// Runs a two-job ablation of `mode` with the fleet's KV tiers as `tiers` sets them, and checks
-// that they reached the simulated fleet: the report's setup says `setup_says` and the
-// simulator's start-up line `sim_says`; returns the run's directory (empty when skipped).
-std::filesystem::path ExpectTiersReachTheFleet(const std::string& mode, const std::string& tag,
-                                               void (*tiers)(AblationOptions&),
-                                               const std::string& sim_says,
-                                               const std::string& setup_says) {
+// Runs a two-job ablation of `mode` with the fleet's options (KV tiers, engine flags) as
+// `fleet` sets them, and checks that they reached the simulated fleet: the report's setup
+// says `setup_says` and the simulator's start-up line `sim_says`; returns the run's
+// directory (empty when skipped).
+std::filesystem::path ExpectOptionsReachTheFleet(const std::string& mode, const std::string& tag,
+                                                 void (*fleet)(AblationOptions&),
+                                                 const std::string& sim_says,
+                                                 const std::string& setup_says) {
   const std::string kvroute = BinaryPath(KVROUTE_BIN, "KVROUTE_BIN");
   const std::string sim = BinaryPath(KVROUTE_SIM_BIN, "KVROUTE_SIM_BIN");
   if (!Executable(kvroute) || !Executable(sim)) return {};
@@ -254,7 +255,7 @@ std::filesystem::path ExpectTiersReachTheFleet(const std::string& mode, const st
   AblationOptions o;
   o.modes = {mode};
   testing::UseSmokeFleet(o, kvroute, sim, out.string());
-  tiers(o);
+  fleet(o);
   WorkloadSpec w = TwoJobs();
 
   absl::StatusOr<Report> report = RunAblation(o, w);
@@ -275,7 +276,7 @@ std::filesystem::path ExpectTiersReachTheFleet(const std::string& mode, const st
 }
 
 TEST(SmokeAblationTest, KvPoolSizeReachesTheFleetAndKvrouteFollowsItsEvents) {
-  const std::filesystem::path out = ExpectTiersReachTheFleet(
+  const std::filesystem::path out = ExpectOptionsReachTheFleet(
       "round_robin", "pool", [](AblationOptions& o) { o.kv_pool_size_gib = 2; },
       "fleet-shared KV pool, 2 GiB", "fleet-shared KV pool 2 GiB");
   if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
@@ -285,7 +286,7 @@ TEST(SmokeAblationTest, KvPoolSizeReachesTheFleetAndKvrouteFollowsItsEvents) {
 }
 
 TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
-  const std::filesystem::path out = ExpectTiersReachTheFleet(
+  const std::filesystem::path out = ExpectOptionsReachTheFleet(
       "baseline", "native", [](AblationOptions& o) { o.kv_offloading_size_gib = 2; },
       "KV offloading to host memory (native), 2 GiB",
       "host KV tier 2 GiB per instance (--kv-offloading-size)");
@@ -293,8 +294,17 @@ TEST(SmokeAblationTest, KvOffloadingSizeReachesTheSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
+TEST(SmokeAblationTest, LongPrefillTokenThresholdReachesTheSimulatedFleet) {
+  const std::filesystem::path out = ExpectOptionsReachTheFleet(
+      "baseline", "lpt", [](AblationOptions& o) { o.long_prefill_token_threshold = 512; },
+      "at most 512 tokens of one request a step",
+      "at most 512 tokens of one prompt a step (--long-prefill-token-threshold)");
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  std::filesystem::remove_all(out);
+}
+
 TEST(SmokeAblationTest, KvOffloadingBackendReachesTheSimulatedFleet) {
-  const std::filesystem::path out = ExpectTiersReachTheFleet(
+  const std::filesystem::path out = ExpectOptionsReachTheFleet(
       "baseline", "lmcache",
       [](AblationOptions& o) {
         o.kv_offloading_size_gib = 2;
