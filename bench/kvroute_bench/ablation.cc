@@ -217,8 +217,9 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 std::string FleetExtrasDescription(const AblationOptions& options) {
   std::string out;
   if (options.long_prefill_token_threshold > 0) {
-    out = absl::StrFormat(", at most %d tokens of one prompt a step (--long-prefill-token-threshold)",
-                          options.long_prefill_token_threshold);
+    out =
+        absl::StrFormat(", at most %d tokens of one prompt a step (--long-prefill-token-threshold)",
+                        options.long_prefill_token_threshold);
   }
   if (options.kv_offloading_size_gib > 0) {
     const std::string backend = options.kv_offloading_backend == "native"
