@@ -6,7 +6,8 @@
 
 REPORT_DIR: a directory holding a kvroute-bench report.json (a seed's, or a
 repeat's run-K) with each configuration's request log beside it
-(REPORT_DIR/<configuration>/requests.jsonl). A served turn misses "by wait"
+(REPORT_DIR/<configuration>/requests.jsonl, or requests-<replica>.jsonl with several
+replicas). A served turn misses "by wait"
 when its compute floor (the report's compute_floor_s: its uncached tokens
 prefilled on an idle instance) is within its class's TTFT SLO and its TTFT is
 not: the report's missed "wait". For each configuration, in modelled seconds,
@@ -31,6 +32,8 @@ import collections
 import json
 import os
 
+from run_requests import requests
+
 CATEGORIES = ("held", "cold", "warm", "alone")
 
 
@@ -50,24 +53,18 @@ def main():
         except (OSError, ValueError) as e:
             parser.error(f"{path}: {e}")
         for run in report.get("runs", []):
-            log_path = os.path.join(report_dir, run["name"], "requests.jsonl")
-            if not os.path.exists(log_path):
-                print(f"{report_dir} {run['name']}: no request log at {log_path}")
+            logged = {r["id"]: r for r in requests(os.path.join(report_dir, run["name"]))}
+            if not logged:
+                print(f"{report_dir} {run['name']}: no request log under it")
                 continue
-            print(f"{report_dir} {run['name']}: " + describe(run, log_path, args.min_prefill))
+            print(f"{report_dir} {run['name']}: " + describe(run, logged, args.min_prefill))
 
 
-def describe(run, log_path, min_prefill):
+def describe(run, logged, min_prefill):
     scale = run.get("time_scale") or 1.0
     slo = run["summary"].get("slo") or {}
     slos = {"WARM": slo.get("ttft_warm_s", 2.0), "MEDIUM": slo.get("ttft_medium_s", 10.0),
             "HEAVY": slo.get("ttft_heavy_s", 30.0)}
-    logged = {}
-    with open(log_path) as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                logged[r["id"]] = r
     served = [r for r in logged.values()
               if r.get("outcome") == "ok" and r.get("t_first_token") and r.get("t_routed")
               and r.get("prompt_tokens")]
