@@ -7,6 +7,7 @@
 
 #include "proxy/kv_event_feeds.h"
 #include "tests/integration/harness.h"
+#include "tests/prometheus_sample.h"
 
 namespace kvroute::testing {
 namespace {
@@ -168,12 +169,11 @@ TEST(KvEventsSim, EvictionsUnderPressureReachTheShadow) {
   EXPECT_NE(metrics.body().find(
                 "kvroute_kv_events_received_total{backend=\"gpu0\",type=\"BlockRemoved\"}"),
             std::string::npos);
-  EXPECT_NE(metrics.body().find("kvroute_kv_events_gaps_total{backend=\"gpu1\"} " +
-                                std::to_string(gaps_before[1])),
-            std::string::npos);
-  EXPECT_NE(metrics.body().find("kvroute_backend_engine_cached_tokens{backend=\"gpu1\"} " +
-                                std::to_string(h.fleet().gauges(1).num_cached_blocks * 16)),
-            std::string::npos);
+  EXPECT_EQ(SampleValue(metrics.body(), "kvroute_kv_events_gaps_total", {{"backend", "gpu1"}}),
+            static_cast<double>(gaps_before[1]));
+  EXPECT_EQ(
+      SampleValue(metrics.body(), "kvroute_backend_engine_cached_tokens", {{"backend", "gpu1"}}),
+      static_cast<double>(h.fleet().gauges(1).num_cached_blocks * 16));
 }
 
 // A kvroute that subscribes after its engines served traffic (a replica

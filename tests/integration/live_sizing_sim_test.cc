@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tests/integration/harness.h"
-#include "wire/prometheus_text.h"
+#include "tests/prometheus_sample.h"
 
 namespace kvroute::testing {
 namespace {
@@ -15,12 +15,8 @@ namespace {
 constexpr double kKvBytesPerToken = 65536;
 
 double Gauge(const std::string& metrics, const std::string& name, const std::string& tier = "") {
-  for (const wire::PrometheusSample& s : wire::ParsePrometheusText(metrics)) {
-    if (s.name != name) continue;
-    const auto it = s.labels.find("tier");
-    if (tier.empty() || (it != s.labels.end() && it->second == tier)) return s.value;
-  }
-  return NAN;
+  if (tier.empty()) return SampleValue(metrics, name).value_or(NAN);
+  return SampleValue(metrics, name, {{"tier", tier}}).value_or(NAN);
 }
 
 TEST(LiveSizingSim, GaugesFollowTheEnginesTiersAndSessions) {

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "tests/integration/harness.h"
+#include "tests/prometheus_sample.h"
 
 namespace kvroute::testing {
 namespace {
@@ -54,8 +55,9 @@ TEST_P(OffloadTest, HeavyRequestIsOffloadedThenTheSessionStaysWarmOnB) {
   EXPECT_NE(text.find("kvroute_transfer_time_factor{prefill=\"" + a + "\",decode=\"" + b + "\"}"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("kvroute_offloads_total{connector=\"" + GetParam() + "\",outcome=\"ok\"} 1"),
-            std::string::npos)
+  EXPECT_EQ(SampleValue(text, "kvroute_offloads_total",
+                        {{"connector", GetParam()}, {"outcome", "ok"}}),
+            1)
       << text;
 }
 

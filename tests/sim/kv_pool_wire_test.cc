@@ -11,6 +11,7 @@
 
 #include "sim/fleet.h"
 #include "sim/tokenizer.h"
+#include "tests/prometheus_sample.h"
 #include "tests/sim/http_client.h"
 
 namespace sim {
@@ -124,7 +125,9 @@ TEST(KvPoolWireTest, APromptOneInstanceComputedIsLoadedByTheOther) {
                              "# TYPE kvroute_sim_pool_evictions_total counter"}) {
     EXPECT_THAT(m, HasSubstr(family));
   }
-  EXPECT_THAT(m, HasSubstr("source=\"external_kv_transfer\"} " + std::to_string(expected)));
+  EXPECT_EQ(kvroute::testing::SampleValue(m, "vllm:prompt_tokens_by_source_total",
+                                          {{"source", "external_kv_transfer"}}),
+            expected);
   // vLLM's MooncakeStoreConnector series for the same load (operation load_get).
   EXPECT_THAT(m, HasSubstr("# TYPE vllm:mooncake_store_operation_time_seconds histogram"));
   EXPECT_THAT(m, HasSubstr("operation=\"load_get\",status=\"ok\""));
