@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/prometheus_sample.h"
+
 namespace sim::testing {
 
 struct HttpResult {
@@ -86,20 +88,10 @@ inline std::pair<boost::system::error_code, std::string> RawExchange(uint16_t po
   return {ec, out};
 }
 
-// Value of the first sample of `name` (exact metric name, any labels) in Prometheus text.
+// Value of the first sample of `name` (exact metric name, any labels) in
+// Prometheus text; -1 when there is none.
 inline double MetricValue(const std::string& text, const std::string& name) {
-  size_t pos = 0;
-  while ((pos = text.find(name, pos)) != std::string::npos) {
-    const bool line_start = pos == 0 || text[pos - 1] == '\n';
-    const char next = pos + name.size() < text.size() ? text[pos + name.size()] : '\0';
-    if (line_start && (next == '{' || next == ' ')) {
-      const size_t eol = text.find('\n', pos);
-      const std::string line = text.substr(pos, eol - pos);
-      return std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    pos += name.size();
-  }
-  return -1;
+  return kvroute::testing::SampleValue(text, name).value_or(-1);
 }
 
 }  // namespace sim::testing
