@@ -187,6 +187,15 @@ absl::StatusOr<ComparedRun> ComparedRunFromJson(const json::value& report, const
       out.slo.ttft_medium_s = Number(o, "ttft_medium_s", out.slo.ttft_medium_s);
       out.slo.ttft_heavy_s = Number(o, "ttft_heavy_s", out.slo.ttft_heavy_s);
       out.slo.tpot_s = Number(o, "tpot_s", out.slo.tpot_s);
+      // Reports written before the workload's classes measured goodput by the router's.
+      const std::string class_name = String(o, "class");
+      absl::StatusOr<SloClassSource> parsed =
+          ParseSloClassSource(class_name.empty() ? "router" : class_name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": summary.slo.class must be router or workload, got '", class_name, "'"));
+      }
+      out.slo.class_source = *parsed;
     }
   }
   if (const json::value* reqs = chosen->if_contains("requests"); reqs != nullptr) {
@@ -208,6 +217,8 @@ absl::StatusOr<ComparedRun> ComparedRunFromJson(const json::value& report, const
       r.failure = OutcomeFromName(outcome);
       r.ttft = Number(o, "ttft", -1);
       r.tpot = Number(o, "tpot", -1);
+      r.prompt_tokens = Integer(o, "prompt_tokens", -1);
+      r.bound_cached_tokens = Integer(o, "bound_cached_tokens", -1);
       out.requests.push_back(std::move(r));
     }
   }
@@ -252,8 +263,13 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   std::vector<const ComparedRun*> runs;  // A's repeats, then B's
   for (const ComparedRun& r : a) runs.push_back(&r);
   for (const ComparedRun& r : b) runs.push_back(&r);
+  auto slo_of = [&](const ComparedRun& r) {
+    SloTargets slo = r.slo;
+    if (options.slo_class) slo.class_source = *options.slo_class;
+    return slo;
+  };
   for (const ComparedRun* r : runs) {
-    if (r->slo != runs.front()->slo) {
+    if (slo_of(*r) != slo_of(*runs.front())) {
       return absl::InvalidArgumentError(
           "the runs measured goodput against different SLOs (summary.slo): not comparable");
     }
@@ -273,6 +289,7 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   };
   for (size_t r = 0; r < runs.size(); ++r) {
     const ComparedRun& run = *runs[r];
+    const SloTargets slo = slo_of(run);
     for (const JobRecord& j : run.jobs) {
       if (j.job < 0) continue;
       UnitSide& u = unit({0, j.job}, true).runs[r];
@@ -288,9 +305,9 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
       UnitSide& u = unit(key, q.job >= 0).runs[r];
       u.present = true;
       if (q.ok() && q.ttft >= 0) u.ttft.push_back(q.ttft / run.time_scale);
-      if (CountsForGoodput(q, run.slo)) {
+      if (CountsForGoodput(q, slo)) {
         ++u.slo_requests;
-        u.slo_met += MeetsSlos(q, run.slo, run.time_scale) ? 1 : 0;
+        u.slo_met += MeetsSlos(q, slo, run.time_scale) ? 1 : 0;
       }
     }
   }
@@ -307,6 +324,11 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   c.a_repeats = static_cast<int>(a.size());
   c.b_repeats = static_cast<int>(b.size());
   c.options = options;
+  if (slo_of(*runs.front()).class_source == SloClassSource::kWorkload) {
+    c.notes.push_back(
+        "goodput in the workload's classes (--slo-class workload): each request's SLO is its "
+        "class when every earlier prompt's prefix is cached, whichever router served it");
+  }
   c.units = static_cast<int64_t>(units.size());
   int64_t shared = 0;
   bool plans_known = true;

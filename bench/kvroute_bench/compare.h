@@ -37,6 +37,7 @@
 #include <array>
 #include <boost/json/value.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,9 @@ struct CompareOptions {
   int resamples = 2000;
   uint64_t seed = 1;
   double confidence = 0.95;
+  // The classes goodput is measured in for every run (--slo-class); unset: each run's own
+  // (its summary.slo.class).
+  std::optional<SloClassSource> slo_class = std::nullopt;
 };
 
 // The figures compared, in the order Comparison::figures holds them (their labels).

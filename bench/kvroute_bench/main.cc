@@ -60,6 +60,7 @@ struct CommonFlags {
   std::vector<std::string> metrics_urls;
   std::string dcgm_url;
   std::string slo_ttft;
+  std::string slo_class = "router";
   std::string out;
   // The fleet's KV for the agentic-long sizing rule and the pooled-LRU yardstick: 8 instances of
   // configs/profiles/h20-qwen3-coder-30b-a3b.yaml (kvroute-size: 225,600 tokens each).
@@ -232,6 +233,12 @@ struct CommonFlags {
         ->check(CLI::PositiveNumber)
         ->group(rn)
         ->capture_default_str();
+    app->add_option("--slo-class", slo_class,
+                    "which class a request's SLO is: router (its X-Kvroute-Class) or workload "
+                    "(its class with every earlier prompt's prefix cached)")
+        ->check(CLI::IsMember({"router", "workload"}))
+        ->group(rn)
+        ->capture_default_str();
   }
 
   // Validates and fills the workload spec and run options.
@@ -291,6 +298,7 @@ struct CommonFlags {
     }
     if (absl::StatusOr<kb::SloTargets> slo = kb::ParseTtftSlos(slo_ttft, run.slo); slo.ok()) {
       run.slo = *slo;
+      run.slo.class_source = *kb::ParseSloClassSource(slo_class);
     } else {
       std::fprintf(stderr, "%s\n", std::string(slo.status().message()).c_str());
       return false;
@@ -560,6 +568,12 @@ int main(int argc, char** argv) {
   cmp_cmd->add_option("--confidence", cmp.confidence, "the interval's central share")
       ->capture_default_str();
   cmp_cmd->add_option("--json", cmp_json, "also write the comparison as JSON here");
+  std::string cmp_slo_class;
+  cmp_cmd
+      ->add_option("--slo-class", cmp_slo_class,
+                   "measure every run's goodput in these classes: router or workload "
+                   "(default: each run's own)")
+      ->check(CLI::IsMember({"router", "workload"}));
 
   // calibrate
   CLI::App* cal_cmd = app.add_subcommand(
@@ -648,6 +662,7 @@ int main(int argc, char** argv) {
   }
 
   if (*cmp_cmd) {
+    if (!cmp_slo_class.empty()) cmp.slo_class = *kb::ParseSloClassSource(cmp_slo_class);
     std::vector<kb::ComparedRun> sides[2];
     const std::string paths[2] = {cmp_a, cmp_b.empty() ? cmp_a : cmp_b};
     const std::string names[2] = {cmp_run_a, cmp_run_b};

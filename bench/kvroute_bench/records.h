@@ -139,11 +139,23 @@ struct InstanceSample {
 // meets them when it succeeded, its TTFT is within its class's target and its TPOT (when it
 // generated more than one token) within tpot_s. The defaults are an operator's of coding
 // agents (bench/kvroute_bench/README.md, "Measurements and reports").
+// Which class a request's TTFT SLO is taken from (--slo-class).
+enum class SloClassSource {
+  // The router's (X-Kvroute-Class): what it decided, with its own estimate of the cache.
+  kRouter,
+  // The workload's: the class kvroute's default thresholds give the request's prompt when
+  // every earlier prompt's prefix is cached (its infinite-cache bound), the same whichever
+  // router served it and whether or not the target sends a class. A request the engine did
+  // not count (shed or failed before its usage) keeps the router's class.
+  kWorkload,
+};
+
 struct SloTargets {
   double ttft_warm_s = 2;
   double ttft_medium_s = 10;
   double ttft_heavy_s = 30;
   double tpot_s = 0.1;
+  SloClassSource class_source = SloClassSource::kRouter;
 
   bool operator==(const SloTargets&) const = default;
 };

@@ -226,7 +226,14 @@ std::string HeavySplitMissing(const Report& report) {
 std::string SloNote(const Report& report) {
   if (report.runs.empty()) return "";
   const SloTargets& slo = report.runs.front().slo;
-  return absl::StrFormat(
+  std::string note =
+      slo.class_source == SloClassSource::kWorkload
+          ? "Classes are the workload's (--slo-class workload): a request's class with every "
+            "earlier prompt's prefix cached, whichever router served it; per-class rows group "
+            "by it. "
+          : "";
+  absl::StrAppendFormat(
+      &note,
       "Goodput = share of requests that succeeded with TTFT within their class's SLO (WARM "
       "%gs, MEDIUM %gs, HEAVY %gs) and TPOT within %gs, modelled seconds; shed (HTTP 429), "
       "failed and given-up requests, dropped arrivals and unsuccessful requests without a "
@@ -241,6 +248,7 @@ std::string SloNote(const Report& report) {
       "evicted prefix included).",
       slo.ttft_warm_s, slo.ttft_medium_s, slo.ttft_heavy_s, slo.tpot_s, kStreamStallS,
       kKvFullUsage * 100);
+  return note;
 }
 
 constexpr char kKvHeatMapNote[] =
@@ -536,7 +544,7 @@ std::string ReportHtml(const Report& report) {
       std::vector<double> ttft;
       for (const RequestRecord& q : r.requests) {
         if (!q.ok() || q.ttft < 0) continue;
-        if (std::string_view(klass) != "ALL" && q.klass != klass) continue;
+        if (std::string_view(klass) != "ALL" && SloClass(q, r.slo) != klass) continue;
         ttft.push_back(q.ttft / scale);
       }
       any = any || !ttft.empty();

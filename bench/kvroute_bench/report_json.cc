@@ -99,6 +99,7 @@ json::object SummaryJson(const RunSummary& s) {
                           {"ttft_medium_s", s.slo.ttft_medium_s},
                           {"ttft_heavy_s", s.slo.ttft_heavy_s},
                           {"tpot_s", s.slo.tpot_s},
+                          {"class", SloClassSourceName(s.slo.class_source)},
                           {"stream_stall_s", kStreamStallS}};
   o["goodput_rps"] = NonNegative(s.goodput_rps);
   o["heavy_ttft_colocated_s"] = DistJson(s.heavy_ttft_colocated);

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "classifier/classifier.h"
 
 namespace kvroute::bench {
 namespace {
@@ -101,7 +102,8 @@ std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult
   std::map<std::string, std::vector<double>> out;
   for (const RequestRecord& r : run.requests) {
     if (const std::optional<double> e = SignedEstimateError(r)) {
-      out[r.klass.empty() ? "unlabelled" : r.klass].push_back(*e);
+      const std::string klass = SloClass(r, run.slo);
+      out[klass.empty() ? "unlabelled" : klass].push_back(*e);
     }
   }
   return out;
@@ -134,7 +136,8 @@ RunSummary Summarize(const RunResult& run) {
   for (const RequestRecord& r : run.requests) {
     ++s.requests;
     if (r.offloaded()) ++s.offloads;
-    const std::string klass = r.klass.empty() ? "unlabelled" : r.klass;
+    const std::string slo_class = SloClass(r, run.slo);
+    const std::string klass = slo_class.empty() ? "unlabelled" : slo_class;
     Samples& c = by_class[{ClassOrder(klass), klass}];
     // Goodput counts every request of a class with an SLO, and every unsuccessful request
     // (shed, failed or given up) as a miss (CountsForGoodput).
@@ -303,9 +306,11 @@ RunSummary Summarize(const RunResult& run) {
   s.classes.push_back(summarize("ALL", all, &all_itl));
   for (const auto& [key, x] : by_class) {
     if (x.n == 0 && x.slo_requests == 0) continue;  // only failures without a class
+    // The runner keys its histograms by the router's class.
     auto it = run.itl_by_class.find(key.second);
-    s.classes.push_back(
-        summarize(key.second, x, it == run.itl_by_class.end() ? nullptr : &it->second));
+    const bool itl_known =
+        run.slo.class_source == SloClassSource::kRouter && it != run.itl_by_class.end();
+    s.classes.push_back(summarize(key.second, x, itl_known ? &it->second : nullptr));
   }
   s.slo = run.slo;
   if (s.classes.front().goodput >= 0 && run.duration_s > 0) {
@@ -396,12 +401,22 @@ double TtftSlo(const SloTargets& slo, std::string_view klass) {
   return -1;
 }
 
+std::string SloClass(const RequestRecord& r, const SloTargets& slo) {
+  if (slo.class_source == SloClassSource::kWorkload && r.prompt_tokens > 0 &&
+      r.bound_cached_tokens >= 0) {
+    return std::string(classifier::ToString(
+        classifier::Classify(r.prompt_tokens, std::min(r.bound_cached_tokens, r.prompt_tokens),
+                             classifier::Thresholds{})));
+  }
+  return r.klass;
+}
+
 bool CountsForGoodput(const RequestRecord& r, const SloTargets& slo) {
-  return !r.ok() || TtftSlo(slo, r.klass) > 0;
+  return !r.ok() || TtftSlo(slo, SloClass(r, slo)) > 0;
 }
 
 bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale) {
-  const double ttft_slo = TtftSlo(slo, r.klass);
+  const double ttft_slo = TtftSlo(slo, SloClass(r, slo));
   return r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / time_scale <= ttft_slo &&
          (r.tpot < 0 || r.tpot / time_scale <= slo.tpot_s);
 }
@@ -428,6 +443,17 @@ absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets bas
     }
   }
   return base;
+}
+
+std::string_view SloClassSourceName(SloClassSource source) {
+  return source == SloClassSource::kWorkload ? "workload" : "router";
+}
+
+absl::StatusOr<SloClassSource> ParseSloClassSource(std::string_view name) {
+  if (name == "router") return SloClassSource::kRouter;
+  if (name == "workload") return SloClassSource::kWorkload;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--slo-class: expected router or workload, got '", std::string(name), "'"));
 }
 
 }  // namespace kvroute::bench

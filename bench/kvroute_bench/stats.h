@@ -178,6 +178,10 @@ RunSummary Summarize(const RunResult& run);
 
 // The TTFT SLO of a class (modelled seconds), -1 for a class without one.
 double TtftSlo(const SloTargets& slo, std::string_view klass);
+// The class `r`'s SLOs are measured in (slo.class_source): the router's class, or the
+// workload's when `r` has prompt tokens and an infinite-cache bound; "" when it has none.
+// Summaries group requests by it.
+std::string SloClass(const RequestRecord& r, const SloTargets& slo);
 // Whether goodput counts `r`: every request of a class with a TTFT SLO, and every
 // unsuccessful request (a miss whatever its class).
 bool CountsForGoodput(const RequestRecord& r, const SloTargets& slo);
@@ -188,6 +192,9 @@ bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale)
 
 // Parses --slo-ttft "warm=S,medium=S,heavy=S" (any subset, positive seconds) over `base`.
 absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base);
+// --slo-class's and report.json's names of a class source: "router", "workload".
+std::string_view SloClassSourceName(SloClassSource source);
+absl::StatusOr<SloClassSource> ParseSloClassSource(std::string_view name);
 
 // Summary of signed estimate errors (fractions of the prompt).
 EstimateErrorSummary DescribeEstimateErrors(const std::vector<double>& signed_errors);

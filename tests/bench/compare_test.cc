@@ -255,6 +255,48 @@ TEST(CompareTest, RefusesWhatItCannotCompare) {
   EXPECT_FALSE(CompareRuns(a, a, {.confidence = 1}).ok());
 }
 
+TEST(CompareTest, MeasuresGoodputInTheClassesAsked) {
+  // A router that calls its slow turns HEAVY (30 s) where the workload says WARM (2 s): each
+  // later turn's prompt is mostly the previous one's, which an infinite cache holds.
+  RunResult run = Sessions(12, 9);
+  for (RequestRecord& r : run.requests) {
+    r.prompt_tokens = 10000 * r.turn;
+    r.bound_cached_tokens = r.turn == 1 ? 0 : 10000 * (r.turn - 1);
+    if (r.ttft / run.time_scale > 2) r.klass = "HEAVY";
+  }
+  const ComparedRun by_router = Compared(run, "a");
+  EXPECT_EQ(by_router.slo.class_source, SloClassSource::kRouter);
+  EXPECT_EQ(by_router.requests.front().bound_cached_tokens, 0);
+  EXPECT_EQ(by_router.requests.back().prompt_tokens, 90000);
+  absl::StatusOr<Comparison> router = CompareRuns(by_router, by_router, {.resamples = 20});
+  ASSERT_TRUE(router.ok()) << router.status();
+  absl::StatusOr<Comparison> workload =
+      CompareRuns(by_router, by_router, {.resamples = 20, .slo_class = SloClassSource::kWorkload});
+  ASSERT_TRUE(workload.ok()) << workload.status();
+  // Goodput (figure 3) drops by the relabelled turns, as the run's own summary says.
+  run.slo.class_source = SloClassSource::kWorkload;
+  const double workload_goodput = Summarize(run).classes.front().goodput;
+  EXPECT_LT(workload_goodput, router->figures[3].a);
+  EXPECT_DOUBLE_EQ(workload->figures[3].a, workload_goodput);
+  EXPECT_NE(ComparisonMarkdown(*workload).find("--slo-class workload"), std::string::npos);
+  EXPECT_EQ(ComparisonMarkdown(*router).find("--slo-class workload"), std::string::npos);
+  // A report measured in the workload's classes says so, and compare reads it.
+  const ComparedRun by_workload = Compared(run, "b");
+  EXPECT_EQ(by_workload.slo.class_source, SloClassSource::kWorkload);
+  EXPECT_FALSE(CompareRuns(by_router, by_workload, {}).ok());  // not the same SLOs
+  absl::StatusOr<Comparison> both =
+      CompareRuns(by_router, by_workload, {.slo_class = SloClassSource::kWorkload});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_DOUBLE_EQ(both->figures[3].difference, 0);
+  Report report;
+  report.runs = {run};
+  boost::json::value v = ReportJson(report);
+  v.at("runs").as_array()[0].at("summary").at("slo").as_object()["class"] = "engine";
+  absl::StatusOr<ComparedRun> bad = ComparedRunFromJson(v, "", "r.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("summary.slo.class"), std::string::npos);
+}
+
 TEST(CompareTest, ReadsARunByNameFromAReportOrTheDirectoryAboveIt) {
   Report report;
   report.runs = {Sessions(3, 3), Sessions(3, 3)};

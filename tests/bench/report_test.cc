@@ -815,6 +815,71 @@ TEST(SummaryTest, NoGoodputWithoutClasses) {
   EXPECT_EQ(s.goodput_rps, -1);
 }
 
+TEST(SloTest, WorkloadClassIsTheInfiniteCachesClassWhateverTheRouterSaid) {
+  SloTargets by_workload;
+  by_workload.class_source = SloClassSource::kWorkload;
+  RequestRecord r = Req("HEAVY", 0.5, 1.0, 60000, 0);
+  r.bound_cached_tokens = 56000;  // a returning turn: 4K new tokens on a cached context
+  EXPECT_EQ(SloClass(r, SloTargets{}), "HEAVY");
+  EXPECT_EQ(SloClass(r, by_workload), "WARM");
+  r.bound_cached_tokens = 0;  // a cold prompt: its size decides
+  EXPECT_EQ(SloClass(r, by_workload), "HEAVY");
+  r.prompt_tokens = 15000;
+  EXPECT_EQ(SloClass(r, by_workload), "MEDIUM");
+  r.bound_cached_tokens = 90000;  // a bound past the prompt is all of it
+  EXPECT_EQ(SloClass(r, by_workload), "WARM");
+  // A request the engine never counted (shed before its usage) keeps the router's class,
+  // as does one of a run without bounds.
+  RequestRecord shed;
+  shed.klass = "MEDIUM";
+  shed.error = "shed";
+  shed.failure = RequestOutcome::kShed;
+  EXPECT_EQ(SloClass(shed, by_workload), "MEDIUM");
+  r.bound_cached_tokens = -1;
+  EXPECT_EQ(SloClass(r, by_workload), r.klass);
+  // A target that sends no class gets the workload's.
+  r.klass.clear();
+  r.bound_cached_tokens = 0;
+  EXPECT_EQ(SloClass(r, SloTargets{}), "");
+  EXPECT_EQ(SloClass(r, by_workload), "MEDIUM");
+
+  EXPECT_EQ(SloClassSourceName(SloClassSource::kWorkload), "workload");
+  EXPECT_EQ(*ParseSloClassSource("router"), SloClassSource::kRouter);
+  absl::StatusOr<SloClassSource> bad = ParseSloClassSource("engine");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--slo-class"), std::string::npos);
+}
+
+TEST(SummaryTest, GoodputInTheWorkloadsClasses) {
+  RunResult run = SloRun();
+  // The router called these HEAVY (its estimate saw no cache) and their 20 s and 10 s met the
+  // 30 s SLO; every earlier prompt cached, each is a WARM turn that missed 2 s.
+  for (RequestRecord& r : run.requests) {
+    if (r.klass == "HEAVY" && r.ok() && r.ttft < 3) r.bound_cached_tokens = 38000;
+  }
+  const RunSummary by_router = Summarize(run);
+  EXPECT_DOUBLE_EQ(ClassOf(by_router, "ALL").goodput, 3.0 / 8);
+  run.slo.class_source = SloClassSource::kWorkload;
+  const RunSummary by_workload = Summarize(run);
+  // WARM: the two HEAVY turns, both misses. HEAVY: the router's three WARM requests (half
+  // of their 40K prompts bound: 20K new tokens), two within 30 s (the third misses on its
+  // 0.2 s TPOT), the 40 s turn and the failure, which keeps the router's class.
+  const ClassSummary& warm = ClassOf(by_workload, "WARM");
+  EXPECT_EQ(warm.slo_requests, 2);
+  EXPECT_EQ(warm.slo_met, 0);
+  const ClassSummary& heavy = ClassOf(by_workload, "HEAVY");
+  EXPECT_EQ(heavy.slo_requests, 5);
+  EXPECT_EQ(heavy.slo_met, 2);
+  EXPECT_DOUBLE_EQ(ClassOf(by_workload, "ALL").goodput, 2.0 / 8);
+  EXPECT_EQ(warm.itl_gaps, 0);  // the runner's histograms are the router's classes
+  Report report;
+  report.runs = {run};
+  EXPECT_NE(ReportMarkdown(report).find("Classes are the workload's"), std::string::npos);
+  EXPECT_EQ(
+      ReportJson(report).at("runs").as_array()[0].at("summary").at("slo").at("class").as_string(),
+      "workload");
+}
+
 TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
   Report report;
   report.runs = {SloRun()};
