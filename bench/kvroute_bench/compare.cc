@@ -94,6 +94,7 @@ constexpr int kFigures = static_cast<int>(kComparedFigures.size());
 // Where the figures that not every pair of runs has sit in kComparedFigures.
 constexpr int kPlannedGoodputFigure = 4;
 constexpr int kJobTimeFigure = 5;
+constexpr int kSessionsCompletedFigure = 6;
 
 // The figures of one set of units (with multiplicity) for one run, in kComparedFigures' order;
 // NaN where a run has none.
@@ -102,7 +103,7 @@ using Figures = std::array<double, kFigures>;
 Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& draw, size_t run,
                   bool plans_known) {
   std::vector<double> ttft;
-  int64_t slo_requests = 0, slo_met = 0, planned = 0, jobs_done = 0;
+  int64_t slo_requests = 0, slo_met = 0, planned = 0, jobs = 0, jobs_done = 0;
   double job_s = 0;
   for (size_t i : draw) {
     const UnitSide& u = units[i].runs[run];
@@ -110,17 +111,20 @@ Figures FiguresOf(const std::vector<Unit>& units, const std::vector<size_t>& dra
     slo_requests += u.slo_requests;
     slo_met += u.slo_met;
     planned += u.planned_turns;
+    jobs += u.planned_turns > 0 ? 1 : 0;
     if (u.job_s >= 0) {
       job_s += u.job_s;
       ++jobs_done;
     }
   }
   const Distribution d = Describe(ttft);
-  Figures f = {d.p50, d.p90, d.p99, kNaN, kNaN, kNaN};
+  Figures f = {d.p50, d.p90, d.p99, kNaN, kNaN, kNaN, kNaN};
   if (slo_requests > 0) f[3] = static_cast<double>(slo_met) / static_cast<double>(slo_requests);
-  if (plans_known && planned > 0)
-    f[4] = static_cast<double>(slo_met) / static_cast<double>(planned);
-  if (jobs_done > 0) f[5] = job_s / static_cast<double>(jobs_done);
+  if (plans_known && planned > 0) {
+    f[kPlannedGoodputFigure] = static_cast<double>(slo_met) / static_cast<double>(planned);
+    f[kSessionsCompletedFigure] = static_cast<double>(jobs_done) / static_cast<double>(jobs);
+  }
+  if (jobs_done > 0) f[kJobTimeFigure] = job_s / static_cast<double>(jobs_done);
   return f;
 }
 
@@ -141,8 +145,11 @@ json::value Num(double v) {
   return v;
 }
 
-// Goodputs are shares, written in percent and points; the rest are seconds.
-bool IsShare(const FigureComparison& f) { return f.label.rfind("goodput", 0) == 0; }
+// Goodputs and the sessions completed are shares, written in percent and points; the rest
+// are seconds.
+bool IsShare(const FigureComparison& f) {
+  return f.label.rfind("goodput", 0) == 0 || f.label == kComparedFigures[kSessionsCompletedFigure];
+}
 
 }  // namespace
 
@@ -407,7 +414,7 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   }
   const double tail = 100 * (1 - options.confidence) / 2;
   for (int f = 0; f < kFigures; ++f) {
-    if (f == kPlannedGoodputFigure && !plans_known) continue;
+    if ((f == kPlannedGoodputFigure || f == kSessionsCompletedFigure) && !plans_known) continue;
     if (f == kJobTimeFigure && !(std::isfinite(point_a[f]) && std::isfinite(point_b[f]))) continue;
     FigureComparison fc;
     fc.label = std::string(kComparedFigures[f]);

@@ -78,9 +78,9 @@ struct CompareOptions {
 };
 
 // The figures compared, in the order Comparison::figures holds them (their labels).
-inline constexpr std::array<std::string_view, 6> kComparedFigures = {
-    "TTFT p50 (s)",     "TTFT p90 (s)", "TTFT p99 (s)", "goodput", "goodput of planned turns",
-    "mean job time (s)"};
+inline constexpr std::array<std::string_view, 7> kComparedFigures = {
+    "TTFT p50 (s)",      "TTFT p90 (s)",      "TTFT p99 (s)", "goodput", "goodput of planned turns",
+    "mean job time (s)", "sessions completed"};
 
 struct FigureComparison {
   std::string label;  // "TTFT p90 (s)", "goodput", ...
@@ -104,7 +104,9 @@ struct Comparison {
   // goodput of planned turns when both runs know every job's plan, and the mean time of
   // the agentic jobs that completed (arrival to last answer, modelled seconds) when both
   // runs completed some: a job ended by a failed turn has no time, so a side that ends
-  // more sessions early averages over fewer of them.
+  // more sessions early averages over fewer of them; and the share of the agentic jobs
+  // whose every planned turn was answered (when every unit is a job with a known plan),
+  // which counts the sessions a side ended, as a client whose agent stopped sees them.
   std::vector<FigureComparison> figures;
   std::vector<std::string> notes;  // what a reader must know about the figures
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -65,13 +66,15 @@ TEST(CompareTest, EachRunsFiguresAreItsSummarys) {
   const ComparedRun a = Compared(run, "a");
   absl::StatusOr<Comparison> c = CompareRuns(a, a, CompareOptions{.resamples = 200});
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_EQ(c->figures.size(), 5u);
+  ASSERT_EQ(c->figures.size(), 6u);
   const ClassSummary& all = s.classes.front();
   EXPECT_DOUBLE_EQ(c->figures[0].a, all.ttft.p50);
   EXPECT_DOUBLE_EQ(c->figures[1].a, all.ttft.p90);
   EXPECT_DOUBLE_EQ(c->figures[2].a, all.ttft.p99);
   EXPECT_DOUBLE_EQ(c->figures[3].a, all.goodput);
   EXPECT_DOUBLE_EQ(c->figures[4].a, s.planned_goodput);
+  EXPECT_EQ(c->figures[5].label, "sessions completed");
+  EXPECT_DOUBLE_EQ(c->figures[5].a, static_cast<double>(s.jobs_ok) / static_cast<double>(s.jobs));
   EXPECT_GT(all.goodput, 0);
   EXPECT_LT(all.goodput, 1);  // the shed turn and the slow fifth turns miss
   // A run against itself: no difference in any draw.
@@ -80,6 +83,10 @@ TEST(CompareTest, EachRunsFiguresAreItsSummarys) {
     EXPECT_EQ(f.low, 0) << f.label;
     EXPECT_EQ(f.high, 0) << f.label;
     EXPECT_EQ(f.b_lower_share, 0) << f.label;
+    if (f.a == 0) {  // no session completed (each planned a turn more than it sent): no ratio
+      EXPECT_TRUE(std::isnan(f.ratio)) << f.label;
+      continue;
+    }
     EXPECT_EQ(f.ratio, 1) << f.label;
     EXPECT_EQ(f.ratio_low, 1) << f.label;
     EXPECT_EQ(f.ratio_high, 1) << f.label;
@@ -107,7 +114,7 @@ TEST(CompareTest, JobTimeIsTheMeanOfTheCompletedJobs) {
   absl::StatusOr<Comparison> c = CompareRuns(
       Compared(run, "a"), Compared(CompletedSessions(8, 2), "b"), CompareOptions{.resamples = 200});
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_EQ(c->figures.size(), 6u);
+  ASSERT_EQ(c->figures.size(), 7u);
   const FigureComparison& job = c->figures[5];
   EXPECT_EQ(job.label, "mean job time (s)");
   // Jobs 1..7 took 2..8 wall s, 4..16 modelled s at time scale 0.5: a mean of 10; the failed
@@ -120,12 +127,21 @@ TEST(CompareTest, JobTimeIsTheMeanOfTheCompletedJobs) {
   EXPECT_EQ(job.b_lower_share, 0);
   EXPECT_NE(ComparisonMarkdown(*c).find("| mean job time (s) | 10 | 20 | +10 |"), std::string::npos)
       << ComparisonMarkdown(*c);
+  // Sessions completed: 7 of 8 a side (job 0 failed), a share of the jobs like the summary's.
+  const FigureComparison& completed = c->figures[6];
+  EXPECT_EQ(completed.label, "sessions completed");
+  EXPECT_DOUBLE_EQ(completed.a, 7.0 / 8);
+  EXPECT_DOUBLE_EQ(completed.a, static_cast<double>(s.jobs_ok) / static_cast<double>(s.jobs));
+  EXPECT_DOUBLE_EQ(completed.difference, 0);
+  EXPECT_NE(ComparisonMarkdown(*c).find("| sessions completed | 87.5 % | 87.5 % | +0.0 pt |"),
+            std::string::npos);
 
   // No job completed on one side: no job time to compare.
   absl::StatusOr<Comparison> none = CompareRuns(Compared(run, "a"), Compared(Sessions(8, 3), "b"),
                                                 CompareOptions{.resamples = 50});
   ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_EQ(none->figures.size(), 5u);
+  EXPECT_EQ(none->figures.size(), 6u);
+  EXPECT_DOUBLE_EQ(none->figures[5].b, 0);  // but every session ended early
 }
 
 TEST(CompareTest, AConfigurationFasterOnEveryTurnIsBelowInEveryDraw) {
@@ -338,7 +354,8 @@ TEST(CompareTest, MarkdownAndJsonCarryEveryFigure) {
   EXPECT_NE(md.find("| TTFT p90 (s) |"), std::string::npos);
   EXPECT_NE(md.find("| goodput of planned turns |"), std::string::npos);
   const boost::json::value j = ComparisonJson(*c);
-  EXPECT_EQ(j.at("figures").as_array().size(), 5u);
+  EXPECT_EQ(j.at("figures").as_array().size(), 6u);
+  EXPECT_NE(md.find("| sessions completed | 0.0 % | 0.0 % | +0.0 pt |"), std::string::npos);
   EXPECT_EQ(j.at("figures").as_array()[1].at("ratio").as_double(), 1);
   EXPECT_EQ(j.at("units").as_int64(), 6);
 }

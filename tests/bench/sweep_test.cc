@@ -413,11 +413,12 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   EXPECT_NE(md.find("over 300 draws"), std::string::npos) << md;
   EXPECT_NE(md.find("| jobs/s | seed | config | TTFT p50 (s), B - A | TTFT p90 (s), B - A | "
                     "TTFT p99 (s), B - A | goodput, B - A | goodput of planned turns, B - A | "
-                    "mean job time (s), B - A | TTFT p90, B / A |"),
+                    "mean job time (s), B - A | sessions completed, B - A | TTFT p90, B / A |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| 0.5 | 3 | notier | +0 [+0, +0] | +0 [+0, +0] | +0 [+0, +0] | +0.0 pt "
-                    "[+0.0 pt, +0.0 pt] | +0.0 pt [+0.0 pt, +0.0 pt] | +0 [+0, +0] | 1 [1, 1] |"),
+                    "[+0.0 pt, +0.0 pt] | +0.0 pt [+0.0 pt, +0.0 pt] | +0 [+0, +0] | +0.0 pt "
+                    "[+0.0 pt, +0.0 pt] | 1 [1, 1] |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find(absl::StrCat("| ", RatioCell(p90), " |")), std::string::npos) << md;
