@@ -14,14 +14,17 @@ TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ben
 SCALE = 0.1  # wall seconds per modelled second
 
 
-def turn(id_, backend, routed, held, first, prompt, cached, klass="WARM", floor=0.5):
-    """(report record, request-log line), times in modelled seconds."""
+def turn(id_, backend, routed, held, first, prompt, cached, klass="WARM", floor=0.5,
+         answer=200, decode=5):
+    """(report record, request-log line), times in modelled seconds: dispatched at routed +
+    held, first token at held + first, done `decode` seconds later with `answer` tokens."""
     record = {"id": id_, "class": klass, "outcome": "ok", "ttft": (held + first - routed) * SCALE,
               "compute_floor_s": floor * SCALE}
     logged = {"id": id_, "class": klass, "outcome": "ok", "decode_backend": backend,
               "t_routed": 1000 + routed * SCALE, "residency_wait_s": held * SCALE,
-              "t_first_token": 1000 + (held + first) * SCALE, "prompt_tokens": prompt,
-              "cached_tokens": cached}
+              "t_first_token": 1000 + (held + first) * SCALE,
+              "t_done": 1000 + (held + first + decode) * SCALE, "prompt_tokens": prompt,
+              "cached_tokens": cached, "completion_tokens": answer}
     return record, logged
 
 
@@ -44,12 +47,14 @@ TURNS = [
 
 
 class WaitMissesTest(unittest.TestCase):
-    def run_tool(self, turns, *extra):
+    def run_tool(self, turns, *extra, fleet_kv_tokens=0):
         with tempfile.TemporaryDirectory() as d:
             os.mkdir(os.path.join(d, "baseline"))
-            report = {"runs": [{"name": "baseline", "time_scale": SCALE,
-                                "summary": {"slo": {"ttft_warm_s": 2, "ttft_medium_s": 10,
-                                                    "ttft_heavy_s": 30}},
+            summary = {"slo": {"ttft_warm_s": 2, "ttft_medium_s": 10, "ttft_heavy_s": 30}}
+            if fleet_kv_tokens:
+                summary["fleet_kv_tokens"] = fleet_kv_tokens
+            report = {"runs": [{"name": "baseline", "time_scale": SCALE, "summary": summary,
+                                "samples": [{"t": 0, "instance": f"gpu{i}"} for i in range(5)],
                                 "requests": [t[0] for t in turns]}]}
             with open(os.path.join(d, "report.json"), "w") as f:
                 json.dump(report, f)
@@ -66,6 +71,30 @@ class WaitMissesTest(unittest.TestCase):
         self.assertIn("4 turns missed by waiting of 9 sent: held 1, cold 1, warm 1, alone 1",
                       out.stdout)
         self.assertIn("by instance: gpu0 1, gpu1 1, gpu2 1, gpu3 1", out.stdout)
+
+    def test_without_the_gpus_size_there_is_no_over_hbm_line(self):
+        out = self.run_tool(TURNS)
+        self.assertNotIn("over HBM", out.stdout)
+
+    def test_turns_that_waited_while_more_kv_was_in_flight_than_the_gpu_holds(self):
+        # 150K tokens an instance: behind-warm (90,200 tokens) waited on gpu2 while
+        # warm-neighbour (95,200) joined it, 185,400 in flight; behind-cold's neighbour is
+        # 50,200 (140,400 in all), the others wait alone.
+        out = self.run_tool(TURNS, "--gpu-tokens", "150000")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("over HBM (150000 tokens an instance): held 0, cold 0, warm 1, alone 0",
+                      out.stdout)
+        # From the report: its fleet's KV over its five sampled instances.
+        out = self.run_tool(TURNS, fleet_kv_tokens=5 * 140000)
+        self.assertIn("over HBM (140000 tokens an instance): held 0, cold 1, warm 1, alone 0",
+                      out.stdout)
+        # A neighbour done before the turn was dispatched is not in flight.
+        done_early = [turn("alone", "gpu3", 10, 0, 12.5, 90000, 89500),
+                      turn("earlier", "gpu3", 0, 0, 1, 90000, 89500, decode=5)]
+        out = self.run_tool(done_early, "--gpu-tokens", "150000")
+        self.assertIn("held 0, cold 0, warm 0, alone 1", out.stdout)
+        self.assertIn("over HBM (150000 tokens an instance): held 0, cold 0, warm 0, alone 0",
+                      out.stdout)
 
     def test_a_larger_prefill_threshold_turns_warm_into_alone(self):
         out = self.run_tool(TURNS, "--min-prefill", "6000")
