@@ -135,10 +135,6 @@ struct InstanceSample {
   double prompt_pool_loaded = -1;
 };
 
-// The service-level objectives goodput is measured against, in modelled seconds: a request
-// meets them when it succeeded, its TTFT is within its class's target and its TPOT (when it
-// generated more than one token) within tpot_s. The defaults are an operator's of coding
-// agents (bench/kvroute_bench/README.md, "Measurements and reports").
 // Which class a request's TTFT SLO is taken from (--slo-class).
 enum class SloClassSource {
   // The router's (X-Kvroute-Class): what it decided, with its own estimate of the cache.
@@ -150,6 +146,10 @@ enum class SloClassSource {
   kWorkload,
 };
 
+// The service-level objectives goodput is measured against, in modelled seconds: a request
+// meets them when it succeeded, its TTFT is within its class's target and its TPOT (when it
+// generated more than one token) within tpot_s. The defaults are an operator's of coding
+// agents (bench/kvroute_bench/README.md, "Measurements and reports").
 struct SloTargets {
   double ttft_warm_s = 2;
   double ttft_medium_s = 10;
