@@ -37,6 +37,10 @@ InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples)
                      : source->second == "external_kv_transfer" ? &x.prompt_external
                                                                 : nullptr;
       if (slot != nullptr) *slot = std::max(*slot, 0.0) + s.value;
+    } else if (s.name == "kvroute_sim_scheduler_lag_seconds") {
+      x.sim_lag_s = std::max(x.sim_lag_s, s.value);
+    } else if (s.name == "kvroute_sim_scheduler_lag_max_seconds") {
+      x.sim_lag_max_s = std::max(x.sim_lag_max_s, s.value);
     } else if (s.name == "kvroute_sim_pool_prompt_tokens_loaded_total") {
       x.prompt_pool_loaded = std::max(x.prompt_pool_loaded, 0.0) + s.value;
     }

@@ -1,5 +1,6 @@
-// Per-instance fleet sampling: scrapes each instance's Prometheus /metrics (vLLM gauges and
-// the simulator's busy-fraction gauge) and, optionally, a DCGM exporter for GPU utilisation.
+// Per-instance fleet sampling: scrapes each instance's Prometheus /metrics (vLLM gauges, and
+// the simulator's busy-fraction and scheduler-lag gauges) and, optionally, a DCGM exporter
+// for GPU utilisation.
 //
 // Usage:
 //   std::vector<PromSample> s = ParsePrometheusText(body);

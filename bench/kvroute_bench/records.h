@@ -133,6 +133,11 @@ struct InstanceSample {
   double prompt_local_cache_hit = -1;
   double prompt_external = -1;
   double prompt_pool_loaded = -1;
+  // kvroute-sim: how far its virtual clock ran behind the wall clock (wall seconds, the
+  // largest over its engines; -1: not published): now (kvroute_sim_scheduler_lag_seconds)
+  // and the largest since it started (kvroute_sim_scheduler_lag_max_seconds).
+  double sim_lag_s = -1;
+  double sim_lag_max_s = -1;
 };
 
 // Which class a request's TTFT SLO is taken from (--slo-class).

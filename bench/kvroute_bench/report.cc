@@ -450,6 +450,28 @@ std::vector<std::vector<std::string>> SessionTurnRows(const Report& report,
   return rows;
 }
 
+constexpr const char* kSimLagNote =
+    "How far each simulated instance's virtual clock ran behind the wall clock, in modelled "
+    "seconds: kvroute_sim_scheduler_lag_seconds over the samples, and the largest since the "
+    "instance started (kvroute_sim_scheduler_lag_max_seconds). While an instance is busy its "
+    "clock is never pulled forward, so a step that takes longer to compute than it models "
+    "delays every later step of that busy spell, and the requests there see longer times than "
+    "the profile gives. A lag that is a sizeable share of the TTFTs means the host was too "
+    "slow for the time scale: rerun with a larger --time-scale or on a quieter host.";
+
+std::vector<std::string> SimLagHeader() { return {"config", "lag p99 (s)", "largest lag (s)"}; }
+
+std::vector<std::vector<std::string>> SimLagRows(const Report& report,
+                                                 const std::vector<RunSummary>& sums) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    if (sums[i].max_sim_lag < 0) continue;
+    rows.push_back({report.runs[i].name, FormatSeconds(sums[i].sim_lag_p99),
+                    FormatSeconds(sums[i].max_sim_lag)});
+  }
+  return rows;
+}
+
 std::string ReportMarkdown(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
   std::string out = absl::StrCat("# ", report.title, "\n\n");
@@ -483,6 +505,10 @@ std::string ReportMarkdown(const Report& report) {
   if (const auto turns = SessionTurnRows(report, sums); !turns.empty()) {
     absl::StrAppend(&out, "\n## Session turns: at home or moved\n\n",
                     MarkdownTable(SessionTurnHeader(), turns), "\n", kSessionTurnNote, "\n");
+  }
+  if (const auto lag = SimLagRows(report, sums); !lag.empty()) {
+    absl::StrAppend(&out, "\n## Simulator lag\n\n", MarkdownTable(SimLagHeader(), lag), "\n",
+                    kSimLagNote, "\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",

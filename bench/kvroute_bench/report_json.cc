@@ -121,6 +121,8 @@ json::object SummaryJson(const RunSummary& s) {
   o["mean_kv_usage"] = s.mean_kv_usage >= 0 ? json::value(s.mean_kv_usage) : nullptr;
   o["max_kv_usage"] = s.max_kv_usage >= 0 ? json::value(s.max_kv_usage) : nullptr;
   o["mean_gpu_busy"] = s.mean_gpu_busy >= 0 ? json::value(s.mean_gpu_busy) : nullptr;
+  o["sim_lag_p99_s"] = s.sim_lag_p99 >= 0 ? json::value(s.sim_lag_p99) : nullptr;
+  o["max_sim_lag_s"] = s.max_sim_lag >= 0 ? json::value(s.max_sim_lag) : nullptr;
   if (s.session_turns.known()) {
     auto kind = [](const TurnKind& k) {
       return json::object{{"turns", k.turns}, {"computed_tokens", k.computed_tokens}};
@@ -248,7 +250,8 @@ json::value ReportJson(const Report& report) {
                                      {"kv_usage", x.kv_usage},
                                      {"running", x.running},
                                      {"waiting", x.waiting},
-                                     {"gpu_busy", x.gpu_busy}});
+                                     {"gpu_busy", x.gpu_busy},
+                                     {"sim_lag", x.sim_lag_s}});
     }
     o["samples"] = std::move(samples);
     if (const PromptSources ps = SumPromptSources(r.samples); ps.known) {

@@ -384,6 +384,15 @@ RunSummary Summarize(const RunResult& run) {
       ++busy_n;
     }
   }
+  std::vector<double> lags;
+  for (const InstanceSample& x : run.samples) {
+    if (x.sim_lag_s >= 0) {
+      lags.push_back(x.sim_lag_s / scale);
+      s.max_sim_lag = std::max(s.max_sim_lag, lags.back());
+    }
+    if (x.sim_lag_max_s >= 0) s.max_sim_lag = std::max(s.max_sim_lag, x.sim_lag_max_s / scale);
+  }
+  if (!lags.empty()) s.sim_lag_p99 = Percentile(std::move(lags), 99);
   if (kv_n > 0) s.mean_kv_usage = kv_sum / static_cast<double>(kv_n);
   if (busy_n > 0) s.mean_gpu_busy = busy_sum / static_cast<double>(busy_n);
   s.session_turns = SplitSessionTurns(run.requests);

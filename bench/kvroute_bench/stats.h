@@ -155,6 +155,13 @@ struct RunSummary {
   double mean_kv_usage = -1;
   double max_kv_usage = -1;
   double mean_gpu_busy = -1;
+  // A simulated fleet's lag (InstanceSample::sim_lag_s), modelled seconds: the 99th
+  // percentile over the instances' samples, and the largest any instance reported (-1: no
+  // instance published it). A request's modelled times stretch by the lag of its instance,
+  // so a lag that is a sizeable share of the TTFTs says the host was too slow for the time
+  // scale.
+  double sim_lag_p99 = -1;
+  double max_sim_lag = -1;
   // Where requests queued, over the instance samples that read both the KV usage and the
   // waiting gauge: the share with a request waiting, and the share with a request waiting
   // while at least kKvFullUsage of the KV was in use (-1: no such sample). A request that

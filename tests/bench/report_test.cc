@@ -346,6 +346,44 @@ TEST(PrometheusTest, ParsesVllmAndSimulatorGauges) {
 
 // v1_cost is crossed with the thresholds like v1 and v2; the fleet's profile
 // reaches kvroute's config, whose placement cost reads it.
+// kvroute-sim's scheduler lag reaches the samples (the largest over the engines), the
+// summary in modelled seconds, and report.md only when an instance published it.
+TEST(PrometheusTest, SimulatorLagInModelledSecondsAndItsOwnSection) {
+  const InstanceSample x = InstanceSampleFromMetrics(ParsePrometheusText(
+      "kvroute_sim_scheduler_lag_seconds{engine=\"0\"} 0.01\n"
+      "kvroute_sim_scheduler_lag_seconds{engine=\"1\"} 0.03\n"
+      "kvroute_sim_scheduler_lag_max_seconds{engine=\"0\"} 0.05\n"));
+  EXPECT_DOUBLE_EQ(x.sim_lag_s, 0.03);
+  EXPECT_DOUBLE_EQ(x.sim_lag_max_s, 0.05);
+  EXPECT_DOUBLE_EQ(InstanceSampleFromMetrics({}).sim_lag_s, -1);
+
+  Report r = FixedReport();
+  EXPECT_EQ(ReportMarkdown(r).find("## Simulator lag"), std::string::npos);
+  EXPECT_DOUBLE_EQ(Summarize(r.runs[1]).max_sim_lag, -1);
+  RunResult& run = r.runs[1];
+  run.time_scale = 0.1;
+  run.samples[0].sim_lag_s = 0;
+  run.samples[1].sim_lag_s = 0.02;  // wall seconds: 0.2 modelled
+  run.samples[2].sim_lag_s = 0;
+  run.samples[2].sim_lag_max_s = 0.04;
+  const RunSummary s = Summarize(run);
+  EXPECT_NEAR(s.max_sim_lag, 0.4, 1e-12) << "the largest since start, modelled";
+  EXPECT_NEAR(s.sim_lag_p99, Percentile({0, 0.2, 0}, 99), 1e-12);
+  const std::string md = ReportMarkdown(r);
+  ASSERT_NE(md.find("## Simulator lag"), std::string::npos);
+  EXPECT_NE(md.find("| v2-T20k | " + FormatSeconds(s.sim_lag_p99) + " | " +
+                    FormatSeconds(s.max_sim_lag) + " |"),
+            std::string::npos);
+  const size_t at = md.find("## Simulator lag");
+  const std::string section = md.substr(at, md.find("\n## ", at + 1) - at);
+  EXPECT_EQ(section.find("| baseline |"), std::string::npos) << "only runs with a lag are listed";
+  const json::value js = ReportJson(r);
+  const json::array& runs = js.at("runs").as_array();
+  EXPECT_NEAR(runs[1].at("summary").at("max_sim_lag_s").as_double(), 0.4, 1e-12);
+  EXPECT_TRUE(runs[0].at("summary").at("max_sim_lag_s").is_null());
+  EXPECT_DOUBLE_EQ(runs[1].at("samples").as_array()[1].at("sim_lag").as_double(), 0.02);
+}
+
 TEST(AblationConfigTest, CostModesAndProfile) {
   const auto c = AblationConfigs({"v1_cost"}, {10000, 20000}, 20000);
   ASSERT_EQ(c.size(), 2u);
