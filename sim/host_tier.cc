@@ -1,5 +1,6 @@
 #include "sim/host_tier.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace sim {
@@ -30,12 +31,16 @@ bool HostTier::AnyLoading(std::span<const BlockHash> keys) const {
 }
 
 void HostTier::Touch(std::span<const BlockHash> keys) {
+  // Repeating the last Touch with nothing moved since leaves the order as it is.
+  if (touched_version_ == lru_version_ && std::ranges::equal(keys, touched_)) return;
   // Last to first, so the head of a sequence is the most recent and its tail is evicted first.
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
     const auto found = blocks_.find(*it);
     if (found == blocks_.end()) continue;
     lru_.splice(lru_.end(), lru_, found->second.lru_pos);
   }
+  touched_.assign(keys.begin(), keys.end());
+  touched_version_ = ++lru_version_;
 }
 
 void HostTier::PrepareLoad(std::span<const BlockHash> keys) {
@@ -87,6 +92,7 @@ std::optional<std::vector<BlockHash>> HostTier::PrepareStore(std::span<const Blo
     ++num_evictions_;
   }
   if (record_events_ && !victims.empty()) events_.push_back(std::move(removed));
+  if (!victims.empty() || !fresh.empty()) ++lru_version_;
   for (BlockHash key : fresh) {
     Block& b = blocks_[key];
     b.lru_pos = lru_.insert(lru_.end(), key);

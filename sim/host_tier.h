@@ -54,7 +54,11 @@ class HostTier {
   int64_t Lookup(std::span<const BlockHash> keys) const;
   // Whether any of the keys is pinned by a load in flight.
   bool AnyLoading(std::span<const BlockHash> keys) const;
-  // Marks the present keys recently used; the first key ends up the most recent.
+  // Marks the present keys recently used; the first key ends up the most recent. Touching
+  // the keys of the previous Touch again, with the order unchanged since, is a no-op and
+  // costs a comparison: vLLM's scheduler touches a waiting request's blocks at every step
+  // it looks the request up, which for a request held at the head of the queue is every
+  // step, over its whole prompt.
   void Touch(std::span<const BlockHash> keys);
   // Pins ready blocks for a load (each key must be ready).
   void PrepareLoad(std::span<const BlockHash> keys);
@@ -99,6 +103,10 @@ class HostTier {
   absl::flat_hash_map<BlockHash, Block> blocks_;
   // Recency order: front is evicted first.
   std::list<BlockHash> lru_;
+  // Bumped by every change of lru_; the last Touch's keys and the version it left.
+  uint64_t lru_version_ = 0;
+  uint64_t touched_version_ = 0;
+  std::vector<BlockHash> touched_;
   int64_t num_evictions_ = 0;
   bool record_events_ = false;
   KvCacheEvent::Medium medium_ = KvCacheEvent::Medium::kCpu;

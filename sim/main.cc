@@ -184,9 +184,11 @@ absl::Status ResolveFaults(Flags& f) {
 // One line for the fleet, then one per instance (tests read the ports from these lines).
 void PrintListening(const sim::FleetOptions& opts, const sim::Fleet& fleet,
                     const std::vector<uint16_t>& ports) {
-  std::printf("kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g\n",
-              opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
-              opts.profile.block_size, opts.time_scale);
+  std::printf(
+      "kvroute-sim: model %s, %lld KV blocks of %d tokens per instance, time scale %g, "
+      "%d threads\n",
+      opts.profile.model_name.c_str(), static_cast<long long>(opts.profile.NumGpuBlocks()),
+      opts.profile.block_size, opts.time_scale, std::max(1, opts.io_threads));
   if (opts.profile.long_prefill_token_threshold > 0) {
     std::printf("kvroute-sim: at most %d tokens of one request a step, of %d a step "
                 "(long_prefill_token_threshold)\n",

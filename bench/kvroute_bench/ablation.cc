@@ -214,12 +214,22 @@ double JsonNumber(const boost::json::object& o, std::string_view key) {
 
 }  // namespace
 
+int SimThreads(const AblationOptions& options) {
+  if (options.sim_threads > 0) return options.sim_threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 std::string FleetExtrasDescription(const AblationOptions& options) {
   std::string out;
+  if (options.targets.empty()) {
+    out = absl::StrFormat(", its instances' steps on %d threads (--sim-threads)",
+                          SimThreads(options));
+  }
   if (options.long_prefill_token_threshold > 0) {
-    out =
+    absl::StrAppend(
+        &out,
         absl::StrFormat(", at most %d tokens of one prompt a step (--long-prefill-token-threshold)",
-                        options.long_prefill_token_threshold);
+                        options.long_prefill_token_threshold));
   }
   if (options.kv_offloading_size_gib > 0) {
     const std::string backend = options.kv_offloading_backend == "native"
@@ -411,7 +421,9 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
                                          "--time-scale",
                                          absl::StrCat(options.sim_time_scale),
                                          "--seed",
-                                         absl::StrCat(options.sim_seed)};
+                                         absl::StrCat(options.sim_seed),
+                                         "--threads",
+                                         absl::StrCat(SimThreads(options))};
     if (!options.profile.empty()) {
       sim_argv.push_back("--profile");
       sim_argv.push_back(options.profile);

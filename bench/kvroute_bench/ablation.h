@@ -86,6 +86,10 @@ struct AblationOptions {
   std::string profile;  // kvroute-sim --profile (empty: the simulator's default)
   double sim_time_scale = 0.1;
   uint64_t sim_seed = 1;
+  // kvroute-sim --threads: the simulated instances' steps spread over this many threads
+  // (each instance stays on its own strand), so a busy fleet's clock keeps up with the wall
+  // clock (report.md's "Simulator lag"); 0: one per hardware thread of the host.
+  int sim_threads = 0;
   // The simulated engines publish their KV cache events (as vLLM does with
   // --kv-events-config) and kvroute subscribes to them.
   bool kv_events = true;
@@ -151,6 +155,9 @@ absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec&
 // --kv-offloading-size, ", fleet-shared KV pool M GiB" with --kv-pool-size, and "; N kvroute
 // replicas ..." with --kvroute-replicas (and the kill); empty when all are off.
 std::string FleetExtrasDescription(const AblationOptions& options);
+// The threads the embedded kvroute-sim runs on: options.sim_threads, or with 0 the host's
+// hardware threads (at least 1).
+int SimThreads(const AblationOptions& options);
 
 // Path of a binary built next to the running executable: searches the executable's
 // directory and its ancestors (up to 3 levels) in `subdirs`. Empty if not found.

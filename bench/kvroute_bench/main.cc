@@ -362,6 +362,11 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, kb::AblationOptions& abl) {
                       "(with --targets: only when given)")
           ->capture_default_str();
   cmd->add_option("--sim-seed", abl.sim_seed, "kvroute-sim --seed")->capture_default_str();
+  cmd->add_option("--sim-threads", abl.sim_threads,
+                  "kvroute-sim --threads: threads the simulated instances' steps run on (0: one "
+                  "per hardware thread of this host)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_flag("--kv-events,!--no-kv-events", abl.kv_events,
                 "the simulated engines publish KV cache events and kvroute subscribes "
                 "(as vLLM with --kv-events-config)")

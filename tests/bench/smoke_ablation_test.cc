@@ -303,6 +303,20 @@ TEST(SmokeAblationTest, LongPrefillTokenThresholdReachesTheSimulatedFleet) {
   std::filesystem::remove_all(out);
 }
 
+TEST(SmokeAblationTest, SimThreadsReachTheSimulatedFleet) {
+  const std::filesystem::path out = ExpectOptionsReachTheFleet(
+      "baseline", "threads", [](AblationOptions& o) { o.sim_threads = 2; }, "time scale",
+      "its instances' steps on 2 threads (--sim-threads)");
+  if (out.empty()) GTEST_SKIP() << "kvroute or kvroute-sim is not built";
+  const std::string log = ReadFile(out / "baseline" / "sim.log");
+  EXPECT_NE(log.find(", 2 threads"), std::string::npos) << log;
+  std::filesystem::remove_all(out);
+  AblationOptions host;
+  EXPECT_GE(SimThreads(host), 1);  // 0: the host's hardware threads
+  host.sim_threads = 3;
+  EXPECT_EQ(SimThreads(host), 3);
+}
+
 TEST(SmokeAblationTest, KvOffloadingBackendReachesTheSimulatedFleet) {
   const std::filesystem::path out = ExpectOptionsReachTheFleet(
       "baseline", "lmcache",

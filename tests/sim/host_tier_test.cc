@@ -57,6 +57,40 @@ TEST(HostTierTest, EvictsTheLeastRecentlyUsedIdleBlocks) {
   EXPECT_EQ(tier.num_evictions(), 3);
 }
 
+// A repeated Touch of the same keys is skipped only while nothing has moved since; any
+// Touch of other keys or any store in between makes the repeat count again.
+TEST(HostTierTest, RepeatedTouchRestoresRecencyAfterAnyOtherChange) {
+  HostTier tier(/*num_blocks=*/5, /*block_size=*/16);
+  Store(tier, Keys{1, 2});
+  Store(tier, Keys{3, 4});
+  tier.Touch(Keys{1, 2});
+  tier.Touch(Keys{1, 2});  // nothing moved: 3 and 4 stay the oldest
+  tier.Touch(Keys{3, 4});
+  tier.Touch(Keys{1, 2});  // 1 and 2 are the most recent again
+  Store(tier, Keys{5});
+  tier.Touch(Keys{1, 2});  // after 5 was stored: 5 is now older than 1 and 2
+  Store(tier, Keys{6});    // evicts 4, the tail of the oldest pair
+  EXPECT_FALSE(tier.Contains(4));
+  Store(tier, Keys{7});
+  EXPECT_FALSE(tier.Contains(3));
+  Store(tier, Keys{8});
+  EXPECT_FALSE(tier.Contains(5));
+  EXPECT_TRUE(tier.Contains(1));
+  EXPECT_TRUE(tier.Contains(2));
+  // Part of the last keys is a different Touch: 2 alone becomes the most recent.
+  tier.Touch(Keys{1, 2});
+  tier.Touch(Keys{2});
+  Store(tier, Keys{9});
+  EXPECT_FALSE(tier.Contains(6));
+  Store(tier, Keys{10});
+  EXPECT_FALSE(tier.Contains(7));
+  Store(tier, Keys{11});
+  EXPECT_FALSE(tier.Contains(8));
+  Store(tier, Keys{12});
+  EXPECT_FALSE(tier.Contains(1));  // touched before 2, so older
+  EXPECT_TRUE(tier.Contains(2));
+}
+
 TEST(HostTierTest, BlocksBeingStoredOrLoadedAreNeverEvicted) {
   HostTier tier(/*num_blocks=*/3, /*block_size=*/16);
   Store(tier, Keys{1});
