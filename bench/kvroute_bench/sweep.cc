@@ -168,7 +168,7 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kMovedTurns) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kSimLagP99) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -196,6 +196,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kQueuedKvFull, "queued_kv_full_share", "queued, KV full"},
       {SweepFigure::kComputedTokens, "computed_tokens", "computed"},
       {SweepFigure::kMovedTurns, "moved_turns", "moved turns"},
+      {SweepFigure::kSimLagP99, "sim_lag_p99_s", "sim lag p99"},
   }};
   return kFigures;
 }
@@ -243,6 +244,7 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   if (summary.session_turns.known()) {
     v[Index(SweepFigure::kMovedTurns)] = static_cast<double>(summary.session_turns.moved.turns);
   }
+  if (summary.sim_lag_p99 >= 0) v[Index(SweepFigure::kSimLagP99)] = summary.sim_lag_p99;
   if (summary.queued_share >= 0) {
     v[Index(SweepFigure::kQueued)] = summary.queued_share;
     v[Index(SweepFigure::kQueuedKvFull)] = summary.queued_kv_full_share;
@@ -529,7 +531,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "whose turn was shed past its client's retries sends no more, which "
                   "goodput does not count); goodput of planned: the turns that met their "
                   "SLOs over the turns the agentic jobs planned, those never sent "
-                  "included.\n\n");
+                  "included; sim lag p99: how far the simulated fleet's clock ran behind the "
+                  "wall clock (each point's report.md, \"Simulator lag\"), modelled "
+                  "seconds.\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
   for (const SweepFigureInfo& f : SweepFigures()) {

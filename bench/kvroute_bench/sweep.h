@@ -97,8 +97,12 @@ enum class SweepFigure {
   // their previous turn (RunSummary::session_turns).
   kComputedTokens,
   kMovedTurns,
+  // The simulated fleet's lag behind the wall clock, its 99th percentile over the instances'
+  // samples (RunSummary::sim_lag_p99), modelled seconds: how far the host let the run's
+  // times stretch.
+  kSimLagP99,
 };
-inline constexpr size_t kSweepFigureCount = 23;
+inline constexpr size_t kSweepFigureCount = 24;
 
 struct SweepFigureInfo {
   SweepFigure figure;

@@ -382,6 +382,10 @@ TEST(PrometheusTest, SimulatorLagInModelledSecondsAndItsOwnSection) {
   EXPECT_NEAR(runs[1].at("summary").at("max_sim_lag_s").as_double(), 0.4, 1e-12);
   EXPECT_TRUE(runs[0].at("summary").at("max_sim_lag_s").is_null());
   EXPECT_DOUBLE_EQ(runs[1].at("samples").as_array()[1].at("sim_lag").as_double(), 0.02);
+  // The sweep's tables carry the 99th percentile; a run without the lag leaves it unmeasured.
+  const size_t lag = static_cast<size_t>(SweepFigure::kSimLagP99);
+  EXPECT_NEAR(SweepFiguresOf(s)[lag], s.sim_lag_p99, 1e-12);
+  EXPECT_TRUE(std::isnan(SweepFiguresOf(Summarize(FixedReport().runs[1]))[lag]));
 }
 
 TEST(AblationConfigTest, CostModesAndProfile) {
