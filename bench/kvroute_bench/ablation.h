@@ -151,9 +151,10 @@ std::vector<std::pair<std::string, std::string>> RouterKeysFor(
 
 absl::StatusOr<Report> RunAblation(const AblationOptions& options, WorkloadSpec& workload);
 
-// ", host KV tier N GiB per instance" (and its backend when not native) for a fleet with
-// --kv-offloading-size, ", fleet-shared KV pool M GiB" with --kv-pool-size, and "; N kvroute
-// replicas ..." with --kvroute-replicas (and the kill); empty when all are off.
+// ", its instances' steps on N threads" for the embedded fleet (SimThreads), ", host KV tier
+// N GiB per instance" (and its backend when not native) with --kv-offloading-size,
+// ", fleet-shared KV pool M GiB" with --kv-pool-size, and "; N kvroute replicas ..." with
+// --kvroute-replicas (and the kill).
 std::string FleetExtrasDescription(const AblationOptions& options);
 // The threads the embedded kvroute-sim runs on: options.sim_threads, or with 0 the host's
 // hardware threads (at least 1).
