@@ -14,10 +14,7 @@ TARGET=$5
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 use_node_packages "$NODE_DIR" openai @anthropic-ai/sdk
-node -e 'const fs = require("fs"), path = require("path");
-  const version = (p) => process.env.NODE_PATH.split(":").map((d) => path.join(d, p, "package.json"))
-    .filter((f) => fs.existsSync(f)).map((f) => JSON.parse(fs.readFileSync(f)).version)[0];
-  console.log(`node ${process.version}, openai ${version("openai")}, @anthropic-ai/sdk ${version("@anthropic-ai/sdk")}`);' 
+print_node_versions openai @anthropic-ai/sdk
 
 make_workdir agent-sdk
 case "$TARGET" in

@@ -106,6 +106,16 @@ use_node_packages() {
   export NODE_PATH="$dir/node_modules${global:+:$global}"
 }
 
+# print_node_versions PKG...: node's version and each package's, as NODE_PATH resolves them
+# (after use_node_packages).
+print_node_versions() {
+  node -e 'const fs = require("fs"), path = require("path");
+    const version = (p) => process.env.NODE_PATH.split(":").map((d) => path.join(d, p, "package.json"))
+      .filter((f) => fs.existsSync(f)).map((f) => JSON.parse(fs.readFileSync(f)).version)[0];
+    console.log([`node ${process.version}`, ...process.argv.slice(1).map((p) => `${p} ${version(p)}`)]
+      .join(", "));' "$@"
+}
+
 # start_fleet SIM_BIN N: starts kvroute-sim with N instances on ephemeral ports, as fast as
 # possible (time scale 0). Sets SIM_PORTS (array).
 start_fleet() {

@@ -1,6 +1,6 @@
 # The official OpenAI Node SDK against kvroute (mode v2) over a 2-instance simulated fleet:
-# see openai_sdk_client.cjs. The SDK is installed on first use into NODE_DIR/node_modules with
-# `npm install openai` (OPENAI_NPM_SPEC overrides the package spec); without node, npm or
+# see openai_sdk_client.cjs. The SDK comes from `npm root -g` (deploy/install-deps.sh) or is
+# installed into NODE_DIR on first use (lib.sh's use_node_packages); without node, npm or
 # network access to the npm registry the test is skipped, not failed.
 # Usage: openai_sdk_test.sh SOURCE_DIR KVROUTE_BIN SIM_BIN NODE_DIR
 # shellcheck source=tests/deploy/lib.sh source-path=SCRIPTDIR
@@ -11,25 +11,15 @@ SIM=$3
 NODE_DIR=$4
 HERE=$(cd "$(dirname "$0")" && pwd)
 
-command -v node >/dev/null 2>&1 || skip "node not installed (apt-get install nodejs; deploy/install-deps.sh does)"
-if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
-  command -v npm >/dev/null 2>&1 || skip "npm not installed (apt-get install npm; deploy/install-deps.sh does)"
-  mkdir -p "$NODE_DIR"
-  [ -f "$NODE_DIR/package.json" ] || echo '{"name": "kvroute-deploy-tests", "private": true}' >"$NODE_DIR/package.json"
-  if ! timeout 90 npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error \
-      "${OPENAI_NPM_SPEC:-openai}" >"$NODE_DIR/npm-install.log" 2>&1; then
-    cat "$NODE_DIR/npm-install.log" >&2
-    skip "npm install openai failed (no access to the npm registry?); see $NODE_DIR/npm-install.log"
-  fi
-fi
-echo "openai SDK $(node -p "require('$NODE_DIR/node_modules/openai/package.json').version"), node $(node --version)"
+use_node_packages "$NODE_DIR" openai
+print_node_versions openai
 
 make_workdir openai-sdk
 start_fleet "$SIM" 2
 write_kvroute_config "$WORK/kvroute.yaml" v2
 start_kvroute "$KVROUTE" "$WORK/kvroute.yaml"
 
-NODE_PATH="$NODE_DIR/node_modules" timeout 100 node "$HERE/openai_sdk_client.cjs" \
+timeout 100 node "$HERE/openai_sdk_client.cjs" \
   "http://127.0.0.1:$KVROUTE_PORT/v1" "http://127.0.0.1:${SIM_PORTS[0]},http://127.0.0.1:${SIM_PORTS[1]}"
 
 # kvroute's side of the story: two offloads that completed, nothing broken mid-stream.
