@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/kvroute_bench/http_client.h"
+#include "bench/kvroute_bench/stats.h"
 #include "router/policy_registry.h"
 
 namespace kvroute::bench {

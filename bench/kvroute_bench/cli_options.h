@@ -15,9 +15,7 @@
 #include <vector>
 
 #include "bench/kvroute_bench/ablation.h"
-#include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/runner.h"
-#include "bench/kvroute_bench/stats.h"
 #include "bench/kvroute_bench/workload.h"
 
 namespace kvroute::bench {

@@ -22,6 +22,7 @@
 #include "bench/kvroute_bench/cli_options.h"
 #include "bench/kvroute_bench/compare.h"
 #include "bench/kvroute_bench/compute_floor.h"
+#include "bench/kvroute_bench/http_client.h"
 #include "bench/kvroute_bench/report.h"
 #include "bench/kvroute_bench/runner.h"
 #include "bench/kvroute_bench/sweep.h"

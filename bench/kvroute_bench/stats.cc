@@ -366,6 +366,7 @@ RunSummary Summarize(const RunResult& run) {
   // Instances.
   double kv_sum = 0, busy_sum = 0;
   int64_t kv_n = 0, busy_n = 0, queue_n = 0, queued = 0, queued_kv_full = 0;
+  std::vector<double> lags;
   for (const InstanceSample& x : run.samples) {
     if (x.kv_usage >= 0 && x.waiting >= 0) {
       ++queue_n;
@@ -383,9 +384,6 @@ RunSummary Summarize(const RunResult& run) {
       busy_sum += x.gpu_busy;
       ++busy_n;
     }
-  }
-  std::vector<double> lags;
-  for (const InstanceSample& x : run.samples) {
     if (x.sim_lag_s >= 0) {
       lags.push_back(x.sim_lag_s / scale);
       s.max_sim_lag = std::max(s.max_sim_lag, lags.back());
