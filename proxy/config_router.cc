@@ -41,7 +41,6 @@ absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options*
   KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
-  KV_RETURN_IF_ERROR(ReadBool(r, "duty_cycle_room", &g->duty_cycle_room));
   return r.Finish();
 }
 

@@ -37,21 +37,10 @@ int64_t ResidencyGate::PeerTokens(const Instance& in) const {
   return std::max<int64_t>(0, tokens);
 }
 
-int64_t ResidencyGate::Room(const Instance& in) const {
-  if (!options_.duty_cycle_room || !in.tiered || in.gpu_capacity_tokens <= 0 ||
-      turn_time_ <= absl::ZeroDuration()) {
-    return in.capacity_tokens;
-  }
-  const double cycle = absl::FDivDuration(turn_time_ + reuse_gap_, turn_time_);
-  return std::min<int64_t>(
-      in.capacity_tokens,
-      static_cast<int64_t>(cycle * static_cast<double>(in.gpu_capacity_tokens)));
-}
-
 bool ResidencyGate::FitsBesideOwn(const Instance& in, int64_t footprint) const {
   if (in.residents.empty()) return true;
   return static_cast<double>(in.resident_tokens + footprint) <=
-         options_.fill * static_cast<double>(Room(in));
+         options_.fill * static_cast<double>(in.capacity_tokens);
 }
 
 bool ResidencyGate::Fits(const Instance& in, int64_t footprint, int64_t capacity) const {
@@ -61,20 +50,17 @@ bool ResidencyGate::Fits(const Instance& in, int64_t footprint, int64_t capacity
          options_.fill * static_cast<double>(capacity);
 }
 
-void ResidencyGate::Admit(int backend, Instance& in, const std::string& session, int64_t footprint,
-                          absl::Time now) {
+void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
+                          int64_t footprint) {
   Resident& r = in.residents[session];
   r.footprint = std::max<int64_t>(1, footprint);
   r.active = 1;
-  r.active_since = now;
   in.resident_tokens += r.footprint;
   home_[session] = backend;
 }
 
-void ResidencyGate::Activate(int backend, const std::string& session, Resident& r, absl::Time now) {
-  if (r.active++ > 0) return;
-  idle_.erase({r.last_done, backend, session});
-  r.active_since = now;
+void ResidencyGate::Activate(int backend, const std::string& session, Resident& r) {
+  if (r.active++ == 0) idle_.erase({r.last_done, backend, session});
 }
 
 void ResidencyGate::Deactivate(int backend, const std::string& session, Resident& r,
@@ -82,13 +68,7 @@ void ResidencyGate::Deactivate(int backend, const std::string& session, Resident
   if (r.active == 0) idle_.erase({r.last_done, backend, session});
   r.active = std::max(0, r.active - 1);
   r.last_done = now;
-  if (r.active > 0) return;
-  idle_.insert({r.last_done, backend, session});
-  if (r.active_since != absl::InfinitePast() && now >= r.active_since) {
-    const absl::Duration turn = now - r.active_since;
-    turn_time_ =
-        turn_time_ <= absl::ZeroDuration() ? turn : turn_time_ + kWaitWeight * (turn - turn_time_);
-  }
+  if (r.active == 0) idle_.insert({r.last_done, backend, session});
 }
 
 void ResidencyGate::Evict(Instance& in, const std::string& session) {
@@ -155,9 +135,9 @@ void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out, ab
     Evict(instances_[h->second], w.session);
   }
   if (auto r = in.residents.find(w.session); r != in.residents.end()) {
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
   } else {
-    Admit(backend, in, w.session, w.footprint, now);
+    Admit(backend, in, w.session, w.footprint);
   }
   if (timed_out) {
     ++counters_.admitted_by_timeout;
@@ -203,7 +183,7 @@ void ResidencyGate::AdmitMovable(int backend, absl::Time now, std::vector<uint64
   Instance& in = instances_[backend];
   // Only an instance whose pool the gate knows, and whose own waiters have
   // all gone, lends its room.
-  if (Room(in) <= 0 || !in.waiting.empty()) return;
+  if (in.capacity_tokens <= 0 || !in.waiting.empty()) return;
   for (;;) {
     Instance* from = nullptr;
     std::deque<Waiter>::iterator best;
@@ -232,7 +212,6 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   Age(now);
   Instance& in = At(backend);
   in.capacity_tokens = turn.capacity_tokens;
-  in.gpu_capacity_tokens = turn.gpu_capacity_tokens;
   in.tiered = turn.reload_s >= 0;
   const int64_t footprint_tokens = turn.footprint_tokens;
   const std::string key(session);
@@ -249,7 +228,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
       reuse_gap_ += kWaitWeight * ((now - r->second.last_done) - reuse_gap_);
     }
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
     if (footprint_tokens > r->second.footprint) {
       in.resident_tokens += footprint_tokens - r->second.footprint;
       r->second.footprint = footprint_tokens;
@@ -264,15 +243,15 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   // A cold turn prefills its whole footprint into the GPU: at once only
   // within the GPU's room, even where a tier keeps the residents.
   const int64_t room = turn.movable && turn.gpu_capacity_tokens > 0
-                           ? std::min(Room(in), turn.gpu_capacity_tokens)
-                           : Room(in);
+                           ? std::min(turn.capacity_tokens, turn.gpu_capacity_tokens)
+                           : turn.capacity_tokens;
   if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens, room))) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
   if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, room, now)) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
   }
@@ -298,7 +277,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
       if (b == backend) continue;
       Instance& other = instances_[b];
       ExpireIdle(other, now);
-      lenders.emplace_back(Room(other) - other.resident_tokens - PeerTokens(other), b);
+      lenders.emplace_back(other.capacity_tokens - other.resident_tokens - PeerTokens(other), b);
     }
     std::sort(lenders.begin(), lenders.end());
     for (const auto& lender : lenders) AdmitMovable(lender.second, now, woken);

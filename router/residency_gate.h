@@ -52,10 +52,7 @@
 // it in well under a second. When the router knows the tier's size it gives
 // that as the instance's capacity (Turn::capacity_tokens: the KV that keeps
 // the residents without a recompute), so the gate fills the tier and the
-// engine swaps sessions between it and the GPU. With
-// Options::duty_cycle_room the gate fills it only as far as the GPU runs
-// the residents' turns in rotation: the GPU pool times (turn time + reuse
-// gap) / turn time, both learned (Room). A cold turn there (its
+// engine swaps sessions between it and the GPU. A cold turn there (its
 // prefix nowhere on the instance: `movable`) is different: its prefill
 // writes its whole footprint into the GPU, so it goes at once only within
 // the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
@@ -103,9 +100,6 @@ class ResidencyGate {
     // An idle session stays resident (and counts in its instance's demand)
     // this long; zero: it counts in no demand, and leaves after `grace`.
     absl::Duration window = absl::Seconds(60);
-    // On an instance with a host tier, the room is at most what its GPU
-    // runs over the sessions' duty cycle (duty_room below); false: the tier.
-    bool duty_cycle_room = false;
   };
 
   struct Counters {
@@ -188,10 +182,6 @@ class ResidencyGate {
   // How long an idle resident of an instance with a host tier stays before
   // it may be swapped out: twice the reuse gap, at most `grace`.
   absl::Duration swap_after() const { return std::min(options_.grace, 2 * reuse_gap_); }
-  // The mean time a resident session has a request in flight, from its
-  // first request's start to its last one's end (exponentially weighted);
-  // zero before the first.
-  absl::Duration turn_time() const { return turn_time_; }
   size_t waiting() const;
   // Resident sessions and their footprints on `backend`.
   size_t resident_sessions(int backend) const;
@@ -247,7 +237,6 @@ class ResidencyGate {
     int turns = 0;   // completed since it became resident
     int active = 0;  // requests in flight
     absl::Time last_done = absl::InfinitePast();
-    absl::Time active_since = absl::InfinitePast();  // when `active` last left 0
   };
   struct Waiter {
     uint64_t id = 0;
@@ -261,7 +250,6 @@ class ResidencyGate {
     absl::flat_hash_map<std::string, Resident> residents;
     int64_t resident_tokens = 0;
     int64_t capacity_tokens = 0;
-    int64_t gpu_capacity_tokens = 0;  // its GPU pool, when a tier is larger
     std::deque<Waiter> waiting;
     bool tiered = false;  // turns here carry a reload time: it has a host tier
     // Other replicas' residents here, and the sum of their footprints.
@@ -274,26 +262,19 @@ class ResidencyGate {
   int64_t PeerTokens(const Instance& in) const;
 
   Instance& At(int backend);
-  // The KV `in` keeps for its residents: its capacity; on an instance
-  // whose host tier is larger than its GPU pool, with duty_cycle_room, at
-  // most the GPU pool times (turn time + reuse gap) / turn time. A session
-  // there holds GPU blocks only while a turn of it runs, then waits in the
-  // tier for its next turn, so the GPU runs that many footprints in turn;
-  // beyond them, turns run beside more KV than the GPU holds and each
-  // waits for blocks the others free (swaps, not reloads).
-  int64_t Room(const Instance& in) const;
   // Makes `session` resident on `backend` with one request in flight.
-  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint,
-             absl::Time now);
+  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
   // One more request of a resident in flight, or one fewer (at `now`): an
   // idle resident is kept in idle_, by when it went idle.
-  void Activate(int backend, const std::string& session, Resident& r, absl::Time now);
+  void Activate(int backend, const std::string& session, Resident& r);
   void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
   // Whether `footprint` fits beside the residents, this gate's and the
   // other replicas', within the instance's capacity (or `capacity`);
   // FitsBesideOwn counts this gate's alone.
-  bool Fits(const Instance& in, int64_t footprint) const { return Fits(in, footprint, Room(in)); }
+  bool Fits(const Instance& in, int64_t footprint) const {
+    return Fits(in, footprint, in.capacity_tokens);
+  }
   bool Fits(const Instance& in, int64_t footprint, int64_t capacity) const;
   bool FitsBesideOwn(const Instance& in, int64_t footprint) const;
   bool MovableWaiting() const;
@@ -336,7 +317,6 @@ class ResidencyGate {
   Counters counters_;
   absl::Duration expected_wait_;
   absl::Duration reuse_gap_;
-  absl::Duration turn_time_ = absl::ZeroDuration();
 };
 
 }  // namespace kvroute::router

@@ -316,47 +316,6 @@ TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
   EXPECT_EQ(g.counters().expired, 0u);
 }
 
-// With duty_cycle_room, a tiered instance keeps what its GPU runs over the
-// sessions' duty cycle: sessions whose turns take 2 s and come back 2 s
-// later fill the GPU pool twice over (about 200 of the tier's 300), so a
-// turn past 90 % of that waits; without the option the tier is the room.
-TEST(ResidencyGateTest, ATieredInstanceKeepsWhatItsGpuRunsOverTheDutyCycle) {
-  auto warm = [](int64_t footprint) {
-    ResidencyGate::Turn t{footprint, /*capacity_tokens=*/3 * kCap};
-    t.gpu_capacity_tokens = kCap;
-    t.reload_s = 0.1;
-    return t;
-  };
-  for (const bool duty : {true, false}) {
-    ResidencyGate::Options o = Opts(/*quantum=*/1000, /*grace_s=*/10);
-    o.duty_cycle_room = duty;
-    ResidencyGate g(o);
-    std::vector<uint64_t> woken;
-    EXPECT_EQ(g.turn_time(), absl::ZeroDuration()) << "nothing learned yet";
-    double t = 0;
-    for (int i = 0; i < 60; ++i, t += 4) {
-      g.Enter(0, "a", warm(30), At(t), &woken);
-      g.Leave(0, "a", 30, At(t + 2), &woken);
-    }
-    EXPECT_EQ(g.turn_time(), absl::Seconds(2));
-    EXPECT_GT(g.reuse_gap(), absl::Seconds(2));
-    EXPECT_LT(g.reuse_gap(), absl::Seconds(2.1));
-    g.Enter(0, "a", warm(30), At(t), &woken);
-    EXPECT_EQ(g.Enter(0, "b", warm(60), At(t), &woken), 0u);
-    EXPECT_EQ(g.Enter(0, "c", warm(60), At(t), &woken), 0u) << "150 of about 180";
-    const uint64_t d = g.Enter(0, "d", warm(60), At(t), &woken);
-    if (duty) {
-      EXPECT_NE(d, 0u) << "210 past 90 % of about 200";
-      g.Leave(0, "b", 60, At(t + 2), &woken);
-      EXPECT_THAT(woken, ::testing::IsEmpty()) << "b stays resident while idle";
-      g.Tick(At(t + 2) + g.swap_after(), &woken);
-      EXPECT_THAT(woken, ElementsAre(d)) << "b swapped out after the reuse gap";
-    } else {
-      EXPECT_EQ(d, 0u) << "210 within 90 % of the tier's 300";
-    }
-  }
-}
-
 // Several replicas: the sessions other replicas hold resident on an
 // instance fill it as this gate's own do; a session resident both here and
 // there counts once; one resident at a peer goes at once (its next turn);
