@@ -186,17 +186,21 @@ struct FleetBackend {
 // its time windows, its profile's costs (profile_time_scale) and the SLOs
 // its placement cost weighs (`slo`, modelled seconds, as the report judges
 // by) are scaled to wall seconds.
-// `router_keys` (ParseRouterKeys) are written under `router:` as given.
+// `router_keys` (ParseRouterKeys) are written under `router:`: a plain key as given; a
+// section's keys (SECTION.KEY, or SECTION as a map) merged into that section, over the
+// bench's scaled defaults for `residency` (grace_s, max_wait_s) and `shed`
+// (min_retry_after_s, max_retry_after_s), later settings winning.
 std::string KvrouteConfigYaml(
     const AblationConfig& config, const std::vector<FleetBackend>& backends,
     double time_scale = 1.0, const SloTargets& slo = {},
     const std::vector<std::pair<std::string, std::string>>& router_keys = {});
 
 // Splits --router KEY=VALUE settings. KEY is a plain `router` key (letters,
-// digits, underscores) other than the ones the bench writes itself
-// (session_resident_window_s, slo); VALUE is a non-empty YAML scalar on one
-// line. kvroute's own config loader judges the key and the value when it
-// starts.
+// digits, underscores) or SECTION.KEY, one key of a router section
+// (residency.max_wait_s), other than the ones the bench writes itself
+// (session_resident_window_s, slo); VALUE is non-empty YAML on one line (a
+// scalar, or a flow map or list). kvroute's own config loader judges the key
+// and the value when it starts.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseRouterKeys(
     const std::vector<std::string>& settings);
 

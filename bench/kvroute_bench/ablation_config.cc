@@ -19,6 +19,7 @@
 #include "proxy/config.h"
 #include "router/policy_registry.h"
 #include "router/router.h"
+#include "yaml-cpp/yaml.h"
 
 namespace kvroute::bench {
 namespace {
@@ -177,22 +178,50 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
       ", ttft_medium_s: ", slo.ttft_medium_s * time_scale,
       ", ttft_heavy_s: ", slo.ttft_heavy_s * time_scale, ", tpot_s: ", slo.tpot_s * time_scale,
       "}\n");
-  // The residency gate's times, unless the caller sets the gate itself.
-  if (std::none_of(router_keys.begin(), router_keys.end(),
-                   [](const auto& kv) { return kv.first == "residency"; })) {
-    absl::StrAppend(
-        &y, "  residency: {grace_s: ", absl::ToDoubleSeconds(defaults.residency.grace) * time_scale,
-        ", max_wait_s: ", absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale, "}\n");
+  // The residency gate's times and the waits a shed request is advised (its Retry-After) are
+  // the bench's scaled defaults, under whatever the caller sets of those sections: a client
+  // that comes back a whole wall second later would be ten modelled seconds late at a tenth
+  // of real time.
+  std::vector<std::pair<std::string, YAML::Node>> sections;
+  auto section = [&sections](const std::string& name) -> YAML::Node& {
+    for (auto& [n, node] : sections) {
+      if (n == name) return node;
+    }
+    return sections.emplace_back(name, YAML::Node(YAML::NodeType::Map)).second;
+  };
+  YAML::Node& residency = section("residency");
+  residency["grace_s"] = absl::StrCat(absl::ToDoubleSeconds(defaults.residency.grace) * time_scale);
+  residency["max_wait_s"] =
+      absl::StrCat(absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale);
+  YAML::Node& shed = section("shed");
+  shed["min_retry_after_s"] = absl::StrCat(defaults.shed.min_retry_after_s * time_scale);
+  shed["max_retry_after_s"] = absl::StrCat(defaults.shed.max_retry_after_s * time_scale);
+  std::string plain_keys;
+  for (const auto& [key, value] : router_keys) {
+    const size_t dot = key.find('.');
+    const std::string name = key.substr(0, dot);
+    const YAML::Node given = YAML::Load(value);  // ParseRouterKeys has parsed it once
+    if (dot != std::string::npos) {
+      YAML::Node& s = section(name);
+      if (!s.IsMap()) s = YAML::Node(YAML::NodeType::Map);
+      s[key.substr(dot + 1)] = given;
+    } else if (name == "residency" || name == "shed" || given.IsMap()) {
+      YAML::Node& s = section(name);
+      if (!given.IsMap() || !s.IsMap()) {
+        s = given;
+        continue;
+      }
+      for (const auto& kv : given) s[kv.first.Scalar()] = kv.second;
+    } else {
+      absl::StrAppend(&plain_keys, "  ", key, ": ", value, "\n");
+    }
   }
-  // The waits a shed request is advised (its Retry-After) likewise: a client that comes back
-  // a whole wall second later would be ten modelled seconds late at a tenth of real time.
-  if (std::none_of(router_keys.begin(), router_keys.end(),
-                   [](const auto& kv) { return kv.first == "shed"; })) {
-    absl::StrAppend(&y,
-                    "  shed: {min_retry_after_s: ", defaults.shed.min_retry_after_s * time_scale,
-                    ", max_retry_after_s: ", defaults.shed.max_retry_after_s * time_scale, "}\n");
+  for (const auto& [name, node] : sections) {
+    YAML::Emitter out;
+    out << YAML::Flow << node;
+    absl::StrAppend(&y, "  ", name, ": ", out.c_str(), "\n");
   }
-  for (const auto& [key, value] : router_keys) absl::StrAppend(&y, "  ", key, ": ", value, "\n");
+  y += plain_keys;
   // The waits that judge an engine (a first token, a silent stream, a hung
   // engine) are modelled time too: a fleet running ten times faster has a
   // tenth of the real one's queue times.
@@ -242,18 +271,30 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseRouterKeys
     const std::string value = eq == std::string::npos
                                   ? ""
                                   : std::string(absl::StripAsciiWhitespace(setting.substr(eq + 1)));
-    const bool plain_key = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
-      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
-    });
+    // A router key, or one key of a router section (residency.max_wait_s).
+    const std::vector<std::string> parts = absl::StrSplit(key, '.');
+    const bool plain_key =
+        parts.size() <= 2 && std::all_of(parts.begin(), parts.end(), [](const std::string& p) {
+          return !p.empty() && std::all_of(p.begin(), p.end(), [](char c) {
+            return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+          });
+        });
     if (!plain_key || value.empty() || value.find_first_of("\n\r#") != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--router '", setting,
-                       "': expected KEY=VALUE with a plain router key and a one-line value"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--router '", setting,
+          "': expected KEY=VALUE or SECTION.KEY=VALUE with plain router keys and a one-line "
+          "value"));
     }
-    if (key == "session_resident_window_s" || key == "slo") {
+    if (parts.front() == "session_resident_window_s" || parts.front() == "slo") {
       return absl::InvalidArgumentError(
           absl::StrCat("--router ", key,
                        ": the bench writes this key itself, scaled to the fleet's time scale"));
+    }
+    try {
+      YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--router '", setting, "': the value is not YAML: ", e.what()));
     }
     out.emplace_back(key, value);
   }

@@ -362,7 +362,9 @@ CLI::Option* AddFleetOptions(CLI::App* cmd, AblationOptions& abl) {
       ->capture_default_str();
   cmd->add_option("--router", abl.router_keys,
                   "KEY=VALUE added under router: in every kvroute config (e.g. "
-                  "decode_stall_weight=2; times in wall seconds; not the oracle reference)")
+                  "decode_stall_weight=2, or one key of a section: residency.enabled=false, "
+                  "over the bench's scaled defaults; times in wall seconds; not the oracle "
+                  "reference)")
       ->type_name("KEY=VALUE");
   cmd->add_option_function<std::vector<std::string>>(
          "--variant",

@@ -456,13 +456,61 @@ TEST(AblationConfigTest, RouterSettingsReachKvroutesConfig) {
   EXPECT_DOUBLE_EQ(parsed->router.baseline.eviction_weight, 3);
   EXPECT_EQ(parsed->backends.size(), 1u);
 
-  for (const char* bad : {"decode_stall_weight", "=2", "a.b=1", "slo=1",
-                          "session_resident_window_s=60", "x=1\ny: 2", "x=1 # c"}) {
+  for (const char* bad :
+       {"decode_stall_weight", "=2", "a.b.c=1", ".b=1", "a.=1", "slo=1", "slo.ttft_warm_s=1",
+        "session_resident_window_s=60", "x=1\ny: 2", "x=1 # c", "x=[1, 2", "x={a: 1"}) {
     absl::StatusOr<std::vector<std::pair<std::string, std::string>>> r = ParseRouterKeys({bad});
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find("--router"), std::string_view::npos) << r.status();
   }
+}
+
+// A section's keys set one by one (residency.duty_cycle_room=true) or as a map keep the
+// bench's scaled defaults for the section's other keys: the gate's times and a shed
+// request's advised wait stay in modelled time.
+TEST(AblationConfigTest, RouterSectionKeysKeepTheScaledDefaults) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> keys =
+      ParseRouterKeys({"residency.enabled=false", "shed={ttft_factor: 2}",
+                       "shed.running_session_factor = 10", "tier_aware=false"});
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const auto c = AblationConfigs({"baseline"}, {}, 20000);
+  const std::string y =
+      KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, *keys);
+  EXPECT_NE(y.find("  residency: {grace_s: 1.5, max_wait_s: 12, enabled: false}\n"),
+            std::string::npos)
+      << y;
+  absl::StatusOr<proxy::Config> parsed = proxy::ParseConfig(y, "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << y;
+  const router::Options defaults;
+  EXPECT_FALSE(parsed->router.residency.enabled);
+  EXPECT_EQ(parsed->router.residency.grace, defaults.residency.grace / 10);
+  EXPECT_EQ(parsed->router.residency.max_wait, defaults.residency.max_wait / 10);
+  EXPECT_DOUBLE_EQ(parsed->router.shed.ttft_factor, 2);
+  EXPECT_DOUBLE_EQ(parsed->router.shed.running_session_factor, 10);
+  EXPECT_NEAR(parsed->router.shed.min_retry_after_s, defaults.shed.min_retry_after_s / 10, 1e-12);
+  EXPECT_NEAR(parsed->router.shed.max_retry_after_s, defaults.shed.max_retry_after_s / 10, 1e-12);
+  EXPECT_FALSE(parsed->router.host_tier.aware);
+
+  // The caller's own times win over the bench's, in wall seconds as given.
+  keys = ParseRouterKeys({"residency={max_wait_s: 3}", "residency.grace_s=0.5"});
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  parsed = proxy::ParseConfig(
+      KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, *keys),
+      "bench");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->router.residency.max_wait, absl::Seconds(3));
+  EXPECT_EQ(parsed->router.residency.grace, absl::Milliseconds(500));
+
+  // A key kvroute does not know is its loader's to refuse, naming the key.
+  keys = ParseRouterKeys({"residency.no_such_key=1"});
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  parsed = proxy::ParseConfig(
+      KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, *keys),
+      "bench");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("no_such_key"), std::string_view::npos)
+      << parsed.status();
 }
 
 // A variant is one more configuration: its mode, its router keys over the ablation's, and
@@ -529,7 +577,7 @@ TEST(AblationConfigTest, MalformedVariantsAreRefusedNamingTheFlag) {
        {"baseline", "=baseline", "a/b=baseline", "..=baseline", "x=nosuchmode", "x=oracle",
         "x=baseline;fleet.kv_pool_size=2", "x=baseline;fleet.kv_offloading_size=-1",
         "x=baseline;fleet.kv_offloading_size=lots", "x=baseline;fleet.kv_offloading_size",
-        "x=baseline;tier_aware", "x=baseline;slo=1", "x=baseline;a.b=1"}) {
+        "x=baseline;tier_aware", "x=baseline;slo=1", "x=baseline;a.b.c=1"}) {
     absl::StatusOr<ConfigVariant> v = ParseConfigVariant(bad);
     ASSERT_FALSE(v.ok()) << bad;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << bad;
