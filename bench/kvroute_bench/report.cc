@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/kvroute_bench/instance_load.h"
 #include "bench/kvroute_bench/prompt_sources.h"
 #include "bench/kvroute_bench/report_accuracy.h"
 #include "bench/kvroute_bench/svg_chart.h"
@@ -450,6 +451,46 @@ std::vector<std::vector<std::string>> SessionTurnRows(const Report& report,
   return rows;
 }
 
+constexpr const char* kInstanceLoadNote =
+    "Over the fleet's instances: agent sessions started on each (the instance of a session's "
+    "first served turn, which keeps its KV and serves its next turns unless a turn moves), "
+    "requests served on each, prompt tokens computed on the busiest over the mean, and the "
+    "means of each instance's /metrics samples: requests running, requests waiting, GPU busy "
+    "share; mean (least-most). Most running = the instance with the most requests running on "
+    "average. Requests and samples meet by instance name (kvroute's backend names; with "
+    "--metrics-urls, name the instances as kvroute's config does).";
+
+std::vector<std::string> InstanceLoadHeader() {
+  return {"config",  "instances", "sessions started", "served",      "computed, most / mean",
+          "running", "waiting",   "GPU busy",         "most running"};
+}
+
+std::vector<std::vector<std::string>> InstanceLoadRows(const Report& report,
+                                                       const std::vector<RunSummary>& sums) {
+  auto range = [](const InstanceRange& s) {
+    return s.n > 0 ? absl::StrFormat("%.0f-%.0f", s.min, s.max) : std::string("-");
+  };
+  auto gauge = [](const InstanceRange& s) {
+    return s.n > 0 ? absl::StrFormat("%.2f (%.2f-%.2f)", s.mean, s.min, s.max) : std::string("-");
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const LoadSpread s = LoadSpreadOf(sums[i].instances);
+    if (s.served.n < 2 && s.running.n < 2) continue;  // one instance: nothing to spread
+    const int n = std::max(s.served.n, s.running.n);
+    rows.push_back(
+        {report.runs[i].name, absl::StrCat(n), range(s.sessions_started), range(s.served),
+         s.computed_tokens.mean > 0 ? absl::StrFormat("%.2f", s.computed_tokens.max_over_mean())
+                                    : "-",
+         gauge(s.running), gauge(s.waiting),
+         s.gpu_busy.n > 0 ? absl::StrCat(Percent(s.gpu_busy.mean), " (", Percent(s.gpu_busy.min),
+                                         "-", Percent(s.gpu_busy.max), ")")
+                          : "-",
+         s.busiest.empty() ? "-" : s.busiest});
+  }
+  return rows;
+}
+
 constexpr const char* kSimLagNote =
     "How far each simulated instance's virtual clock ran behind the wall clock, in modelled "
     "seconds: kvroute_sim_scheduler_lag_seconds over the samples, and the largest since the "
@@ -505,6 +546,10 @@ std::string ReportMarkdown(const Report& report) {
   if (const auto turns = SessionTurnRows(report, sums); !turns.empty()) {
     absl::StrAppend(&out, "\n## Session turns: at home or moved\n\n",
                     MarkdownTable(SessionTurnHeader(), turns), "\n", kSessionTurnNote, "\n");
+  }
+  if (const auto load = InstanceLoadRows(report, sums); !load.empty()) {
+    absl::StrAppend(&out, "\n## Load per instance\n\n", MarkdownTable(InstanceLoadHeader(), load),
+                    "\n", kInstanceLoadNote, "\n");
   }
   if (const auto lag = SimLagRows(report, sums); !lag.empty()) {
     absl::StrAppend(&out, "\n## Simulator lag\n\n", MarkdownTable(SimLagHeader(), lag), "\n",

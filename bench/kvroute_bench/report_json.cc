@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "bench/kvroute_bench/cluster_admissions.h"
+#include "bench/kvroute_bench/instance_load.h"
 #include "bench/kvroute_bench/prompt_sources.h"
 #include "bench/kvroute_bench/report.h"
 
@@ -135,6 +136,17 @@ json::object SummaryJson(const RunSummary& s) {
   }
   o["queued_share"] = NonNegative(s.queued_share);
   o["queued_kv_full_share"] = NonNegative(s.queued_kv_full_share);
+  json::array instances;
+  for (const InstanceLoad& l : s.instances) {
+    instances.push_back(json::object{{"instance", l.instance},
+                                     {"sessions_started", l.sessions_started},
+                                     {"served", l.served},
+                                     {"computed_tokens", l.computed_tokens},
+                                     {"running", NonNegative(l.running)},
+                                     {"waiting", NonNegative(l.waiting)},
+                                     {"gpu_busy", NonNegative(l.gpu_busy)}});
+  }
+  o["instances"] = std::move(instances);
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/kvroute_bench/instance_load.h"
 #include "bench/kvroute_bench/records.h"
 #include "bench/kvroute_bench/session_turns.h"
 
@@ -174,6 +175,8 @@ struct RunSummary {
   double queued_kv_full_share = -1;
   // Agent sessions' served turns: first, at home, moved (session_turns.h).
   SessionTurns session_turns;
+  // Each instance's sessions, requests and gauges (instance_load.h).
+  std::vector<InstanceLoad> instances;
 };
 
 // The KV usage (vllm:kv_cache_usage_perc, blocks held by requests) at which a waiting

@@ -66,6 +66,8 @@ std::string FormatFigure(SweepFigure f, double v) {
       // A mean over a seed's repeats need not be whole.
       return std::abs(v - std::round(v)) < 1e-9 ? absl::StrFormat("%g", v)
                                                 : absl::StrFormat("%.1f", v);
+    case SweepFigure::kRunningMostOverMean:
+      return absl::StrFormat("%.2f", v);
     case SweepFigure::kComputedTokens:
       return v >= 1e6 ? absl::StrFormat("%.2fM", v / 1e6) : absl::StrFormat("%.0f", v);
     default:
@@ -168,7 +170,7 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
 
 }  // namespace
 
-static_assert(static_cast<size_t>(SweepFigure::kSimLagP99) + 1 == kSweepFigureCount,
+static_assert(static_cast<size_t>(SweepFigure::kRunningMostOverMean) + 1 == kSweepFigureCount,
               "kSweepFigureCount counts SweepFigure's enumerators");
 
 const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
@@ -197,6 +199,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kComputedTokens, "computed_tokens", "computed"},
       {SweepFigure::kMovedTurns, "moved_turns", "moved turns"},
       {SweepFigure::kSimLagP99, "sim_lag_p99_s", "sim lag p99"},
+      {SweepFigure::kRunningMostOverMean, "running_most_over_mean", "running, most / mean"},
   }};
   return kFigures;
 }
@@ -245,6 +248,10 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
     v[Index(SweepFigure::kMovedTurns)] = static_cast<double>(summary.session_turns.moved.turns);
   }
   if (summary.sim_lag_p99 >= 0) v[Index(SweepFigure::kSimLagP99)] = summary.sim_lag_p99;
+  if (const InstanceRange running = LoadSpreadOf(summary.instances).running;
+      running.n >= 2 && running.mean > 0) {
+    v[Index(SweepFigure::kRunningMostOverMean)] = running.max_over_mean();
+  }
   if (summary.queued_share >= 0) {
     v[Index(SweepFigure::kQueued)] = summary.queued_share;
     v[Index(SweepFigure::kQueuedKvFull)] = summary.queued_kv_full_share;
@@ -533,7 +540,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
                   "SLOs over the turns the agentic jobs planned, those never sent "
                   "included; sim lag p99: how far the simulated fleet's clock ran behind the "
                   "wall clock (each point's report.md, \"Simulator lag\"), modelled "
-                  "seconds.\n\n");
+                  "seconds; running, most / mean: the requests running on the busiest "
+                  "instance over the fleet's mean, 1 when even (report.md, \"Load per "
+                  "instance\").\n\n");
   std::vector<std::string> header = {"jobs/s", "config", "seeds"};
   std::vector<bool> right = {true, false, true};
   for (const SweepFigureInfo& f : SweepFigures()) {

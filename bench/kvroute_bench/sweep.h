@@ -101,8 +101,12 @@ enum class SweepFigure {
   // samples (RunSummary::sim_lag_p99), modelled seconds: how far the host let the run's
   // times stretch.
   kSimLagP99,
+  // The instance with the most requests running on average over the fleet's mean (1:
+  // even; RunSummary::instances): a router that starts sessions unevenly keeps some
+  // instances queueing while others idle, which the fleet's mean busy share hides.
+  kRunningMostOverMean,
 };
-inline constexpr size_t kSweepFigureCount = 24;
+inline constexpr size_t kSweepFigureCount = 25;
 
 struct SweepFigureInfo {
   SweepFigure figure;

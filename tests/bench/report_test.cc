@@ -219,6 +219,88 @@ TEST(SessionTurnsTest, SplitsFirstHomeAndMovedTurns) {
       ReportJson(report).at("runs").as_array()[0].at("summary").at("session_turns").is_null());
 }
 
+TEST(InstanceLoadTest, CountsSessionsRequestsAndGaugesPerInstance) {
+  auto turn = [](int64_t job, int t, double start, std::string backend, int64_t prompt,
+                 int64_t cached) {
+    RequestRecord r = Req("WARM", 0.1, 0.2, prompt, cached, std::move(backend));
+    r.job = job;
+    r.turn = t;
+    r.t_start = start;
+    return r;
+  };
+  RequestRecord shed = turn(3, 1, 0.0, "gpu1", 5000, 0);
+  shed.error = "429";
+  shed.http_status = 429;
+  shed.failure = RequestOutcome::kShed;
+  RunResult run;
+  run.name = "v";
+  run.requests = {
+      turn(1, 2, 2.0, "gpu0", 12000, 10000),      // 2000 computed on gpu0
+      turn(1, 1, 1.0, "gpu0", 10000, 0),          // job 1 starts on gpu0: 10000
+      turn(2, 1, 1.5, "gpu0", 8000, 0),           // job 2 starts on gpu0 too: 8000
+      turn(2, 2, 3.0, "gpu0->gpu1", 9000, 8000),  // offloaded: 9000 computed on gpu0
+      shed,                                       // job 3's shed first turn: nowhere
+      turn(3, 1, 4.0, "gpu1", 5000, 0),           // job 3 starts on gpu1 on the retry: 5000
+      turn(-1, 0, 0.5, "gpu2", 1000, 0),          // no session: served on gpu2, 1000
+  };
+  auto sample = [](std::string name, double running, double waiting, double busy) {
+    InstanceSample x;
+    x.instance = std::move(name);
+    x.running = running;
+    x.waiting = waiting;
+    x.gpu_busy = busy;
+    return x;
+  };
+  run.samples = {sample("gpu0", 3, 1, 1.0), sample("gpu0", 1, 0, 0.5), sample("gpu1", 1, 0, 0.5),
+                 sample("gpu1", 1, 0, -1),  sample("gpu2", 0, 0, 0.0), sample("gpu3", 0, 0, 0.0)};
+
+  const std::vector<InstanceLoad> loads = InstanceLoads(run.requests, run.samples);
+  ASSERT_EQ(loads.size(), 4u);
+  using Row = std::tuple<std::string, int64_t, int64_t, int64_t, double, double, double>;
+  auto row = [](const InstanceLoad& l) {
+    return Row{l.instance, l.sessions_started, l.served,  l.computed_tokens,
+               l.running,  l.waiting,          l.gpu_busy};
+  };
+  EXPECT_EQ(row(loads[0]), (Row{"gpu0", 2, 3, 2000 + 10000 + 8000 + 9000, 2, 0.5, 0.75}));
+  EXPECT_EQ(row(loads[1]), (Row{"gpu1", 1, 2, 5000, 1, 0, 0.5}));
+  EXPECT_EQ(row(loads[2]), (Row{"gpu2", 0, 1, 1000, 0, 0, 0}));
+  EXPECT_EQ(row(loads[3]), (Row{"gpu3", 0, 0, 0, 0, 0, 0}));  // idle all run
+
+  const LoadSpread s = LoadSpreadOf(loads);
+  EXPECT_EQ(s.served.n, 4);  // the idle instance counts, as 0
+  EXPECT_DOUBLE_EQ(s.served.min, 0);
+  EXPECT_DOUBLE_EQ(s.served.max, 3);
+  EXPECT_DOUBLE_EQ(s.sessions_started.max, 2);
+  EXPECT_DOUBLE_EQ(s.computed_tokens.max_over_mean(), 29000.0 / (35000.0 / 4));
+  EXPECT_DOUBLE_EQ(s.running.mean, 0.75);
+  EXPECT_EQ(s.busiest, "gpu0");
+
+  Report report;
+  report.runs = {run};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("## Load per instance"), std::string::npos);
+  EXPECT_NE(md.find("| v | 4 | 0-2 | 0-3 | 3.31 | 0.75 (0.00-2.00) | 0.12 (0.00-0.50) | "
+                    "31.2% (0.0%-75.0%) | gpu0 |"),
+            std::string::npos)
+      << md;
+  const json::value j = ReportJson(report);
+  const json::array& in_json = j.at("runs").as_array()[0].at("summary").at("instances").as_array();
+  ASSERT_EQ(in_json.size(), 4u);
+  EXPECT_EQ(in_json[0].at("sessions_started").as_int64(), 2);
+  EXPECT_DOUBLE_EQ(in_json[1].at("running").as_double(), 1);
+
+  // The sweep's figure: the busiest instance's requests running over the fleet's mean.
+  const size_t most = static_cast<size_t>(SweepFigure::kRunningMostOverMean);
+  EXPECT_DOUBLE_EQ(SweepFiguresOf(Summarize(run))[most], 2.0 / 0.75);
+
+  // A target that names no backend and one instance sampled: nothing to spread.
+  for (RequestRecord& r : run.requests) r.backend.clear();
+  run.samples = {sample("gpu0", 1, 0, 0.5)};
+  report.runs = {run};
+  EXPECT_EQ(ReportMarkdown(report).find("Load per instance"), std::string::npos);
+  EXPECT_TRUE(std::isnan(SweepFiguresOf(Summarize(run))[most]));
+}
+
 TEST(SummaryTest, ReportsModelledSecondsUnderATimeScale) {
   const RunSummary a = Summarize(FixedRun("a", 1.0));
   const RunSummary b = Summarize(FixedRun("b", 0.05));
