@@ -513,6 +513,30 @@ std::vector<std::vector<std::string>> SimLagRows(const Report& report,
   return rows;
 }
 
+// A table of report.md and report.html alike: its title, columns, rows and note.
+struct TableSection {
+  std::string title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  const char* note;
+};
+
+// Where the fleet's work went: prompt tokens by source, session turns, load per instance,
+// the simulator's lag; a section without rows is left out.
+std::vector<TableSection> FleetSections(const Report& report, const std::vector<RunSummary>& sums) {
+  std::vector<TableSection> out = {
+      {"Prompt tokens by source", PromptSourceHeader(), PromptSourceRows(report),
+       kPromptSourceNote},
+      {"Session turns: at home or moved", SessionTurnHeader(), SessionTurnRows(report, sums),
+       kSessionTurnNote},
+      {"Load per instance", InstanceLoadHeader(), InstanceLoadRows(report, sums),
+       kInstanceLoadNote},
+      {"Simulator lag", SimLagHeader(), SimLagRows(report, sums), kSimLagNote},
+  };
+  std::erase_if(out, [](const TableSection& t) { return t.rows.empty(); });
+  return out;
+}
+
 std::string ReportMarkdown(const Report& report) {
   const std::vector<RunSummary> sums = SummarizeAll(report);
   std::string out = absl::StrCat("# ", report.title, "\n\n");
@@ -539,21 +563,9 @@ std::string ReportMarkdown(const Report& report) {
   } else {
     absl::StrAppend(&out, "\n", HeavySplitMissing(report), "\n");
   }
-  if (const auto src = PromptSourceRows(report); !src.empty()) {
-    absl::StrAppend(&out, "\n## Prompt tokens by source\n\n",
-                    MarkdownTable(PromptSourceHeader(), src), "\n", kPromptSourceNote, "\n");
-  }
-  if (const auto turns = SessionTurnRows(report, sums); !turns.empty()) {
-    absl::StrAppend(&out, "\n## Session turns: at home or moved\n\n",
-                    MarkdownTable(SessionTurnHeader(), turns), "\n", kSessionTurnNote, "\n");
-  }
-  if (const auto load = InstanceLoadRows(report, sums); !load.empty()) {
-    absl::StrAppend(&out, "\n## Load per instance\n\n", MarkdownTable(InstanceLoadHeader(), load),
-                    "\n", kInstanceLoadNote, "\n");
-  }
-  if (const auto lag = SimLagRows(report, sums); !lag.empty()) {
-    absl::StrAppend(&out, "\n## Simulator lag\n\n", MarkdownTable(SimLagHeader(), lag), "\n",
-                    kSimLagNote, "\n");
+  for (const TableSection& t : FleetSections(report, sums)) {
+    absl::StrAppend(&out, "\n## ", t.title, "\n\n", MarkdownTable(t.header, t.rows), "\n", t.note,
+                    "\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "\n## Cache estimate error per class\n\n",
@@ -680,6 +692,10 @@ std::string ReportHtml(const Report& report) {
                     XmlEscape(kHeavySplitNote), "</p>\n");
   } else {
     absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(HeavySplitMissing(report)), "</p>\n");
+  }
+  for (const TableSection& t : FleetSections(report, sums)) {
+    absl::StrAppend(&out, "<h2>", XmlEscape(t.title), "</h2>\n", HtmlTable(t.header, t.rows),
+                    "<p class=\"note\">", XmlEscape(t.note), "</p>\n");
   }
   if (const auto est = EstimateRows(report, sums); !est.empty()) {
     absl::StrAppend(&out, "<h2>Cache estimate error per class</h2>\n",

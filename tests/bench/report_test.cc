@@ -283,6 +283,10 @@ TEST(InstanceLoadTest, CountsSessionsRequestsAndGaugesPerInstance) {
                     "31.2% (0.0%-75.0%) | gpu0 |"),
             std::string::npos)
       << md;
+  // report.html carries the same table.
+  const std::string html = ReportHtml(report);
+  EXPECT_NE(html.find("<h2>Load per instance</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<td>0.75 (0.00-2.00)</td>"), std::string::npos) << html;
   const json::value j = ReportJson(report);
   const json::array& in_json = j.at("runs").as_array()[0].at("summary").at("instances").as_array();
   ASSERT_EQ(in_json.size(), 4u);
