@@ -100,9 +100,8 @@ LoadSpread LoadSpreadOf(const std::vector<InstanceLoad>& loads) {
     if (s.n > 0) s.mean = sum / s.n;
     return s;
   };
-  // Request figures over the instances that served a request; an instance that served
-  // none while others did is an idle instance and counts as 0, unless it is only a GPU
-  // exporter's entry (it has no running gauge either).
+  // A GPU exporter's entry has neither requests nor a running gauge: it is no instance of
+  // the router's.
   const bool any_served =
       std::any_of(loads.begin(), loads.end(), [](const InstanceLoad& l) { return l.served > 0; });
   auto serving = [&](const InstanceLoad& l) {

@@ -33,7 +33,6 @@ struct InstanceLoad {
   double running = -1;
   double waiting = -1;
   double gpu_busy = -1;
-  bool has_requests() const { return served > 0; }
 };
 
 // One entry per instance that a served request names or a sample reads, by name. Samples of
@@ -56,6 +55,9 @@ struct LoadSpread {
   std::string busiest;
 };
 
+// Each figure over the instances that have it: the request figures over every instance
+// with a request or a running gauge (a sampled instance that served nothing was idle and
+// counts as 0; none when no request names its backend), the gauges over those that read them.
 LoadSpread LoadSpreadOf(const std::vector<InstanceLoad>& loads);
 
 }  // namespace kvroute::bench
