@@ -175,24 +175,27 @@ std::vector<std::vector<std::string>> ClassRows(const Report& report,
   return rows;
 }
 
-std::vector<std::string> HeavySplitHeader() {
-  return {"config",    "HEAVY co-located n", "TTFT p50",  "TTFT p90",   "floor p50",
-          "floor p90", "queue p50",          "queue p90", "queue share"};
+std::vector<std::string> FloorSplitHeader() {
+  return {"config",    "requests",  "n",         "TTFT p50",  "TTFT p90",
+          "floor p50", "floor p90", "queue p50", "queue p90", "queue share"};
 }
 
-// Rows only for runs with compute floors (a known fleet profile).
-std::vector<std::vector<std::string>> HeavySplitRows(const Report& report,
+// Per run with compute floors (a known fleet profile), a row for every class and one for the
+// HEAVY class when it has co-located requests.
+std::vector<std::vector<std::string>> FloorSplitRows(const Report& report,
                                                      const std::vector<RunSummary>& sums) {
   std::vector<std::vector<std::string>> rows;
+  auto add = [&rows](const std::string& run, const char* requests, const TtftSplit& split) {
+    rows.push_back({run, requests, absl::StrCat(split.floor.n), FormatSeconds(split.ttft.p50),
+                    FormatSeconds(split.ttft.p90), FormatSeconds(split.floor.p50),
+                    FormatSeconds(split.floor.p90), FormatSeconds(split.queue.p50),
+                    FormatSeconds(split.queue.p90), Percent(split.queue_share)});
+  };
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunSummary& s = sums[i];
-    if (s.heavy_ttft_floor.n == 0) continue;
-    const Distribution& total = s.heavy_ttft_colocated;
-    rows.push_back({report.runs[i].name, absl::StrCat(s.heavy_ttft_floor.n),
-                    FormatSeconds(total.p50), FormatSeconds(total.p90),
-                    FormatSeconds(s.heavy_ttft_floor.p50), FormatSeconds(s.heavy_ttft_floor.p90),
-                    FormatSeconds(s.heavy_ttft_queue.p50), FormatSeconds(s.heavy_ttft_queue.p90),
-                    Percent(s.heavy_queue_share)});
+    if (s.floor_split.floor.n == 0) continue;
+    add(report.runs[i].name, "all", s.floor_split);
+    if (s.heavy_split.floor.n > 0) add(report.runs[i].name, "HEAVY", s.heavy_split);
   }
   return rows;
 }
@@ -205,23 +208,25 @@ constexpr char kOffloadNote[] =
     "moved = that x the model's KV bytes per token (when the fleet's profile is known); "
     "offloaded prompt tokens = their whole prompts, the most an offload can move.";
 
-constexpr char kHeavySplitNote[] =
-    "Successful co-located HEAVY requests: floor = the time one idle instance of the fleet's "
-    "profile needs to prefill the request's uncached tokens (prompt - engine cached), in "
-    "max_num_batched_tokens chunks; queue = TTFT - floor (waiting, admission and steps shared "
-    "with other requests); queue share = sum of queue / sum of TTFT.";
+constexpr char kFloorSplitNote[] =
+    "Successful co-located requests (all, and the HEAVY class): floor = the time one idle "
+    "instance of the fleet's profile needs to prefill the request's uncached tokens (prompt - "
+    "engine cached), in max_num_batched_tokens chunks; queue = TTFT - floor (waiting, admission "
+    "and steps shared with other requests); queue share = sum of queue / sum of TTFT. No "
+    "placement or admission removes the floor, given the cache hits the run had.";
 
-// Why no run has a HEAVY TTFT split: no compute floors (unknown profile) or no HEAVY request.
-std::string HeavySplitMissing(const Report& report) {
+// Why no run has a TTFT split: no compute floors (unknown profile) or no successful
+// co-located request.
+std::string FloorSplitMissing(const Report& report) {
   for (const RunResult& r : report.runs) {
     for (const RequestRecord& q : r.requests) {
       if (q.compute_floor_s >= 0) {
-        return "HEAVY TTFT split: no successful co-located HEAVY request in these runs.";
+        return "TTFT split: no successful co-located request in these runs.";
       }
     }
   }
-  return "HEAVY TTFT split: not available, the fleet's profile is unknown for these runs (only "
-         "the ablation's embedded simulated fleet has one).";
+  return "TTFT split: not available, the fleet's profile is unknown for these runs (only the "
+         "ablation's embedded simulated fleet has one).";
 }
 
 std::string SloNote(const Report& report) {
@@ -557,11 +562,11 @@ std::string ReportMarkdown(const Report& report) {
   absl::StrAppend(&out, "\n## Offloads and cache estimates\n\n",
                   MarkdownTable(OffloadHeader(), OffloadRows(report, sums)), "\n", kOffloadNote,
                   "\n");
-  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
-    absl::StrAppend(&out, "\n## HEAVY TTFT: queue and compute floor\n\n",
-                    MarkdownTable(HeavySplitHeader(), heavy), "\n", kHeavySplitNote, "\n");
+  if (const auto split = FloorSplitRows(report, sums); !split.empty()) {
+    absl::StrAppend(&out, "\n## TTFT: queue and compute floor\n\n",
+                    MarkdownTable(FloorSplitHeader(), split), "\n", kFloorSplitNote, "\n");
   } else {
-    absl::StrAppend(&out, "\n", HeavySplitMissing(report), "\n");
+    absl::StrAppend(&out, "\n", FloorSplitMissing(report), "\n");
   }
   for (const TableSection& t : FleetSections(report, sums)) {
     absl::StrAppend(&out, "\n## ", t.title, "\n\n", MarkdownTable(t.header, t.rows), "\n", t.note,
@@ -686,12 +691,12 @@ std::string ReportHtml(const Report& report) {
   absl::StrAppend(&out, "<h2>Offloads and cache estimates</h2>\n",
                   HtmlTable(OffloadHeader(), OffloadRows(report, sums)), "<p class=\"note\">",
                   XmlEscape(kOffloadNote), "</p>\n");
-  if (const auto heavy = HeavySplitRows(report, sums); !heavy.empty()) {
-    absl::StrAppend(&out, "<h2>HEAVY TTFT: queue and compute floor</h2>\n",
-                    HtmlTable(HeavySplitHeader(), heavy), "<p class=\"note\">",
-                    XmlEscape(kHeavySplitNote), "</p>\n");
+  if (const auto split = FloorSplitRows(report, sums); !split.empty()) {
+    absl::StrAppend(&out, "<h2>TTFT: queue and compute floor</h2>\n",
+                    HtmlTable(FloorSplitHeader(), split), "<p class=\"note\">",
+                    XmlEscape(kFloorSplitNote), "</p>\n");
   } else {
-    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(HeavySplitMissing(report)), "</p>\n");
+    absl::StrAppend(&out, "<p class=\"note\">", XmlEscape(FloorSplitMissing(report)), "</p>\n");
   }
   for (const TableSection& t : FleetSections(report, sums)) {
     absl::StrAppend(&out, "<h2>", XmlEscape(t.title), "</h2>\n", HtmlTable(t.header, t.rows),

@@ -103,10 +103,14 @@ json::object SummaryJson(const RunSummary& s) {
                           {"class", SloClassSourceName(s.slo.class_source)},
                           {"stream_stall_s", kStreamStallS}};
   o["goodput_rps"] = NonNegative(s.goodput_rps);
-  o["heavy_ttft_colocated_s"] = DistJson(s.heavy_ttft_colocated);
-  o["heavy_ttft_floor_s"] = DistJson(s.heavy_ttft_floor);
-  o["heavy_ttft_queue_s"] = DistJson(s.heavy_ttft_queue);
-  o["heavy_queue_share"] = NonNegative(s.heavy_queue_share);
+  o["ttft_colocated_s"] = DistJson(s.floor_split.ttft);
+  o["ttft_floor_s"] = DistJson(s.floor_split.floor);
+  o["ttft_queue_s"] = DistJson(s.floor_split.queue);
+  o["queue_share"] = NonNegative(s.floor_split.queue_share);
+  o["heavy_ttft_colocated_s"] = DistJson(s.heavy_split.ttft);
+  o["heavy_ttft_floor_s"] = DistJson(s.heavy_split.floor);
+  o["heavy_ttft_queue_s"] = DistJson(s.heavy_split.queue);
+  o["heavy_queue_share"] = NonNegative(s.heavy_split.queue_share);
   o["jobs"] = s.jobs;
   o["jobs_ok"] = s.jobs_ok;
   o["turns_planned"] = s.turns_planned;

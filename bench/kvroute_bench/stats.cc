@@ -109,6 +109,33 @@ std::map<std::string, std::vector<double>> EstimateErrorsByClass(const RunResult
   return out;
 }
 
+namespace {
+
+// The samples of one TtftSplit, modelled seconds.
+struct SplitSamples {
+  std::vector<double> ttft, floor, queue;
+  double ttft_sum = 0, queue_sum = 0;
+
+  void Add(double ttft_s, double floor_s) {
+    ttft.push_back(ttft_s);
+    floor.push_back(floor_s);
+    queue.push_back(ttft_s - floor_s);
+    ttft_sum += ttft_s;
+    queue_sum += ttft_s - floor_s;
+  }
+
+  TtftSplit Describe() const {
+    TtftSplit split;
+    split.ttft = bench::Describe(ttft);
+    split.floor = bench::Describe(floor);
+    split.queue = bench::Describe(queue);
+    if (ttft_sum > 0) split.queue_share = queue_sum / ttft_sum;
+    return split;
+  }
+};
+
+}  // namespace
+
 RunSummary Summarize(const RunResult& run) {
   RunSummary s;
   const double scale = run.time_scale > 0 ? run.time_scale : 1.0;
@@ -130,8 +157,7 @@ RunSummary Summarize(const RunResult& run) {
   int64_t est_n = 0;
   double bound_hit = 0, bound_total = 0;
   bool bound_known = true;
-  std::vector<double> heavy_ttft, heavy_floor, heavy_queue;
-  double heavy_ttft_sum = 0, heavy_queue_sum = 0;
+  SplitSamples floor_split, heavy_split;
   bool any_slo_class = false;
   for (const RequestRecord& r : run.requests) {
     ++s.requests;
@@ -193,12 +219,9 @@ RunSummary Summarize(const RunResult& run) {
       }
     }
     if (r.offloaded() && r.prompt_tokens > 0) s.offloaded_prompt_tokens += r.prompt_tokens;
-    if (klass == "HEAVY" && !r.offloaded() && r.compute_floor_s >= 0 && r.ttft >= 0) {
-      heavy_ttft.push_back(r.ttft / scale);
-      heavy_floor.push_back(r.compute_floor_s / scale);
-      heavy_queue.push_back((r.ttft - r.compute_floor_s) / scale);
-      heavy_ttft_sum += r.ttft / scale;
-      heavy_queue_sum += (r.ttft - r.compute_floor_s) / scale;
+    if (!r.offloaded() && r.compute_floor_s >= 0 && r.ttft >= 0) {
+      floor_split.Add(r.ttft / scale, r.compute_floor_s / scale);
+      if (klass == "HEAVY") heavy_split.Add(r.ttft / scale, r.compute_floor_s / scale);
     }
     if (r.predicted_ttft_s >= 0 && r.ttft > 0) {
       for (Samples* x : {&all, &c}) {
@@ -321,10 +344,8 @@ RunSummary Summarize(const RunResult& run) {
   if (run.kv_bytes_per_token > 0) {
     s.transferred_bytes = static_cast<double>(s.transferred_tokens) * run.kv_bytes_per_token;
   }
-  s.heavy_ttft_colocated = Describe(heavy_ttft);
-  s.heavy_ttft_floor = Describe(heavy_floor);
-  s.heavy_ttft_queue = Describe(heavy_queue);
-  if (heavy_ttft_sum > 0) s.heavy_queue_share = heavy_queue_sum / heavy_ttft_sum;
+  s.floor_split = floor_split.Describe();
+  s.heavy_split = heavy_split.Describe();
 
   // Jobs and turns.
   std::vector<double> completion;

@@ -93,6 +93,18 @@ struct ClassSummary {
   int64_t missed_floor = 0, missed_wait = 0, missed_tpot = 0;
 };
 
+// A TTFT split into its compute floor (RequestRecord::compute_floor_s: the uncached tokens it
+// found, prefilled on an idle instance of the fleet's profile) and the rest (queueing,
+// admission, steps shared with other requests), over successful co-located requests with a
+// floor, modelled seconds. Offloaded requests are left out: their prefill ran on another
+// instance, whose cached tokens the records do not carry. n == 0 when the run had no profile.
+// The floor's percentiles against the TTFT's say how much of a tail any placement or
+// admission could remove: none of the floor, at most the rest.
+struct TtftSplit {
+  Distribution ttft, floor, queue;
+  double queue_share = -1;  // sum of the rest / sum of TTFT over those requests
+};
+
 struct RunSummary {
   int64_t requests = 0;  // sent
   int64_t errors = 0;    // shed + failed + gave_up
@@ -130,12 +142,9 @@ struct RunSummary {
   // Goodput and the SLOs it was measured against.
   SloTargets slo;
   double goodput_rps = -1;  // requests meeting their SLOs per modelled second
-  // HEAVY TTFT split, over successful co-located HEAVY requests with a compute floor
-  // (RequestRecord::compute_floor_s): the floor, and the rest of the TTFT (queueing,
-  // admission, sharing steps with other requests), modelled seconds. n == 0 when the run
-  // had no profile.
-  Distribution heavy_ttft_colocated, heavy_ttft_floor, heavy_ttft_queue;
-  double heavy_queue_share = -1;      // sum of the rest / sum of TTFT over those requests
+  // TTFT split over successful co-located requests with a compute floor (TtftSplit): every
+  // class, and the HEAVY class alone.
+  TtftSplit floor_split, heavy_split;
   std::vector<ClassSummary> classes;  // "ALL" first, then WARM, MEDIUM, HEAVY, others
   // Agentic jobs.
   int64_t jobs = 0;

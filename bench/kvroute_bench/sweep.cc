@@ -179,6 +179,7 @@ const std::array<SweepFigureInfo, kSweepFigureCount>& SweepFigures() {
       {SweepFigure::kTtftP50, "ttft_p50_s", "TTFT p50"},
       {SweepFigure::kTtftP90, "ttft_p90_s", "TTFT p90"},
       {SweepFigure::kTtftP99, "ttft_p99_s", "TTFT p99"},
+      {SweepFigure::kTtftFloorP90, "ttft_floor_p90_s", "TTFT floor p90"},
       {SweepFigure::kTpotP99, "tpot_p99_s", "TPOT p99"},
       {SweepFigure::kHeavyTtftP90, "heavy_ttft_p90_s", "HEAVY TTFT p90"},
       {SweepFigure::kGoodput, "goodput", "goodput"},
@@ -218,6 +219,9 @@ SweepFigureValues SweepFiguresOf(const RunSummary& summary) {
   }
   for (const ClassSummary& c : summary.classes) {
     if (c.klass == "HEAVY" && c.requests > 0) v[Index(SweepFigure::kHeavyTtftP90)] = c.ttft.p90;
+  }
+  if (summary.floor_split.floor.n > 0) {
+    v[Index(SweepFigure::kTtftFloorP90)] = summary.floor_split.floor.p90;
   }
   if (summary.prompt_tokens > 0) {
     v[Index(SweepFigure::kPrefixHit)] = summary.hit_ratio;
@@ -528,7 +532,9 @@ std::string SweepMarkdown(const Sweep& sweep) {
   absl::StrAppend(&md,
                   "## Figures over the seeds\n\nMedian [min–max] over the seeds; "
                   "latencies in modelled seconds over all requests (HEAVY TTFT p90: the "
-                  "HEAVY class's); goodput: the share of requests meeting their class's TTFT "
+                  "HEAVY class's; TTFT floor p90: the compute floor's, the TTFT p90 with no "
+                  "queueing at the run's cache hits, report.md's \"TTFT: queue and compute "
+                  "floor\"); goodput: the share of requests meeting their class's TTFT "
                   "SLO and the TPOT SLO (each point's report.md); hit / pooled: each run's "
                   "prefix hit over its own pooled-LRU yardstick; errors count unsuccessful "
                   "requests and dropped arrivals; of the requests sent, served succeeded, shed "

@@ -67,6 +67,10 @@ enum class SweepFigure {
   kTtftP50,
   kTtftP90,
   kTtftP99,
+  // The compute floor's p90 over the successful co-located requests (RunSummary::
+  // floor_split): the TTFT p90 the run's cache hits would give with no queueing at all, the
+  // part of kTtftP90 no placement or admission removes.
+  kTtftFloorP90,
   kTpotP99,
   kHeavyTtftP90,  // the HEAVY class's TTFT p90 (offloaded requests included)
   kGoodput,       // share of requests meeting their SLOs, 0..1 (higher is better)
@@ -106,7 +110,7 @@ enum class SweepFigure {
   // instances queueing while others idle, which the fleet's mean busy share hides.
   kRunningMostOverMean,
 };
-inline constexpr size_t kSweepFigureCount = 25;
+inline constexpr size_t kSweepFigureCount = 26;
 
 struct SweepFigureInfo {
   SweepFigure figure;

@@ -936,17 +936,47 @@ TEST(SummaryTest, GoodputItlStallsAndTheHeavySplit) {
   EXPECT_NEAR(warm.itl_p50, 0.012, 0.012 * 0.012);
   EXPECT_NEAR(all.itl_p99, 0.9, 1e-9);  // the top bucket clamps to the exact max
   EXPECT_NEAR(heavy.itl_max, 0.9, 1e-9);
-  // HEAVY split: the two co-located HEAVY requests.
-  EXPECT_EQ(s.heavy_ttft_floor.n, 2);
-  EXPECT_DOUBLE_EQ(s.heavy_ttft_floor.p50, 9);
-  EXPECT_DOUBLE_EQ(s.heavy_ttft_queue.p50, (12 + 30) / 2.0);
-  EXPECT_DOUBLE_EQ(s.heavy_ttft_colocated.p50, 30);
-  EXPECT_DOUBLE_EQ(s.heavy_queue_share, 42.0 / 60);
+  // HEAVY split: the two co-located HEAVY requests; the WARM ones have no floor, so the
+  // split over every class holds the same two.
+  EXPECT_EQ(s.heavy_split.floor.n, 2);
+  EXPECT_DOUBLE_EQ(s.heavy_split.floor.p50, 9);
+  EXPECT_DOUBLE_EQ(s.heavy_split.queue.p50, (12 + 30) / 2.0);
+  EXPECT_DOUBLE_EQ(s.heavy_split.ttft.p50, 30);
+  EXPECT_DOUBLE_EQ(s.heavy_split.queue_share, 42.0 / 60);
+  EXPECT_EQ(s.floor_split.floor.n, 2);
+  EXPECT_DOUBLE_EQ(s.floor_split.queue_share, 42.0 / 60);
   // Offloads: 1 of 7; its 10,000 cached tokens were pulled, 10 MB at 1,000 B/token.
   EXPECT_DOUBLE_EQ(s.offload_rate, 1.0 / 7);
   EXPECT_EQ(s.offloaded_prompt_tokens, 40000);
   EXPECT_EQ(s.transferred_tokens, 10000);
   EXPECT_DOUBLE_EQ(s.transferred_bytes, 1e7);
+}
+
+TEST(SummaryTest, TtftSplitOverEveryClassLeavesOutOffloadsAndFailures) {
+  RunResult run = SloRun();
+  run.requests[0].compute_floor_s = 0.4 * 0.1;  // WARM, TTFT 1 s: floor 0.4, queue 0.6
+  run.requests[1].compute_floor_s = 2.5 * 0.1;  // WARM, TTFT 3 s: floor 2.5, queue 0.5
+  const RunSummary s = Summarize(run);
+  // The two WARM requests and the two co-located HEAVY ones; not the offloaded HEAVY
+  // request (floor 4 s), the WARM one without a floor nor the failure.
+  EXPECT_EQ(s.floor_split.floor.n, 4);
+  EXPECT_NEAR(s.floor_split.floor.p50, (2.5 + 8) / 2, 1e-9);
+  EXPECT_NEAR(s.floor_split.floor.max, 10, 1e-9);
+  EXPECT_NEAR(s.floor_split.queue.p50, (0.6 + 12) / 2, 1e-9);
+  EXPECT_NEAR(s.floor_split.ttft.max, 40, 1e-9);
+  EXPECT_NEAR(s.floor_split.queue_share, (0.6 + 0.5 + 12 + 30) / (1.0 + 3 + 20 + 40), 1e-9);
+  // The HEAVY split keeps its two.
+  EXPECT_EQ(s.heavy_split.floor.n, 2);
+  // Each run gets an "all" row and a HEAVY row, in report.md and in report.json.
+  Report report;
+  report.runs = {run};
+  const std::string md = ReportMarkdown(report);
+  EXPECT_NE(md.find("| v1 | all | 4 | 11.5 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| v1 | HEAVY | 2 | 30.0 |"), std::string::npos) << md;
+  const json::value j = ReportJson(report);
+  const json::object& summary = j.at("runs").as_array()[0].at("summary").as_object();
+  EXPECT_EQ(summary.at("ttft_floor_s").at("n").as_int64(), 4);
+  EXPECT_EQ(summary.at("heavy_ttft_floor_s").at("n").as_int64(), 2);
 }
 
 TEST(SummaryTest, ServedMissesSplitByFloorWaitAndTpot) {
@@ -1064,11 +1094,11 @@ TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
   EXPECT_NE(md.find("| 37.5% | 0.900 | 40.0% |"), std::string::npos);  // the summary row
   EXPECT_NE(md.find("| 1 / 3 | 33.3% |"), std::string::npos);          // WARM per class
   EXPECT_NE(md.find("WARM 2s, MEDIUM 10s, HEAVY 30s) and TPOT within 0.1s"), std::string::npos);
-  EXPECT_NE(md.find("## HEAVY TTFT: queue and compute floor"), std::string::npos);
-  EXPECT_NE(md.find("| v1 | 2 | 30.0 |"), std::string::npos);
+  EXPECT_NE(md.find("## TTFT: queue and compute floor"), std::string::npos);
+  EXPECT_NE(md.find("| v1 | HEAVY | 2 | 30.0 |"), std::string::npos);
   EXPECT_NE(md.find("0.01 GB"), std::string::npos);
   const std::string html = ReportHtml(report);
-  EXPECT_NE(html.find("<h2>HEAVY TTFT: queue and compute floor</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<h2>TTFT: queue and compute floor</h2>"), std::string::npos);
   EXPECT_NE(html.find("<th>goodput</th>"), std::string::npos);
   const json::value j = ReportJson(report);
   const json::object& run = j.at("runs").as_array()[0].as_object();
@@ -1082,9 +1112,16 @@ TEST(ReportTest, GoodputItlAndHeavySplitInEveryFormat) {
   report.runs[0].requests[3].compute_floor_s = -1;
   report.runs[0].requests[4].compute_floor_s = -1;
   report.runs[0].requests[5].compute_floor_s = -1;
-  EXPECT_NE(ReportMarkdown(report).find("HEAVY TTFT split: not available"), std::string::npos);
+  EXPECT_NE(ReportMarkdown(report).find("TTFT split: not available"), std::string::npos);
+  report.runs[0].requests[6].compute_floor_s = 0.1;  // only the failed request has a floor
+  EXPECT_NE(ReportMarkdown(report).find("no successful co-located request"), std::string::npos);
   report.runs[0].requests[0].compute_floor_s = 0.1;  // a WARM request with a floor
-  EXPECT_NE(ReportMarkdown(report).find("no successful co-located HEAVY"), std::string::npos);
+  const std::string md_warm = ReportMarkdown(report);
+  const size_t split = md_warm.find("## TTFT: queue and compute floor");
+  ASSERT_NE(split, std::string::npos);
+  const std::string section = md_warm.substr(split, md_warm.find("\n## ", split + 1) - split);
+  EXPECT_NE(section.find("| v1 | all | 1 |"), std::string::npos) << section;
+  EXPECT_EQ(section.find("| v1 | HEAVY |"), std::string::npos) << section;
 }
 
 // The FixedRun plus a shed WARM request (with its Retry-After), a shed request without a

@@ -150,6 +150,15 @@ TEST(SweepFiguresTest, FromARunSummary) {
   EXPECT_EQ(planned.turns_planned, 19);
   EXPECT_EQ(planned.turns_unsent, 3 + 4);
   EXPECT_DOUBLE_EQ(SweepFiguresOf(planned)[Index(SweepFigure::kPlannedGoodput)], 3.0 / 19);
+  // No compute floors (no fleet profile): no floor p90; with them, over the co-located
+  // successful requests, the offloaded one left out.
+  EXPECT_TRUE(std::isnan(v[Index(SweepFigure::kTtftFloorP90)]));
+  RunResult floored = run;
+  for (size_t i = 0; i < floored.requests.size(); ++i) {
+    floored.requests[i].compute_floor_s = 0.1 * static_cast<double>(i + 1);
+  }
+  // Floors 0.1 .. 0.9 s on the nine co-located requests: p90 at rank 7.2.
+  EXPECT_NEAR(SweepFiguresOf(Summarize(floored))[Index(SweepFigure::kTtftFloorP90)], 0.82, 1e-9);
   // No instance samples: no queue split; with them, the shares of samples.
   EXPECT_TRUE(std::isnan(v[Index(SweepFigure::kQueued)]));
   RunResult sampled = run;
