@@ -1,10 +1,11 @@
 #include "bench/kvroute_bench/compute_floor.h"
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sim/engine.h"
 #include "sim/profile.h"
@@ -13,7 +14,8 @@ namespace kvroute::bench {
 namespace {
 
 const std::string kH20Profile =
-    std::string(KVROUTE_SOURCE_DIR) + "/configs/profiles/h20-qwen3-coder-30b-a3b.yaml";
+    (std::filesystem::path(KVROUTE_SOURCE_DIR) / "configs/profiles/h20-qwen3-coder-30b-a3b.yaml")
+        .string();
 
 std::vector<int32_t> Tokens(int n, int32_t first) {
   std::vector<int32_t> t(static_cast<size_t>(n));

@@ -19,7 +19,7 @@ TEST(ProfileKeysTest, ReadsEveryShippedProfile) {
   }
   EXPECT_GE(read, 1);
   absl::StatusOr<ProfileKeys> h20 = LoadProfileKeys(
-      std::string(KVROUTE_SOURCE_DIR) + "/configs/profiles/h20-qwen3-coder-30b-a3b.yaml");
+      (fs::path(KVROUTE_SOURCE_DIR) / "configs/profiles/h20-qwen3-coder-30b-a3b.yaml").string());
   ASSERT_TRUE(h20.ok()) << h20.status();
   EXPECT_EQ(h20->model.num_attention_layers, 48);
   EXPECT_EQ(h20->timing.prefill_s_per_token, 1.1e-4);
@@ -49,7 +49,8 @@ TEST(ProfileKeysTest, ErrorsNameTheKeyAndTheExpectedType) {
   };
   EXPECT_EQ(message("engine: {block_size: lots}"),
             "engine.block_size: expected an integer, got 'lots'");
-  EXPECT_EQ(message("timing: {step_fixed_s: [1]}"), "timing.step_fixed_s: expected a number, got a list");
+  EXPECT_EQ(message("timing: {step_fixed_s: [1]}"),
+            "timing.step_fixed_s: expected a number, got a list");
   EXPECT_EQ(message("engine: {cache_generated_blocks: maybe}"),
             "engine.cache_generated_blocks: expected true or false, got 'maybe'");
   EXPECT_EQ(message("model: {name: {a: 1}}"), "model.name: expected a string, got a map");

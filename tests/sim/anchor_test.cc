@@ -3,6 +3,7 @@
 // at several batch sizes, and a P/D pull's handover. Deterministic: no wall clock.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <numeric>
 #include <string>
 
@@ -16,7 +17,7 @@ constexpr double kTolerance = 0.15;
 
 Profile Load(const std::string& name) {
   absl::StatusOr<Profile> p =
-      LoadProfile(std::string(KVROUTE_SOURCE_DIR) + "/configs/profiles/" + name);
+      LoadProfile((std::filesystem::path(KVROUTE_SOURCE_DIR) / "configs/profiles" / name).string());
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : Profile{};
 }

@@ -4,13 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 namespace sim {
 namespace {
 
 std::string ProfilePath(const std::string& name) {
-  return std::string(KVROUTE_SOURCE_DIR) + "/configs/profiles/" + name;
+  return (std::filesystem::path(KVROUTE_SOURCE_DIR) / "configs/profiles" / name).string();
 }
 
 TEST(ProfileTest, H20FleetProfileDerivesItsCapacity) {
