@@ -20,7 +20,10 @@
 // [1 / max_sample_ratio, max_sample_ratio] so one outlier cannot wreck it.
 //   - prefill factor f_i, per instance: every time term on the instance runs
 //     at its prefill rate (queue, admission, its own prefill), so a
-//     co-located request's whole TTFT is the sample;
+//     co-located request's whole TTFT is the sample, against the prediction
+//     with its own prefill priced at the cached count the engine reported
+//     (the router samples when the response ends), so the factor learns
+//     the instance's speed and not the cache estimate's error;
 //   - transfer factor g_ab, per (prefill, decode) pair: an offload's time from
 //     the prefill's end to the first token on b. A pair without samples takes
 //     the fleet-wide transfer factor, learned from every pair's samples;

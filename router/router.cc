@@ -383,6 +383,7 @@ InflightRequest RouterImpl::Reserve(const RequestFeatures& features, const Routi
   r.routed_at = now;
   r.stream = features.stream;
   r.prefill_time_factor = placement::PrefillTimeFactor(snapshot_, d.decode_backend);
+  r.predicted_cached_tokens = d.cached_tokens_est;
   r.load = ledger_.Reserve({.prefill = d.prefill_backend,
                             .decode = d.decode_backend,
                             .offload = d.mode == DecisionMode::kOffload,
@@ -417,16 +418,41 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
   const Decision& d = r.decision;
   ledger_.FirstToken(r.load);
   // A co-located streamed request's TTFT teaches its instance's prefill
-  // time factor. WARM turns teach nothing: their TTFT is mostly what the
-  // model leaves out (a scheduling step, the HTTP round trip).
+  // time factor, when the response ends and the engine has said what it
+  // found cached (LearnPrefillRate). WARM turns teach nothing: their TTFT is
+  // mostly what the model leaves out (a scheduling step, the HTTP round
+  // trip).
   if (options_.rate_learning.enabled && r.stream && d.mode == DecisionMode::kColocated &&
       d.prefill_backend == d.decode_backend && d.request_class != RequestClass::kWarm &&
       d.predicted_ttft_s > 0 && ledger_.epoch(d.decode_backend) == r.load.decode_epoch &&
       !(*specs_)[d.decode_backend].retired) {
-    rates_.ObservePrefill(d.decode_backend, absl::ToDoubleSeconds(now - r.routed_at),
-                          d.predicted_ttft_s / r.prefill_time_factor);
+    r.ttft_sample_s = absl::ToDoubleSeconds(now - r.routed_at);
   }
   RecordReuseGap(r, now);
+}
+
+// The sample waits for the engine's cached count because the factor is the
+// fleet's speed, not the estimate's error: a prompt estimated cold that the
+// engine found mostly cached (a session's previous turn still in flight, its
+// blocks not yet announced) prefills in a fraction of the predicted time,
+// and priced at the estimate that sample would pull the factor down, so the
+// next cold prefills there would be predicted at a fraction of what they
+// take, and admitted past their deadlines.
+void RouterImpl::LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served) {
+  const Decision& d = r.decision;
+  if (!(r.ttft_sample_s >= 0) || (*specs_)[d.decode_backend].retired) return;
+  double modelled_s = d.predicted_ttft_s / r.prefill_time_factor;
+  if (served == d.decode_backend && outcome.prompt_tokens > 0 && outcome.cached_tokens >= 0 &&
+      !CachedTokensMayIncludeTransfer(d, outcome)) {
+    const int64_t est_cached =
+        std::clamp<int64_t>(r.predicted_cached_tokens, 0, d.prompt_tokens_est);
+    const int64_t cached = std::clamp<int64_t>(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    modelled_s += placement::PrefillSeconds(outcome.prompt_tokens - cached, cached,
+                                            placement_.rates) -
+                  placement::PrefillSeconds(d.prompt_tokens_est - est_cached, est_cached,
+                                            placement_.rates);
+  }
+  rates_.ObservePrefill(d.decode_backend, r.ttft_sample_s, modelled_s);
 }
 
 void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
@@ -483,20 +509,21 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   if (it == inflight_.end()) return;
   InflightRequest r = std::move(it->second);
   inflight_.erase(it);
+  const Decision& d = r.decision;
   ledger_.Release(r.load, r.first_token);
+  const int served = Valid(outcome.served_by) ? outcome.served_by : d.decode_backend;
+  LearnPrefillRate(r, outcome, served);
   LeaveResidency(r,
                  std::max<int64_t>(0, outcome.prompt_tokens) +
                      std::max<int64_t>(0, outcome.completion_tokens),
                  now);
   sessions_.Finish(r.session, now);
 
-  const Decision& d = r.decision;
   if (outcome.ok && outcome.prompt_tokens > 0) {
     ratios_.Observe(r.model, r.prompt_bytes, outcome.prompt_tokens);
     const double fleet = ratios_.FleetWide();
     if (std::abs(fleet - capacity_ratio_) > 0.02 * capacity_ratio_) ApplyCapacities();
   }
-  const int served = Valid(outcome.served_by) ? outcome.served_by : d.decode_backend;
   // Only a completed 2xx response proves the engine cached the prompt: a
   // first byte may be an error body (404, 400) from an engine that never
   // prefilled. A stream cut short did cache it; the next truth for that

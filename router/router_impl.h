@@ -74,7 +74,11 @@ struct InflightRequest {
   // with the whole answer).
   bool stream = false;
   double prefill_time_factor = 1;  // the decode backend's, in the prediction
+  int64_t predicted_cached_tokens = 0;  // the decode backend's, in the prediction
   bool first_token = false;
+  // Its realised TTFT, kept from the first token for the prefill time
+  // factor's sample at OnComplete; -1 when it teaches nothing.
+  double ttft_sample_s = -1;
   // What the request holds in each backend's modelled KV pool until it ends.
   ShadowIndex::Pin decode_pin;
   ShadowIndex::Pin prefill_pin;
@@ -221,6 +225,12 @@ class RouterImpl : public Router {
   // Hands the residency model's woken waiters to the listener.
   void Wake(std::vector<uint64_t>& woken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnFromTruth(const InflightRequest& r, const Outcome& outcome, int served)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prefill time factor's sample for r's realised TTFT (ttft_sample_s),
+  // against the prediction with its own prefill priced at the cached count
+  // the engine reported where it did (served by r's instance, no KV
+  // received), at the estimate where it did not.
+  void LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Live sizing (router/router_sizing.cc): the KV a completed request wrote
   // into `served`'s tiers, the engine's stored blocks, a session turn's

@@ -1,6 +1,7 @@
 // The router's predictions for every policy and the time factors it learns
-// from first tokens and offloads' transfers (router/rate_learner.h), end to
-// end through the Router facade with an injected clock. Figures of
+// from first tokens (sampled when the response ends) and offloads'
+// transfers (router/rate_learner.h), end to end through the Router facade
+// with an injected clock. Figures of
 // placement_cost_test.cc: 10,000 prefill tokens/s, 1e-5 s of transfer per
 // token plus 0.1 s; 4 prompt bytes per token.
 #include <memory>
@@ -124,6 +125,45 @@ TEST(RouterRatesTest, LearnsASlowInstanceFromFirstTokens) {
   plain.avoid_backends = {0};
   RouteAndServe(*r, plain, 20.0, now);
   EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
+}
+
+// The engine found 9,000 of the 10,000 tokens estimated cold cached (a
+// session's previous turn whose blocks the router had not seen yet) and
+// served the first token in the 0.1 s its 1,000 new tokens take: the sample,
+// taken when the response ends, prices the prefill at the engine's count, so
+// the instance's factor stays 1, and cold prompts after it are still
+// predicted at their full 1 s. Without the engine's count (no
+// prompt_tokens_details) the same TTFTs are samples of a tenfold faster
+// instance.
+TEST(RouterRatesTest, LearnsAgainstTheEnginesCachedCount) {
+  auto r = Make(RatesOptions("baseline"));
+  absl::Time now = kT0;
+  for (int i = 0; i < 30; ++i) {
+    RequestFeatures f = Req(i, 10000);
+    f.avoid_backends = {0};
+    absl::StatusOr<RouteTicket> t = r->Route(f, now);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->decision.cached_tokens_est, 0);
+    now += absl::Seconds(0.1);
+    r->OnFirstToken(*t, now);
+    EXPECT_EQ(r->Report()[1].prefill_time_samples, i);  // not before the end
+    now += absl::Seconds(2);
+    r->OnComplete(*t, {.ok = true, .prompt_tokens = 10000, .cached_tokens = 9000, .served_by = 1},
+                  now);
+  }
+  EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
+  EXPECT_NEAR(PrefillFactor(*r, 1), 1.0, 1e-6);
+  RequestFeatures cold = Req(100, 10000);
+  cold.avoid_backends = {0};
+  EXPECT_NEAR(r->Route(cold, now)->decision.predicted_ttft_s, 1.0, 1e-6);
+
+  auto blind = Make(RatesOptions("baseline"));
+  for (int i = 0; i < 30; ++i) {
+    RequestFeatures f = Req(i, 10000);
+    f.avoid_backends = {0};
+    RouteAndServe(*blind, f, 0.1, now);  // cached_tokens unknown
+  }
+  EXPECT_NEAR(PrefillFactor(*blind, 1), 0.1, 0.01);
 }
 
 // A turn that waited after routing (for its reservation across replicas)
