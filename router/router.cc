@@ -428,6 +428,15 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
       !(*specs_)[d.decode_backend].retired) {
     r.ttft_sample_s = absl::ToDoubleSeconds(now - r.routed_at);
   }
+  // Its instance now caches the whole prompt: a request sharing the prefix
+  // sent before this one ends (a turn whose predecessor is still streaming,
+  // parallel calls from one context) finds it there. Pins published to
+  // other replicas stay as published.
+  if (d.prefill_backend == d.decode_backend && !r.pin_deferred && !r.pins_shared &&
+      !(*specs_)[d.decode_backend].retired) {
+    r.computed_begin = r.decode_pin.chunks;
+    r.computed_end = r.computed_begin + index_.HoldComputed(r.decode_pin, r.chain);
+  }
   RecordReuseGap(r, now);
 }
 
@@ -440,7 +449,7 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
 // take, and admitted past their deadlines.
 void RouterImpl::LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served) {
   const Decision& d = r.decision;
-  if (!(r.ttft_sample_s >= 0) || (*specs_)[d.decode_backend].retired) return;
+  if (!outcome.ok || !(r.ttft_sample_s >= 0) || (*specs_)[d.decode_backend].retired) return;
   double modelled_s = d.predicted_ttft_s / r.prefill_time_factor;
   if (served == d.decode_backend && outcome.prompt_tokens > 0 && outcome.cached_tokens >= 0 &&
       !CachedTokensMayIncludeTransfer(d, outcome)) {
@@ -543,7 +552,18 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   index_.Unpin(r.prefill_pin, r.chain);
   ShareUnpin(ticket.id, /*prefill=*/false, r);
   ShareUnpin(ticket.id, /*prefill=*/true, r);
-  if (!learn) return;
+  if (!learn) {
+    // A first byte may have been an error body's: what it put into the
+    // shadow is no proof, and goes (as a stream cut short, which the next
+    // truth for that prefix corrects).
+    if (r.computed_end > r.computed_begin) {
+      index_.Forget(d.decode_backend,
+                    absl::MakeConstSpan(r.chain).subspan(
+                        static_cast<size_t>(r.computed_begin),
+                        static_cast<size_t>(r.computed_end - r.computed_begin)));
+    }
+    return;
+  }
   RecordWrites(r, outcome, served);
   // Whoever computed the prompt now caches all of it, and stores it
   // through to its host tier.

@@ -360,9 +360,13 @@ class Router {
   virtual bool HoldsSessions() const = 0;
 
   // The decode backend produced its first byte: prefill tokens become a
-  // decoding request. For a co-located streamed request whose decision
-  // carried a prediction, `now` minus the routing time is its realised TTFT,
-  // which teaches the instance's prefill time factor.
+  // decoding request, and a co-located request's instance holds its whole
+  // prompt from now on (ShadowIndex::HoldComputed; taken back if the
+  // response does not end well, the byte having been an error body's). For a co-located streamed request whose
+  // decision carried a prediction, `now` minus the routing time is its
+  // realised TTFT, which teaches the instance's prefill time factor when the
+  // response ends well (OnComplete; its own prefill priced at the engine's
+  // cached_tokens where usage has them).
   virtual void OnFirstToken(const RouteTicket& ticket, absl::Time now) = 0;
   // The response ended (any way). Releases load; learns from usage.
   virtual void OnComplete(const RouteTicket& ticket, const Outcome& outcome, absl::Time now) = 0;

@@ -76,6 +76,10 @@ struct InflightRequest {
   double prefill_time_factor = 1;  // the decode backend's, in the prediction
   int64_t predicted_cached_tokens = 0;  // the decode backend's, in the prediction
   bool first_token = false;
+  // chain[computed_begin, computed_end): what its first token put into the
+  // shadow (ShadowIndex::HoldComputed), taken back if it ends in failure.
+  int32_t computed_begin = 0;
+  int32_t computed_end = 0;
   // Its realised TTFT, kept from the first token for the prefill time
   // factor's sample at OnComplete; -1 when it teaches nothing.
   double ttft_sample_s = -1;

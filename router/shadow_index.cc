@@ -151,20 +151,25 @@ void ShadowIndex::Store(int instance, absl::Span<const uint64_t> chain) {
       continue;
     }
     if (lru.size >= lru.capacity) EvictOldest(instance);
-    uint32_t node;
-    if (!lru.free.empty()) {
-      node = lru.free.back();
-      lru.free.pop_back();
-    } else {
-      node = static_cast<uint32_t>(lru.nodes.size());
-      lru.nodes.push_back({});
-    }
-    lru.nodes[node] = Node{hash, ++clock_, kNil, kNil, 0};
-    PushNewest(lru, node);
-    lru.slot.emplace(hash, node);
-    ++lru.size;
-    AddHolder(hash, instance);
+    PushNewest(lru, AddEntry(instance, hash));
   }
+}
+
+uint32_t ShadowIndex::AddEntry(int instance, uint64_t hash) {
+  Lru& lru = lrus_[instance];
+  uint32_t node;
+  if (!lru.free.empty()) {
+    node = lru.free.back();
+    lru.free.pop_back();
+  } else {
+    node = static_cast<uint32_t>(lru.nodes.size());
+    lru.nodes.push_back({});
+  }
+  lru.nodes[node] = Node{hash, ++clock_, kNil, kNil, 0};
+  lru.slot.emplace(hash, node);
+  ++lru.size;
+  AddHolder(hash, instance);
+  return node;
 }
 
 int32_t ShadowIndex::PinHeld(Lru& lru, Pin& pin, absl::Span<const uint64_t> chain, size_t end) {
@@ -203,6 +208,38 @@ int32_t ShadowIndex::ExtendPin(Pin& pin, absl::Span<const uint64_t> chain) {
   if (pin.generation != lru.generation) return 0;
   const int32_t added = PinHeld(
       lru, pin, chain, static_cast<size_t>(pin.chunks + std::max<int64_t>(0, pin.reserved)));
+  pin.reserved -= added;
+  lru.reserved -= added;
+  lru.evicted_ahead = std::min(lru.evicted_ahead, lru.reserved);
+  return added;
+}
+
+int32_t ShadowIndex::HoldComputed(Pin& pin, absl::Span<const uint64_t> chain) {
+  if (pin.instance < 0 || pin.instance >= num_instances()) return 0;
+  Lru& lru = lrus_[pin.instance];
+  if (pin.generation != lru.generation) return 0;
+  const size_t end = std::min(
+      chain.size(), static_cast<size_t>(pin.chunks + std::max<int64_t>(0, pin.reserved)));
+  int32_t added = 0;
+  for (size_t k = static_cast<size_t>(pin.chunks); k < end; ++k) {
+    const uint64_t hash = chain[k];
+    uint32_t node;
+    auto it = lru.slot.find(hash);
+    if (it != lru.slot.end()) {
+      node = it->second;
+      if (lru.nodes[node].pins == 0) {
+        Unlink(lru, node);
+        ++lru.pinned;
+      }
+      lru.nodes[node].tick = ++clock_;
+    } else {
+      node = AddEntry(pin.instance, hash);
+      ++lru.pinned;
+    }
+    ++lru.nodes[node].pins;
+    ++pin.chunks;
+    ++added;
+  }
   pin.reserved -= added;
   lru.reserved -= added;
   lru.evicted_ahead = std::min(lru.evicted_ahead, lru.reserved);

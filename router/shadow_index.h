@@ -126,6 +126,16 @@ class ShadowIndex {
   // Returns how many chunks were added. A pin from before a Clear() of its
   // instance, or one with nothing reserved, is left alone.
   int32_t ExtendPin(Pin& pin, absl::Span<const uint64_t> chain);
+  // The request's prefill has run (its first token came): the engine
+  // caches every block it computes, so the instance holds the whole prompt,
+  // pinned by the request, and a request sharing the prefix finds it from
+  // now on, not only once this one ends. The chunks of `chain` past the pin
+  // are inserted or found, pinned and taken from the pin's reservation (the
+  // footprint stays the same), up to its end. The chunks the pin already
+  // held keep their ticks, so the engine's truth when the request ends still
+  // dates an eviction behind them. Returns how many chunks were added. A pin
+  // from before a Clear() of its instance is left alone.
+  int32_t HoldComputed(Pin& pin, absl::Span<const uint64_t> chain);
   // The request ended: its reservation is released and its pinned chunks
   // become the most recently freed (tail first). `chain` is the one given to
   // PinRequest. A pin from before a Clear() of its instance is ignored.
@@ -199,6 +209,9 @@ class ShadowIndex {
   // Removes node `n` (unpinned) of `instance`'s pool from the index.
   void Drop(int instance, uint32_t n);
   void EvictOldest(int instance);
+  // A new entry for `hash` in `instance`'s pool, touched now and neither
+  // linked nor pinned (the caller does one or the other).
+  uint32_t AddEntry(int instance, uint64_t hash);
   // Pins chain[pin.chunks, end) while `lru` holds each chunk, stopping at
   // the first it does not; returns how many it pinned (pin.chunks grows).
   int32_t PinHeld(Lru& lru, Pin& pin, absl::Span<const uint64_t> chain, size_t end);

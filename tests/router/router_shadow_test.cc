@@ -101,6 +101,31 @@ TEST(RouterShadowTest, FollowUpGoesToTheInstanceHoldingThePrefix) {
   EXPECT_EQ(r->Report()[2].shadow_tokens, 2560);
 }
 
+// The engine caches a prompt's blocks as it computes them: once turn 1's
+// first token came, turn 2 (turn 1's prompt and more) finds turn 1's
+// prompt on its instance while turn 1 still streams, as a client that does
+// not wait for the answer, or parallel calls from one context, meet it.
+// Before the first token the prompt is not cached yet.
+TEST(RouterShadowTest, APromptIsFoundOnceItsFirstTokenCame) {
+  auto r = Make("baseline", Fleet(2));
+  const std::string turn1 = Text(5, 40);  // 2560 tokens
+  const std::string turn2 = turn1 + Text(6, 20);
+  absl::StatusOr<RouteTicket> t1 = r->Route(Req(turn1), kT0);
+  ASSERT_TRUE(t1.ok());
+  const int home = t1->decision.decode_backend;
+  EXPECT_EQ(EstimateOn(*r, turn2), 0);
+  r->OnFirstToken(*t1, kT0);
+  absl::StatusOr<RouteTicket> t2 = r->Route(Req(turn2), kT0);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(t2->decision.decode_backend, home);
+  EXPECT_EQ(t2->decision.cached_tokens_est, 2560);
+  EXPECT_EQ(t2->decision.request_class, RequestClass::kWarm);
+  r->OnComplete(*t2, {.ok = false}, kT0);
+  r->OnComplete(*t1, {.ok = true, .cached_tokens = 0, .served_by = home}, kT0);
+  EXPECT_EQ(r->Report()[home].shadow_chunks, 40);
+  EXPECT_EQ(EstimateOn(*r, turn2), 2560);
+}
+
 TEST(RouterShadowTest, HashesThePromptWhenTheCallerDidNot) {
   auto r = Make("baseline", Fleet(2));
   const std::string p = Text(3, 10);

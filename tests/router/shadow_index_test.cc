@@ -257,6 +257,60 @@ TEST(ShadowIndexPoolTest, AStoredPrefixIsPinnedForRequestsRoutedBeforeIt) {
   EXPECT_EQ(Held(index, shared), 2);
 }
 
+// A request of 6 chunks, 2 of them held when it was routed, footprint 8
+// (6 of prompt, 2 of output), first-tokens: the instance now holds its whole
+// prompt, pinned, out of the reservation, and a request extending it
+// matches all of it while the first still runs. The chunks the pin held at
+// routing keep their ticks; the prompt's tail is touched now.
+TEST(ShadowIndexPoolTest, AComputedPromptIsHeldBeforeItsRequestEnds) {
+  ShadowIndex index(2);
+  index.SetCapacity(0, 10);
+  index.SetCapacity(1, 10);
+  const auto prompt = PoolChain(1, 6);
+  index.Insert(0, std::vector<uint64_t>(prompt.begin(), prompt.begin() + 2));
+  const uint64_t held_tick = index.TickOf(0, prompt[0]);
+  ShadowIndex::Pin pin = index.PinRequest(0, prompt, 2, 8);
+  EXPECT_EQ(pin.chunks, 2);
+  EXPECT_EQ(pin.reserved, 6);
+  auto next = prompt;
+  next.push_back(99);
+  EXPECT_EQ(MatchAll(index, next), (std::vector<int32_t>{2, 0}));
+
+  EXPECT_EQ(index.HoldComputed(pin, prompt), 4);
+  EXPECT_EQ(pin.chunks, 6);
+  EXPECT_EQ(pin.reserved, 2);  // the footprint stays 8
+  EXPECT_EQ(index.pinned(0), 6);
+  EXPECT_EQ(index.reserved(0), 2);
+  EXPECT_EQ(index.size(0), 6);
+  EXPECT_EQ(MatchAll(index, next), (std::vector<int32_t>{6, 0}));
+  EXPECT_EQ(index.TickOf(0, prompt[0]), held_tick);
+  EXPECT_GT(index.TickOf(0, prompt[5]), held_tick);
+  EXPECT_EQ(index.HoldComputed(pin, prompt), 0);  // nothing more to hold
+
+  // The request ends: its whole prompt is the most recently freed.
+  index.Unpin(pin, prompt);
+  EXPECT_EQ(index.pinned(0), 0);
+  EXPECT_EQ(index.reserved(0), 0);
+  EXPECT_EQ(Held(index, prompt), 6);
+}
+
+// A footprint estimated smaller than the prompt bounds what is held: the
+// reservation is all a pin may turn into entries. A pin from before a
+// Clear() holds nothing.
+TEST(ShadowIndexPoolTest, HoldComputedStaysWithinTheFootprint) {
+  ShadowIndex index(1);
+  index.SetCapacity(0, 10);
+  const auto prompt = PoolChain(1, 6);
+  ShadowIndex::Pin pin = index.PinRequest(0, prompt, 0, 4);
+  EXPECT_EQ(index.HoldComputed(pin, prompt), 4);
+  EXPECT_EQ(pin.reserved, 0);
+  EXPECT_EQ(index.size(0), 4);
+  ShadowIndex::Pin stale = index.PinRequest(0, PoolChain(2, 3), 0, 3);
+  index.Clear(0);
+  EXPECT_EQ(index.HoldComputed(stale, PoolChain(2, 3)), 0);
+  EXPECT_EQ(index.size(0), 0);
+}
+
 TEST(ShadowIndexPoolTest, ClearVoidsEarlierPins) {
   ShadowIndex index(2);
   index.SetCapacity(0, 8);
