@@ -31,8 +31,18 @@ ShedVerdict JudgeShed(const ShedOptions& options, const TtftSlos& slo, const Dec
                       bool running_session) {
   ShedVerdict v;
   v.running_session = running_session;
-  v.deadline_s = Deadline(options, slo, d.request_class) *
-                 (running_session ? std::max(1.0, options.running_session_factor) : 1.0);
+  v.deadline_s = Deadline(options, slo, d.request_class);
+  if (running_session) {
+    // Never shorter than any new turn's: behind a queue of cold prefills a
+    // running agent's cached turn would otherwise be refused where a new
+    // session's cold one is admitted.
+    const double longest_new =
+        std::max({Deadline(options, slo, RequestClass::kWarm),
+                  Deadline(options, slo, RequestClass::kMedium),
+                  Deadline(options, slo, RequestClass::kHeavy)});
+    v.deadline_s = std::max(v.deadline_s * std::max(1.0, options.running_session_factor),
+                            longest_new);
+  }
   if (!options.enabled || !(d.predicted_ttft_s > 0) || !(v.deadline_s > 0) ||
       d.predicted_ttft_s <= v.deadline_s) {
     return v;

@@ -16,7 +16,10 @@
 // outright; a turn that continues a running session (a known session id,
 // or without one a prompt mostly cached on its instance) gets
 // `running_session_factor` times more, since breaking a running agent
-// wastes everything it has done while a new one loses nothing yet.
+// wastes everything it has done while a new one loses nothing yet, and
+// never less than the longest deadline of a new turn (a running session's
+// WARM turn, waiting behind the same queue, is not refused where a new
+// session's cold HEAVY turn would be admitted).
 //
 // The router judges the instance it chose; under a policy that keeps
 // sessions on an instance, a session turn placed off its session's

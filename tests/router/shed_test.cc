@@ -43,6 +43,12 @@ TEST(JudgeShedTest, DeadlinesAreFactorTimesTheClassSloUnlessSet) {
   EXPECT_DOUBLE_EQ(running.deadline_s, 240);
   EXPECT_TRUE(JudgeShed(o, slo, Predicted(RequestClass::kWarm, 8.5), false).shed);
   EXPECT_FALSE(JudgeShed(o, slo, Predicted(RequestClass::kWarm, 8.5), true).shed);
+  // Never shorter than a new turn's longest (HEAVY's 120 s): twice WARM's
+  // 8 s would be 16.
+  const ShedVerdict warm = JudgeShed(o, slo, Predicted(RequestClass::kWarm, 100), true);
+  EXPECT_FALSE(warm.shed);
+  EXPECT_DOUBLE_EQ(warm.deadline_s, 120);
+  EXPECT_TRUE(JudgeShed(o, slo, Predicted(RequestClass::kWarm, 121), true).shed);
   // Set outright; Retry-After within its bounds.
   o.ttft_deadline_medium_s = 5;
   const ShedVerdict medium = JudgeShed(o, slo, Predicted(RequestClass::kMedium, 500), false);
@@ -122,6 +128,7 @@ TEST(RouterShedTest, ATurnMovedPastItsDeadlineStaysOnItsInstance) {
     o.offload_cost_known = true;
     o.offload_cost.prefill_tokens_per_second = 1000;
     o.shed.ttft_factor = 1;  // WARM: 2 s, and 10 s for a running session's turn
+    o.shed.ttft_deadline_heavy_s = 10;  // (a new turn's longest, 30 s, would set it)
     auto made = Router::Create(o, testing::LoopbackBackends(3));
     ASSERT_TRUE(made.ok()) << made.status();
     Router& r = **made;
