@@ -442,11 +442,11 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
 
 // The sample waits for the engine's cached count because the factor is the
 // fleet's speed, not the estimate's error: a prompt estimated cold that the
-// engine found mostly cached (a session's previous turn still in flight, its
-// blocks not yet announced) prefills in a fraction of the predicted time,
-// and priced at the estimate that sample would pull the factor down, so the
-// next cold prefills there would be predicted at a fraction of what they
-// take, and admitted past their deadlines.
+// engine found mostly cached (a prefix the shadow evicted too early, or a
+// predecessor's prompt routed after it) prefills in a fraction of the
+// predicted time, and priced at the estimate that sample would pull the
+// factor down, so the next cold prefills there would be predicted at a
+// fraction of what they take, and admitted past their deadlines.
 void RouterImpl::LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served) {
   const Decision& d = r.decision;
   if (!outcome.ok || !(r.ttft_sample_s >= 0) || (*specs_)[d.decode_backend].retired) return;
