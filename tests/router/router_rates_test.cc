@@ -61,6 +61,16 @@ double RouteAndServe(Router& r, const RequestFeatures& f, double ttft_s, absl::T
   return predicted;
 }
 
+// Routes a cold prompt of 10,000 tokens, unique per `id`, away from
+// instance 0: onto instance 1, whose rates the tests read.
+RouteTicket RouteToSecond(Router& r, int id, absl::Time now) {
+  RequestFeatures f = Req(id, 10000);
+  f.avoid_backends = {0};
+  absl::StatusOr<RouteTicket> t = r.Route(f, now);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *std::move(t);
+}
+
 // With the fleet's rates known every policy's decision carries the cost
 // model's prediction: 10,000 cold tokens on an idle instance, 1 s.
 TEST(RouterRatesTest, PredictsForEveryPolicyWhenRatesAreKnown) {
@@ -139,16 +149,13 @@ TEST(RouterRatesTest, LearnsAgainstTheEnginesCachedCount) {
   auto r = Make(RatesOptions("baseline"));
   absl::Time now = kT0;
   for (int i = 0; i < 30; ++i) {
-    RequestFeatures f = Req(i, 10000);
-    f.avoid_backends = {0};
-    absl::StatusOr<RouteTicket> t = r->Route(f, now);
-    ASSERT_TRUE(t.ok()) << t.status();
-    ASSERT_EQ(t->decision.cached_tokens_est, 0);
+    const RouteTicket t = RouteToSecond(*r, i, now);
+    ASSERT_EQ(t.decision.cached_tokens_est, 0);
     now += absl::Seconds(0.1);
-    r->OnFirstToken(*t, now);
+    r->OnFirstToken(t, now);
     EXPECT_EQ(r->Report()[1].prefill_time_samples, i);  // not before the end
     now += absl::Seconds(2);
-    r->OnComplete(*t, {.ok = true, .prompt_tokens = 10000, .cached_tokens = 9000, .served_by = 1},
+    r->OnComplete(t, {.ok = true, .prompt_tokens = 10000, .cached_tokens = 9000, .served_by = 1},
                   now);
   }
   EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
@@ -174,16 +181,13 @@ TEST(RouterRatesTest, AWaitBeforeSendingTeachesNothing) {
   auto r = Make(RatesOptions("baseline"));
   absl::Time now = kT0;
   for (int i = 0; i < 30; ++i) {
-    RequestFeatures f = Req(i, 10000);
-    f.avoid_backends = {0};
-    absl::StatusOr<RouteTicket> t = r->Route(f, now);
-    ASSERT_TRUE(t.ok()) << t.status();
+    const RouteTicket t = RouteToSecond(*r, i, now);
     now += absl::Seconds(3);  // the store refused it meanwhile
-    r->Sent(*t, now, -1);
+    r->Sent(t, now, -1);
     now += absl::Seconds(1);
-    r->OnFirstToken(*t, now);
-    r->Sent(*t, now + absl::Seconds(5), -1);  // after its first token: nothing
-    r->OnComplete(*t, {.ok = true, .served_by = 1}, now);
+    r->OnFirstToken(t, now);
+    r->Sent(t, now + absl::Seconds(5), -1);  // after its first token: nothing
+    r->OnComplete(t, {.ok = true, .served_by = 1}, now);
     now += absl::Seconds(1);
   }
   EXPECT_EQ(r->Report()[1].prefill_time_samples, 30);
