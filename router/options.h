@@ -88,7 +88,7 @@ struct Options {
   //        + waiting_penalty_tokens x engine_waiting
   //        + admission_weight x tokens that must leave the pool before admission
   //        + eviction_weight x resident session KV the placement would evict
-  //        + decode_stall_weight x decoding requests x new_tokens (not WARM)
+  //        + decode_stall_weight x decoding requests x new_tokens (not WARM there)
   //        + host-tier reload time in prefill tokens (Options::host_tier)
   struct BaselineWeights {
     double prefill_queue_weight = 1.0;

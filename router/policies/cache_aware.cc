@@ -24,8 +24,14 @@ CacheAwarePolicy::CacheAwarePolicy(const Options& options)
 double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
   const BackendSnapshot& b = fleet.backends[backend];
   const double new_tokens = static_cast<double>(policy_internal::NewTokensOn(fleet, backend));
+  // The prefill this backend would run: a turn WARM on its home is a cold
+  // prompt on an instance without its prefix.
+  const bool warm_here =
+      c == RequestClass::kWarm &&
+      classifier::Classify(fleet.prompt_tokens_est, b.cached_tokens_est, thresholds_) ==
+          RequestClass::kWarm;
   const double stalled_streams =
-      c == RequestClass::kWarm ? 0 : static_cast<double>(std::max<int64_t>(0, b.decoding_requests));
+      warm_here ? 0 : static_cast<double>(std::max<int64_t>(0, b.decoding_requests));
   return new_tokens * (1.0 + weights_.decode_stall_weight * stalled_streams) +
          host_reload_weight_ * b.host_reload_time_factor *
              static_cast<double>(b.host_reload_tokens_est) +

@@ -8,7 +8,7 @@
 //
 //   cost_i = new_tokens_i                        (prompt - cached_i: own work)
 //          x (1 + decode_stall_weight x decoding_i)  (streams the prefill
-//                                    stalls; 0 for a WARM request)
+//                                    stalls; 0 for a request WARM on i)
 //          + prefill_queue_weight  x inflight_prefill_tokens_i  (work ahead)
 //          + decode_tokens_weight  x inflight_tokens_i  (decode batch sharing
 //                                    each prefill step, KV memory pressure)
@@ -40,7 +40,9 @@
 // request's own wait (placement_cost.h, at its default SLOs, weighs one
 // stream's stall at about 1.2 times a HEAVY request's own). A WARM turn's prefill
 // is a step or two, and moving it off its cache would cost its session more
-// than the streams lose, so it pays no stall. The term steers cold prompts
+// than the streams lose, so it pays no stall where it is WARM; where its
+// prefix is missing (a turn leaving an overloaded home) it is a cold prompt
+// and pays as one. The term steers cold prompts
 // to instances whose resident sessions are not mid-answer: a session that is
 // decoding will send its next turn soon, and a long prefill there would both
 // delay that turn and evict its KV.

@@ -146,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(
                      return f;
                    },
                    3, 3, DecisionMode::kColocated, RequestClass::kMedium, true, false},
-        // --- baseline, stalled streams: new x (1 + decoding) unless WARM.
+        // --- baseline, stalled streams: new x (1 + decoding) unless WARM there.
         PolicyCase{"base_cold_prompt_avoids_decoding_streams", "baseline",
                    [] {
                      auto f = Fleet(3, 50000);
@@ -171,6 +171,20 @@ INSTANTIATE_TEST_SUITE_P(
                      return f;
                    },
                    1, 1, DecisionMode::kColocated, RequestClass::kWarm},
+        PolicyCase{"base_warm_turn_moved_off_its_home_pays_stall_where_cold", "baseline",
+                   [] {
+                     // WARM on its overloaded home 0; elsewhere a 60,000-token
+                     // prefill: 1 stalls six streams (420,000), 2 waits behind
+                     // 20,000 queued (80,000).
+                     auto f = Fleet(3, 60000);
+                     SetCached(f, {58000, 0, 0});
+                     SetInflightTokens(f, {200000, 0, 0});
+                     SetDecoding(f, {0, 6, 0});
+                     SetPrefill(f, {0, 0, 20000});
+                     f.session_backend = 0;
+                     return f;
+                   },
+                   2, 2, DecisionMode::kColocated, RequestClass::kWarm, false, true},
         // --- baseline, placement by memory.
         PolicyCase{"base_new_session_goes_where_its_kv_fits", "baseline",
                    [] {
