@@ -32,16 +32,25 @@ absl::Status ParseRateLearning(const YAML::Node& n, router::Options::RateLearnin
 }
 
 // `router.residency`: agent sessions held back until their KV fits.
-absl::Status ParseResidency(const YAML::Node& n, router::ResidencyGate::Options* g) {
+absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   const std::string path = "router.residency";
   KV_RETURN_IF_ERROR(RequireMap(n, path));
   MapReader r(n, path);
+  router::ResidencyGate::Options* g = &o->residency;
   KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &g->enabled));
   KV_RETURN_IF_ERROR(r.Double("fill", &g->fill, 0.05, 1));
   KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
-  return r.Finish();
+  std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
+  KV_RETURN_IF_ERROR(r.String("room", &room));
+  KV_RETURN_IF_ERROR(r.Finish());
+  if (room != "tier" && room != "gpu") {
+    return KeyError(path + ".room",
+                    absl::StrCat("unknown value '", room, "' (expected tier or gpu)"));
+  }
+  o->host_tier.gate_fills_tier = room == "tier";
+  return absl::OkStatus();
 }
 
 // `router.sizing`: the live sizing gauges' measuring window.
@@ -134,7 +143,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   if (const YAML::Node* l = r.Find("rate_learning")) {
     KV_RETURN_IF_ERROR(ParseRateLearning(*l, &o->rate_learning));
   }
-  if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, &o->residency));
+  if (const YAML::Node* g = r.Find("residency")) KV_RETURN_IF_ERROR(ParseResidency(*g, o));
   if (const YAML::Node* g = r.Find("shed")) KV_RETURN_IF_ERROR(ParseShed(*g, &o->shed));
   if (const YAML::Node* g = r.Find("sizing")) KV_RETURN_IF_ERROR(ParseSizing(*g, &o->sizing));
   return r.Finish();

@@ -177,6 +177,16 @@ struct Options {
     // reports modelled seconds, so its timings are scaled by that, as the
     // bandwidths above are scaled to wall seconds.
     double engine_time_scale = 1;
+    // router.residency.room: the residency gate's room on an instance with
+    // a host tier, or behind the pool. "tier" (true): the tier, so every
+    // session it keeps is admitted and the engine swaps them through the
+    // GPU; no turn waits at the router for long, but where sessions come
+    // back within seconds their turns outnumber what the GPU runs at once
+    // and each waits for the blocks of the others. "gpu" (false): the GPU
+    // pool, as without a tier: sessions rotate in sets the GPU holds and a
+    // rotation costs a reload, not a recompute; the tier is still priced.
+    // docs/design.md, "The residency gate", gives the measured trade-off.
+    bool gate_fills_tier = true;
   };
   HostTier host_tier;
 

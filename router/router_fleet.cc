@@ -52,6 +52,7 @@ int64_t RouterImpl::TierCapacityTokens(int b) const {
 }
 
 int64_t RouterImpl::ResidentCapacityTokens(int b) const {
+  if (!options_.host_tier.gate_fills_tier) return NominalCapacityTokens(b);
   return std::max(NominalCapacityTokens(b), TierCapacityTokens(b));
 }
 

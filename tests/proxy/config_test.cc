@@ -210,6 +210,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slo_zero_ttft",
                 "router: {slo: {ttft_heavy_s: 0}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.slo.ttft_heavy_s: value 0 is out of range"},
+        BadCase{"residency_room_unknown",
+                "router: {residency: {room: host}}\nbackends: [{name: a, url: http://h:1}]",
+                "router.residency.room: unknown value 'host' (expected tier or gpu)"},
         BadCase{"tier_aware_not_bool",
                 "router: {tier_aware: 1}\nbackends: [{name: a, url: http://h:1}]",
                 "router.tier_aware: expected true or false, got '1'"},
@@ -307,9 +310,17 @@ TEST(ConfigTest, TheHostTierKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->router.host_tier.aware);
   EXPECT_EQ(c->router.host_tier.load_bytes_per_second, 25e9);
+  EXPECT_TRUE(c->router.host_tier.gate_fills_tier);
+  absl::StatusOr<Config> gpu = ParseConfig(
+      "router: {residency: {room: gpu, fill: 0.8}}\nbackends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_FALSE(gpu->router.host_tier.gate_fills_tier);
+  EXPECT_EQ(gpu->router.residency.fill, 0.8);
   absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->router.host_tier.aware);
+  EXPECT_TRUE(d->router.host_tier.gate_fills_tier);
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
   EXPECT_EQ(d->router.host_tier.engine_time_scale, 1);
 }

@@ -264,8 +264,10 @@ Options TieredOptions(bool aware) {
 // turn fills the GPU and ends at `later`, and the GPU evicts b's prefix,
 // which the tier keeps.
 struct HostTierScene {
-  HostTierScene(bool aware, int64_t host_tokens) {
+  // `gpu_room`: router.residency.room: gpu.
+  HostTierScene(bool aware, int64_t host_tokens, bool gpu_room = false) {
     Options o = TieredOptions(aware);
+    o.host_tier.gate_fills_tier = !gpu_room;
     std::vector<BackendSpec> specs{
         {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
     r = *Router::Create(o, std::move(specs));
@@ -336,6 +338,27 @@ TEST(RouterKvEvents, AReportedHostTierIsTheResidentsRoom) {
     EXPECT_NE(cold.residency_wait, 0u) << "aware=" << aware;
     EXPECT_EQ(scene.r->ResidencyWaiting(), aware ? 1u : 2u);
   }
+}
+
+// With the GPU pool as the gate's room the tier is still priced (the
+// prefix it holds counts as cached) but keeps no more sessions resident
+// than the GPU holds: the turn that would reload beside a session that has
+// just finished waits for it to go idle long enough to be swapped out.
+TEST(RouterKvEvents, WithTheGpuAsTheRoomATierReloadWaitsItsTurn) {
+  HostTierScene scene(/*aware=*/true, /*host_tokens=*/4000, /*gpu_room=*/true);
+  EXPECT_EQ(scene.first.decision.decode_capacity_tokens, 1000);
+  RouteTicket next = scene.Turn('b', "b", scene.later + absl::Seconds(1));
+  EXPECT_EQ(next.decision.cached_tokens_est, 768);
+  EXPECT_NE(next.residency_wait, 0u);
+  // a leaves once idle longer than sessions take to come back (the grace
+  // time, 15 s, before the gate learns that gap).
+  scene.r->TickResidency(scene.later + absl::Seconds(14));
+  EXPECT_EQ(scene.r->ResidencyWaiting(), 1u) << "a, idle 14 s, may still come back";
+  scene.r->TickResidency(scene.later + absl::Seconds(16));
+  EXPECT_EQ(scene.r->ResidencyWaiting(), 0u);
+  // Without the option the tier is the room: the same turn goes at once.
+  HostTierScene tier(/*aware=*/true, /*host_tokens=*/4000);
+  EXPECT_EQ(tier.Turn('b', "b", tier.later + absl::Seconds(1)).residency_wait, 0u);
 }
 
 // A turn routed to an instance without room, and cold there, is moved by
