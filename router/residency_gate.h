@@ -53,10 +53,10 @@
 // that as the instance's capacity (Turn::capacity_tokens: the KV that keeps
 // the residents without a recompute), so the gate fills the tier and the
 // engine swaps sessions between it and the GPU (unless the router is told
-// to keep the gate to the GPU pool: router.residency.room, options.h). A cold turn there (its
-// prefix nowhere on the instance: `movable`) is different: its prefill
-// writes its whole footprint into the GPU, so it goes at once only within
-// the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
+// to keep the gate to the GPU pool: router.residency.room, options.h). A
+// cold turn there (its prefix nowhere on the instance: `movable`) is
+// different: its prefill writes its whole footprint into the GPU, so it
+// goes at once only within the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
 // waiter within the tier's room, for the next turn to end there or for
 // another instance's room. Whatever the capacity, an idle resident there
 // that has been idle longer than sessions take to come back (twice the mean

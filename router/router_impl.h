@@ -156,8 +156,8 @@ class RouterImpl : public Router {
   static constexpr int64_t kUnboundedResidentTokens = int64_t{1} << 50;
   int64_t TierCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The KV `b` keeps its resident sessions in without a recompute: its
-  // nominal pool, or TierCapacityTokens if larger (the pool alone with
-  // HostTier::gate_fills_tier false).
+  // nominal GPU pool, or TierCapacityTokens if larger; the GPU pool alone
+  // with HostTier::gate_fills_tier false (router.residency.room: gpu).
   int64_t ResidentCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
