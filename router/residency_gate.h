@@ -56,9 +56,9 @@
 // to keep the gate to the GPU pool: router.residency.room, options.h). A
 // cold turn there (its prefix nowhere on the instance: `movable`) is
 // different: its prefill writes its whole footprint into the GPU, so it
-// goes at once only within the GPU pool's room (Turn::gpu_capacity_tokens); otherwise it waits, as a
-// waiter within the tier's room, for the next turn to end there or for
-// another instance's room. Whatever the capacity, an idle resident there
+// goes at once only within the GPU pool's room (Turn::gpu_capacity_tokens);
+// otherwise it waits, as a waiter within the tier's room, for the next turn
+// to end there or for another instance's room. Whatever the capacity, an idle resident there
 // that has been idle longer than sessions take to come back (twice the mean
 // gap between a resident's turns, learned; at most `grace`) is swapped out
 // for a turn that does not fit, rather than held until `grace`: when the
