@@ -52,6 +52,19 @@ InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples)
   return x;
 }
 
+std::map<std::string, std::map<std::string, double>> LearnedFactorsFromMetrics(
+    const std::vector<PromSample>& samples) {
+  std::map<std::string, std::map<std::string, double>> out;
+  for (const PromSample& s : samples) {
+    const auto backend = s.labels.find("backend");
+    if (backend == s.labels.end()) continue;
+    for (const char* name : kLearnedFactorMetrics) {
+      if (s.name == name) out[s.name][backend->second] = s.value;
+    }
+  }
+  return out;
+}
+
 std::map<std::string, double> GpuUtilFromDcgm(const std::vector<PromSample>& samples) {
   std::map<std::string, double> out;
   for (const PromSample& s : samples) {

@@ -197,6 +197,12 @@ struct RunResult {
   std::vector<RequestRecord> requests;
   std::vector<JobRecord> jobs;
   std::vector<InstanceSample> samples;
+  // What kvroute had learned by the end of the run: its per-backend time factors as its
+  // /metrics exports them (kvroute_prefill_time_factor, kvroute_host_reload_time_factor,
+  // kvroute_pool_reload_time_factor), by metric, then backend. Scraped from the first router
+  // replica that answers once the run has drained; empty for a target that exports none
+  // (another router, an engine) and for the oracle reference.
+  std::map<std::string, std::map<std::string, double>> learned_factors;
 };
 
 }  // namespace kvroute::bench

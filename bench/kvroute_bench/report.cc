@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/kvroute_bench/instance_load.h"
+#include "bench/kvroute_bench/metrics_sampler.h"
 #include "bench/kvroute_bench/prompt_sources.h"
 #include "bench/kvroute_bench/report_accuracy.h"
 #include "bench/kvroute_bench/svg_chart.h"
@@ -518,6 +520,46 @@ std::vector<std::vector<std::string>> SimLagRows(const Report& report,
   return rows;
 }
 
+constexpr const char* kLearnedFactorNote =
+    "What kvroute had learned by the end of the run, from its /metrics: per instance, the "
+    "realised prefill time over its cost model's prediction (kvroute_prefill_time_factor), "
+    "and the engines' timed loads from the host-memory tier and the fleet-shared pool over "
+    "their bytes at router.host_load_bytes_per_second and router.pool_load_bytes_per_second "
+    "(kvroute_host_reload_time_factor, kvroute_pool_reload_time_factor); mean over the "
+    "instances (least-most). A factor stays 1 on an instance until it has samples.";
+
+std::vector<std::string> LearnedFactorHeader() {
+  return {"config", "instances", "prefill time", "host reload time", "pool reload time"};
+}
+
+std::vector<std::vector<std::string>> LearnedFactorRows(const Report& report) {
+  std::vector<std::vector<std::string>> rows;
+  for (const RunResult& r : report.runs) {
+    if (r.learned_factors.empty()) continue;
+    std::vector<std::string> row = {r.name, ""};
+    size_t instances = 0;
+    for (const char* metric : kLearnedFactorMetrics) {
+      const auto it = r.learned_factors.find(metric);
+      if (it == r.learned_factors.end() || it->second.empty()) {
+        row.push_back("-");
+        continue;
+      }
+      double sum = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (const auto& [backend, v] : it->second) {
+        sum += v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      instances = std::max(instances, it->second.size());
+      row.push_back(
+          absl::StrFormat("%.2f (%.2f-%.2f)", sum / double(it->second.size()), lo, hi));
+    }
+    row[1] = absl::StrCat(instances);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 // A table of report.md and report.html alike: its title, columns, rows and note.
 struct TableSection {
   std::string title;
@@ -537,6 +579,8 @@ std::vector<TableSection> FleetSections(const Report& report, const std::vector<
       {"Load per instance", InstanceLoadHeader(), InstanceLoadRows(report, sums),
        kInstanceLoadNote},
       {"Simulator lag", SimLagHeader(), SimLagRows(report, sums), kSimLagNote},
+      {"Learned time factors", LearnedFactorHeader(), LearnedFactorRows(report),
+       kLearnedFactorNote},
   };
   std::erase_if(out, [](const TableSection& t) { return t.rows.empty(); });
   return out;

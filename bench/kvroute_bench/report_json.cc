@@ -276,6 +276,15 @@ json::value ReportJson(const Report& report) {
                                                   {"pool_reload", ps.pool_reload},
                                                   {"computed", ps.computed}};
     }
+    if (!r.learned_factors.empty()) {
+      json::object learned;
+      for (const auto& [metric, by_backend] : r.learned_factors) {
+        json::object b;
+        for (const auto& [backend, v] : by_backend) b[backend] = v;
+        learned[metric] = std::move(b);
+      }
+      o["learned_time_factors"] = std::move(learned);
+    }
     runs.push_back(std::move(o));
   }
   root["runs"] = std::move(runs);

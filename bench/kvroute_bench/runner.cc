@@ -94,6 +94,7 @@ class Run {
       if (!ec) Report(absl::StrCat("drain timeout: ", active_, " units still in flight"));
     }
     result_.duration_s = Seconds();
+    if (!options_.reference) co_await ScrapeLearnedFactors();
     Report("finished");
     stopped_ = true;
     sampler_.Stop();
@@ -168,6 +169,19 @@ class Run {
   }
 
   // num_gpu_blocks x block_size of each instance (0 where unknown).
+  // kvroute's learned time factors, from the first replica (or the target) that answers:
+  // a killed replica does not, and every live one learned from the same engines' metrics.
+  net::awaitable<void> ScrapeLearnedFactors() {
+    std::vector<Endpoint> routers = options_.replicas;
+    if (routers.empty()) routers.push_back(options_.target);
+    for (const Endpoint& e : routers) {
+      HttpResponse r = co_await HttpGet(e, "/metrics", std::chrono::seconds(10));
+      if (r.status != 200) continue;
+      result_.learned_factors = LearnedFactorsFromMetrics(ParsePrometheusText(r.body));
+      co_return;
+    }
+  }
+
   net::awaitable<std::vector<int64_t>> ScrapeInstanceKv() {
     std::vector<int64_t> pools;
     for (const NamedEndpoint& inst : options_.instances) {

@@ -430,6 +430,40 @@ TEST(PrometheusTest, ParsesVllmAndSimulatorGauges) {
   EXPECT_DOUBLE_EQ(dcgm.at("1"), 0.13);
 }
 
+// kvroute's learned time factors reach the run by metric and backend, and report.md and
+// report.json show them; a run without them (another router) has no section.
+TEST(PrometheusTest, LearnedTimeFactorsFromKvroutesMetrics) {
+  const auto learned = LearnedFactorsFromMetrics(ParsePrometheusText(
+      "# TYPE kvroute_prefill_time_factor gauge\n"
+      "kvroute_prefill_time_factor{backend=\"sim-0\"} 1.1\n"
+      "kvroute_prefill_time_factor{backend=\"sim-1\"} 0.9\n"
+      "kvroute_pool_reload_time_factor{backend=\"sim-0\"} 2.5\n"
+      "kvroute_pool_reload_time_factor{backend=\"sim-1\"} 2.1\n"
+      "kvroute_backend_kv_usage{backend=\"sim-0\"} 0.5\n"
+      "kvroute_host_reload_time_factor 3\n"));
+  ASSERT_EQ(learned.size(), 2u);  // the unlabelled host sample names no backend
+  EXPECT_DOUBLE_EQ(learned.at("kvroute_prefill_time_factor").at("sim-1"), 0.9);
+  EXPECT_DOUBLE_EQ(learned.at("kvroute_pool_reload_time_factor").at("sim-0"), 2.5);
+
+  Report r = FixedReport();
+  EXPECT_EQ(ReportMarkdown(r).find("## Learned time factors"), std::string::npos);
+  r.runs[1].learned_factors = learned;
+  const std::string md = ReportMarkdown(r);
+  EXPECT_NE(md.find("## Learned time factors"), std::string::npos);
+  EXPECT_NE(md.find("| v2-T20k | 2 | 1.00 (0.90-1.10) | - | 2.30 (2.10-2.50) |"),
+            std::string::npos)
+      << md;
+  const json::value v = ReportJson(r);
+  EXPECT_FALSE(v.at("runs").at(0).as_object().contains("learned_time_factors"));
+  EXPECT_DOUBLE_EQ(v.at("runs")
+                       .at(1)
+                       .at("learned_time_factors")
+                       .at("kvroute_pool_reload_time_factor")
+                       .at("sim-1")
+                       .as_double(),
+                   2.1);
+}
+
 // v1_cost is crossed with the thresholds like v1 and v2; the fleet's profile
 // reaches kvroute's config, whose placement cost reads it.
 // kvroute-sim's scheduler lag reaches the samples (the largest over the engines), the
