@@ -434,10 +434,19 @@ constexpr const char* kSessionTurnNote =
     "an offloaded turn's decode instance): at home on the same instance, where the session's "
     "KV is (in the GPU or a host tier), or moved to another, which prefills the context again "
     "unless it holds it. Turns / prompt tokens computed (prompt less cached; all of an "
-    "offloaded turn's prompt).";
+    "offloaded turn's prompt). Of each kind's turns, first / at home / moved: those that met "
+    "their SLOs, and those that missed on their compute floor alone (the tokens they computed "
+    "take an idle instance longer than their TTFT SLO), as a move that recomputes a context "
+    "does.";
 
 std::vector<std::string> SessionTurnHeader() {
-  return {"config", "first turns", "at home", "moved", "computed by moved turns"};
+  return {"config",
+          "first turns",
+          "at home",
+          "moved",
+          "computed by moved turns",
+          "met SLOs",
+          "missed on floor"};
 }
 
 std::vector<std::vector<std::string>> SessionTurnRows(const Report& report,
@@ -453,7 +462,11 @@ std::vector<std::vector<std::string>> SessionTurnRows(const Report& report,
     rows.push_back({report.runs[i].name, cell(t.first), cell(t.home), cell(t.moved),
                     computed > 0 ? Percent(static_cast<double>(t.moved.computed_tokens) /
                                            static_cast<double>(computed))
-                                 : "-"});
+                                 : "-",
+                    absl::StrFormat("%d / %d / %d", t.first.slo_met, t.home.slo_met,
+                                    t.moved.slo_met),
+                    absl::StrFormat("%d / %d / %d", t.first.missed_floor, t.home.missed_floor,
+                                    t.moved.missed_floor)});
   }
   return rows;
 }

@@ -130,7 +130,10 @@ json::object SummaryJson(const RunSummary& s) {
   o["max_sim_lag_s"] = s.max_sim_lag >= 0 ? json::value(s.max_sim_lag) : nullptr;
   if (s.session_turns.known()) {
     auto kind = [](const TurnKind& k) {
-      return json::object{{"turns", k.turns}, {"computed_tokens", k.computed_tokens}};
+      return json::object{{"turns", k.turns},
+                          {"computed_tokens", k.computed_tokens},
+                          {"slo_met", k.slo_met},
+                          {"missed_floor", k.missed_floor}};
     };
     o["session_turns"] = json::object{{"first", kind(s.session_turns.first)},
                                       {"home", kind(s.session_turns.home)},

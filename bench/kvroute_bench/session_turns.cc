@@ -5,6 +5,8 @@
 #include <string>
 #include <tuple>
 
+#include "bench/kvroute_bench/stats.h"
+
 namespace kvroute::bench {
 
 std::string_view KvInstance(std::string_view backend) {
@@ -12,7 +14,9 @@ std::string_view KvInstance(std::string_view backend) {
   return arrow == std::string_view::npos ? backend : backend.substr(arrow + 2);
 }
 
-SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests) {
+SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests, const SloTargets& slo,
+                               double time_scale) {
+  const double scale = time_scale > 0 ? time_scale : 1.0;
   // Per job, its served turns in turn order (a turn served on a retry once; an open-loop
   // job's turns can overlap, and turn order is the order its context grew in).
   std::map<int64_t, std::vector<const RequestRecord*>> by_job;
@@ -33,6 +37,13 @@ SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests) {
       ++kind.turns;
       const int64_t cached = r->offloaded() ? 0 : std::max<int64_t>(r->cached_tokens, 0);
       kind.computed_tokens += std::max<int64_t>(r->prompt_tokens - cached, 0);
+      if (const double target = TtftSlo(slo, SloClass(*r, slo)); target > 0) {
+        if (MeetsSlos(*r, slo, scale)) {
+          ++kind.slo_met;
+        } else if (r->compute_floor_s >= 0 && r->compute_floor_s / scale > target) {
+          ++kind.missed_floor;
+        }
+      }
       previous = here;
     }
   }

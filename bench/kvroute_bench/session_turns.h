@@ -24,6 +24,12 @@ struct TurnKind {
   // Prompt tokens less the cached tokens the engine reported; an offloaded turn's cached
   // tokens are KV pulled from its prefill instance, which computed them: all of its prompt.
   int64_t computed_tokens = 0;
+  // Of its turns with a TTFT SLO: those that met their SLOs (MeetsSlos, stats.h), and
+  // those that missed on their compute floor alone (the uncached tokens they found,
+  // prefilled on an idle instance, take longer than the SLO): what a move that recomputes
+  // a session's context costs, and no placement of that turn could have saved.
+  int64_t slo_met = 0;
+  int64_t missed_floor = 0;
 };
 
 // The served turns of agentic jobs (requests with a job id that succeeded, report their
@@ -38,7 +44,9 @@ struct SessionTurns {
   }
 };
 
-SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests);
+// `slo` and `time_scale` (RunResult's) judge each turn's SLOs.
+SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests,
+                               const SloTargets& slo = {}, double time_scale = 1.0);
 
 // The instance that keeps a request's KV: the backend, or for an offloaded request
 // ("gpu1->gpu3") the decode instance.

@@ -414,7 +414,7 @@ RunSummary Summarize(const RunResult& run) {
   if (!lags.empty()) s.sim_lag_p99 = Percentile(std::move(lags), 99);
   if (kv_n > 0) s.mean_kv_usage = kv_sum / static_cast<double>(kv_n);
   if (busy_n > 0) s.mean_gpu_busy = busy_sum / static_cast<double>(busy_n);
-  s.session_turns = SplitSessionTurns(run.requests);
+  s.session_turns = SplitSessionTurns(run.requests, run.slo, scale);
   s.instances = InstanceLoads(run.requests, run.samples);
   if (queue_n > 0) {
     s.queued_share = static_cast<double>(queued) / static_cast<double>(queue_n);

@@ -173,11 +173,19 @@ TEST(SessionTurnsTest, SplitsFirstHomeAndMovedTurns) {
   shed.failure = RequestOutcome::kShed;
   RequestRecord unnamed = turn(3, 1, "", 9000, 0);
   RequestRecord trace = turn(-1, 0, "gpu0", 1000, 0);
+  // Job 1's move recomputes its context: 5 s of compute alone, past the WARM SLO (2 s).
+  RequestRecord recompute = turn(1, 3, "gpu1", 14000, 0);
+  recompute.compute_floor_s = 5;
+  recompute.ttft = 6;
+  // Job 2's move waited: its floor is within the SLO, its TTFT is not.
+  RequestRecord waited = turn(2, 2, "gpu3", 6000, 3000);
+  waited.compute_floor_s = 1;
+  waited.ttft = 3;
   run.requests = {
       turn(1, 1, "gpu0", 10000, 0),      // first: 10000 computed
-      turn(2, 2, "gpu3", 6000, 3000),    // job 2's second turn, moved: 3000
+      waited,                            // job 2's second turn, moved: 3000
       turn(1, 2, "gpu0", 12000, 10000),  // home: 2000
-      turn(1, 3, "gpu1", 14000, 0),      // moved: 14000
+      recompute,                         // moved: 14000
       shed,                              // not served: no turn
       // Served on the retry, offloaded to gpu1: its KV ends at home; its prefill
       // instance computed the whole prompt.
@@ -192,6 +200,14 @@ TEST(SessionTurnsTest, SplitsFirstHomeAndMovedTurns) {
   EXPECT_EQ(kind(t.first), (Kind{2, 15000}));
   EXPECT_EQ(kind(t.home), (Kind{2, 18000}));
   EXPECT_EQ(kind(t.moved), (Kind{2, 17000}));
+  // Judged against the default SLOs: every other served turn met them.
+  EXPECT_EQ(t.moved.slo_met, 0);
+  EXPECT_EQ(t.moved.missed_floor, 1);
+  EXPECT_EQ(t.home.slo_met, 2);
+  EXPECT_EQ(t.first.slo_met, 2);
+  EXPECT_EQ(t.home.missed_floor + t.first.missed_floor, 0);
+  // Under a time scale the floor is in wall seconds like the TTFT: 5 s is 0.5 modelled.
+  EXPECT_EQ(SplitSessionTurns(run.requests, {}, 10).moved.missed_floor, 0);
   EXPECT_EQ(KvInstance("gpu1->gpu3"), "gpu3");
   EXPECT_EQ(KvInstance("gpu1"), "gpu1");
 
@@ -199,11 +215,15 @@ TEST(SessionTurnsTest, SplitsFirstHomeAndMovedTurns) {
   report.runs = {run};
   const std::string md = ReportMarkdown(report);
   EXPECT_NE(md.find("## Session turns: at home or moved"), std::string::npos);
-  EXPECT_NE(md.find("| v | 2 / 15000 | 2 / 18000 | 2 / 17000 | 34.0% |"), std::string::npos);
+  EXPECT_NE(md.find("| v | 2 / 15000 | 2 / 18000 | 2 / 17000 | 34.0% | 2 / 2 / 0 | 0 / 0 / 1 |"),
+            std::string::npos)
+      << md;
   const json::value j = ReportJson(report);
   const json::value& in_json = j.at("runs").as_array()[0].at("summary").at("session_turns");
   EXPECT_EQ(in_json.at("moved").at("turns").as_int64(), 2);
   EXPECT_EQ(in_json.at("home").at("computed_tokens").as_int64(), 18000);
+  EXPECT_EQ(in_json.at("moved").at("missed_floor").as_int64(), 1);
+  EXPECT_EQ(in_json.at("home").at("slo_met").as_int64(), 2);
   // The sweep's figures: every successful request's computed tokens (the unnamed and the
   // trace request's too; the offloaded one's cached tokens were pulled, not hits).
   const SweepFigureValues v = SweepFiguresOf(Summarize(run));
