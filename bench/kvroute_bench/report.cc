@@ -564,8 +564,8 @@ std::vector<std::vector<std::string>> LearnedFactorRows(const Report& report) {
         hi = std::max(hi, v);
       }
       instances = std::max(instances, it->second.size());
-      row.push_back(
-          absl::StrFormat("%.2f (%.2f-%.2f)", sum / double(it->second.size()), lo, hi));
+      const double mean = sum / static_cast<double>(it->second.size());
+      row.push_back(absl::StrFormat("%.2f (%.2f-%.2f)", mean, lo, hi));
     }
     row[1] = absl::StrCat(instances);
     rows.push_back(std::move(row));

@@ -168,7 +168,6 @@ class Run {
     }
   }
 
-  // num_gpu_blocks x block_size of each instance (0 where unknown).
   // kvroute's learned time factors, from the first replica (or the target) that answers:
   // a killed replica does not, and every live one learned from the same engines' metrics.
   net::awaitable<void> ScrapeLearnedFactors() {
@@ -182,6 +181,7 @@ class Run {
     }
   }
 
+  // num_gpu_blocks x block_size of each instance (0 where unknown).
   net::awaitable<std::vector<int64_t>> ScrapeInstanceKv() {
     std::vector<int64_t> pools;
     for (const NamedEndpoint& inst : options_.instances) {
