@@ -98,7 +98,8 @@ class FakeServer {
       http::response<http::string_body> res{http::status::ok, 11};
       res.body() =
           "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n"
-          "kvroute_sim_gpu_busy_fraction{engine=\"0\",model_name=\"m\"} 0.25\n";
+          "kvroute_sim_gpu_busy_fraction{engine=\"0\",model_name=\"m\"} 0.25\n"
+          "kvroute_pool_reload_time_factor{backend=\"gpu0\"} 2.5\n";
       res.prepare_payload();
       co_await http::async_write(socket, res, kAsTuple);
       co_return;
@@ -427,7 +428,10 @@ TEST(RunnerTest, ARefusingReplicaIsFailedOverToTheNext) {
   EXPECT_GT(answered[0], 0);
   EXPECT_GT(answered[2], 0);
   EXPECT_GT(failed_over, 0);
-  EXPECT_EQ(a.requests() + b.requests(), static_cast<int>(1 + planned * 3));
+  // The model lookup, every turn once, and the drained run's scrape of the first replica
+  // that answers for what kvroute learned.
+  EXPECT_EQ(a.requests() + b.requests(), static_cast<int>(1 + planned * 3 + 1));
+  EXPECT_DOUBLE_EQ(r->learned_factors.at("kvroute_pool_reload_time_factor").at("gpu0"), 2.5);
 }
 
 RunOptions FakeRunOptions(const FakeServer& server) {
