@@ -40,7 +40,7 @@ SessionTurns SplitSessionTurns(const std::vector<RequestRecord>& requests, const
       if (const double target = TtftSlo(slo, SloClass(*r, slo)); target > 0) {
         if (MeetsSlos(*r, slo, scale)) {
           ++kind.slo_met;
-        } else if (r->compute_floor_s >= 0 && r->compute_floor_s / scale > target) {
+        } else if (MissedOnFloor(*r, target, scale)) {
           ++kind.missed_floor;
         }
       }

@@ -180,7 +180,7 @@ RunSummary Summarize(const RunResult& run) {
     }
     // A served miss: its compute alone past the TTFT SLO, its wait, or its TPOT.
     if (ttft_slo > 0 && r.ok() && r.ttft >= 0 && !met) {
-      const bool floor_past = r.compute_floor_s >= 0 && r.compute_floor_s / scale > ttft_slo;
+      const bool floor_past = MissedOnFloor(r, ttft_slo, scale);
       const bool ttft_past = r.ttft / scale > ttft_slo;
       for (Samples* x : {&all, &c}) {
         if (floor_past) {
@@ -448,6 +448,10 @@ bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale)
   const double ttft_slo = TtftSlo(slo, SloClass(r, slo));
   return r.ok() && ttft_slo > 0 && r.ttft >= 0 && r.ttft / time_scale <= ttft_slo &&
          (r.tpot < 0 || r.tpot / time_scale <= slo.tpot_s);
+}
+
+bool MissedOnFloor(const RequestRecord& r, double ttft_slo, double time_scale) {
+  return r.compute_floor_s >= 0 && r.compute_floor_s / time_scale > ttft_slo;
 }
 
 absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base) {

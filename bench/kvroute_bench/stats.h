@@ -208,6 +208,9 @@ bool CountsForGoodput(const RequestRecord& r, const SloTargets& slo);
 // it, and its TPOT (when it has one) is within the TPOT SLO. `time_scale`: wall seconds
 // per modelled second (RunResult::time_scale).
 bool MeetsSlos(const RequestRecord& r, const SloTargets& slo, double time_scale);
+// Whether `r`'s compute floor alone (RequestRecord::compute_floor_s) is past `ttft_slo`,
+// modelled seconds: a miss no queue caused, which no placement but a warmer one avoids.
+bool MissedOnFloor(const RequestRecord& r, double ttft_slo, double time_scale);
 
 // Parses --slo-ttft "warm=S,medium=S,heavy=S" (any subset, positive seconds) over `base`.
 absl::StatusOr<SloTargets> ParseTtftSlos(const std::string& spec, SloTargets base);
