@@ -371,7 +371,7 @@ net::awaitable<bool> HoldForResidency(Completion& c, Attempt& a) {
   if (!gone) TakeDispatch(c, a, go.dispatched);
   if (!gone && cluster != nullptr && cluster->enabled() && go.dispatched.resident_fill_tokens > 0) {
     const absl::Duration bound = std::max(
-        absl::ZeroDuration(), c.cfg.router.residency.max_wait - absl::Seconds(go.waited_s));
+        absl::ZeroDuration(), go.dispatched.resident_wait_bound - absl::Seconds(go.waited_s));
     const ClusterAdmission held =
         co_await AwaitClusterAdmission(c.s, *cluster, go.dispatched, c.features.session_id, bound);
     c.rec.cluster_admission = held.outcome;

@@ -256,10 +256,8 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     return 0;
   }
   const uint64_t id = next_waiter_++;
-  const absl::Duration bound = turn.max_wait > absl::ZeroDuration()
-                                   ? std::min(turn.max_wait, options_.max_wait)
-                                   : options_.max_wait;
-  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + bound, turn.movable};
+  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + WaitBound(turn),
+           turn.movable};
   // Queued by when its wait runs out; equal bounds keep arrival order.
   auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
                              [](absl::Time due, const Waiter& x) { return due < x.due; });

@@ -75,6 +75,7 @@
 // parks the waiters and wakes the ids each call returns.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -172,6 +173,12 @@ class ResidencyGate {
   // The earliest time Tick would wake someone, if anyone waits.
   std::optional<absl::Time> NextEvent() const;
 
+  // The longest `turn` waits before others yield to it: its own max_wait
+  // when shorter than Options::max_wait, else Options::max_wait.
+  absl::Duration WaitBound(const Turn& turn) const {
+    return turn.max_wait > absl::ZeroDuration() ? std::min(turn.max_wait, options_.max_wait)
+                                                : options_.max_wait;
+  }
   const Options& options() const { return options_; }
   const Counters& counters() const { return counters_; }
   // The wait a held turn meets: the mean of the waits seen (exponentially

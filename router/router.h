@@ -326,6 +326,11 @@ class Router {
     // every other request.
     int64_t resident_footprint_tokens = 0;
     int64_t resident_fill_tokens = 0;
+    // The longest the turn may wait for its room, counted from when the
+    // router first held it (ResidencyGate::WaitBound: what its deadline
+    // leaves after its predicted TTFT, at most max_wait), so that a wait
+    // across replicas ends when one gate's would.
+    absl::Duration resident_wait_bound = absl::ZeroDuration();
   };
   virtual Dispatched Dispatch(const RouteTicket& ticket, absl::Time now) = 0;
   // A dispatched request that waited after Dispatch (its reservation across

@@ -95,6 +95,8 @@ struct InflightRequest {
   Residency residency = Residency::kNone;
   uint64_t residency_wait = 0;
   int resident_on = -1;
+  // The longest the residency model lets it wait (ResidencyGate::WaitBound).
+  absl::Duration residency_bound = absl::ZeroDuration();
 };
 
 class RouterImpl : public Router {

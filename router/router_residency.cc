@@ -34,6 +34,7 @@ void RouterImpl::EnterResidency(InflightRequest& r, const RouteTicket& ticket, b
       d.decode_backend < static_cast<int>(snapshot_.backends.size())) {
     turn.reload_s = placement::HostReloadSeconds(snapshot_, d.decode_backend, placement_);
   }
+  r.residency_bound = residency_.WaitBound(turn);
   std::vector<uint64_t> woken;
   const uint64_t wait = residency_.Enter(d.decode_backend, r.session, turn, now, &woken);
   r.residency_wait = wait;
@@ -157,6 +158,7 @@ Router::Dispatched RouterImpl::Dispatch(const RouteTicket& ticket, absl::Time no
                                        : r.decision.footprint_tokens_est;
     go.resident_fill_tokens = static_cast<int64_t>(
         residency_.options().fill * static_cast<double>(r.decision.decode_capacity_tokens));
+    go.resident_wait_bound = r.residency_bound;
   }
   // The estimate's evictions, and the prefill's time, are judged from here:
   // the engine gets it now.

@@ -106,10 +106,18 @@ FakeUpstream::Handler OneStream() {
 // stops it and returns the log's first line.
 class Replica {
  public:
-  explicit Replica(absl::Duration max_wait) : up_(OneStream()) {
+  // `deadline_s` > 0: every request's shed deadline, past the tiny prompt's
+  // predicted TTFT (so nothing is shed, and the wait it leaves is short).
+  explicit Replica(absl::Duration max_wait, double deadline_s = 0) : up_(OneStream()) {
     Config c = harness::TestConfig({up_.port()});
     c.router.mode = "baseline";
     c.router.residency.max_wait = max_wait;
+    if (deadline_s > 0) {
+      c.router.offload_cost_known = true;
+      c.router.offload_cost.prefill_tokens_per_second = 1000;  // a few tokens: a few ms
+      c.router.shed.ttft_deadline_warm_s = c.router.shed.ttft_deadline_medium_s =
+          c.router.shed.ttft_deadline_heavy_s = deadline_s;
+    }
     c.request_log = (std::filesystem::temp_directory_path() /
                      ("kvroute_cluster_admission_" + std::to_string(getpid()) + ".jsonl"))
                         .string();
@@ -171,6 +179,20 @@ TEST(ClusterAdmissionTest, ATurnWithNoWaitLeftIsForced) {
   EXPECT_EQ(replica.store().AdmittedOn("gpu0"), "job-2");
   const std::string line = replica.Finish();
   EXPECT_NE(line.find("\"cluster_admission\":\"forced\""), std::string::npos) << line;
+}
+
+// The store's wait ends when one gate's would: at what the turn's deadline
+// leaves after its predicted TTFT, here under 10 ms, though max_wait_s is
+// 120 s.
+TEST(ClusterAdmissionTest, ATurnWhoseDeadlineLeavesLittleWaitIsForced) {
+  Replica replica(absl::Seconds(120), /*deadline_s=*/0.05);
+  EXPECT_EQ(replica.Turn("job-3").result_int(), 200);
+  EXPECT_EQ(replica.store().AdmittedOn("gpu0"), "job-3");
+  const std::string line = replica.Finish();
+  EXPECT_NE(line.find("\"cluster_admission\":\"forced\""), std::string::npos) << line;
+  const size_t at = line.find("\"residency_wait_s\":");
+  ASSERT_NE(at, std::string::npos) << line;
+  EXPECT_LT(std::stod(line.substr(at + 19)), 60) << "waited out max_wait_s: " << line;
 }
 
 }  // namespace
