@@ -182,8 +182,8 @@ TEST(ClusterAdmissionTest, ATurnWithNoWaitLeftIsForced) {
 }
 
 // The store's wait ends when one gate's would: at what the turn's deadline
-// leaves after its predicted TTFT, here under 10 ms, though max_wait_s is
-// 120 s.
+// leaves after its predicted TTFT, here under 50 ms (a new session's; a
+// running session's, under 250 ms), though max_wait_s is 120 s.
 TEST(ClusterAdmissionTest, ATurnWhoseDeadlineLeavesLittleWaitIsForced) {
   Replica replica(absl::Seconds(120), /*deadline_s=*/0.05);
   EXPECT_EQ(replica.Turn("job-3").result_int(), 200);
