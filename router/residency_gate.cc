@@ -223,13 +223,6 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   }
   // Turns not held pass by the counters: they are no turns through the gate.
   const bool held = turn.hold && options_.enabled;
-  if (auto r = in.residents.find(key);
-      held && r != in.residents.end() && r->second.active == 0 && in.residents.size() > 1 &&
-      footprint_tokens > r->second.footprint &&
-      !Fits(in, footprint_tokens - r->second.footprint)) {
-    Evict(in, key);  // EXPERIMENT: its grown context no longer fits: it queues as new
-    ++counters_.yielded;
-  }
   if (auto r = in.residents.find(key); r != in.residents.end()) {
     // A resident's next turn: how long sessions take to come back.
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
