@@ -223,15 +223,6 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   }
   // Turns not held pass by the counters: they are no turns through the gate.
   const bool held = turn.hold && options_.enabled;
-  bool regrown = false;
-  if (auto r = in.residents.find(key);
-      held && r != in.residents.end() && r->second.active == 0 && in.residents.size() > 1 &&
-      footprint_tokens > r->second.footprint &&
-      !Fits(in, footprint_tokens - r->second.footprint)) {
-    Evict(in, key);  // EXPERIMENT: its grown context no longer fits: it queues as new
-    ++counters_.yielded;
-    regrown = true;
-  }
   if (auto r = in.residents.find(key); r != in.residents.end()) {
     // A resident's next turn: how long sessions take to come back.
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
@@ -265,8 +256,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     return 0;
   }
   const uint64_t id = next_waiter_++;
-  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now,
-           now + (regrown ? std::min(WaitBound(turn), options_.grace) : WaitBound(turn)),
+  Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + WaitBound(turn),
            turn.movable};
   // Queued by when its wait runs out; equal bounds keep arrival order.
   auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
