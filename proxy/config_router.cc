@@ -42,16 +42,14 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
-  std::string room = g->multiplex ? "multiplex" : o->host_tier.gate_fills_tier ? "tier" : "gpu";
+  std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
   KV_RETURN_IF_ERROR(r.String("room", &room));
-  KV_RETURN_IF_ERROR(r.Double("multiplex_z", &g->multiplex_z, 0, 10));
   KV_RETURN_IF_ERROR(r.Finish());
-  if (room != "tier" && room != "gpu" && room != "multiplex") {
-    return KeyError(path + ".room", absl::StrCat("unknown value '", room,
-                                                 "' (expected tier, gpu or multiplex)"));
+  if (room != "tier" && room != "gpu") {
+    return KeyError(path + ".room",
+                    absl::StrCat("unknown value '", room, "' (expected tier or gpu)"));
   }
-  o->host_tier.gate_fills_tier = room != "gpu";
-  g->multiplex = room == "multiplex";
+  o->host_tier.gate_fills_tier = room == "tier";
   return absl::OkStatus();
 }
 

@@ -1,7 +1,6 @@
 #include "router/residency_gate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -38,44 +37,8 @@ int64_t ResidencyGate::PeerTokens(const Instance& in) const {
   return std::max<int64_t>(0, tokens);
 }
 
-double ResidencyGate::SquaresOf(const Instance& in, bool peers) const {
-  double sq = 0;
-  for (const auto& [session, r] : in.residents) {
-    sq += static_cast<double>(r.footprint) * static_cast<double>(r.footprint);
-  }
-  if (peers) {
-    for (const auto& [session, f] : in.peer_residents) {
-      if (!in.residents.contains(session)) sq += static_cast<double>(f) * static_cast<double>(f);
-    }
-  }
-  return sq;
-}
-
-std::optional<bool> ResidencyGate::MultiplexFits(const Instance& in, double tokens,
-                                                 double squares) const {
-  if (!options_.multiplex || !in.tiered || in.gpu_capacity_tokens <= 0 ||
-      in.gpu_capacity_tokens >= in.capacity_tokens) {
-    return std::nullopt;
-  }
-  const double gpu = options_.fill * static_cast<double>(in.gpu_capacity_tokens);
-  if (tokens <= gpu) return true;
-  if (tokens > options_.fill * static_cast<double>(in.capacity_tokens)) return false;
-  // Until a turn's time is learned, each resident counts as always in a turn.
-  const double p = turn_time_ > absl::ZeroDuration()
-                       ? absl::FDivDuration(turn_time_, turn_time_ + reuse_gap_)
-                       : 1.0;
-  const double mean = p * tokens;
-  const double sd = std::sqrt(std::max(0.0, p * (1 - p) * squares));
-  return mean + options_.multiplex_z * sd <= gpu;
-}
-
 bool ResidencyGate::FitsBesideOwn(const Instance& in, int64_t footprint) const {
   if (in.residents.empty()) return true;
-  const double f = static_cast<double>(footprint);
-  if (std::optional<bool> mux = MultiplexFits(
-          in, static_cast<double>(in.resident_tokens) + f, SquaresOf(in, false) + f * f)) {
-    return *mux;
-  }
   return static_cast<double>(in.resident_tokens + footprint) <=
          options_.fill * static_cast<double>(in.capacity_tokens);
 }
@@ -83,33 +46,21 @@ bool ResidencyGate::FitsBesideOwn(const Instance& in, int64_t footprint) const {
 bool ResidencyGate::Fits(const Instance& in, int64_t footprint, int64_t capacity) const {
   const int64_t peers = PeerTokens(in);
   if (in.residents.empty() && peers == 0) return true;  // one session always gets in
-  if (capacity == in.capacity_tokens) {
-    const double f = static_cast<double>(footprint);
-    if (std::optional<bool> mux =
-            MultiplexFits(in, static_cast<double>(in.resident_tokens + peers) + f,
-                          SquaresOf(in, true) + f * f)) {
-      return *mux;
-    }
-  }
   return static_cast<double>(in.resident_tokens + peers + footprint) <=
          options_.fill * static_cast<double>(capacity);
 }
 
 void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
-                          int64_t footprint, absl::Time now) {
+                          int64_t footprint) {
   Resident& r = in.residents[session];
   r.footprint = std::max<int64_t>(1, footprint);
   r.active = 1;
-  r.active_since = now;
   in.resident_tokens += r.footprint;
   home_[session] = backend;
 }
 
-void ResidencyGate::Activate(int backend, const std::string& session, Resident& r,
-                             absl::Time now) {
-  if (r.active++ > 0) return;
-  idle_.erase({r.last_done, backend, session});
-  r.active_since = now;
+void ResidencyGate::Activate(int backend, const std::string& session, Resident& r) {
+  if (r.active++ == 0) idle_.erase({r.last_done, backend, session});
 }
 
 void ResidencyGate::Deactivate(int backend, const std::string& session, Resident& r,
@@ -117,13 +68,7 @@ void ResidencyGate::Deactivate(int backend, const std::string& session, Resident
   if (r.active == 0) idle_.erase({r.last_done, backend, session});
   r.active = std::max(0, r.active - 1);
   r.last_done = now;
-  if (r.active > 0) return;
-  idle_.insert({r.last_done, backend, session});
-  if (r.active_since != absl::InfinitePast() && now >= r.active_since) {
-    const absl::Duration turn = now - r.active_since;
-    turn_time_ =
-        turn_time_ <= absl::ZeroDuration() ? turn : turn_time_ + kWaitWeight * (turn - turn_time_);
-  }
+  if (r.active == 0) idle_.insert({r.last_done, backend, session});
 }
 
 void ResidencyGate::Evict(Instance& in, const std::string& session) {
@@ -190,9 +135,9 @@ void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out, ab
     Evict(instances_[h->second], w.session);
   }
   if (auto r = in.residents.find(w.session); r != in.residents.end()) {
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
   } else {
-    Admit(backend, in, w.session, w.footprint, now);
+    Admit(backend, in, w.session, w.footprint);
   }
   if (timed_out) {
     ++counters_.admitted_by_timeout;
@@ -267,7 +212,6 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   Age(now);
   Instance& in = At(backend);
   in.capacity_tokens = turn.capacity_tokens;
-  in.gpu_capacity_tokens = turn.gpu_capacity_tokens;
   in.tiered = turn.reload_s >= 0;
   const int64_t footprint_tokens = turn.footprint_tokens;
   const std::string key(session);
@@ -284,7 +228,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
       reuse_gap_ += kWaitWeight * ((now - r->second.last_done) - reuse_gap_);
     }
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
     if (footprint_tokens > r->second.footprint) {
       in.resident_tokens += footprint_tokens - r->second.footprint;
       r->second.footprint = footprint_tokens;
@@ -302,12 +246,12 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
                            ? std::min(turn.capacity_tokens, turn.gpu_capacity_tokens)
                            : turn.capacity_tokens;
   if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens, room))) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
   if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, room, now)) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
   }
@@ -343,22 +287,11 @@ bool ResidencyGate::SwapIn(int backend, Instance& in, int64_t footprint, int64_t
                            absl::Time now) {
   const absl::Time idle_since = now - swap_after();
   int64_t kept_tokens = 0;
-  double kept_squares = 0;
   for (const auto& [session, r] : in.residents) {
-    if (r.active > 0 || r.last_done > idle_since) {
-      kept_tokens += r.footprint;
-      kept_squares += static_cast<double>(r.footprint) * static_cast<double>(r.footprint);
-    }
+    if (r.active > 0 || r.last_done > idle_since) kept_tokens += r.footprint;
   }
-  bool room = kept_tokens == 0 || static_cast<double>(kept_tokens + footprint) <=
-                                      options_.fill * static_cast<double>(capacity);
-  if (room && kept_tokens > 0 && capacity == in.capacity_tokens) {
-    const double f = static_cast<double>(footprint);
-    if (std::optional<bool> mux =
-            MultiplexFits(in, static_cast<double>(kept_tokens) + f, kept_squares + f * f)) {
-      room = *mux;
-    }
-  }
+  const bool room = kept_tokens == 0 || static_cast<double>(kept_tokens + footprint) <=
+                                            options_.fill * static_cast<double>(capacity);
   if (!room) return false;
   // idle_ is ordered by when each went idle: the longest idle first.
   for (auto it = idle_.begin();

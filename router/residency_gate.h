@@ -102,13 +102,6 @@ class ResidencyGate {
     // An idle session stays resident (and counts in its instance's demand)
     // this long; zero: it counts in no demand, and leaves after `grace`.
     absl::Duration window = absl::Seconds(60);
-    // On an instance with a host tier: its residents' KV counts against the
-    // GPU pool as the KV their turns hold at once, each resident in a turn
-    // a learned share of the time (turn time / (turn time + reuse gap)),
-    // bounded at `multiplex_z` standard deviations above the mean; the
-    // tier still bounds what they hold in all.
-    bool multiplex = false;
-    double multiplex_z = 1.0;
   };
 
   struct Counters {
@@ -252,7 +245,6 @@ class ResidencyGate {
     int turns = 0;   // completed since it became resident
     int active = 0;  // requests in flight
     absl::Time last_done = absl::InfinitePast();
-    absl::Time active_since = absl::InfinitePast();
   };
   struct Waiter {
     uint64_t id = 0;
@@ -266,7 +258,6 @@ class ResidencyGate {
     absl::flat_hash_map<std::string, Resident> residents;
     int64_t resident_tokens = 0;
     int64_t capacity_tokens = 0;
-    int64_t gpu_capacity_tokens = 0;  // with a larger tier; 0: capacity_tokens
     std::deque<Waiter> waiting;
     bool tiered = false;  // turns here carry a reload time: it has a host tier
     // Other replicas' residents here, and the sum of their footprints.
@@ -280,12 +271,11 @@ class ResidencyGate {
 
   Instance& At(int backend);
   // Makes `session` resident on `backend` with one request in flight.
-  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint,
-             absl::Time now);
+  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
   // One more request of a resident in flight, or one fewer (at `now`): an
   // idle resident is kept in idle_, by when it went idle.
-  void Activate(int backend, const std::string& session, Resident& r, absl::Time now);
+  void Activate(int backend, const std::string& session, Resident& r);
   void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
   // Whether `footprint` fits beside the residents, this gate's and the
   // other replicas', within the instance's capacity (or `capacity`);
@@ -295,11 +285,6 @@ class ResidencyGate {
   }
   bool Fits(const Instance& in, int64_t footprint, int64_t capacity) const;
   bool FitsBesideOwn(const Instance& in, int64_t footprint) const;
-  // Options::multiplex: whether residents of `tokens` in all, the squares of
-  // their footprints summing to `squares`, hold at once what the GPU pool
-  // takes (nullopt: the rule does not apply on `in`).
-  std::optional<bool> MultiplexFits(const Instance& in, double tokens, double squares) const;
-  double SquaresOf(const Instance& in, bool peers) const;
   bool MovableWaiting() const;
   // Idle residents past the grace time leave (only while someone waits:
   // otherwise nothing needs their room and they may still come back).
@@ -340,7 +325,6 @@ class ResidencyGate {
   Counters counters_;
   absl::Duration expected_wait_;
   absl::Duration reuse_gap_;
-  absl::Duration turn_time_ = absl::ZeroDuration();  // learned; zero before the first
 };
 
 }  // namespace kvroute::router

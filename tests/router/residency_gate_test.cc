@@ -316,42 +316,6 @@ TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
   EXPECT_EQ(g.counters().expired, 0u);
 }
 
-// The multiplexed room: on a tiered instance the residents' KV counts
-// against the GPU pool as what their turns hold at once. Each resident is in
-// a turn 2 s of every 10 (p 0.2), so three of 60 tokens hold 36 on average,
-// 24 x sqrt(3) one standard deviation above: within 90, the fill of the GPU
-// pool. A fourth would reach 96 and waits, though the tier holds it; before
-// any turn's time is learned the room is the GPU pool.
-TEST(ResidencyGateTest, AMultiplexedRoomHoldsWhatTurnsTakeAtOnce) {
-  ResidencyGate::Options o = Opts(/*quantum=*/1000, /*grace_s=*/10);
-  o.multiplex = true;
-  o.multiplex_z = 1.0;
-  ResidencyGate g(o);
-  std::vector<uint64_t> woken;
-  auto tiered = [](int64_t footprint) {
-    ResidencyGate::Turn t{footprint, /*capacity_tokens=*/3 * kCap};
-    t.gpu_capacity_tokens = kCap;
-    t.reload_s = 0;
-    return t;
-  };
-  EXPECT_EQ(g.Enter(0, "a", tiered(60), At(0), &woken), 0u);
-  const uint64_t early = g.Enter(0, "b", tiered(60), At(0), &woken);
-  EXPECT_NE(early, 0u) << "no turn time learned: the GPU pool's room";
-  g.Abandon(early, At(0), &woken);
-  double t = 0;
-  for (int i = 0; i < 80; ++i) {  // a: 2 s turns, 8 s away
-    g.Leave(0, "a", 60, At(t + 2), &woken);
-    t += 10;
-    g.Enter(0, "a", tiered(60), At(t), &woken);
-  }
-  EXPECT_NEAR(absl::ToDoubleSeconds(g.reuse_gap()), 8.0, 0.01);
-  EXPECT_EQ(g.Enter(0, "b", tiered(60), At(t), &woken), 0u);
-  EXPECT_EQ(g.Enter(0, "c", tiered(60), At(t), &woken), 0u);
-  EXPECT_EQ(g.resident_tokens(0), 180) << "twice the GPU pool";
-  EXPECT_NE(g.Enter(0, "d", tiered(60), At(t), &woken), 0u);
-  EXPECT_EQ(g.waiting(), 1u);
-}
-
 // Several replicas: the sessions other replicas hold resident on an
 // instance fill it as this gate's own do; a session resident both here and
 // there counts once; one resident at a peer goes at once (its next turn);
