@@ -42,6 +42,7 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Integer("quantum_turns", &g->quantum_turns, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
+  KV_RETURN_IF_ERROR(ReadBool(r, "yield_grown", &g->yield_grown));
   std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
   KV_RETURN_IF_ERROR(r.String("room", &room));
   KV_RETURN_IF_ERROR(r.Finish());

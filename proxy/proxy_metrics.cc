@@ -250,10 +250,12 @@ void RegisterResidencyCounters(metrics::Registry& reg,
           {"after_max_wait", c.admitted_by_timeout}}},
         {"kvroute_residency_releases_total", "cause",
          "Resident sessions that made room: quantum (yielded after quantum_turns while others "
-         "waited), max_wait (yielded to a waiter past max_wait_s), idle (idle for grace_s), "
+         "waited), max_wait (yielded to a waiter past max_wait_s), grown (its next turn's "
+         "context outgrew its room: router.residency.yield_grown), idle (idle for grace_s), "
          "swapped_out (idle, its KV in the host tier, for a swapped-in turn).",
          {{"quantum", c.yielded},
           {"max_wait", c.yielded_forced},
+          {"grown", c.yielded_grown},
           {"idle", c.expired},
           {"swapped_out", c.swapped_out}}},
     };

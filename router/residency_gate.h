@@ -38,6 +38,15 @@
 //     may bring a shorter bound than `max_wait` (its deadline less its
 //     predicted prefill: the wait it can afford); waiters are queued by when
 //     their waits run out, so the most urgent goes first among those that fit.
+// With `yield_grown`, a resident's next turn whose context has grown past
+// what fits beside the other residents does not go at once: the session
+// gives its place up and the turn queues as a new session's would. A
+// session's context grows every turn, so the residents of a full instance
+// outgrow its pool together; vLLM then evicts the prefixes of those between
+// turns and every returning turn recomputes part of its context. Yielding
+// the one that outgrew keeps the rest within the pool: one long wait of one
+// session instead of a recompute for many (bench README, "The grown
+// resident's yield").
 // A waiter whose prefix its instance no longer holds (`movable`: it will
 // prefill cold wherever it goes) is not tied to the instance it was routed
 // to: it goes to whichever instance the gate knows has room first (TakeMove
@@ -102,6 +111,10 @@ class ResidencyGate {
     // An idle session stays resident (and counts in its instance's demand)
     // this long; zero: it counts in no demand, and leaves after `grace`.
     absl::Duration window = absl::Seconds(60);
+    // A resident whose next turn's grown context no longer fits beside the
+    // others gives its place up and queues as a new session's turn would
+    // (Enter). Off: it goes at once, whatever its growth.
+    bool yield_grown = false;
   };
 
   struct Counters {
@@ -112,6 +125,7 @@ class ResidencyGate {
     uint64_t moved = 0;                // admitted on another instance than the one routed to
     uint64_t yielded = 0;              // residents that gave their place up after their quantum
     uint64_t yielded_forced = 0;       // ... to a waiter past max_wait
+    uint64_t yielded_grown = 0;        // ... as its next turn outgrew its room (yield_grown)
     uint64_t expired = 0;              // residents idle for the grace time or the window
     uint64_t swapped_in = 0;           // turns admitted at once by swapping idle residents out
                                        // (a waiter admitted so counts as after_wait)

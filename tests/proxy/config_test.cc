@@ -312,13 +312,16 @@ TEST(ConfigTest, TheHostTierKeys) {
   EXPECT_EQ(c->router.host_tier.load_bytes_per_second, 25e9);
   EXPECT_TRUE(c->router.host_tier.gate_fills_tier);
   absl::StatusOr<Config> gpu = ParseConfig(
-      "router: {residency: {room: gpu, fill: 0.8}}\nbackends: [{name: a, url: http://h:1}]",
+      "router: {residency: {room: gpu, fill: 0.8, yield_grown: true}}\n"
+      "backends: [{name: a, url: http://h:1}]",
       "test");
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_FALSE(gpu->router.host_tier.gate_fills_tier);
   EXPECT_EQ(gpu->router.residency.fill, 0.8);
+  EXPECT_TRUE(gpu->router.residency.yield_grown);
   absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
   ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->router.residency.yield_grown);
   EXPECT_TRUE(d->router.host_tier.aware);
   EXPECT_TRUE(d->router.host_tier.gate_fills_tier);
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);

@@ -316,6 +316,46 @@ TEST(ResidencyGateTest, ATieredInstanceLetsWaitersInAfterTheReuseGap) {
   EXPECT_EQ(g.counters().expired, 0u);
 }
 
+// yield_grown: a resident's next turn whose grown context no longer fits
+// beside the others gives its place up and queues as a new session's turn;
+// growth that fits, or a session alone on its instance, goes at once. Off,
+// the grown turn goes at once, past the fill.
+TEST(ResidencyGateTest, AResidentThatOutgrowsItsRoomQueuesWhenAsked) {
+  for (const bool yield : {false, true}) {
+    SCOPED_TRACE(yield ? "yield_grown" : "default");
+    ResidencyGate::Options o = Opts(/*quantum=*/100, /*grace_s=*/10);
+    o.yield_grown = yield;
+    ResidencyGate g(o);
+    std::vector<uint64_t> woken;
+    ASSERT_EQ(g.Enter(0, "solo", 80, kCap, At(0), &woken), 0u);
+    g.Leave(0, "solo", 80, At(1), &woken);
+    EXPECT_EQ(g.Enter(0, "solo", 120, kCap, At(2), &woken), 0u) << "alone: it goes";
+    g.Leave(0, "solo", 120, At(3), &woken);
+    ResidencyGate h(o);
+    ASSERT_EQ(h.Enter(0, "a", 40, kCap, At(0), &woken), 0u);
+    ASSERT_EQ(h.Enter(0, "b", 40, kCap, At(0), &woken), 0u);
+    h.Leave(0, "a", 40, At(1), &woken);
+    EXPECT_EQ(h.Enter(0, "a", 45, kCap, At(2), &woken), 0u) << "85 of 90: it fits";
+    h.Leave(0, "a", 45, At(3), &woken);
+    const uint64_t grown = h.Enter(0, "a", 55, kCap, At(4), &woken);
+    if (!yield) {
+      EXPECT_EQ(grown, 0u);
+      EXPECT_EQ(h.resident_tokens(0), 95);
+      EXPECT_EQ(h.counters().yielded_grown, 0u);
+      continue;
+    }
+    ASSERT_NE(grown, 0u) << "95 of 90: it queues";
+    EXPECT_EQ(h.counters().yielded_grown, 1u);
+    EXPECT_FALSE(h.IsResident(0, "a"));
+    EXPECT_EQ(h.resident_tokens(0), 40);
+    h.Leave(0, "b", 40, At(5), &woken);
+    EXPECT_TRUE(woken.empty()) << "b, idle, may still come back";
+    h.Tick(At(15), &woken);  // b idle for the grace time
+    EXPECT_THAT(woken, ElementsAre(grown));
+    EXPECT_EQ(h.resident_tokens(0), 55);
+  }
+}
+
 // Several replicas: the sessions other replicas hold resident on an
 // instance fill it as this gate's own do; a session resident both here and
 // there counts once; one resident at a peer goes at once (its next turn);
