@@ -225,14 +225,16 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   const bool held = turn.hold && options_.enabled;
   // Options::yield_grown: an idle resident whose turn outgrew its room
   // gives its place up, and the turn goes on below as a new session's.
-  if (auto r = in.residents.find(key); held && options_.yield_grown && r != in.residents.end()) {
+  auto r = in.residents.find(key);
+  if (r != in.residents.end() && held && options_.yield_grown) {
     const int64_t growth = footprint_tokens - r->second.footprint;
     if (r->second.active == 0 && in.residents.size() > 1 && growth > 0 && !Fits(in, growth)) {
       Evict(in, key);
+      r = in.residents.end();
       ++counters_.yielded_grown;
     }
   }
-  if (auto r = in.residents.find(key); r != in.residents.end()) {
+  if (r != in.residents.end()) {
     // A resident's next turn: how long sessions take to come back.
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
       reuse_gap_ += kWaitWeight * ((now - r->second.last_done) - reuse_gap_);
