@@ -43,7 +43,6 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
   KV_RETURN_IF_ERROR(ReadBool(r, "yield_grown", &g->yield_grown));
-  KV_RETURN_IF_ERROR(r.Seconds("reserve_after_s", &g->reserve_after, 0));
   std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
   KV_RETURN_IF_ERROR(r.String("room", &room));
   KV_RETURN_IF_ERROR(r.Finish());

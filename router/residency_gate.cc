@@ -169,9 +169,6 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     // (Past its bound it goes even when other replicas' residents fill the
     // instance: this gate cannot make them yield.)
     if (!timed_out && !Fits(in, w->footprint)) {
-      if (options_.reserve_after > absl::ZeroDuration() && now - w->since >= options_.reserve_after) {
-        break;
-      }
       ++w;
       continue;
     }

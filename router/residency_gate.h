@@ -115,9 +115,6 @@ class ResidencyGate {
     // others gives its place up and queues as a new session's turn would
     // (Enter). Off: it goes at once, whatever its growth.
     bool yield_grown = false;
-    // A waiter that has waited this long and does not fit stops the
-    // backfilling behind it: the room freed is kept for it. Zero: never.
-    absl::Duration reserve_after = absl::ZeroDuration();
   };
 
   struct Counters {
