@@ -72,15 +72,17 @@ void ResidencyGate::Deactivate(int backend, const std::string& session, Resident
 }
 
 void ResidencyGate::Evict(Instance& in, const std::string& session) {
-  auto it = in.residents.find(session);
-  if (it == in.residents.end()) return;
-  if (it->second.active == 0) {
-    idle_.erase({it->second.last_done, static_cast<int>(&in - instances_.data()), session});
-  }
+  if (auto it = in.residents.find(session); it != in.residents.end()) Evict(in, it);
+}
+
+void ResidencyGate::Evict(Instance& in, absl::flat_hash_map<std::string, Resident>::iterator it) {
+  const int backend = static_cast<int>(&in - instances_.data());
+  const std::string& session = it->first;
+  if (it->second.active == 0) idle_.erase({it->second.last_done, backend, session});
   in.resident_tokens -= it->second.footprint;
-  if (track_departures_) departed_.emplace_back(static_cast<int>(&in - instances_.data()), session);
-  in.residents.erase(it);
+  if (track_departures_) departed_.emplace_back(backend, session);
   home_.erase(session);
+  in.residents.erase(it);  // last: `session` is the map's own key
 }
 
 std::vector<std::pair<int, std::string>> ResidencyGate::TakeDepartures() {
@@ -160,8 +162,7 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
       auto most = std::max_element(
           in.residents.begin(), in.residents.end(),
           [](const auto& x, const auto& y) { return x.second.turns < y.second.turns; });
-      const std::string key = most->first;
-      Evict(in, key);
+      Evict(in, most);
       ++counters_.yielded_forced;
     }
     // One that does not fit lets those behind it that do go first
@@ -229,7 +230,7 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   if (r != in.residents.end() && held && options_.yield_grown) {
     const int64_t growth = footprint_tokens - r->second.footprint;
     if (r->second.active == 0 && in.residents.size() > 1 && growth > 0 && !Fits(in, growth)) {
-      Evict(in, key);
+      Evict(in, r);
       r = in.residents.end();
       ++counters_.yielded_grown;
     }
@@ -337,8 +338,7 @@ void ResidencyGate::Leave(int backend, std::string_view session, int64_t footpri
     r.footprint = footprint_tokens;
   }
   if (r.active == 0 && Contended(in) && r.turns >= options_.quantum_turns) {
-    const std::string key = it->first;  // Evict erases the map's own copy
-    Evict(in, key);
+    Evict(in, it);
     ++counters_.yielded;
   }
   AdmitWaiters(backend, now, woken);

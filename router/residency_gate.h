@@ -287,6 +287,8 @@ class ResidencyGate {
   // Makes `session` resident on `backend` with one request in flight.
   void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
+  // The same for a resident already found; `it` is invalid afterwards.
+  void Evict(Instance& in, absl::flat_hash_map<std::string, Resident>::iterator it);
   // One more request of a resident in flight, or one fewer (at `now`): an
   // idle resident is kept in idle_, by when it went idle.
   void Activate(int backend, const std::string& session, Resident& r);
