@@ -43,18 +43,14 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
   KV_RETURN_IF_ERROR(ReadBool(r, "yield_grown", &g->yield_grown));
-  std::string room =
-      g->auto_room.enabled ? "auto" : o->host_tier.gate_fills_tier ? "tier" : "gpu";
+  std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
   KV_RETURN_IF_ERROR(r.String("room", &room));
-  KV_RETURN_IF_ERROR(r.Double("auto_tier_below", &g->auto_room.tier_below, 0, 1));
-  KV_RETURN_IF_ERROR(r.Double("auto_gpu_above", &g->auto_room.gpu_above, 0, 1));
   KV_RETURN_IF_ERROR(r.Finish());
-  if (room != "tier" && room != "gpu" && room != "auto") {
+  if (room != "tier" && room != "gpu") {
     return KeyError(path + ".room",
-                    absl::StrCat("unknown value '", room, "' (expected tier, gpu or auto)"));
+                    absl::StrCat("unknown value '", room, "' (expected tier or gpu)"));
   }
   o->host_tier.gate_fills_tier = room == "tier";
-  g->auto_room.enabled = room == "auto";
   return absl::OkStatus();
 }
 

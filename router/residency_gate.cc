@@ -14,9 +14,6 @@ namespace {
 // The weight of each new sample in ResidencyGate::expected_wait() and
 // reuse_gap().
 constexpr double kWaitWeight = 0.1;
-// The weight of each sample in Options::auto_room's duty cycle: slower, as
-// one 80 s pause must not flip the room.
-constexpr double kDutyWeight = 0.02;
 
 }  // namespace
 
@@ -54,20 +51,16 @@ bool ResidencyGate::Fits(const Instance& in, int64_t footprint, int64_t capacity
 }
 
 void ResidencyGate::Admit(int backend, Instance& in, const std::string& session,
-                          int64_t footprint, absl::Time now) {
+                          int64_t footprint) {
   Resident& r = in.residents[session];
   r.footprint = std::max<int64_t>(1, footprint);
   r.active = 1;
-  r.active_since = now;
   in.resident_tokens += r.footprint;
   home_[session] = backend;
 }
 
-void ResidencyGate::Activate(int backend, const std::string& session, Resident& r,
-                             absl::Time now) {
-  if (r.active++ > 0) return;
-  idle_.erase({r.last_done, backend, session});
-  r.active_since = now;
+void ResidencyGate::Activate(int backend, const std::string& session, Resident& r) {
+  if (r.active++ == 0) idle_.erase({r.last_done, backend, session});
 }
 
 void ResidencyGate::Deactivate(int backend, const std::string& session, Resident& r,
@@ -75,41 +68,7 @@ void ResidencyGate::Deactivate(int backend, const std::string& session, Resident
   if (r.active == 0) idle_.erase({r.last_done, backend, session});
   r.active = std::max(0, r.active - 1);
   r.last_done = now;
-  if (r.active > 0) return;
-  idle_.insert({r.last_done, backend, session});
-  if (r.active_since != absl::InfinitePast() && now >= r.active_since) {
-    LearnTurn(now - r.active_since);
-  }
-}
-
-void ResidencyGate::LearnTurn(absl::Duration turn) {
-  if (!options_.auto_room.enabled) return;
-  const double s = absl::ToDoubleSeconds(turn);
-  duty_turn_s_ = duty_turns_++ == 0 ? s : duty_turn_s_ + kDutyWeight * (s - duty_turn_s_);
-  UpdateRoom();
-}
-
-void ResidencyGate::LearnGap(absl::Duration gap) {
-  if (!options_.auto_room.enabled) return;
-  const double s = absl::ToDoubleSeconds(gap);
-  duty_gap_s_ = duty_gaps_++ == 0 ? s : duty_gap_s_ + kDutyWeight * (s - duty_gap_s_);
-  UpdateRoom();
-}
-
-std::optional<double> ResidencyGate::duty_cycle() const {
-  const int64_t n = options_.auto_room.min_samples;
-  if (!options_.auto_room.enabled || duty_turns_ < n || duty_gaps_ < n ||
-      duty_turn_s_ + duty_gap_s_ <= 0) {
-    return std::nullopt;
-  }
-  return duty_turn_s_ / (duty_turn_s_ + duty_gap_s_);
-}
-
-void ResidencyGate::UpdateRoom() {
-  const std::optional<double> p = duty_cycle();
-  if (!p) return;
-  if (!fills_tier_ && *p < options_.auto_room.tier_below) fills_tier_ = true;
-  if (fills_tier_ && *p > options_.auto_room.gpu_above) fills_tier_ = false;
+  if (r.active == 0) idle_.insert({r.last_done, backend, session});
 }
 
 void ResidencyGate::Evict(Instance& in, const std::string& session) {
@@ -178,9 +137,9 @@ void ResidencyGate::AdmitWaiter(int backend, const Waiter& w, bool timed_out, ab
     Evict(instances_[h->second], w.session);
   }
   if (auto r = in.residents.find(w.session); r != in.residents.end()) {
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
   } else {
-    Admit(backend, in, w.session, w.footprint, now);
+    Admit(backend, in, w.session, w.footprint);
   }
   if (timed_out) {
     ++counters_.admitted_by_timeout;
@@ -280,9 +239,8 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
     // A resident's next turn: how long sessions take to come back.
     if (r->second.active == 0 && r->second.last_done != absl::InfinitePast()) {
       reuse_gap_ += kWaitWeight * ((now - r->second.last_done) - reuse_gap_);
-      LearnGap(now - r->second.last_done);
     }
-    Activate(backend, r->first, r->second, now);
+    Activate(backend, r->first, r->second);
     if (footprint_tokens > r->second.footprint) {
       in.resident_tokens += footprint_tokens - r->second.footprint;
       r->second.footprint = footprint_tokens;
@@ -300,12 +258,12 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
                            ? std::min(turn.capacity_tokens, turn.gpu_capacity_tokens)
                            : turn.capacity_tokens;
   if (!held || resident_at_peer || (in.waiting.empty() && Fits(in, footprint_tokens, room))) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     if (held) ++counters_.admitted_at_once;
     return 0;
   }
   if (held && Swappable(turn.reload_s) && SwapIn(backend, in, footprint_tokens, room, now)) {
-    Admit(backend, in, key, footprint_tokens, now);
+    Admit(backend, in, key, footprint_tokens);
     ++counters_.swapped_in;
     return 0;
   }

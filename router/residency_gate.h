@@ -115,19 +115,6 @@ class ResidencyGate {
     // others gives its place up and queues as a new session's turn would
     // (Enter). Off: it goes at once, whatever its growth.
     bool yield_grown = false;
-    // router.residency.room: auto. The room on instances with a host tier
-    // follows the sessions' duty cycle p = turn time / (turn time + reuse
-    // gap), learned over every resident's turns: the GPU pool until
-    // `min_samples` of each are learned and while p stays above
-    // `tier_below`; the tier once p drops below it, back to the GPU pool
-    // when p rises above `gpu_above`.
-    struct AutoRoom {
-      bool enabled = false;
-      double tier_below = 0.77;
-      double gpu_above = 0.83;
-      int64_t min_samples = 64;
-    };
-    AutoRoom auto_room;
   };
 
   struct Counters {
@@ -217,11 +204,6 @@ class ResidencyGate {
   // How long an idle resident of an instance with a host tier stays before
   // it may be swapped out: twice the reuse gap, at most `grace`.
   absl::Duration swap_after() const { return std::min(options_.grace, 2 * reuse_gap_); }
-  // Options::auto_room: the sessions' duty cycle (nullopt until learned),
-  // and whether the room on tiered instances is the tier (false: the GPU
-  // pool). Without auto_room, fills_tier() is false.
-  std::optional<double> duty_cycle() const;
-  bool fills_tier() const { return fills_tier_; }
   size_t waiting() const;
   // Resident sessions and their footprints on `backend`.
   size_t resident_sessions(int backend) const;
@@ -277,7 +259,6 @@ class ResidencyGate {
     int turns = 0;   // completed since it became resident
     int active = 0;  // requests in flight
     absl::Time last_done = absl::InfinitePast();
-    absl::Time active_since = absl::InfinitePast();  // its turn's start, while active
   };
   struct Waiter {
     uint64_t id = 0;
@@ -304,19 +285,13 @@ class ResidencyGate {
 
   Instance& At(int backend);
   // Makes `session` resident on `backend` with one request in flight.
-  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint,
-             absl::Time now);
-  // Options::auto_room: one turn's time, or one reuse gap, learned; the
-  // room follows the duty cycle.
-  void LearnTurn(absl::Duration turn);
-  void LearnGap(absl::Duration gap);
-  void UpdateRoom();
+  void Admit(int backend, Instance& in, const std::string& session, int64_t footprint);
   void Evict(Instance& in, const std::string& session);
   // The same for a resident already found; `it` is invalid afterwards.
   void Evict(Instance& in, absl::flat_hash_map<std::string, Resident>::iterator it);
   // One more request of a resident in flight, or one fewer (at `now`): an
   // idle resident is kept in idle_, by when it went idle.
-  void Activate(int backend, const std::string& session, Resident& r, absl::Time now);
+  void Activate(int backend, const std::string& session, Resident& r);
   void Deactivate(int backend, const std::string& session, Resident& r, absl::Time now);
   // Whether `footprint` fits beside the residents, this gate's and the
   // other replicas', within the instance's capacity (or `capacity`);
@@ -366,12 +341,6 @@ class ResidencyGate {
   Counters counters_;
   absl::Duration expected_wait_;
   absl::Duration reuse_gap_;
-  // Options::auto_room's slow means (their own weight) and sample counts.
-  double duty_turn_s_ = 0;
-  double duty_gap_s_ = 0;
-  int64_t duty_turns_ = 0;
-  int64_t duty_gaps_ = 0;
-  bool fills_tier_ = false;
 };
 
 }  // namespace kvroute::router

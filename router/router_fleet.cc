@@ -52,9 +52,7 @@ int64_t RouterImpl::TierCapacityTokens(int b) const {
 }
 
 int64_t RouterImpl::ResidentCapacityTokens(int b) const {
-  const bool tier = options_.residency.auto_room.enabled ? residency_.fills_tier()
-                                                         : options_.host_tier.gate_fills_tier;
-  if (!tier) return NominalCapacityTokens(b);
+  if (!options_.host_tier.gate_fills_tier) return NominalCapacityTokens(b);
   return std::max(NominalCapacityTokens(b), TierCapacityTokens(b));
 }
 

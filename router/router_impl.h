@@ -160,7 +160,6 @@ class RouterImpl : public Router {
   // The KV `b` keeps its resident sessions in without a recompute: its
   // nominal GPU pool, or TierCapacityTokens if larger; the GPU pool alone
   // with HostTier::gate_fills_tier false (router.residency.room: gpu).
-  bool logged_fills_tier_ = false;
   int64_t ResidentCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,7 +2,6 @@
 // where a routed session turn stands in the residency model
 // (router/residency_gate.h) from Route until it is sent and until it ends.
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -121,11 +120,6 @@ void RouterImpl::LeaveResidency(InflightRequest& r, int64_t footprint_tokens, ab
     residency_.Abandon(r.residency_wait, now, &woken);
   } else if (r.residency == Residency::kResident) {
     residency_.Leave(r.resident_on, r.session, footprint_tokens, now, &woken);
-    if (residency_.fills_tier() != logged_fills_tier_) {
-      logged_fills_tier_ = residency_.fills_tier();
-      std::fprintf(stderr, "EXPERIMENT room %s at duty %.3f\n", logged_fills_tier_ ? "tier" : "gpu",
-                   residency_.duty_cycle().value_or(-1));
-    }
   }
   r.residency = Residency::kNone;
   Wake(woken);
