@@ -26,7 +26,6 @@ absl::Status ParseRateLearning(const YAML::Node& n, router::Options::RateLearnin
   KV_RETURN_IF_ERROR(RequireMap(n, path));
   MapReader r(n, path);
   KV_RETURN_IF_ERROR(ReadBool(r, "enabled", &l->enabled));
-  KV_RETURN_IF_ERROR(ReadBool(r, "wait", &l->wait));
   KV_RETURN_IF_ERROR(r.Double("alpha", &l->alpha, 0.001, 1));
   KV_RETURN_IF_ERROR(r.Double("max_sample_ratio", &l->max_sample_ratio, 1, 1e6));
   return r.Finish();

@@ -161,10 +161,6 @@ void RegisterBackendGauges(metrics::Registry& reg, const router::Router* router)
          "Learned engine-timed fleet-shared pool load seconds / the seconds at "
          "router.pool_load_bytes_per_second (1 until learned).",
          [](const router::BackendReport& b) { return b.pool_reload_time_factor; }},
-        {"kvroute_wait_time_factor",
-         "Learned realised / predicted wait before a request's own prefill (queue and "
-         "admission, on top of the prefill factor), the fleet's (1 until learned).",
-         [](const router::BackendReport& b) { return b.wait_time_factor; }},
     };
     for (const G& g : kFactors) render(g);
     const router::RouterStats stats = r->Stats();

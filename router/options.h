@@ -145,9 +145,6 @@ struct Options {
   // ratio is clamped to [1 / max_sample_ratio, max_sample_ratio].
   struct RateLearning {
     bool enabled = true;
-    // Per instance, the wait before a request's own prefill (queue and
-    // admission) learned apart from its prefill time (the wait factor).
-    bool wait = true;
     double alpha = 0.2;
     double max_sample_ratio = 20;
   };

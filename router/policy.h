@@ -61,10 +61,6 @@ struct BackendSnapshot {
   // This instance's prefill times against the cost model's rates, as learned
   // from its realised TTFTs (router/rate_learner.h); 1 = as the profile says.
   double prefill_time_factor = 1;
-  // The wait before a request's own prefill there (queue and admission)
-  // against the model's, on top of prefill_time_factor, learned the same way
-  // over the fleet.
-  double wait_time_factor = 1;
 };
 
 struct FleetSnapshot {

@@ -64,11 +64,6 @@ void RateLearner::ObservePoolReload(int backend, double realised_s, double model
   ObservePerBackend(pool_reload_, backend, realised_s, modelled_s);
 }
 
-void RateLearner::ObserveWait(int backend, double realised_s, double modelled_s) {
-  if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;
-  Update(wait_, LogSample(realised_s, modelled_s));
-}
-
 void RateLearner::ObservePerBackend(std::vector<Factor>& factors, int backend, double realised_s,
                                     double modelled_s) {
   if (backend < 0 || backend >= n_ || !(modelled_s > 0) || !(realised_s >= 0)) return;

@@ -8,12 +8,10 @@
 //   learner.ObserveTransfer(a, b, realised_transfer_s, modelled_transfer_s);
 //   learner.ObserveReload(b, realised_load_s, modelled_load_s);
 //   learner.ObservePoolReload(b, realised_load_s, modelled_load_s);
-//   learner.ObserveWait(b, realised_wait_s, modelled_wait_s);
 //   snapshot.backends[b].prefill_time_factor = learner.prefill_factor(b);
 //   snapshot.transfer_time_factors = learner.transfer_table();
 //   snapshot.backends[b].host_reload_time_factor = learner.reload_factor(b);
 //   snapshot.backends[b].pool_reload_time_factor = learner.pool_reload_factor(b);
-//   snapshot.backends[b].wait_time_factor = learner.wait_factor();
 //
 // Factors are absolute: realised seconds over the seconds the profile's rates
 // predict (a "modelled" figure never includes a learned factor). Each factor
@@ -35,26 +33,12 @@
 //     the link, so h_i is the per-load slowdown a reload meets there;
 //   - pool reload factor p_i, per instance: the same for its loads from the
 //     fleet-shared pool over its NIC, against the configured pool bandwidth.
-//   - wait factor w, fleet-wide, on top of f_i: the time a request waits
-//     before its own prefill (the queue ahead of it and the KV that
-//     requests in flight must free first) against the model's wait. The
-//     model prices both as prefill tokens, which fits a queue of cold
-//     prompts but not the blocks of running turns, which free as those turns
-//     end; a turn whose prediction is mostly wait is the sample, its own
-//     prefill and reload taken out as predicted. f_i alone cannot learn it:
-//     WARM turns, whose predictions are mostly wait, teach f_i nothing, and
-//     the cold prefills that do are mostly their own prefill. The error is
-//     the model's, the same on every instance (an instance's own speed is
-//     f_i), so one factor learns it from every instance's samples: factors
-//     of their own would rank the instances' loads by the noise of their few
-//     samples and send the next turns to the one that read lowest.
 // Memory: n factors and n x n pairs for n backend slots (at most
 // kMaxBackends); the slots only grow.
 //
 // Thread-safety: none; RouterImpl owns one under its mutex.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -76,7 +60,6 @@ class RateLearner {
   void ObserveTransfer(int prefill, int decode, double realised_s, double modelled_s);
   void ObserveReload(int backend, double realised_s, double modelled_s);
   void ObservePoolReload(int backend, double realised_s, double modelled_s);
-  void ObserveWait(int backend, double realised_s, double modelled_s);
 
   double prefill_factor(int backend) const;
   int64_t prefill_samples(int backend) const;
@@ -87,8 +70,6 @@ class RateLearner {
   int64_t reload_samples(int backend) const;
   double pool_reload_factor(int backend) const;
   int64_t pool_reload_samples(int backend) const;
-  double wait_factor() const { return std::exp(wait_.log_factor); }
-  int64_t wait_samples() const { return wait_.samples; }
   // Every pair's factor, row-major [prefill x size() + decode]; empty until
   // the first transfer sample (every pair is then 1), as
   // FleetSnapshot::transfer_time_factors takes it.
@@ -120,7 +101,6 @@ class RateLearner {
   std::vector<Factor> pool_reload_;  // per backend
   std::vector<Factor> pairs_;    // n_ x n_, row-major
   Factor fleet_transfer_;
-  Factor wait_;  // fleet-wide
   std::vector<double> table_;
   uint64_t version_ = 0;
 };

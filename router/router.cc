@@ -197,7 +197,6 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
     v.host_reload_tokens_est = 0;
     v.pool_reload_tokens_est = 0;
     v.prefill_time_factor = rates_.prefill_factor(b);
-    v.wait_time_factor = options_.rate_learning.wait ? rates_.wait_factor() : 1;
     // Several replicas: the factor every replica learned of the instance,
     // from all the traffic it sees, not this replica's share of it.
     if (b < static_cast<int>(peer_load_.size()) && peer_load_[b].prefill_time_factor > 0) {
@@ -384,12 +383,6 @@ InflightRequest RouterImpl::Reserve(const RequestFeatures& features, const Routi
   r.routed_at = now;
   r.stream = features.stream;
   r.prefill_time_factor = placement::PrefillTimeFactor(snapshot_, d.decode_backend);
-  if (d.prefill_backend == d.decode_backend && d.predicted_ttft_s > 0) {
-    const placement::PlanCost plan =
-        placement::Colocated(snapshot_, d.decode_backend, d.request_class, placement_);
-    r.predicted_wait_s = plan.queue_s + plan.admission_s;
-    r.wait_time_factor = placement::WaitTimeFactor(snapshot_, d.decode_backend);
-  }
   r.predicted_cached_tokens = d.cached_tokens_est;
   r.load = ledger_.Reserve({.prefill = d.prefill_backend,
                             .decode = d.decode_backend,
@@ -435,23 +428,6 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
       !(*specs_)[d.decode_backend].retired) {
     r.ttft_sample_s = absl::ToDoubleSeconds(now - r.routed_at);
   }
-  // A turn the model has waiting longer than its own prefill and reload
-  // teaches the wait factor, WARM turns included: theirs are the waits it
-  // prices worst. The modelled wait (before the factor, which would
-  // otherwise stop its own samples as it falls) must be long enough for
-  // what the model leaves out not to matter (a quarter of the WARM TTFT
-  // SLO), and the prediction current when the turn went (not one the
-  // residency gate held).
-  const double modelled_wait_s = r.predicted_wait_s / r.wait_time_factor;
-  if (options_.rate_learning.enabled && options_.rate_learning.wait && r.stream &&
-      d.mode == DecisionMode::kColocated && d.prefill_backend == d.decode_backend &&
-      d.predicted_ttft_s > 0 && r.residency_wait == 0 &&
-      modelled_wait_s >= d.predicted_ttft_s - r.predicted_wait_s &&
-      modelled_wait_s >= 0.25 * options_.slo.ttft_warm_s &&
-      ledger_.epoch(d.decode_backend) == r.load.decode_epoch &&
-      !(*specs_)[d.decode_backend].retired) {
-    r.wait_sample_s = absl::ToDoubleSeconds(now - r.routed_at);
-  }
   // Its instance now caches the whole prompt: a request sharing the prefix
   // sent before this one ends (a turn whose predecessor is still streaming,
   // parallel calls from one context) finds it there. Pins published to
@@ -474,35 +450,18 @@ void RouterImpl::OnFirstToken(const RouteTicket& ticket, absl::Time now) {
 void RouterImpl::LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served) {
   const Decision& d = r.decision;
   if (!outcome.ok || !(r.ttft_sample_s >= 0) || (*specs_)[d.decode_backend].retired) return;
-  const double modelled_s =
-      d.predicted_ttft_s / r.prefill_time_factor + PrefillCorrection(r, outcome, served);
+  double modelled_s = d.predicted_ttft_s / r.prefill_time_factor;
+  if (served == d.decode_backend && outcome.prompt_tokens > 0 && outcome.cached_tokens >= 0 &&
+      !CachedTokensMayIncludeTransfer(d, outcome)) {
+    const int64_t est_cached =
+        std::clamp<int64_t>(r.predicted_cached_tokens, 0, d.prompt_tokens_est);
+    const int64_t cached = std::clamp<int64_t>(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    modelled_s += placement::PrefillSeconds(outcome.prompt_tokens - cached, cached,
+                                            placement_.rates) -
+                  placement::PrefillSeconds(d.prompt_tokens_est - est_cached, est_cached,
+                                            placement_.rates);
+  }
   rates_.ObservePrefill(d.decode_backend, r.ttft_sample_s, modelled_s);
-}
-
-double RouterImpl::PrefillCorrection(const InflightRequest& r, const Outcome& outcome,
-                                     int served) const {
-  const Decision& d = r.decision;
-  if (served != d.decode_backend || outcome.prompt_tokens <= 0 || outcome.cached_tokens < 0 ||
-      CachedTokensMayIncludeTransfer(d, outcome)) {
-    return 0;
-  }
-  const int64_t est_cached = std::clamp<int64_t>(r.predicted_cached_tokens, 0, d.prompt_tokens_est);
-  const int64_t cached = std::clamp<int64_t>(outcome.cached_tokens, 0, outcome.prompt_tokens);
-  return placement::PrefillSeconds(outcome.prompt_tokens - cached, cached, placement_.rates) -
-         placement::PrefillSeconds(d.prompt_tokens_est - est_cached, est_cached, placement_.rates);
-}
-
-void RouterImpl::LearnWaitRate(const InflightRequest& r, const Outcome& outcome, int served) {
-  const Decision& d = r.decision;
-  if (!outcome.ok || !(r.wait_sample_s >= 0) || !(r.predicted_wait_s > 0) ||
-      (*specs_)[d.decode_backend].retired) {
-    return;
-  }
-  // Its own prefill and reload, as predicted and with the engine's count.
-  const double own_s = d.predicted_ttft_s - r.predicted_wait_s +
-                       r.prefill_time_factor * PrefillCorrection(r, outcome, served);
-  rates_.ObserveWait(d.decode_backend, std::max(0.0, r.wait_sample_s - own_s),
-                     r.predicted_wait_s / r.wait_time_factor);
 }
 
 void RouterImpl::OnTransfer(const RouteTicket& ticket, double transfer_s) {
@@ -563,7 +522,6 @@ void RouterImpl::OnComplete(const RouteTicket& ticket, const Outcome& outcome, a
   ledger_.Release(r.load, r.first_token);
   const int served = Valid(outcome.served_by) ? outcome.served_by : d.decode_backend;
   LearnPrefillRate(r, outcome, served);
-  LearnWaitRate(r, outcome, served);
   LeaveResidency(r,
                  std::max<int64_t>(0, outcome.prompt_tokens) +
                      std::max<int64_t>(0, outcome.completion_tokens),

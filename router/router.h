@@ -94,10 +94,6 @@ struct BackendReport {
   int64_t host_reload_samples = 0;
   double pool_reload_time_factor = 1;
   int64_t pool_reload_samples = 0;
-  // The learned wait factor (queue and admission, on top of the prefill
-  // factor) and its samples: the fleet's, the same on every backend.
-  double wait_time_factor = 1;
-  int64_t wait_time_samples = 0;
 };
 
 // The learned transfer time factor of one (prefill, decode) pair.

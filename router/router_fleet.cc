@@ -280,8 +280,6 @@ std::vector<BackendReport> RouterImpl::Report() const {
     r.host_reload_samples = rates_.reload_samples(b);
     r.pool_reload_time_factor = rates_.pool_reload_factor(b);
     r.pool_reload_samples = rates_.pool_reload_samples(b);
-    r.wait_time_factor = rates_.wait_factor();
-    r.wait_time_samples = rates_.wait_samples();
     out.push_back(std::move(r));
   }
   return out;

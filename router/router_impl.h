@@ -83,12 +83,6 @@ struct InflightRequest {
   // Its realised TTFT, kept from the first token for the prefill time
   // factor's sample at OnComplete; -1 when it teaches nothing.
   double ttft_sample_s = -1;
-  // The same for the wait factor's sample (a co-located turn whose
-  // prediction is mostly wait), and that wait as predicted, with the wait
-  // factor it was predicted at.
-  double wait_sample_s = -1;
-  double predicted_wait_s = 0;
-  double wait_time_factor = 1;
   // What the request holds in each backend's modelled KV pool until it ends.
   ShadowIndex::Pin decode_pin;
   ShadowIndex::Pin prefill_pin;
@@ -244,16 +238,6 @@ class RouterImpl : public Router {
   // the engine reported where it did (served by r's instance, no KV
   // received), at the estimate where it did not.
   void LearnPrefillRate(const InflightRequest& r, const Outcome& outcome, int served)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The wait factor's sample for r's realised TTFT (wait_sample_s): what is
-  // left of it after its own prefill and reload as predicted (priced at the
-  // engine's cached count as above), against its predicted wait.
-  void LearnWaitRate(const InflightRequest& r, const Outcome& outcome, int served)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The seconds r's own prefill takes at the cached count the engine
-  // reported less those at the estimate (0 where the count does not apply),
-  // at the profile's rates.
-  double PrefillCorrection(const InflightRequest& r, const Outcome& outcome, int served) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Live sizing (router/router_sizing.cc): the KV a completed request wrote
   // into `served`'s tiers, the engine's stored blocks, a session turn's

@@ -36,9 +36,9 @@ InstanceSample InstanceSampleFromMetrics(const std::vector<PromSample>& samples)
 
 // kvroute's learned per-backend time factors (RunResult::learned_factors): the samples of
 // kLearnedFactorMetrics, by metric, then `backend` label.
-inline constexpr const char* kLearnedFactorMetrics[] = {
-    "kvroute_prefill_time_factor", "kvroute_wait_time_factor", "kvroute_host_reload_time_factor",
-    "kvroute_pool_reload_time_factor"};
+inline constexpr const char* kLearnedFactorMetrics[] = {"kvroute_prefill_time_factor",
+                                                        "kvroute_host_reload_time_factor",
+                                                        "kvroute_pool_reload_time_factor"};
 std::map<std::string, std::map<std::string, double>> LearnedFactorsFromMetrics(
     const std::vector<PromSample>& samples);
 

@@ -536,16 +536,13 @@ std::vector<std::vector<std::string>> SimLagRows(const Report& report,
 constexpr const char* kLearnedFactorNote =
     "What kvroute had learned by the end of the run, from its /metrics: per instance, the "
     "realised prefill time over its cost model's prediction (kvroute_prefill_time_factor), "
-    "the realised wait before a request's own prefill (queue and admission) over the "
-    "prediction's, on top of the prefill factor, the fleet's (kvroute_wait_time_factor), "
     "and the engines' timed loads from the host-memory tier and the fleet-shared pool over "
     "their bytes at router.host_load_bytes_per_second and router.pool_load_bytes_per_second "
     "(kvroute_host_reload_time_factor, kvroute_pool_reload_time_factor); mean over the "
     "instances (least-most). A factor stays 1 on an instance until it has samples.";
 
 std::vector<std::string> LearnedFactorHeader() {
-  return {"config",    "instances",        "prefill time",
-          "wait time", "host reload time", "pool reload time"};
+  return {"config", "instances", "prefill time", "host reload time", "pool reload time"};
 }
 
 std::vector<std::vector<std::string>> LearnedFactorRows(const Report& report) {

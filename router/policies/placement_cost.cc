@@ -27,24 +27,19 @@ int64_t Shortfall(const BackendSnapshot& b, int64_t tokens) {
 double QueueSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p) {
   const int64_t queued = std::max<int64_t>(0, fleet.backends[backend].inflight_prefill_tokens);
   const int64_t prompt = std::max<int64_t>(1, fleet.prompt_tokens_est);
-  return WaitTimeFactor(fleet, backend) * PrefillTimeFactor(fleet, backend) *
-         static_cast<double>(queued) * PrefillSeconds(prompt, 0, p.rates) /
-         static_cast<double>(prompt);
+  return PrefillTimeFactor(fleet, backend) * static_cast<double>(queued) *
+         PrefillSeconds(prompt, 0, p.rates) / static_cast<double>(prompt);
 }
 
 // M: KV that must be freed first, at one prefill token per token.
 double AdmissionSeconds(const FleetSnapshot& fleet, int backend, int64_t shortfall,
                         const PlacementParams& p) {
-  return WaitTimeFactor(fleet, backend) * PrefillTimeFactor(fleet, backend) *
-         static_cast<double>(shortfall) / Rate(p);
+  return PrefillTimeFactor(fleet, backend) * static_cast<double>(shortfall) / Rate(p);
 }
 
-// A resident's evicted KV is prefilled again when its session returns: its
-// tokens at the instance's prefill rate (a recompute, not a wait).
 double EvictedUnits(const FleetSnapshot& fleet, int home, const PlacementParams& p) {
-  const double seconds = PrefillTimeFactor(fleet, home) *
-                         static_cast<double>(policy_internal::EvictedResident(fleet, home)) /
-                         Rate(p);
+  const double seconds =
+      AdmissionSeconds(fleet, home, policy_internal::EvictedResident(fleet, home), p);
   return seconds / std::max(1e-9, p.slo.ttft_warm_s);
 }
 
@@ -131,11 +126,6 @@ double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rate
 double PrefillTimeFactor(const FleetSnapshot& fleet, int backend) {
   const double f = fleet.backends[backend].prefill_time_factor;
   return f > 0 ? f : 1.0;
-}
-
-double WaitTimeFactor(const FleetSnapshot& fleet, int backend) {
-  const double w = fleet.backends[backend].wait_time_factor;
-  return w > 0 ? w : 1.0;
 }
 
 double TransferTimeFactor(const FleetSnapshot& fleet, int prefill, int decode) {

@@ -143,9 +143,6 @@ double TransferSeconds(int64_t tokens, const classifier::OffloadCostParams& rate
 double HostReloadSeconds(const FleetSnapshot& fleet, int backend, const PlacementParams& p);
 // f_i from the snapshot (1 when unset).
 double PrefillTimeFactor(const FleetSnapshot& fleet, int backend);
-// w_i: BackendSnapshot::wait_time_factor, 1 when unset; it scales the queue
-// and admission terms (W, M) on top of f_i.
-double WaitTimeFactor(const FleetSnapshot& fleet, int backend);
 // g_ab from the snapshot (1 when the snapshot has no pair factors).
 double TransferTimeFactor(const FleetSnapshot& fleet, int prefill, int decode);
 // The class's TTFT SLO.

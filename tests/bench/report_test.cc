@@ -457,13 +457,11 @@ TEST(PrometheusTest, LearnedTimeFactorsFromKvroutesMetrics) {
       "# TYPE kvroute_prefill_time_factor gauge\n"
       "kvroute_prefill_time_factor{backend=\"sim-0\"} 1.1\n"
       "kvroute_prefill_time_factor{backend=\"sim-1\"} 0.9\n"
-      "kvroute_wait_time_factor{backend=\"sim-0\"} 0.2\n"
-      "kvroute_wait_time_factor{backend=\"sim-1\"} 0.4\n"
       "kvroute_pool_reload_time_factor{backend=\"sim-0\"} 2.5\n"
       "kvroute_pool_reload_time_factor{backend=\"sim-1\"} 2.1\n"
       "kvroute_backend_kv_usage{backend=\"sim-0\"} 0.5\n"
       "kvroute_host_reload_time_factor 3\n"));
-  ASSERT_EQ(learned.size(), 3u);  // the unlabelled host sample names no backend
+  ASSERT_EQ(learned.size(), 2u);  // the unlabelled host sample names no backend
   EXPECT_DOUBLE_EQ(learned.at("kvroute_prefill_time_factor").at("sim-1"), 0.9);
   EXPECT_DOUBLE_EQ(learned.at("kvroute_pool_reload_time_factor").at("sim-0"), 2.5);
 
@@ -472,7 +470,7 @@ TEST(PrometheusTest, LearnedTimeFactorsFromKvroutesMetrics) {
   r.runs[1].learned_factors = learned;
   const std::string md = ReportMarkdown(r);
   EXPECT_NE(md.find("## Learned time factors"), std::string::npos);
-  EXPECT_NE(md.find("| v2-T20k | 2 | 1.00 (0.90-1.10) | 0.30 (0.20-0.40) | - | 2.30 (2.10-2.50) |"),
+  EXPECT_NE(md.find("| v2-T20k | 2 | 1.00 (0.90-1.10) | - | 2.30 (2.10-2.50) |"),
             std::string::npos)
       << md;
   const json::value v = ReportJson(r);

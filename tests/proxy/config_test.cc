@@ -225,9 +225,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"rate_learning_not_bool",
                 "router: {rate_learning: {enabled: yes}}\nbackends: [{name: a, url: http://h:1}]",
                 "router.rate_learning.enabled: expected true or false, got 'yes'"},
-        BadCase{"rate_learning_wait_not_bool",
-                "router: {rate_learning: {wait: 1}}\nbackends: [{name: a, url: http://h:1}]",
-                "router.rate_learning.wait: expected true or false, got '1'"},
         BadCase{"rate_learning_ratio_below_one",
                 "router: {rate_learning: {max_sample_ratio: 0.5}}\n"
                 "backends: [{name: a, url: http://h:1}]",
@@ -526,17 +523,15 @@ TEST(ConfigTest, RateLearning) {
   absl::StatusOr<Config> c = ParseConfig("backends: [{name: a, url: http://h:1}]", "test");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->router.rate_learning.enabled);
-  EXPECT_TRUE(c->router.rate_learning.wait);
   EXPECT_EQ(c->router.rate_learning.alpha, 0.2);
   EXPECT_EQ(c->router.rate_learning.max_sample_ratio, 20);
   c = ParseConfig(R"(
-router: {rate_learning: {enabled: false, wait: false, alpha: 0.05, max_sample_ratio: 4}}
+router: {rate_learning: {enabled: false, alpha: 0.05, max_sample_ratio: 4}}
 backends: [{name: a, url: http://h:1}]
 )",
                   "test");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->router.rate_learning.enabled);
-  EXPECT_FALSE(c->router.rate_learning.wait);
   EXPECT_EQ(c->router.rate_learning.alpha, 0.05);
   EXPECT_EQ(c->router.rate_learning.max_sample_ratio, 4);
 }

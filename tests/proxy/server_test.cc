@@ -390,8 +390,6 @@ TEST(ServerTest, MetricsAndRequestLog) {
   EXPECT_NE(metrics.body().find("kvroute_prefill_time_factor{backend=\"gpu0\"} 1\n"),
             std::string::npos)
       << metrics.body();
-  EXPECT_NE(metrics.body().find("kvroute_wait_time_factor{backend=\"gpu0\"} 1\n"),
-            std::string::npos);
   EXPECT_NE(metrics.body().find("# TYPE kvroute_transfer_time_factor gauge"), std::string::npos);
   // Live sizing: every family, and no host tier on the fake engine.
   for (const char* family :

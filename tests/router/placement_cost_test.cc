@@ -213,32 +213,6 @@ INSTANTIATE_TEST_SUITE_P(
                    return f;
                  },
                  0, 0, 0, 12, 0, 0, 0, 3, 12.0 / 30 + 3},
-        // The learned wait factor scales the waits alone: colo_slow_instance
-        // _scales_every_term with w = 0.5: W = 1, S = 8, TTFT 9; the harm
-        // is the prefill's, as before.
-        CostCase{"colo_wait_factor_scales_the_queue",
-                 [] {
-                   auto f = Fleet(1, 40000);
-                   SetPrefill(f, {10000});
-                   SetDecoding(f, {4});
-                   f.backends[0].prefill_time_factor = 2;
-                   f.backends[0].wait_time_factor = 0.5;
-                   return f;
-                 },
-                 0, 0, 0, 9, 0, 3.2, 6.4, 0, 9.0 / 30 + 3.2 + 6.4},
-        // colo_slow_instance_admission_and_eviction with w = 0.5: M = 2,
-        // TTFT 10; the evicted KV is a recompute, not a wait: 3 as before.
-        CostCase{"colo_wait_factor_scales_admission_not_eviction",
-                 [] {
-                   auto f = Fleet(1, 40000);
-                   f.footprint_tokens_est = 40000;
-                   SetMemory(f, {100000}, {90000});
-                   SetInflightTokens(f, {80000});
-                   f.backends[0].prefill_time_factor = 2;
-                   f.backends[0].wait_time_factor = 0.5;
-                   return f;
-                 },
-                 0, 0, 0, 10, 0, 0, 0, 3, 10.0 / 30 + 3},
         // offload_sequential_leg_waits_decode_queue with A (1) at factor 2,
         // B (0) at 1.5 and the pair (1, 0) at 2: W_a = 1, S_a = 7.6, ready
         // 8.6; X = 2 x 0.48 = 0.96; D_b = 2 x 1.5 x 5 = 15: TTFT 24.56.

@@ -88,23 +88,6 @@ TEST(RateLearnerTest, LearnsAPoolReloadFactorApartFromTheHostOne) {
   EXPECT_EQ(l.pool_reload_factor(7), 1.0);
 }
 
-// The wait factor is the fleet's: waits at a fifth of the modelled ones on
-// two instances teach 0.2, and leave the prefill factors at 1.
-TEST(RateLearnerTest, LearnsAFleetWideWaitFactorApartFromThePrefillFactor) {
-  RateLearner l = Learner(2);
-  for (int i = 0; i < 30; ++i) l.ObserveWait(i % 2, 0.2, 1.0);
-  EXPECT_NEAR(l.wait_factor(), 0.2, 0.002);
-  EXPECT_EQ(l.wait_samples(), 30);
-  EXPECT_EQ(l.prefill_factor(1), 1.0);
-  EXPECT_EQ(l.prefill_samples(1), 0);
-  l.ObserveWait(0, 1.0, 0.0);   // nothing modelled
-  l.ObserveWait(7, 1.0, 1.0);   // no such backend
-  l.ObserveWait(0, -1.0, 1.0);  // no realised time
-  EXPECT_EQ(l.wait_samples(), 30);
-  l.Resize(3);
-  EXPECT_NEAR(l.wait_factor(), 0.2, 0.002);
-}
-
 TEST(RateLearnerTest, IgnoresSamplesItCannotUse) {
   RateLearner l = Learner(2);
   l.ObservePrefill(0, 1.0, 0.0);   // nothing predicted

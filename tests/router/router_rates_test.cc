@@ -281,62 +281,6 @@ TEST(RouterRatesTest, LearnsThePairsTransferFromOffloads) {
   EXPECT_EQ(PrefillFactor(*r, 1), 1.0);
 }
 
-// Instance 1 has a cold prompt of 10,000 tokens queued (in flight, no first
-// token yet). A prompt of 1,000 tokens there (WARM) is predicted to wait 1 s
-// for the queue (10,000 tokens at its own cold per-token cost) and prefill in
-// 0.1 s; the engine serves its first token after 0.3 s. Mostly wait, it
-// teaches the wait factor: realised wait 0.2 s over the predicted 1 s, so
-// the factor, the fleet's, converges to 0.2 and the prediction to 0.1 +
-// 0.2 s. The prefill factor learns nothing from it (a WARM turn); with
-// `rate_learning.wait` off the factor stays 1.
-TEST(RouterRatesTest, LearnsTheWaitApartFromThePrefill) {
-  for (const bool learn : {true, false}) {
-    Options o = RatesOptions("baseline");
-    o.rate_learning.wait = learn;
-    auto r = Make(o);
-    absl::Time now = kT0;
-    const RouteTicket queued = RouteToSecond(*r, 1000, now);
-    ASSERT_EQ(queued.decision.decode_backend, 1);
-    double predicted = 0;
-    for (int i = 0; i < 40; ++i) {
-      RequestFeatures f = Req(i, 1000);
-      f.avoid_backends = {0};
-      predicted = RouteAndServe(*r, f, 0.3, now);
-    }
-    const BackendReport b = r->Report()[1];
-    EXPECT_EQ(b.prefill_time_samples, 0);
-    EXPECT_EQ(b.prefill_time_factor, 1.0);
-    if (!learn) {
-      EXPECT_NEAR(predicted, 1.1, 1e-9);
-      continue;
-    }
-    EXPECT_EQ(b.wait_time_samples, 40);
-    EXPECT_NEAR(b.wait_time_factor, 0.2, 0.002);
-    EXPECT_NEAR(predicted, 0.3, 0.002);
-    EXPECT_EQ(r->Report()[0].wait_time_factor, b.wait_time_factor);
-    // A cold prefill there is not a wait: its own 1 s stays as predicted
-    // beside the queue's 10,000 tokens, now at 0.2 of its modelled second.
-    RequestFeatures cold = Req(2000, 10000);
-    cold.avoid_backends = {0};
-    EXPECT_NEAR(r->Route(cold, now)->decision.predicted_ttft_s, 1.0 + b.wait_time_factor, 1e-9);
-  }
-}
-
-// A turn predicted mostly to prefill (a cold prompt on an idle instance)
-// teaches the wait factor nothing, however long it takes.
-TEST(RouterRatesTest, APrefillTeachesNoWait) {
-  auto r = Make(RatesOptions("baseline"));
-  absl::Time now = kT0;
-  for (int i = 0; i < 10; ++i) {
-    RequestFeatures f = Req(i, 10000);
-    f.avoid_backends = {0};
-    RouteAndServe(*r, f, 3.0, now);
-  }
-  EXPECT_EQ(r->Report()[1].wait_time_samples, 0);
-  EXPECT_EQ(r->Report()[1].wait_time_factor, 1.0);
-  EXPECT_EQ(r->Report()[1].prefill_time_samples, 10);
-}
-
 TEST(RouterRatesTest, LearnsNothingWhenDisabled) {
   Options o = RatesOptions("v2");
   o.offload_gate = "threshold";
