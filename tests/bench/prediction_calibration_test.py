@@ -20,7 +20,8 @@ def turn(session, backend, routed, predicted, first, held=0.0, klass="WARM"):
     """A served turn, times in modelled seconds: routed at `routed`, held `held`, its first
     token `first` after routing, `predicted` at routing (None: no prediction)."""
     return {"session": session, "class": klass, "outcome": "ok", "decode_backend": backend,
-            "t_routed": 1000 + routed * SCALE, "residency_wait_s": held * SCALE,
+            "t_arrival": 1000 + routed * SCALE, "t_routed": 1000 + routed * SCALE,
+            "residency_wait_s": held * SCALE,
             "t_first_token": 1000 + (routed + first) * SCALE,
             "predicted_ttft_s": None if predicted is None else predicted * SCALE}
 

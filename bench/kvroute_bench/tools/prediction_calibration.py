@@ -23,7 +23,7 @@ import argparse
 import collections
 import statistics
 
-from run_requests import check_time_scale, requests, run_arguments
+from run_requests import check_time_scale, previous_turns, requests, run_arguments
 
 
 def table(label, groups):
@@ -46,22 +46,18 @@ def main():
     args = parser.parse_args()
     check_time_scale(parser, args)
     for run_dir in args.run_dirs:
-        served = sorted((r for r in requests(run_dir)
-                         if r.get("outcome") == "ok" and r.get("t_first_token")
-                         and r.get("t_routed") and r.get("decode_backend")),
-                        key=lambda r: r["t_routed"])
-        last = {}
+        served = [r for r in requests(run_dir)
+                  if r.get("outcome") == "ok" and r.get("t_first_token")
+                  and r.get("t_arrival") and r.get("t_routed") and r.get("decode_backend")]
+        previous = previous_turns(served)
         every = collections.defaultdict(list)
         long_ = collections.defaultdict(list)
         for r in served:
-            session = r.get("session")
-            backend = r["decode_backend"]
-            if not session or session not in last:
+            before = previous.get(id(r))
+            if before is None:
                 where = "first"
             else:
-                where = "home" if last[session] == backend else "moved"
-            if session:
-                last[session] = backend
+                where = "home" if before["decode_backend"] == r["decode_backend"] else "moved"
             predicted = r.get("predicted_ttft_s")
             if predicted is None or predicted <= 0:
                 continue

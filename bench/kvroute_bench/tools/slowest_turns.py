@@ -24,7 +24,7 @@ whether one configuration keeps its sessions' KV resident less than another).
 import argparse
 import collections
 
-from run_requests import check_time_scale, requests, run_arguments
+from run_requests import check_time_scale, previous_turns, requests, run_arguments
 
 
 def main():
@@ -76,20 +76,6 @@ def uncached(before, turn):
     """Tokens of the session's previous prompt (`before`) the engine had no longer cached
     for `turn`."""
     return max(0, (before.get("prompt_tokens") or 0) - (turn.get("cached_tokens") or 0))
-
-
-def previous_turns(turns):
-    """For each served turn of a session (by id()), its session's previous served turn."""
-    last = {}
-    previous = {}
-    for r in sorted(turns, key=lambda r: r["t_arrival"]):
-        session = r.get("session")
-        if not session:
-            continue
-        if session in last:
-            previous[id(r)] = last[session]
-        last[session] = r
-    return previous
 
 
 if __name__ == "__main__":
