@@ -43,14 +43,25 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
   KV_RETURN_IF_ERROR(ReadBool(r, "yield_grown", &g->yield_grown));
-  std::string room = o->host_tier.gate_fills_tier ? "tier" : "gpu";
-  KV_RETURN_IF_ERROR(r.String("room", &room));
+  router::GateRoom::Options* room = &o->host_tier.gate_room;
+  using Mode = router::GateRoom::Mode;
+  std::string mode = room->mode == Mode::kTier ? "tier" : room->mode == Mode::kGpu ? "gpu" : "auto";
+  KV_RETURN_IF_ERROR(r.String("room", &mode));
+  KV_RETURN_IF_ERROR(r.Double("auto_long_pause_s", &room->long_pause_s, 0, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("auto_gpu_below_share", &room->gpu_below_share, 0, 1));
+  KV_RETURN_IF_ERROR(r.Double("auto_tier_at_share", &room->tier_at_share, 0, 1));
+  KV_RETURN_IF_ERROR(r.Integer("auto_min_pauses", &room->min_pauses, 1, 1000000));
   KV_RETURN_IF_ERROR(r.Finish());
-  if (room != "tier" && room != "gpu") {
+  if (mode != "tier" && mode != "gpu" && mode != "auto") {
     return KeyError(path + ".room",
-                    absl::StrCat("unknown value '", room, "' (expected tier or gpu)"));
+                    absl::StrCat("unknown value '", mode, "' (expected tier, gpu or auto)"));
   }
-  o->host_tier.gate_fills_tier = room == "tier";
+  if (room->gpu_below_share > room->tier_at_share) {
+    return KeyError(path + ".auto_gpu_below_share",
+                    absl::StrCat(room->gpu_below_share, " is above auto_tier_at_share (",
+                                 room->tier_at_share, ")"));
+  }
+  room->mode = mode == "tier" ? Mode::kTier : mode == "gpu" ? Mode::kGpu : Mode::kAuto;
   return absl::OkStatus();
 }
 

@@ -220,6 +220,15 @@ void RegisterKvSizingGauges(metrics::Registry& reg, router::Router* router) {
            "Mean time from a session's turn ending to its next turn's first token (think time "
            "+ TTFT) over the sizing window; 0 without turns.",
            l.reuse_gap_s);
+    scalar("kvroute_residency_room_tier",
+           "1 while the residency gate's room on instances with a host tier (or behind the "
+           "pool) is the tier, 0 while it is the GPU pool (router.residency.room).",
+           s.gate_room_tier ? 1 : 0);
+    scalar("kvroute_long_pause_ratio",
+           "The share of the agents' pauses (a turn's end to the session's next turn) longer "
+           "than router.residency.auto_long_pause_s, which room: auto follows; 0 in the other "
+           "modes.",
+           s.long_pause_share);
     scalar("kvroute_kv_bytes_per_token",
            "KV bytes per token (c_KV) the router prices KV with (router.offload_cost or the "
            "profile).",

@@ -10,6 +10,7 @@
 
 #include "absl/time/time.h"
 #include "classifier/classifier.h"
+#include "router/gate_room.h"
 #include "router/live_sizing.h"
 #include "router/residency_gate.h"
 #include "router/shed.h"
@@ -178,15 +179,17 @@ struct Options {
     // bandwidths above are scaled to wall seconds.
     double engine_time_scale = 1;
     // router.residency.room: the residency gate's room on an instance with
-    // a host tier, or behind the pool. "tier" (true): the tier, so every
-    // session it keeps is admitted and the engine swaps them through the
-    // GPU; no turn waits at the router for long, but where sessions come
-    // back within seconds their turns outnumber what the GPU runs at once
-    // and each waits for the blocks of the others. "gpu" (false): the GPU
-    // pool, as without a tier: sessions rotate in sets the GPU holds and a
-    // rotation costs a reload, not a recompute; the tier is still priced.
-    // docs/design.md, "The residency gate", gives the measured trade-off.
-    bool gate_fills_tier = true;
+    // a host tier, or behind the pool (router/gate_room.h). "tier": the
+    // tier, so every session it keeps is admitted and the engine swaps them
+    // through the GPU; no turn waits at the router for long, but where
+    // sessions come back within seconds their turns outnumber what the GPU
+    // runs at once and each waits for the blocks of the others. "gpu": the
+    // GPU pool, as without a tier: sessions rotate in sets the GPU holds and
+    // a rotation costs a reload, not a recompute; the tier is still priced.
+    // "auto": the GPU pool while the agents' mean pause between turns is
+    // short, the tier once it is long. docs/design.md, "The residency
+    // gate", gives the measured trade-off.
+    GateRoom::Options gate_room;
   };
   HostTier host_tier;
 

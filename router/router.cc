@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,7 @@ RouterImpl::RouterImpl(Options options, std::vector<BackendSpec> backends,
       ledger_(static_cast<int>(backends.size())),
       residency_(options_.residency),
       sizing_(options_.sizing),
+      gate_room_(options_.host_tier.gate_room),
       sessions_(options_.max_sessions, options_.session_ttl),
       ratios_(options_.default_bytes_per_token, options_.bytes_per_token_alpha,
               options_.max_models),
@@ -142,6 +144,10 @@ void RouterImpl::BuildSnapshot(const RequestFeatures& features, Routing& ro, abs
                       : options_.default_output_tokens;
   fleet.footprint_tokens_est = fleet.prompt_tokens_est + ro.output_est;
   residency_.Age(now);
+  // The agents' pause, learned before the decision reads the gate's room.
+  if (std::optional<absl::Duration> pause = sessions_.TakePause(features.session_id, now)) {
+    gate_room_.LearnPause(*pause);
+  }
   const SessionTable::Info* session = sessions_.Find(features.session_id, now);
   ro.session = session;
   fleet.session_backend = session == nullptr ? -1 : session->backend;

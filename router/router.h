@@ -239,6 +239,13 @@ struct KvSizingReport {
   kvsize::TierLoad load;
   kvsize::TierPressure pressure;
   int64_t reuse_gaps = 0;  // turns measured in the window
+  // The residency gate's room on tiered instances (router/gate_room.h):
+  // the tier (false: the GPU pool), and the share of the agents' pauses
+  // between turns that were long, which `room: auto` follows (0 and 0
+  // pauses in the other modes).
+  bool gate_room_tier = true;
+  double long_pause_share = 0;
+  int64_t pauses = 0;
 };
 
 // One routed request's reservation. Copyable; pass it back to OnFirstToken /

@@ -52,7 +52,7 @@ int64_t RouterImpl::TierCapacityTokens(int b) const {
 }
 
 int64_t RouterImpl::ResidentCapacityTokens(int b) const {
-  if (!options_.host_tier.gate_fills_tier) return NominalCapacityTokens(b);
+  if (!gate_room_.tier()) return NominalCapacityTokens(b);
   return std::max(NominalCapacityTokens(b), TierCapacityTokens(b));
 }
 
@@ -478,7 +478,8 @@ void RouterImpl::AdoptPeerSession(const RequestFeatures& features,
     }
     return;
   }
-  sessions_.Assign(features.session_id, p.backend, now);
+  // The record is the peer's; the request it continues is routed below.
+  sessions_.Assign(features.session_id, p.backend, now, /*routed=*/false);
   sessions_.RecordCompletion(features.session_id, p.backend, p.last_chunk_hash, p.prompt_chunks,
                              p.held_tokens);
   sessions_.Finish(features.session_id, p.finished);

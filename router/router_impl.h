@@ -159,7 +159,7 @@ class RouterImpl : public Router {
   int64_t TierCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The KV `b` keeps its resident sessions in without a recompute: its
   // nominal GPU pool, or TierCapacityTokens if larger; the GPU pool alone
-  // with HostTier::gate_fills_tier false (router.residency.room: gpu).
+  // while gate_room_ says so (router.residency.room).
   int64_t ResidentCapacityTokens(int b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCapacity(int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHostCapacity(int backend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -283,6 +283,8 @@ class RouterImpl : public Router {
   absl::flat_hash_map<std::pair<std::string, uint64_t>, PeerPin> peer_pins_ ABSL_GUARDED_BY(mu_);
   ResidencyGate residency_ ABSL_GUARDED_BY(mu_);
   LiveSizing sizing_ ABSL_GUARDED_BY(mu_);
+  // The residency gate's room on tiered instances (router.residency.room).
+  GateRoom gate_room_ ABSL_GUARDED_BY(mu_);
   ResidencyListener listener_ ABSL_GUARDED_BY(mu_);
   // residency_wait id -> ticket id, while held.
   absl::flat_hash_map<uint64_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);

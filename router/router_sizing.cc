@@ -73,6 +73,9 @@ KvSizingReport RouterImpl::Sizing(absl::Time now) {
   load.reuse_gap_s = reading.reuse_gap_s;
   load.kv_bytes_per_token = kv_bytes_per_token;
   out.reuse_gaps = reading.reuse_gaps;
+  out.gate_room_tier = gate_room_.tier();
+  out.long_pause_share = gate_room_.long_pause_share();
+  out.pauses = gate_room_.pauses();
   out.pressure = kvsize::ComputeTierPressure(load);
   return out;
 }

@@ -23,17 +23,24 @@ const SessionTable::Info* SessionTable::Find(std::string_view session, absl::Tim
   return &it->second->info;
 }
 
-void SessionTable::Assign(std::string_view session, int backend, absl::Time now) {
+void SessionTable::Assign(std::string_view session, int backend, absl::Time now, bool routed) {
   if (session.empty() || max_sessions_ == 0) return;
   auto it = index_.find(absl::string_view(session.data(), session.size()));
   if (it != index_.end()) {
     Entry& e = *it->second;
-    if (e.info.backend != backend) e.info = Info{.last_finished = e.info.last_finished};
+    if (e.info.backend != backend) {
+      e.info = Info{.last_finished = e.info.last_finished,
+                    .last_routed = e.info.last_routed,
+                    .pause_taken = e.info.pause_taken};
+    }
     e.info.backend = backend;
+    if (routed) e.info.last_routed = now;
     e.last_assigned = now;
     MoveToFront(it->second);
   } else {
-    lru_.push_front(Entry{std::string(session), Info{.backend = backend}, now});
+    Info info{.backend = backend};
+    if (routed) info.last_routed = now;
+    lru_.push_front(Entry{std::string(session), info, now});
     index_.emplace(lru_.front().session, lru_.begin());
   }
   // The tail is the least recently assigned: drop it while over the bound
@@ -42,6 +49,19 @@ void SessionTable::Assign(std::string_view session, int backend, absl::Time now)
          (index_.size() > max_sessions_ || now - lru_.back().last_assigned >= ttl_)) {
     Erase(std::prev(lru_.end()));
   }
+}
+
+std::optional<absl::Duration> SessionTable::TakePause(std::string_view session, absl::Time now) {
+  if (session.empty()) return std::nullopt;
+  auto it = index_.find(absl::string_view(session.data(), session.size()));
+  if (it == index_.end() || now - it->second->last_assigned >= ttl_) return std::nullopt;
+  Info& info = it->second->info;
+  if (info.last_finished == absl::InfinitePast() || info.last_finished < info.last_routed ||
+      info.last_finished <= info.pause_taken) {
+    return std::nullopt;
+  }
+  info.pause_taken = info.last_finished;
+  return now - info.last_finished;
 }
 
 void SessionTable::Finish(std::string_view session, absl::Time now) {

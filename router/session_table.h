@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <list>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,10 @@ class SessionTable {
     // When one of the session's requests last ended (InfinitePast: none
     // yet); its next turn's KV had to survive from then.
     absl::Time last_finished = absl::InfinitePast();
+    // When one of its requests was last routed (Assign), and the
+    // last_finished whose pause TakePause returned.
+    absl::Time last_routed = absl::InfinitePast();
+    absl::Time pause_taken = absl::InfinitePast();
   };
 
   // The session's entry, or nullptr when unknown or expired (an expired
@@ -55,13 +60,19 @@ class SessionTable {
   }
   // Pins the session to `backend` and refreshes it (a new backend forgets
   // the continuation); evicts the least recently assigned session beyond
-  // max_sessions, and expired ones.
-  void Assign(std::string_view session, int backend, absl::Time now);
+  // max_sessions, and expired ones. `routed`: a request of it is sent now
+  // (false: a record taken over from another replica).
+  void Assign(std::string_view session, int backend, absl::Time now, bool routed = true);
   // Records the continuation of a request that completed on `backend`, if
   // the session is still pinned there.
   void RecordCompletion(std::string_view session, int backend, uint64_t last_chunk_hash,
                         int64_t prompt_chunks, int64_t held_tokens);
   size_t size() const { return index_.size(); }
+  // The agent's pause before this request: the time since the session's
+  // last request ended, when none was routed since (a request sent while
+  // another runs is no pause), once per ended request (a retry of a shed
+  // request pauses no more). nullopt otherwise, or for an unknown session.
+  std::optional<absl::Duration> TakePause(std::string_view session, absl::Time now);
   // One of the session's requests ended (whatever its outcome): the
   // session is active as of `now`, which its TTL counts from.
   void Finish(std::string_view session, absl::Time now);

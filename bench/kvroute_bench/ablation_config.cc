@@ -193,6 +193,8 @@ std::string KvrouteConfigYaml(const AblationConfig& config,
   residency["grace_s"] = absl::StrCat(absl::ToDoubleSeconds(defaults.residency.grace) * time_scale);
   residency["max_wait_s"] =
       absl::StrCat(absl::ToDoubleSeconds(defaults.residency.max_wait) * time_scale);
+  residency["auto_long_pause_s"] =
+      absl::StrCat(defaults.host_tier.gate_room.long_pause_s * time_scale);
   YAML::Node& shed = section("shed");
   shed["min_retry_after_s"] = absl::StrCat(defaults.shed.min_retry_after_s * time_scale);
   shed["max_retry_after_s"] = absl::StrCat(defaults.shed.max_retry_after_s * time_scale);

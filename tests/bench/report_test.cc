@@ -617,7 +617,8 @@ TEST(AblationConfigTest, RouterSectionKeysKeepTheScaledDefaults) {
   const auto c = AblationConfigs({"baseline"}, {}, 20000);
   const std::string y =
       KvrouteConfigYaml(c[0], {{"gpu0", "http://127.0.0.1:9000", "", ""}}, 0.1, {}, *keys);
-  EXPECT_NE(y.find("  residency: {grace_s: 1.5, max_wait_s: 12, enabled: false}\n"),
+  EXPECT_NE(y.find("  residency: {grace_s: 1.5, max_wait_s: 12, auto_long_pause_s: 1, "
+                   "enabled: false}\n"),
             std::string::npos)
       << y;
   absl::StatusOr<proxy::Config> parsed = proxy::ParseConfig(y, "bench");
@@ -626,6 +627,8 @@ TEST(AblationConfigTest, RouterSectionKeysKeepTheScaledDefaults) {
   EXPECT_FALSE(parsed->router.residency.enabled);
   EXPECT_EQ(parsed->router.residency.grace, defaults.residency.grace / 10);
   EXPECT_EQ(parsed->router.residency.max_wait, defaults.residency.max_wait / 10);
+  EXPECT_NEAR(parsed->router.host_tier.gate_room.long_pause_s,
+              defaults.host_tier.gate_room.long_pause_s / 10, 1e-12);
   EXPECT_DOUBLE_EQ(parsed->router.shed.ttft_factor, 2);
   EXPECT_DOUBLE_EQ(parsed->router.shed.running_session_factor, 10);
   EXPECT_NEAR(parsed->router.shed.min_retry_after_s, defaults.shed.min_retry_after_s / 10, 1e-12);

@@ -265,6 +265,7 @@ const std::set<std::string>& KvrouteFamilies() {
       "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
       "kvroute_kv_write_rate_tokens_per_second", "kvroute_kv_retention_seconds",
       "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token",
+      "kvroute_residency_room_tier", "kvroute_long_pause_ratio",
       // Several replicas (proxy/cluster_sync.cc; only with cluster.store set).
       "kvroute_cluster_store_up", "kvroute_cluster_live_replicas", "kvroute_cluster_syncs_total",
       "kvroute_cluster_sync_failures_total", "kvroute_cluster_writes_dropped_total",

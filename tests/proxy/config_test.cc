@@ -212,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "router.slo.ttft_heavy_s: value 0 is out of range"},
         BadCase{"residency_room_unknown",
                 "router: {residency: {room: host}}\nbackends: [{name: a, url: http://h:1}]",
-                "router.residency.room: unknown value 'host' (expected tier or gpu)"},
+                "router.residency.room: unknown value 'host' (expected tier, gpu or auto)"},
         BadCase{"tier_aware_not_bool",
                 "router: {tier_aware: 1}\nbackends: [{name: a, url: http://h:1}]",
                 "router.tier_aware: expected true or false, got '1'"},
@@ -310,22 +310,41 @@ TEST(ConfigTest, TheHostTierKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->router.host_tier.aware);
   EXPECT_EQ(c->router.host_tier.load_bytes_per_second, 25e9);
-  EXPECT_TRUE(c->router.host_tier.gate_fills_tier);
+  EXPECT_EQ(c->router.host_tier.gate_room.mode, router::GateRoom::Mode::kTier);
   absl::StatusOr<Config> gpu = ParseConfig(
       "router: {residency: {room: gpu, fill: 0.8, yield_grown: true}}\n"
       "backends: [{name: a, url: http://h:1}]",
       "test");
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  EXPECT_FALSE(gpu->router.host_tier.gate_fills_tier);
+  EXPECT_EQ(gpu->router.host_tier.gate_room.mode, router::GateRoom::Mode::kGpu);
   EXPECT_EQ(gpu->router.residency.fill, 0.8);
   EXPECT_TRUE(gpu->router.residency.yield_grown);
   absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d->router.residency.yield_grown);
   EXPECT_TRUE(d->router.host_tier.aware);
-  EXPECT_TRUE(d->router.host_tier.gate_fills_tier);
+  EXPECT_EQ(d->router.host_tier.gate_room.mode, router::GateRoom::Mode::kTier);
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
   EXPECT_EQ(d->router.host_tier.engine_time_scale, 1);
+  absl::StatusOr<Config> a = ParseConfig(
+      "router: {residency: {room: auto, auto_long_pause_s: 20, auto_gpu_below_share: 0.01,"
+      " auto_tier_at_share: 0.1, auto_min_pauses: 5}}\n"
+      "backends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->router.host_tier.gate_room.mode, router::GateRoom::Mode::kAuto);
+  EXPECT_EQ(a->router.host_tier.gate_room.long_pause_s, 20);
+  EXPECT_EQ(a->router.host_tier.gate_room.gpu_below_share, 0.01);
+  EXPECT_EQ(a->router.host_tier.gate_room.tier_at_share, 0.1);
+  EXPECT_EQ(a->router.host_tier.gate_room.min_pauses, 5);
+  absl::StatusOr<Config> crossed = ParseConfig(
+      "router: {residency: {room: auto, auto_gpu_below_share: 0.2, auto_tier_at_share: 0.1}}\n"
+      "backends: [{name: a, url: http://h:1}]",
+      "test");
+  ASSERT_FALSE(crossed.ok());
+  EXPECT_NE(std::string(crossed.status().message()).find("router.residency.auto_gpu_below_share"),
+            std::string::npos)
+      << crossed.status();
 }
 
 // A fleet modelled ten times faster than real reloads ten times faster too:

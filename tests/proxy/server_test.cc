@@ -396,7 +396,8 @@ TEST(ServerTest, MetricsAndRequestLog) {
        {"kvroute_kv_working_set_tokens", "kvroute_kv_capacity_tokens",
         "kvroute_kv_instance_capacity_tokens", "kvroute_kv_instances",
         "kvroute_kv_write_rate_tokens_per_second", "kvroute_kv_retention_seconds",
-        "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token"}) {
+        "kvroute_kv_reuse_gap_seconds", "kvroute_kv_bytes_per_token",
+        "kvroute_residency_room_tier", "kvroute_long_pause_ratio"}) {
     EXPECT_NE(metrics.body().find(std::string("# TYPE ") + family + " gauge"), std::string::npos)
         << family;
   }

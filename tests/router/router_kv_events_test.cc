@@ -265,9 +265,13 @@ Options TieredOptions(bool aware) {
 // which the tier keeps.
 struct HostTierScene {
   // `gpu_room`: router.residency.room: gpu.
-  HostTierScene(bool aware, int64_t host_tokens, bool gpu_room = false) {
+  HostTierScene(bool aware, int64_t host_tokens, bool gpu_room = false)
+      : HostTierScene(aware, host_tokens,
+                      GateRoom::Options{.mode = gpu_room ? GateRoom::Mode::kGpu
+                                                         : GateRoom::Mode::kTier}) {}
+  HostTierScene(bool aware, int64_t host_tokens, GateRoom::Options room) {
     Options o = TieredOptions(aware);
-    o.host_tier.gate_fills_tier = !gpu_room;
+    o.host_tier.gate_room = room;
     std::vector<BackendSpec> specs{
         {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000}};
     r = *Router::Create(o, std::move(specs));
@@ -359,6 +363,32 @@ TEST(RouterKvEvents, WithTheGpuAsTheRoomATierReloadWaitsItsTurn) {
   // Without the option the tier is the room: the same turn goes at once.
   HostTierScene tier(/*aware=*/true, /*host_tokens=*/4000);
   EXPECT_EQ(tier.Turn('b', "b", tier.later + absl::Seconds(1)).residency_wait, 0u);
+}
+
+// `room: auto` keeps the GPU pool as the gate's room while the agents come
+// back within seconds, and takes the tier once some pause for long. A turn
+// sent while another of its session is in flight is no pause.
+TEST(RouterKvEvents, TheAutoRoomFollowsTheAgentsPauses) {
+  HostTierScene scene(/*aware=*/true, /*host_tokens=*/4000,
+                      GateRoom::Options{.mode = GateRoom::Mode::kAuto, .min_pauses = 1});
+  EXPECT_EQ(scene.first.decision.decode_capacity_tokens, 1000);
+  EXPECT_EQ(scene.r->Sizing(scene.later).pauses, 0);
+  // a comes back 1 s after its turn: a short pause, the room stays.
+  RouteTicket a = scene.Turn('a', "a", scene.later + absl::Seconds(1));
+  EXPECT_EQ(a.decision.decode_capacity_tokens, 1000);
+  EXPECT_FALSE(scene.r->Sizing(scene.later + absl::Seconds(1)).gate_room_tier);
+  // A parallel request of a, sent while that turn runs, is no pause.
+  scene.Turn('a', "a", scene.later + absl::Seconds(3));
+  EXPECT_EQ(scene.r->Sizing(scene.later).pauses, 1);
+  // b comes back 104 s after its turn: half the pauses are long, and the
+  // room is the tier for b's turn, which goes beside a.
+  RouteTicket b = scene.Turn('b', "b", scene.later + absl::Seconds(4));
+  KvSizingReport sizing = scene.r->Sizing(scene.later + absl::Seconds(4));
+  EXPECT_EQ(sizing.pauses, 2);
+  EXPECT_DOUBLE_EQ(sizing.long_pause_share, 0.5);
+  EXPECT_TRUE(sizing.gate_room_tier);
+  EXPECT_EQ(b.decision.decode_capacity_tokens, 4000);
+  EXPECT_EQ(b.residency_wait, 0u) << "the tier keeps b beside a";
 }
 
 // A turn routed to an instance without room, and cold there, is moved by

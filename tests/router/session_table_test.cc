@@ -43,6 +43,29 @@ TEST(SessionTableTest, ExpiredTailIsPurgedOnAssign) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// The pause before a session's request is taken once per ended request, and
+// only when nothing of the session was routed since it ended.
+TEST(SessionTableTest, APauseIsTakenOncePerEndedRequest) {
+  SessionTable t(100, absl::Minutes(10));
+  EXPECT_FALSE(t.TakePause("a", kT0).has_value()) << "unknown";
+  t.Assign("a", 0, kT0);
+  EXPECT_FALSE(t.TakePause("a", kT0 + absl::Seconds(1)).has_value()) << "nothing ended yet";
+  t.Finish("a", kT0 + absl::Seconds(10));
+  EXPECT_EQ(t.TakePause("a", kT0 + absl::Seconds(14)), absl::Seconds(4));
+  EXPECT_FALSE(t.TakePause("a", kT0 + absl::Seconds(20)).has_value()) << "a retry";
+  t.Assign("a", 1, kT0 + absl::Seconds(20));  // a new instance keeps the times
+  EXPECT_FALSE(t.TakePause("a", kT0 + absl::Seconds(21)).has_value()) << "sent while one runs";
+  t.Assign("a", 1, kT0 + absl::Seconds(21));
+  t.Finish("a", kT0 + absl::Seconds(40));
+  EXPECT_EQ(t.TakePause("a", kT0 + absl::Seconds(45)), absl::Seconds(5));
+  EXPECT_FALSE(t.TakePause("", kT0).has_value());
+  // A record taken over from another replica, whose turn ended at 50 s:
+  // this request continues it.
+  t.Assign("a", 2, kT0 + absl::Seconds(60), /*routed=*/false);
+  t.Finish("a", kT0 + absl::Seconds(50));
+  EXPECT_EQ(t.TakePause("a", kT0 + absl::Seconds(60)), absl::Seconds(10));
+}
+
 TEST(SessionTableTest, ZeroCapacityStoresNothing) {
   SessionTable t(0, absl::Minutes(1));
   t.Assign("a", 1, kT0);
