@@ -186,9 +186,9 @@ struct Options {
     // runs at once and each waits for the blocks of the others. "gpu": the
     // GPU pool, as without a tier: sessions rotate in sets the GPU holds and
     // a rotation costs a reload, not a recompute; the tier is still priced.
-    // "auto": the GPU pool while the agents' mean pause between turns is
-    // short, the tier once it is long. docs/design.md, "The residency
-    // gate", gives the measured trade-off.
+    // "auto" (the default): the GPU pool while almost none of the agents'
+    // pauses between turns is long, the tier once some are. docs/design.md,
+    // "The residency gate", gives the measured trade-off.
     GateRoom::Options gate_room;
   };
   HostTier host_tier;

@@ -61,8 +61,8 @@
 // it in well under a second. When the router knows the tier's size it gives
 // that as the instance's capacity (Turn::capacity_tokens: the KV that keeps
 // the residents without a recompute), so the gate fills the tier and the
-// engine swaps sessions between it and the GPU (unless the router is told
-// to keep the gate to the GPU pool: router.residency.room, options.h). A
+// engine swaps sessions between it and the GPU (while the router's room
+// for the gate is the tier: router.residency.room, options.h). A
 // cold turn there (its prefix nowhere on the instance: `movable`) is
 // different: its prefill writes its whole footprint into the GPU, so it
 // goes at once only within the GPU pool's room (Turn::gpu_capacity_tokens);

@@ -314,7 +314,7 @@ TEST(ConfigTest, TheHostTierKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->router.host_tier.aware);
   EXPECT_EQ(c->router.host_tier.load_bytes_per_second, 25e9);
-  EXPECT_EQ(c->router.host_tier.gate_room.mode, router::GateRoom::Mode::kTier);
+  EXPECT_EQ(c->router.host_tier.gate_room.mode, router::GateRoom::Mode::kAuto);
   absl::StatusOr<Config> gpu = ParseConfig(
       "router: {residency: {room: gpu, fill: 0.8, yield_grown: true}}\n"
       "backends: [{name: a, url: http://h:1}]",
@@ -323,11 +323,15 @@ TEST(ConfigTest, TheHostTierKeys) {
   EXPECT_EQ(gpu->router.host_tier.gate_room.mode, router::GateRoom::Mode::kGpu);
   EXPECT_EQ(gpu->router.residency.fill, 0.8);
   EXPECT_TRUE(gpu->router.residency.yield_grown);
+  absl::StatusOr<Config> tier = ParseConfig(
+      "router: {residency: {room: tier}}\nbackends: [{name: a, url: http://h:1}]", "test");
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ(tier->router.host_tier.gate_room.mode, router::GateRoom::Mode::kTier);
   absl::StatusOr<Config> d = ParseConfig(kMinimal, "test");
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d->router.residency.yield_grown);
   EXPECT_TRUE(d->router.host_tier.aware);
-  EXPECT_EQ(d->router.host_tier.gate_room.mode, router::GateRoom::Mode::kTier);
+  EXPECT_EQ(d->router.host_tier.gate_room.mode, router::GateRoom::Mode::kAuto);
   EXPECT_EQ(d->router.host_tier.load_bytes_per_second, 50e9);
   EXPECT_EQ(d->router.host_tier.engine_time_scale, 1);
   absl::StatusOr<Config> a = ParseConfig(

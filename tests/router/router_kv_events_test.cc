@@ -246,13 +246,15 @@ TEST(RouterKvEvents, EngineTimedHostLoadsTeachTheReloadFactor) {
   EXPECT_EQ(r->Report()[0].host_reload_samples, 30);
 }
 
-// `baseline` with 16 output tokens a turn and 1,000 bytes of KV a token;
-// `aware`: router.tier_aware.
+// `baseline` with 16 output tokens a turn and 1,000 bytes of KV a token,
+// the tier as the gate's room (no pauses to learn one from); `aware`:
+// router.tier_aware.
 Options TieredOptions(bool aware) {
   Options o;
   o.mode = "baseline";
   o.chunk_bytes = kChunk;
   o.host_tier.aware = aware;
+  o.host_tier.gate_room.mode = GateRoom::Mode::kTier;
   o.default_output_tokens = 16;
   o.offload_cost.kv_bytes_per_token = 1000;
   o.offload_cost_known = true;
@@ -510,6 +512,7 @@ TEST(RouterKvEvents, ThePoolsShareIsTheResidentsRoom) {
     o.chunk_bytes = kChunk;
     o.mode = "baseline";
     o.host_tier.aware = aware;
+    o.host_tier.gate_room.mode = GateRoom::Mode::kTier;
     std::vector<BackendSpec> specs{
         {.name = "gpu0", .host = "h", .port = 1, .capacity_tokens = 1000},
         {.name = "gpu1", .host = "h", .port = 2, .capacity_tokens = 1000}};
