@@ -29,8 +29,8 @@
 // back within seconds, and with long pauses a switch to the tier late in
 // the run leaves it worse than the tier from the start (bench README, "The
 // gate's room"). `tier` and `gpu` fix the room. `auto` is the default: each
-// fixed room loses where the other wins, and auto is level with the better
-// of the two in every regime measured.
+// fixed room loses goodput where the other wins it, and auto reads like the
+// better of the two on goodput in every regime measured.
 //
 // Pure and deterministic: the caller passes each pause in. Not thread-safe:
 // the Router owns it under its mutex.

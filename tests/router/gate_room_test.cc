@@ -63,6 +63,31 @@ TEST(GateRoom, AutoFollowsTheLongPausesWithHysteresis) {
   EXPECT_FALSE(room.tier());
 }
 
+// The default is auto as shipped: the GPU pool until 8 pauses are learned,
+// the tier once 5 % of them run past 10 s (one long pause in the first
+// eight is 1/8), the GPU pool again below 1 %.
+TEST(GateRoom, TheDefaultIsAutoFromTheGpuPool) {
+  GateRoom room(GateRoom::Options{});
+  EXPECT_EQ(room.options().mode, GateRoom::Mode::kAuto);
+  EXPECT_FALSE(room.tier());
+  room.LearnPause(absl::Seconds(30));
+  for (int i = 0; i < 6; ++i) room.LearnPause(absl::Seconds(4));
+  EXPECT_FALSE(room.tier()) << "7 pauses";
+  room.LearnPause(absl::Seconds(4));
+  EXPECT_DOUBLE_EQ(room.long_pause_share(), 0.125);
+  EXPECT_TRUE(room.tier());
+  // Short pauses weigh 0.02 each once past 50: the share falls below 1 %
+  // only after many of them.
+  int short_pauses = 0;
+  while (room.tier() && short_pauses < 1000) {
+    room.LearnPause(absl::Seconds(4));
+    ++short_pauses;
+  }
+  EXPECT_FALSE(room.tier());
+  EXPECT_LT(room.long_pause_share(), 0.01);
+  EXPECT_GT(short_pauses, 50);
+}
+
 // A negative pause (clocks out of order) teaches nothing.
 TEST(GateRoom, ANegativePauseIsIgnored) {
   GateRoom room(Auto());
