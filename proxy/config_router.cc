@@ -43,7 +43,6 @@ absl::Status ParseResidency(const YAML::Node& n, router::Options* o) {
   KV_RETURN_IF_ERROR(r.Seconds("grace_s", &g->grace, 0));
   KV_RETURN_IF_ERROR(r.Seconds("max_wait_s", &g->max_wait, 0));
   KV_RETURN_IF_ERROR(ReadBool(r, "yield_grown", &g->yield_grown));
-  KV_RETURN_IF_ERROR(r.Seconds("tier_overflow_s", &g->tier_overflow, 0));
   router::GateRoom::Options* room = &o->host_tier.gate_room;
   using Mode = router::GateRoom::Mode;
   std::string mode = room->mode == Mode::kTier ? "tier" : room->mode == Mode::kGpu ? "gpu" : "auto";

@@ -169,16 +169,12 @@ void ResidencyGate::AdmitWaiters(int backend, absl::Time now, std::vector<uint64
     // (backfilling keeps the pool full); its own wait stays bounded.
     // (Past its bound it goes even when other replicas' residents fill the
     // instance: this gate cannot make them yield.)
-    const bool fits = timed_out || Fits(in, w->footprint);
-    const bool overflows =
-        !fits && w->overflow_at <= now && Fits(in, w->footprint, w->overflow_capacity);
-    if (!fits && !overflows) {
+    if (!timed_out && !Fits(in, w->footprint)) {
       ++w;
       continue;
     }
     const Waiter taken = *w;
     w = in.waiting.erase(w);
-    if (overflows) ++counters_.overflowed;
     AdmitWaiter(backend, taken, timed_out, now, woken);
   }
   AdmitMovable(backend, now, woken);
@@ -274,11 +270,6 @@ uint64_t ResidencyGate::Enter(int backend, std::string_view session, const Turn&
   const uint64_t id = next_waiter_++;
   Waiter w{id, key, std::max<int64_t>(1, footprint_tokens), now, now + WaitBound(turn),
            turn.movable};
-  if (options_.tier_overflow > absl::ZeroDuration() && !turn.movable &&
-      turn.overflow_capacity_tokens > turn.capacity_tokens) {
-    w.overflow_at = now + options_.tier_overflow;
-    w.overflow_capacity = turn.overflow_capacity_tokens;
-  }
   // Queued by when its wait runs out; equal bounds keep arrival order.
   auto at = std::upper_bound(in.waiting.begin(), in.waiting.end(), w.due,
                              [](absl::Time due, const Waiter& x) { return due < x.due; });
@@ -402,10 +393,7 @@ std::optional<absl::Time> ResidencyGate::NextEvent() const {
   const bool movable = MovableWaiting();
   for (const Instance& in : instances_) {
     if (!Contended(in) && !movable) continue;
-    for (const Waiter& w : in.waiting) {
-      consider(w.due);
-      if (w.overflow_at < w.due) consider(w.overflow_at);
-    }
+    for (const Waiter& w : in.waiting) consider(w.due);
     for (const auto& [session, r] : in.residents) {
       if (r.active == 0) consider(r.last_done + IdleLimit(in));
     }

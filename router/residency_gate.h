@@ -115,12 +115,6 @@ class ResidencyGate {
     // others gives its place up and queues as a new session's turn would
     // (Enter). Off: it goes at once, whatever its growth.
     bool yield_grown = false;
-    // A turn held on an instance whose room is its GPU pool while a host
-    // tier would keep more residents (Turn::overflow_capacity_tokens) goes
-    // within the tier's room once it has waited this long, no resident
-    // yielding: past its SLO the wait buys nobody's turn on time, and its
-    // prefix comes back by a reload. Zero: off.
-    absl::Duration tier_overflow = absl::ZeroDuration();
   };
 
   struct Counters {
@@ -136,7 +130,6 @@ class ResidencyGate {
     uint64_t swapped_in = 0;           // turns admitted at once by swapping idle residents out
                                        // (a waiter admitted so counts as after_wait)
     uint64_t swapped_out = 0;          // idle residents swapped out before the grace time
-    uint64_t overflowed = 0;           // waiters admitted within the tier's room (tier_overflow)
   };
 
   explicit ResidencyGate(Options options);
@@ -161,10 +154,6 @@ class ResidencyGate {
     // only that tier holds takes (0: nothing to reload, the GPU holds its
     // prefix or it is cold); negative: the instance has no host tier.
     double reload_s = -1;
-    // The room a host tier gives the instance's residents when the gate's
-    // room (capacity_tokens) is its GPU pool; 0: none. A held turn that is
-    // not `movable` goes within it after Options::tier_overflow.
-    int64_t overflow_capacity_tokens = 0;
   };
 
   // A request of `session` (non-empty) goes to `backend`, whose KV pool is
@@ -278,9 +267,6 @@ class ResidencyGate {
     absl::Time since;
     absl::Time due;  // since + its wait bound: it goes then, others yielding
     bool movable = false;
-    // From then it goes within `overflow_capacity` (Options::tier_overflow).
-    absl::Time overflow_at = absl::InfiniteFuture();
-    int64_t overflow_capacity = 0;
   };
   struct Instance {
     absl::flat_hash_map<std::string, Resident> residents;

@@ -33,7 +33,6 @@ void RouterImpl::EnterResidency(InflightRequest& r, const RouteTicket& ticket, b
       (feedback_.HasHostTier(d.decode_backend) || feedback_.HasPool()) &&
       d.decode_backend < static_cast<int>(snapshot_.backends.size())) {
     turn.reload_s = placement::HostReloadSeconds(snapshot_, d.decode_backend, placement_);
-    if (!gate_room_.tier()) turn.overflow_capacity_tokens = TierCapacityTokens(d.decode_backend);
   }
   r.residency_bound = residency_.WaitBound(turn);
   std::vector<uint64_t> woken;

@@ -228,54 +228,6 @@ TEST(ResidencyGateTest, ATierIsTheRoomOfWarmTurnsAndTheGpuOfColdOnes) {
   EXPECT_EQ(g.counters().admitted_after_wait, 1u);
 }
 
-// With the GPU pool as the gate's room on a tiered instance, a warm turn
-// held past Options::tier_overflow goes within the tier's room, no resident
-// yielding; a cold turn (movable) keeps waiting for the GPU's room.
-TEST(ResidencyGateTest, AHeldWarmTurnOverflowsIntoTheTierAfterItsBound) {
-  ResidencyGate::Options o = Opts(/*quantum=*/100, /*grace_s=*/1000, /*max_wait_s=*/100);
-  o.tier_overflow = absl::Seconds(4);
-  ResidencyGate g(o);
-  std::vector<uint64_t> woken;
-  auto gpu_room = [](int64_t footprint, bool movable) {
-    ResidencyGate::Turn t{footprint, /*capacity_tokens=*/kCap};
-    t.overflow_capacity_tokens = 3 * kCap;
-    t.movable = movable;
-    t.reload_s = 0.1;
-    return t;
-  };
-  EXPECT_EQ(g.Enter(0, "a", gpu_room(60, false), At(0), &woken), 0u);
-  const uint64_t b = g.Enter(0, "b", gpu_room(60, false), At(1), &woken);
-  const uint64_t c = g.Enter(0, "c", gpu_room(60, true), At(1), &woken);
-  ASSERT_NE(b, 0u);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(g.NextEvent(), At(5)) << "b's overflow, before either bound";
-  g.Tick(At(4.9), &woken);
-  EXPECT_TRUE(woken.empty());
-  g.Tick(At(5), &woken);
-  EXPECT_THAT(woken, ElementsAre(b));
-  EXPECT_EQ(g.counters().overflowed, 1u);
-  EXPECT_EQ(g.counters().yielded_forced, 0u);
-  EXPECT_EQ(g.resident_tokens(0), 120) << "a stays: past the GPU pool, within the tier";
-  EXPECT_EQ(g.NextEvent(), At(101)) << "c waits for the GPU's room or its bound";
-}
-
-TEST(ResidencyGateTest, WithoutATierOrTheOptionAHeldTurnWaitsForTheGpu) {
-  for (bool option : {false, true}) {
-    ResidencyGate::Options o = Opts(/*quantum=*/100, /*grace_s=*/1000, /*max_wait_s=*/100);
-    if (option) o.tier_overflow = absl::Seconds(4);
-    ResidencyGate g(o);
-    std::vector<uint64_t> woken;
-    ResidencyGate::Turn t{60, kCap};
-    if (!option) t.overflow_capacity_tokens = 3 * kCap;  // a tier, the option off
-    g.Enter(0, "a", t, At(0), &woken);
-    const uint64_t b = g.Enter(0, "b", t, At(1), &woken);
-    ASSERT_NE(b, 0u);
-    g.Tick(At(50), &woken);
-    EXPECT_TRUE(woken.empty()) << "option " << option;
-    EXPECT_EQ(g.counters().overflowed, 0u);
-  }
-}
-
 // On an instance with a host tier, a turn whose reload beats the wait goes
 // at once when residents have been idle longer than sessions take to come
 // back (swap_after: 2 x the reuse gap, at most grace; grace before any gap
