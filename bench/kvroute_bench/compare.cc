@@ -187,6 +187,7 @@ absl::StatusOr<ComparedRun> ComparedRunFromJson(const json::value& report, const
   }
   if (const json::value* s = chosen->if_contains("summary"); s != nullptr && s->is_object()) {
     out.dropped = Integer(s->get_object(), "dropped", 0);
+    out.sim_lag_p99_s = Number(s->get_object(), "sim_lag_p99_s", -1);
     if (const json::value* slo = s->get_object().if_contains("slo");
         slo != nullptr && slo->is_object()) {
       const json::object& o = slo->get_object();
@@ -266,6 +267,9 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
   }
   if (!(options.confidence > 0 && options.confidence < 1)) {
     return absl::InvalidArgumentError("--confidence must be in (0, 1)");
+  }
+  if (!(options.max_sim_lag_s >= 0)) {
+    return absl::InvalidArgumentError("--max-sim-lag must be at least 0");
   }
   std::vector<const ComparedRun*> runs;  // A's repeats, then B's
   for (const ComparedRun& r : a) runs.push_back(&r);
@@ -368,6 +372,16 @@ absl::StatusOr<Comparison> CompareRuns(const std::vector<ComparedRun>& a,
     c.notes.push_back(
         "goodput of planned turns: not every unit is an agentic job with a known plan");
   }
+  for (const ComparedRun* run : runs) {
+    if (options.max_sim_lag_s <= 0 || !(run->sim_lag_p99_s > options.max_sim_lag_s)) continue;
+    c.sim_lag_exceeded = true;
+    c.notes.push_back(absl::StrFormat(
+        "%s: the simulated fleet ran %.2f s behind the wall clock at the 99th percentile "
+        "(--max-sim-lag %.2f s): its times include the host's slowness, so the difference "
+        "is not the configurations' alone; rerun with a larger --time-scale or on a quieter "
+        "host",
+        run->label, run->sim_lag_p99_s, options.max_sim_lag_s));
+  }
 
   // A side's figure: the mean over its repeats `picked` of each one's figure on `draw`.
   auto side_figures = [&](const std::vector<size_t>& draw, const std::vector<size_t>& picked) {
@@ -439,6 +453,7 @@ ComparedRun ComparedRunOf(const RunResult& run, std::string label) {
                      .time_scale = run.time_scale > 0 ? run.time_scale : 1.0,
                      .slo = run.slo,
                      .dropped = run.dropped,
+                     .sim_lag_p99_s = Summarize(run).sim_lag_p99,
                      .requests = run.requests,
                      .jobs = run.jobs};
 }
@@ -524,6 +539,7 @@ json::value ComparisonJson(const Comparison& c) {
                       {"units_only_a", c.units_only_a},
                       {"units_only_b", c.units_only_b},
                       {"figures", std::move(figures)},
+                      {"sim_lag_exceeded", c.sim_lag_exceeded},
                       {"notes", std::move(notes)}};
 }
 

@@ -53,6 +53,9 @@ struct ComparedRun {
   double time_scale = 1;
   SloTargets slo;
   int64_t dropped = 0;  // arrivals dropped before sending (summary.dropped)
+  // How far the simulated fleet's clock ran behind the wall clock at the 99th percentile,
+  // modelled seconds (summary.sim_lag_p99_s); negative: unknown (no simulator sampled).
+  double sim_lag_p99_s = -1;
   std::vector<RequestRecord> requests;
   std::vector<JobRecord> jobs;  // job and planned_turns are read
 };
@@ -75,6 +78,10 @@ struct CompareOptions {
   // The classes goodput is measured in for every run (--slo-class); unset: each run's own
   // (its summary.slo.class).
   std::optional<SloClassSource> slo_class = std::nullopt;
+  // A run whose simulator lag p99 exceeds this (modelled seconds) is flagged: a lagging
+  // simulator stretches every time it models, and more where it is busier, so the pair's
+  // difference holds the host's slowness as well as the configurations'. 0: no flag.
+  double max_sim_lag_s = 0.25;
 };
 
 // The figures compared, in the order Comparison::figures holds them (their labels).
@@ -109,6 +116,8 @@ struct Comparison {
   // which counts the sessions a side ended, as a client whose agent stopped sees them.
   std::vector<FigureComparison> figures;
   std::vector<std::string> notes;  // what a reader must know about the figures
+  // Some run of either side lagged past CompareOptions::max_sim_lag_s (a note names it).
+  bool sim_lag_exceeded = false;
 };
 
 // A and B: one run each, or several (repeats of one configuration on one workload).

@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
   cmp_cmd->add_option("--seed", cmp.seed, "seed of the draws")->capture_default_str();
   cmp_cmd->add_option("--confidence", cmp.confidence, "the interval's central share")
       ->capture_default_str();
+  cmp_cmd
+      ->add_option("--max-sim-lag", cmp.max_sim_lag_s,
+                   "flag a run whose simulator lag p99 exceeds this many modelled seconds "
+                   "(0: never)")
+      ->capture_default_str();
   cmp_cmd->add_option("--json", cmp_json, "also write the comparison as JSON here");
   std::string cmp_slo_class;
   cmp_cmd

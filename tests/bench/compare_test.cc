@@ -360,6 +360,47 @@ TEST(CompareTest, MarkdownAndJsonCarryEveryFigure) {
   EXPECT_EQ(j.at("units").as_int64(), 6);
 }
 
+// A run whose simulated fleet lagged past --max-sim-lag is named in a note and flags the
+// comparison; the lag is read from report.json (modelled seconds: wall over the time scale)
+// and from a run just measured alike; 0 flags nothing.
+TEST(CompareTest, FlagsARunWhoseSimulatorLagged) {
+  RunResult slow = Sessions(6, 4);
+  for (int k = 0; k < 100; ++k) {
+    InstanceSample x;
+    x.t = k;
+    x.instance = "gpu0";
+    x.sim_lag_s = k < 98 ? 0.01 : 0.2;  // wall seconds; the p99 lies between them
+    slow.samples.push_back(x);
+  }
+  RunResult quick = Sessions(6, 4);
+  quick.samples = slow.samples;
+  for (InstanceSample& x : quick.samples) x.sim_lag_s = 0.01;
+  const ComparedRun a = Compared(quick, "runs/quick");
+  const ComparedRun b = Compared(slow, "runs/slow");
+  EXPECT_NEAR(a.sim_lag_p99_s, 0.02, 1e-9);
+  EXPECT_GT(b.sim_lag_p99_s, 0.25);
+  EXPECT_DOUBLE_EQ(ComparedRunOf(slow, "slow").sim_lag_p99_s, b.sim_lag_p99_s);
+  EXPECT_LT(Compared(Sessions(2, 2), "none").sim_lag_p99_s, 0) << "no simulator sampled";
+
+  absl::StatusOr<Comparison> c = CompareRuns(a, b, {.resamples = 20});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sim_lag_exceeded);
+  ASSERT_EQ(c->notes.size(), 1u);
+  EXPECT_EQ(c->notes[0].rfind("runs/slow: baseline: the simulated fleet ran", 0), 0u)
+      << c->notes[0];
+  EXPECT_NE(ComparisonMarkdown(*c).find("--max-sim-lag 0.25 s"), std::string::npos);
+  EXPECT_TRUE(ComparisonJson(*c).at("sim_lag_exceeded").as_bool());
+
+  absl::StatusOr<Comparison> same = CompareRuns(a, a, {.resamples = 20});
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->sim_lag_exceeded);
+  absl::StatusOr<Comparison> off = CompareRuns(a, b, {.resamples = 20, .max_sim_lag_s = 0});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->sim_lag_exceeded);
+  EXPECT_TRUE(off->notes.empty());
+  EXPECT_FALSE(CompareRuns(a, b, {.max_sim_lag_s = -1}).ok());
+}
+
 // A cell reads B - A with its interval, shares in points; a share that rounds to zero has no
 // sign; the ratio with its own interval.
 TEST(CompareTest, CellsForTables) {

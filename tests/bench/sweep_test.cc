@@ -431,6 +431,7 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find(absl::StrCat("| ", RatioCell(p90), " |")), std::string::npos) << md;
+  EXPECT_EQ(md.find("(lagged)"), std::string::npos) << "no simulator sampled: nothing flagged";
 
   const json::value v = json::parse(json::serialize(SweepJson(sweep)));
   const json::array& compared = v.at("comparisons").as_array();
@@ -451,6 +452,33 @@ TEST(SweepComparisonTest, EachConfigurationPairedWithEachReferenceAtAPoint) {
   EXPECT_NE(s.message().find("comparing other with baseline at 1 jobs/s, seed 7"),
             std::string_view::npos)
       << s;
+}
+
+// A pair one of whose runs' simulated fleet lagged past the bound is marked in the paired
+// table, with the reason under it.
+TEST(SweepComparisonTest, APairWithALaggingSimulatorIsMarked) {
+  Report report;
+  report.runs = {SessionRun("baseline", 10, 1), SessionRun("blind", 10, 1)};
+  for (int k = 0; k < 10; ++k) {
+    InstanceSample x;
+    x.t = k;
+    x.instance = "gpu0";
+    x.sim_lag_s = 0.5 * report.runs[1].time_scale;  // 0.5 modelled seconds
+    report.runs[1].samples.push_back(x);
+  }
+  absl::StatusOr<std::vector<SweepComparison>> c =
+      ComparePoint({report}, 0.5, 1, {"baseline"}, CompareOptions{.resamples = 50});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 1u);
+  EXPECT_TRUE(c->front().comparison.sim_lag_exceeded);
+  Sweep sweep = FixedSweep();
+  sweep.comparisons = *c;
+  const std::string md = SweepMarkdown(sweep);
+  EXPECT_NE(md.find("| 0.5 | 1 | blind (lagged) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("(lagged): the simulated fleet of one side or both ran more than 0.25 "
+                    "modelled s behind"),
+            std::string::npos)
+      << md;
 }
 
 // Repeats of a point: each side of a comparison is its runs over the repeats.
