@@ -472,6 +472,14 @@ std::string RatioCell(const FigureComparison& f) {
   return absl::StrFormat("%.3g [%.3g, %.3g]", f.ratio, f.ratio_low, f.ratio_high);
 }
 
+std::string SimLagFootnote(const CompareOptions& options) {
+  return absl::StrFormat(
+      "(lagged): the simulated fleet of one side or both ran more than %.2f modelled s behind "
+      "the wall clock at the 99th percentile (the summary's sim lag p99): the difference holds "
+      "the host's slowness as well as the configurations'.",
+      options.max_sim_lag_s);
+}
+
 std::string ComparisonMarkdown(const Comparison& c) {
   std::string out = absl::StrCat("# kvroute-bench compare\n\n- **A**: ", c.a_label,
                                  "\n- **B**: ", c.b_label, "\n");

@@ -137,5 +137,7 @@ std::string ComparisonMarkdown(const Comparison& c);
 std::string DifferenceCell(const FigureComparison& f);
 std::string RatioCell(const FigureComparison& f);
 boost::json::value ComparisonJson(const Comparison& c);
+// Under a table whose rows read "(lagged)": what the mark means at `options`' bound.
+std::string SimLagFootnote(const CompareOptions& options);
 
 }  // namespace kvroute::bench

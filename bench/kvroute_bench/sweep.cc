@@ -150,10 +150,9 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
     bool lagged = false;
     for (const SweepComparison* c : rows_of) {
       lagged = lagged || c->comparison.sim_lag_exceeded;
-      std::vector<std::string> row = {RateLabel(c->jobs_per_second), absl::StrCat(c->seed),
-                                      c->comparison.sim_lag_exceeded
-                                          ? absl::StrCat(c->config, " (lagged)")
-                                          : c->config};
+      std::vector<std::string> row = {
+          RateLabel(c->jobs_per_second), absl::StrCat(c->seed),
+          absl::StrCat(c->config, c->comparison.sim_lag_exceeded ? " (lagged)" : "")};
       const FigureComparison* p90 = nullptr;
       for (std::string_view label : kComparedFigures) {
         const auto& figures = c->comparison.figures;
@@ -168,13 +167,7 @@ void AppendComparisons(std::string* md, const Sweep& sweep) {
     std::vector<bool> right(header.size(), true);
     right[2] = false;
     AppendTable(md, header, right, rows);
-    if (lagged) {
-      absl::StrAppend(
-          md, "\n(lagged): the simulated fleet of one side or both ran more than ",
-          absl::StrFormat("%.2f", rows_of.front()->comparison.options.max_sim_lag_s),
-          " modelled s behind the wall clock at the 99th percentile (the summary's sim lag "
-          "p99): the difference holds the host's slowness as well as the configurations'.\n");
-    }
+    if (lagged) absl::StrAppend(md, "\n", SimLagFootnote(o), "\n");
     absl::StrAppend(md, "\n");
   }
 }
