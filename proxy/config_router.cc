@@ -139,6 +139,7 @@ absl::Status ParseRouter(const YAML::Node& n, router::Options* o, OffloadCostKey
   KV_RETURN_IF_ERROR(r.Double("admission_weight", &o->baseline.admission_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.Double("eviction_weight", &o->baseline.eviction_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(r.Double("decode_stall_weight", &o->baseline.decode_stall_weight, 0, 1e6));
+  KV_RETURN_IF_ERROR(r.Double("attention_weight", &o->baseline.attention_weight, 0, 1e6));
   KV_RETURN_IF_ERROR(ReadBool(r, "tier_aware", &o->host_tier.aware));
   KV_RETURN_IF_ERROR(r.Double("host_load_bytes_per_second", &o->host_tier.load_bytes_per_second,
                               1e6, 1e13));

@@ -84,7 +84,8 @@ struct Options {
   // `baseline` (and the WARM/MEDIUM path of v1/v2) scores an instance by its
   // estimated time to first token in prefill-token units, see
   // router/policies/cache_aware.h:
-  //   cost = new_tokens + prefill_queue_weight x inflight_prefill_tokens
+  //   cost = new_tokens (+ attention_weight x its attention, in prefill
+  //          tokens) + prefill_queue_weight x inflight_prefill_tokens
   //        + decode_tokens_weight x inflight_tokens
   //        + waiting_penalty_tokens x engine_waiting
   //        + admission_weight x tokens that must leave the pool before admission
@@ -98,6 +99,10 @@ struct Options {
     double admission_weight = 1.0;
     double eviction_weight = 1.0;
     double decode_stall_weight = 1.0;
+    // The own prefill's attention, in prefill tokens: the profile's
+    // attention seconds per token pair x prefill rate x n x (cached + n / 2)
+    // for n new tokens, times this weight (0: new tokens count linearly).
+    double attention_weight = 0.0;
   };
   BaselineWeights baseline;
 

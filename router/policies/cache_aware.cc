@@ -19,11 +19,19 @@ CacheAwarePolicy::CacheAwarePolicy(const Options& options)
                                     options.offload_cost.prefill_tokens_per_second /
                                     options.host_tier.pool_load_bytes_per_second
                               : 0),
+      attention_pair_weight_(weights_.attention_weight *
+                             std::max(0.0, options.offload_cost.attention_s_per_token_pair) *
+                             options.offload_cost.prefill_tokens_per_second),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
 double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
   const BackendSnapshot& b = fleet.backends[backend];
-  const double new_tokens = static_cast<double>(policy_internal::NewTokensOn(fleet, backend));
+  const double uncached = static_cast<double>(policy_internal::NewTokensOn(fleet, backend));
+  const double cached = static_cast<double>(
+      std::clamp<int64_t>(b.cached_tokens_est, 0, std::max<int64_t>(0, fleet.prompt_tokens_est)));
+  // Its own prefill in prefill tokens: each new token attends to the cached
+  // prefix and to the new tokens before it.
+  const double new_tokens = uncached + attention_pair_weight_ * uncached * (cached + uncached / 2);
   // The prefill this backend would run: a turn WARM on its home is a cold
   // prompt on an instance without its prefix.
   const bool warm_here =

@@ -6,7 +6,11 @@
 // rate to get seconds; the rate is common to a homogeneous fleet so it drops
 // out of the argmin):
 //
-//   cost_i = new_tokens_i                        (prompt - cached_i: own work)
+//   cost_i = own_i                               (own work: new_i = prompt -
+//                                    cached_i, plus attention_weight x a x
+//                                    r x new_i x (cached_i + new_i / 2), a
+//                                    = the profile's attention seconds per
+//                                    token pair, r = the prefill rate)
 //          x (1 + decode_stall_weight x decoding_i)  (streams the prefill
 //                                    stalls; 0 for a request WARM on i)
 //          + prefill_queue_weight  x inflight_prefill_tokens_i  (work ahead)
@@ -32,6 +36,16 @@
 // load ratio, and a cold request degenerates to "least prefill work queued".
 // The decode weight is small because decode tokens slow a prefill step only
 // marginally; the waiting penalty covers load this router cannot see.
+//
+// The attention weight (0 by default: new tokens count linearly) prices a
+// prefill at the time it takes: each new token attends to the cached prefix
+// and the new tokens before it, so recomputing a long context costs several
+// times its token count (68K new tokens after 22K cached: 4x on the H20
+// profile). At 1 a session's turn rarely leaves a crowded home whose cache
+// (or host tier) holds its context for an instance that would recompute it:
+// the fleet computes less and the tail of TTFT and job times shortens, while
+// the turns queued at the crowded homes miss a tight WARM SLO more often
+// (bench/kvroute_bench/README.md, "Pricing a recompute's attention").
 //
 // The stall factor prices the decode streams a long prefill holds up: chunked
 // prefill shares every engine step with the decode batch, so each of the
@@ -88,6 +102,7 @@ class CacheAwarePolicy : public Policy {
   Options::BaselineWeights weights_;
   double host_reload_weight_ = 0;  // prefill tokens per host-reloaded token
   double pool_reload_weight_ = 0;  // prefill tokens per pool-reloaded token
+  double attention_pair_weight_ = 0;  // prefill tokens per (new, context) token pair
   policy_internal::OverloadRule overload_;
 };
 

@@ -50,7 +50,7 @@ upstream: {connect_timeout_s: 0.5, first_byte_timeout_s: 100, max_attempts: 2,
 health: {interval_s: 1, unhealthy_after: 3, enabled: false, passive_failures: 9,
          ejection_s: 2, max_ejection_s: 30}
 router: {chunk_bytes: 128, bytes_per_token: 3.5, overload_factor: 3, warm_new_tokens: 4000,
-         decode_stall_weight: 0.5}
+         decode_stall_weight: 0.5, attention_weight: 1}
 backends:
   - {name: p0, url: "http://10.0.0.1:8100/", role: prefill, capacity_tokens: 1000}
   - {name: d0, url: "http://node-b:8100", role: decode}
@@ -77,6 +77,7 @@ backends:
   EXPECT_DOUBLE_EQ(c->router.default_bytes_per_token, 3.5);
   EXPECT_EQ(c->router.thresholds.warm_new_tokens, 4000);
   EXPECT_DOUBLE_EQ(c->router.baseline.decode_stall_weight, 0.5);
+  EXPECT_DOUBLE_EQ(c->router.baseline.attention_weight, 1);
   EXPECT_EQ(c->backends[0].spec.role, router::BackendRole::kPrefill);
   EXPECT_EQ(c->backends[0].spec.capacity_tokens, 1000);
   EXPECT_EQ(c->backends[1].spec.host, "node-b");

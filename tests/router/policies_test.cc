@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "router/policies/cache_aware.h"
 #include "router/policy_registry.h"
 #include "tests/router/policy_test_util.h"
 
@@ -365,6 +366,39 @@ INSTANTIATE_TEST_SUITE_P(
                    },
                    1, 1, DecisionMode::kColocated, RequestClass::kWarm}),
     [](const ::testing::TestParamInfo<PolicyCase>& info) { return info.param.label; });
+
+// A turn whose instance holds its 90K-token context but has 104K tokens of
+// KV to free first, against an idle instance holding only its 22K-token
+// system prompt. Counted linearly, recomputing 68K tokens there is cheaper
+// than the admission wait; with each new token's attention to the 56K
+// tokens before it on average, the recompute costs 273K prefill tokens more
+// and the turn stays.
+TEST(BaselineAttentionTest, PricesARecomputeOfALongContextWithItsAttention) {
+  Options o;
+  o.offload_cost.prefill_tokens_per_second = 9090;
+  o.offload_cost.attention_s_per_token_pair = 7.9e-9;
+  auto f = Fleet(2, 90000);
+  f.footprint_tokens_est = 90256;
+  SetCached(f, {90000, 22000});
+  SetMemory(f, {286000, 286000}, {0, 0});
+  SetInflightTokens(f, {300000, 0});
+
+  const CacheAwarePolicy linear(o);
+  EXPECT_DOUBLE_EQ(linear.Cost(f, 1, RequestClass::kWarm), 68000);
+  absl::StatusOr<Decision> d = linear.Decide(f);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->decode_backend, 1);
+
+  o.baseline.attention_weight = 1;
+  const CacheAwarePolicy attention(o);
+  EXPECT_NEAR(attention.Cost(f, 1, RequestClass::kWarm),
+              68000 + 7.9e-9 * 9090 * 68000.0 * (22000 + 34000), 1e-6);
+  EXPECT_DOUBLE_EQ(attention.Cost(f, 0, RequestClass::kWarm),
+                   linear.Cost(f, 0, RequestClass::kWarm));
+  d = attention.Decide(f);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->decode_backend, 0);
+}
 
 TEST(V2CostGateTest, SlowLinkServesAsBaseline) {
   Options o;
