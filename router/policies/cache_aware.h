@@ -40,7 +40,7 @@
 // The attention weight (0 by default: new tokens count linearly) prices a
 // prefill at the time it takes: each new token attends to the cached prefix
 // and the new tokens before it, so recomputing a long context costs several
-// times its token count (68K new tokens after 22K cached: 4x on the H20
+// times its token count (68K new tokens after 22K cached: 5x on the H20
 // profile). At 1 a session's turn rarely leaves a crowded home whose cache
 // (or host tier) holds its context for an instance that would recompute it:
 // the fleet computes less and the tail of TTFT and job times shortens, while
