@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "router/policies/placement_cost.h"
+
 namespace kvroute::router {
 
 CacheAwarePolicy::CacheAwarePolicy(const Options& options)
@@ -19,19 +21,21 @@ CacheAwarePolicy::CacheAwarePolicy(const Options& options)
                                     options.offload_cost.prefill_tokens_per_second /
                                     options.host_tier.pool_load_bytes_per_second
                               : 0),
-      attention_pair_weight_(weights_.attention_weight *
-                             std::max(0.0, options.offload_cost.attention_s_per_token_pair) *
-                             options.offload_cost.prefill_tokens_per_second),
+      rates_(options.offload_cost),
       overload_{options.overload_factor, options.overload_min_tokens} {}
 
 double CacheAwarePolicy::Cost(const FleetSnapshot& fleet, int backend, RequestClass c) const {
   const BackendSnapshot& b = fleet.backends[backend];
-  const double uncached = static_cast<double>(policy_internal::NewTokensOn(fleet, backend));
-  const double cached = static_cast<double>(
-      std::clamp<int64_t>(b.cached_tokens_est, 0, std::max<int64_t>(0, fleet.prompt_tokens_est)));
-  // Its own prefill in prefill tokens: each new token attends to the cached
-  // prefix and to the new tokens before it.
-  const double new_tokens = uncached + attention_pair_weight_ * uncached * (cached + uncached / 2);
+  const int64_t uncached = policy_internal::NewTokensOn(fleet, backend);
+  // Its own prefill in prefill tokens: the placement cost's prefill time at
+  // the prefill rate is the new tokens plus their attention to the context.
+  double new_tokens = static_cast<double>(uncached);
+  if (weights_.attention_weight > 0) {
+    const double timed = placement::PrefillSeconds(uncached, fleet.prompt_tokens_est - uncached,
+                                                   rates_) *
+                         rates_.prefill_tokens_per_second;
+    new_tokens += weights_.attention_weight * std::max(0.0, timed - new_tokens);
+  }
   // The prefill this backend would run: a turn WARM on its home is a cold
   // prompt on an instance without its prefix.
   const bool warm_here =

@@ -102,7 +102,7 @@ class CacheAwarePolicy : public Policy {
   Options::BaselineWeights weights_;
   double host_reload_weight_ = 0;  // prefill tokens per host-reloaded token
   double pool_reload_weight_ = 0;  // prefill tokens per pool-reloaded token
-  double attention_pair_weight_ = 0;  // prefill tokens per (new, context) token pair
+  classifier::OffloadCostParams rates_;  // the prefill rate and attention cost
   policy_internal::OverloadRule overload_;
 };
 
